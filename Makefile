@@ -1,0 +1,44 @@
+# Every target sets up what it needs (idempotently) first; see scripts/setup.sh.
+SHELL := /bin/bash
+export SCOPEMEM_ASSETS ?= $(HOME)/.cache/scopemem/assets
+# Reuse one target dir outside the clone: a cold lancedb build takes ~20 min on 2 cores.
+export CARGO_TARGET_DIR ?= $(HOME)/.cache/scopemem/target
+export ORT_DYLIB_PATH ?= $(SCOPEMEM_ASSETS)/onnxruntime-1.31.1/libonnxruntime.so.1.31.1
+export SCOPEMEM_MODEL_DIR ?= $(SCOPEMEM_ASSETS)/all-MiniLM-L6-v2-int8
+export CARGO_TERM_PROGRESS_WHEN ?= never
+PORT ?= 8787
+
+.PHONY: setup build release run test bench lint fmt clean-data
+
+setup:
+	@bash scripts/setup.sh
+
+# The debug profile shares its build with `make test` (a cold release build of the lancedb tree
+# takes ~45 min on 2 cores); `make release` builds the optimised binary for production.
+build: setup
+	cargo build --bin scopemem
+
+release: setup
+	cargo build --release --bin scopemem
+
+# The main job: start the service on a local LanceDB under ./data and run the scope demo
+# against it over HTTP, then stop the service (SERVE=1 keeps it serving).
+run: build
+	@bash scripts/run-demo.sh "$(CARGO_TARGET_DIR)/debug/scopemem" "$(PORT)"
+
+# Unit + integration tests; benches are compiled by `make lint` and run only by `make bench`.
+test: setup
+	cargo test --lib --bins --tests --no-fail-fast -- --test-threads=2
+
+bench: setup
+	cargo bench --bench recall
+
+lint:
+	cargo fmt --check
+	cargo clippy --all-targets -- -D warnings
+
+fmt:
+	cargo fmt
+
+clean-data:
+	rm -rf ./data

@@ -1,0 +1,700 @@
+//! Typed service configuration.
+//!
+//! Keys, types and defaults come from the embedded `conf_schema.json` (AstrBot's format), so the
+//! same file drives AstrBot's settings UI and this loader. A user file only overrides what it
+//! names; unknown keys are warnings (old plugin versions leave keys behind), wrong types are
+//! errors naming the dotted key path.
+
+pub mod schema;
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+pub use schema::{FieldSchema, FieldType, Schema};
+
+/// The embedded schema text: the single source of truth for config keys and defaults.
+pub const SCHEMA_JSON: &str = include_str!("../../conf_schema.json");
+
+/// Why a config could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The config file could not be read (missing, permissions, ...).
+    #[error("cannot read config file {}: {source}", path.display())]
+    Read {
+        /// File that was asked for.
+        path: PathBuf,
+        /// Underlying I/O error.
+        source: std::io::Error,
+    },
+    /// The config text is not valid JSON.
+    #[error("config file {} is not valid JSON (line {line}, column {column}): {message}", path.display())]
+    Parse {
+        /// File (or `<inline>` for text given directly).
+        path: PathBuf,
+        /// 1-based line of the error.
+        line: usize,
+        /// 1-based column of the error.
+        column: usize,
+        /// Parser message.
+        message: String,
+    },
+    /// A value has the wrong JSON type.
+    #[error("config key `{key}`: expected {expected}, got {got}")]
+    InvalidType {
+        /// Dotted key path, e.g. `recall.default_limit`.
+        key: String,
+        /// Expected type as named in the schema.
+        expected: String,
+        /// What was given.
+        got: String,
+    },
+    /// A value has the right type but is not acceptable.
+    #[error("config key `{key}`: {reason} (got {got})")]
+    InvalidValue {
+        /// Dotted key path.
+        key: String,
+        /// What is required.
+        reason: String,
+        /// What was given.
+        got: String,
+    },
+    /// The embedded schema is broken (a build defect, not a user error).
+    #[error("embedded conf_schema.json is invalid: {0}")]
+    Schema(String),
+}
+
+macro_rules! lowercase_enum {
+    ($(#[$meta:meta])* $name:ident { $($(#[$vmeta:meta])* $variant:ident => $text:literal),+ $(,)? }) => {
+        $(#[$meta])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+        #[serde(rename_all = "lowercase")]
+        pub enum $name {
+            $($(#[$vmeta])* $variant),+
+        }
+
+        impl $name {
+            /// The config-file spelling.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $($name::$variant => $text),+
+                }
+            }
+
+            fn from_config(key: &str, value: &str) -> Result<Self, ConfigError> {
+                match value {
+                    $($text => Ok($name::$variant),)+
+                    other => Err(ConfigError::InvalidValue {
+                        key: key.to_owned(),
+                        reason: format!("must be one of {}", [$(concat!("\"", $text, "\"")),+].join(", ")),
+                        got: format!("{other:?}"),
+                    }),
+                }
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+
+lowercase_enum! {
+    /// Scope of conversations missing from the map (DESIGN rule 3).
+    UnmappedPolicy {
+        /// Share the `public` scope (the upstream plugin's behaviour).
+        Public => "public",
+        /// A private per-conversation scope `c_<16 hex>`, so private chats cannot see each other.
+        Conversation => "conversation",
+    }
+}
+
+lowercase_enum! {
+    /// Whether recall also returns legacy rows with a NULL scope (DESIGN rule 8).
+    MigrationMode {
+        /// On exactly while a backfill is unfinished.
+        Auto => "auto",
+        /// Always include NULL-scope rows.
+        On => "on",
+        /// Never include NULL-scope rows.
+        Off => "off",
+    }
+}
+
+lowercase_enum! {
+    /// Rollback switch for scope isolation (DESIGN rule 10).
+    ScopeFilterMode {
+        /// Recall only the current scope and `public`.
+        Enforce => "enforce",
+        /// Emergency downgrade: recall across all scopes.
+        Disabled => "disabled",
+    }
+}
+
+/// `storage.*`: where and how memories are stored.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct StorageConfig {
+    /// LanceDB directory; a relative path is resolved against the working directory by the caller.
+    pub db_dir: PathBuf,
+    /// Memory table name.
+    pub table_name: String,
+    /// Seconds between background compactions (at least 1).
+    pub compaction_interval_secs: u64,
+    /// Maximum rows in one group commit (at least 1).
+    pub write_batch_max: usize,
+    /// Row count above which a vector index is built; below it search is exact.
+    pub index_threshold_rows: usize,
+}
+
+impl StorageConfig {
+    /// Compaction period as a `Duration`.
+    pub fn compaction_interval(&self) -> Duration {
+        Duration::from_secs(self.compaction_interval_secs)
+    }
+}
+
+/// `embedding.*`: the embedding model.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct EmbeddingConfig {
+    /// Model directory; `None` (config `""`) means the set-up's cached default model.
+    pub model_dir: Option<PathBuf>,
+    /// Texts per embedding batch (at least 1).
+    pub batch_size: usize,
+    /// ONNX Runtime library; `None` (config `""`) means `ORT_DYLIB_PATH` or the set-up cache.
+    pub ort_dylib_path: Option<PathBuf>,
+}
+
+/// `server.*`: the HTTP listener.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ServerConfig {
+    /// Listen address, e.g. `127.0.0.1:8787` (kept as text so host names work).
+    pub http_addr: String,
+}
+
+/// `recall.*`: recall limits and chained-recall shape (DESIGN section 5).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct RecallConfig {
+    /// Limit used when a request gives none (1..=max_limit).
+    pub default_limit: usize,
+    /// Largest limit a request may ask for (at least 1).
+    pub max_limit: usize,
+    /// Minimum similarity (1 − cosine distance), in [-1, 1].
+    pub similarity_threshold: f32,
+    /// Chained recall candidate pool (at least 1).
+    pub pool_size: usize,
+    /// Chained recall: memories per given entity.
+    pub per_entity: usize,
+    /// Chained recall: memories per memory type.
+    pub per_type_limit: usize,
+    /// Chained recall: total memories returned (at least 1).
+    pub final_limit: usize,
+}
+
+/// `backfill.*`: pacing of the legacy-row backfill.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct BackfillConfig {
+    /// Rows per backfill batch (at least 1).
+    pub batch_size: usize,
+    /// Pause between batches in milliseconds, so the backfill does not starve requests.
+    pub pause_ms: u64,
+}
+
+impl BackfillConfig {
+    /// Pause between batches as a `Duration`.
+    pub fn pause(&self) -> Duration {
+        Duration::from_millis(self.pause_ms)
+    }
+}
+
+/// The complete, validated configuration.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Config {
+    /// Scope map as a JSON object (a string value in the file is already parsed). Entry
+    /// validation is left to `ScopeMap::build`, which ignores bad entries with a warning.
+    pub conversation_scope_map: Value,
+    /// Scope of unmapped conversations.
+    pub unmapped_scope: UnmappedPolicy,
+    /// NULL-scope recall mode.
+    pub migration_mode: MigrationMode,
+    /// Scope isolation switch.
+    pub scope_filter: ScopeFilterMode,
+    /// Storage settings.
+    pub storage: StorageConfig,
+    /// Embedding settings.
+    pub embedding: EmbeddingConfig,
+    /// HTTP server settings.
+    pub server: ServerConfig,
+    /// Recall settings.
+    pub recall: RecallConfig,
+    /// Backfill settings.
+    pub backfill: BackfillConfig,
+    /// Log filter (e.g. `info`).
+    pub log_level: String,
+}
+
+/// A loaded config plus non-fatal findings (unknown keys) for the caller to log.
+#[derive(Clone, Debug)]
+pub struct Loaded {
+    /// The validated config.
+    pub config: Config,
+    /// Human-readable warnings, each naming a dotted key path.
+    pub warnings: Vec<String>,
+}
+
+impl Config {
+    /// The parsed embedded schema.
+    pub fn schema() -> Result<Schema, ConfigError> {
+        Schema::parse(SCHEMA_JSON)
+    }
+
+    /// Schema defaults only (what an empty config file gives).
+    pub fn defaults() -> Result<Config, ConfigError> {
+        let merged = Self::schema()?.defaults()?;
+        Config::from_resolved(&merged)
+    }
+
+    /// Loads `path`, or the defaults when `path` is `None`. A path given but missing is an error.
+    pub fn load(path: Option<&Path>) -> Result<Loaded, ConfigError> {
+        let Some(path) = path else {
+            return Ok(Loaded {
+                config: Config::defaults()?,
+                warnings: Vec::new(),
+            });
+        };
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::parse_text(&text, path)
+    }
+
+    /// Loads config from JSON text (errors name the source as `<inline>`).
+    pub fn from_json_str(text: &str) -> Result<Loaded, ConfigError> {
+        Self::parse_text(text, Path::new("<inline>"))
+    }
+
+    /// Validates an already parsed JSON value (e.g. a config object AstrBot passed over).
+    pub fn from_value(user: &Value) -> Result<Loaded, ConfigError> {
+        let (merged, warnings) = Self::schema()?.resolve(user)?;
+        Ok(Loaded {
+            config: Config::from_resolved(&merged)?,
+            warnings,
+        })
+    }
+
+    fn parse_text(text: &str, path: &Path) -> Result<Loaded, ConfigError> {
+        let user: Value = serde_json::from_str(text).map_err(|e| ConfigError::Parse {
+            path: path.to_path_buf(),
+            line: e.line(),
+            column: e.column(),
+            message: e.to_string(),
+        })?;
+        Self::from_value(&user)
+    }
+
+    /// Builds the typed config from a schema-resolved object (all keys present, types checked)
+    /// and applies the range checks the schema format cannot express.
+    fn from_resolved(root: &Value) -> Result<Config, ConfigError> {
+        let root = Obj::root(root)?;
+        let storage = root.obj("storage")?;
+        let embedding = root.obj("embedding")?;
+        let server = root.obj("server")?;
+        let recall = root.obj("recall")?;
+        let backfill = root.obj("backfill")?;
+
+        let map_key = "conversation_scope_map";
+        let conversation_scope_map = root.get(map_key)?.clone();
+        if !conversation_scope_map.is_object() {
+            return Err(ConfigError::InvalidType {
+                key: map_key.to_owned(),
+                expected: "JSON object (or a string holding one)".to_owned(),
+                got: schema::describe(&conversation_scope_map),
+            });
+        }
+
+        let recall = RecallConfig {
+            default_limit: recall.count("default_limit", 1)?,
+            max_limit: recall.count("max_limit", 1)?,
+            similarity_threshold: recall.float("similarity_threshold", -1.0, 1.0)?,
+            pool_size: recall.count("pool_size", 1)?,
+            per_entity: recall.count("per_entity", 0)?,
+            per_type_limit: recall.count("per_type_limit", 0)?,
+            final_limit: recall.count("final_limit", 1)?,
+        };
+        if recall.default_limit > recall.max_limit {
+            return Err(ConfigError::InvalidValue {
+                key: "recall.default_limit".to_owned(),
+                reason: format!("must not exceed recall.max_limit ({})", recall.max_limit),
+                got: format!("integer {}", recall.default_limit),
+            });
+        }
+
+        Ok(Config {
+            conversation_scope_map,
+            unmapped_scope: UnmappedPolicy::from_config(
+                "unmapped_scope",
+                root.string("unmapped_scope")?,
+            )?,
+            migration_mode: MigrationMode::from_config(
+                "migration_mode",
+                root.string("migration_mode")?,
+            )?,
+            scope_filter: ScopeFilterMode::from_config(
+                "scope_filter",
+                root.string("scope_filter")?,
+            )?,
+            storage: StorageConfig {
+                db_dir: PathBuf::from(storage.non_empty("db_dir")?),
+                table_name: storage.non_empty("table_name")?.to_owned(),
+                compaction_interval_secs: storage.count("compaction_interval_secs", 1)?,
+                write_batch_max: storage.count("write_batch_max", 1)?,
+                index_threshold_rows: storage.count("index_threshold_rows", 0)?,
+            },
+            embedding: EmbeddingConfig {
+                model_dir: embedding.optional_path("model_dir")?,
+                batch_size: embedding.count("batch_size", 1)?,
+                ort_dylib_path: embedding.optional_path("ort_dylib_path")?,
+            },
+            server: ServerConfig {
+                http_addr: server.non_empty("http_addr")?.to_owned(),
+            },
+            recall,
+            backfill: BackfillConfig {
+                batch_size: backfill.count("batch_size", 1)?,
+                pause_ms: backfill.count("pause_ms", 0)?,
+            },
+            log_level: root.non_empty("log_level")?.to_owned(),
+        })
+    }
+}
+
+/// Typed access to one resolved object, with errors naming the dotted key path.
+struct Obj<'a> {
+    map: &'a Map<String, Value>,
+    prefix: String,
+}
+
+impl<'a> Obj<'a> {
+    fn root(value: &'a Value) -> Result<Self, ConfigError> {
+        match value {
+            Value::Object(map) => Ok(Obj {
+                map,
+                prefix: String::new(),
+            }),
+            _ => Err(ConfigError::Schema(
+                "resolved config is not an object".into(),
+            )),
+        }
+    }
+
+    fn path(&self, key: &str) -> String {
+        if self.prefix.is_empty() {
+            key.to_owned()
+        } else {
+            format!("{}.{key}", self.prefix)
+        }
+    }
+
+    fn get(&self, key: &str) -> Result<&'a Value, ConfigError> {
+        self.map.get(key).ok_or_else(|| {
+            ConfigError::Schema(format!(
+                "key `{}` is missing from the schema",
+                self.path(key)
+            ))
+        })
+    }
+
+    fn obj(&self, key: &str) -> Result<Obj<'a>, ConfigError> {
+        match self.get(key)? {
+            Value::Object(map) => Ok(Obj {
+                map,
+                prefix: self.path(key),
+            }),
+            other => Err(ConfigError::InvalidType {
+                key: self.path(key),
+                expected: "object".into(),
+                got: schema::describe(other),
+            }),
+        }
+    }
+
+    fn string(&self, key: &str) -> Result<&'a str, ConfigError> {
+        let value = self.get(key)?;
+        value.as_str().ok_or_else(|| ConfigError::InvalidType {
+            key: self.path(key),
+            expected: "string".into(),
+            got: schema::describe(value),
+        })
+    }
+
+    fn non_empty(&self, key: &str) -> Result<&'a str, ConfigError> {
+        let s = self.string(key)?;
+        if s.trim().is_empty() {
+            return Err(ConfigError::InvalidValue {
+                key: self.path(key),
+                reason: "must not be empty".into(),
+                got: format!("{s:?}"),
+            });
+        }
+        Ok(s)
+    }
+
+    fn optional_path(&self, key: &str) -> Result<Option<PathBuf>, ConfigError> {
+        let s = self.string(key)?;
+        Ok((!s.trim().is_empty()).then(|| PathBuf::from(s)))
+    }
+
+    /// A non-negative integer of at least `min`, converted to the target integer type.
+    fn count<T: TryFrom<u64>>(&self, key: &str, min: u64) -> Result<T, ConfigError> {
+        let value = self.get(key)?;
+        let invalid = |reason: String| ConfigError::InvalidValue {
+            key: self.path(key),
+            reason,
+            got: schema::describe(value),
+        };
+        let Some(n) = value.as_u64() else {
+            return Err(if value.is_i64() {
+                invalid(format!("must be a non-negative integer (at least {min})"))
+            } else {
+                ConfigError::InvalidType {
+                    key: self.path(key),
+                    expected: "int".into(),
+                    got: schema::describe(value),
+                }
+            });
+        };
+        if n < min {
+            return Err(invalid(format!("must be at least {min}")));
+        }
+        T::try_from(n).map_err(|_| invalid("is too large".into()))
+    }
+
+    fn float(&self, key: &str, min: f64, max: f64) -> Result<f32, ConfigError> {
+        let value = self.get(key)?;
+        let Some(f) = value.as_f64() else {
+            return Err(ConfigError::InvalidType {
+                key: self.path(key),
+                expected: "float".into(),
+                got: schema::describe(value),
+            });
+        };
+        if !(min..=max).contains(&f) {
+            return Err(ConfigError::InvalidValue {
+                key: self.path(key),
+                reason: format!("must be between {min} and {max}"),
+                got: schema::describe(value),
+            });
+        }
+        // Range-checked above; f32 matches Lance's distance type.
+        Ok(f as f32)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn defaults_equal_schema_defaults() {
+        let c = Config::defaults().unwrap();
+        assert_eq!(c.conversation_scope_map, json!({}));
+        assert_eq!(c.unmapped_scope, UnmappedPolicy::Public);
+        assert_eq!(c.migration_mode, MigrationMode::Auto);
+        assert_eq!(c.scope_filter, ScopeFilterMode::Enforce);
+        assert_eq!(c.storage.db_dir, PathBuf::from("./data/lancedb"));
+        assert_eq!(c.storage.table_name, "memories");
+        assert_eq!(c.storage.compaction_interval_secs, 60);
+        assert_eq!(c.storage.write_batch_max, 512);
+        assert_eq!(c.storage.index_threshold_rows, 50_000);
+        assert_eq!(c.embedding.model_dir, None);
+        assert_eq!(c.embedding.batch_size, 32);
+        assert_eq!(c.embedding.ort_dylib_path, None);
+        assert_eq!(c.server.http_addr, "127.0.0.1:8787");
+        assert_eq!(c.recall.default_limit, 5);
+        assert_eq!(c.recall.max_limit, 100);
+        assert_eq!(c.recall.similarity_threshold, 0.5);
+        assert_eq!(c.recall.pool_size, 100);
+        assert_eq!(c.recall.per_entity, 3);
+        assert_eq!(c.recall.per_type_limit, 7);
+        assert_eq!(c.recall.final_limit, 10);
+        assert_eq!(c.backfill.batch_size, 300);
+        assert_eq!(c.backfill.pause_ms, 100);
+        assert_eq!(c.log_level, "info");
+    }
+
+    #[test]
+    fn defaults_match_schema_file_values() {
+        // Guards against defaults drifting from the schema (e.g. a hard-coded fallback).
+        let schema: Value = serde_json::from_str(SCHEMA_JSON).unwrap();
+        let c = Config::defaults().unwrap();
+        assert_eq!(
+            schema["recall"]["items"]["default_limit"]["default"],
+            json!(c.recall.default_limit)
+        );
+        assert_eq!(
+            schema["backfill"]["items"]["batch_size"]["default"],
+            json!(c.backfill.batch_size)
+        );
+        assert_eq!(
+            schema["server"]["items"]["http_addr"]["default"],
+            json!(c.server.http_addr)
+        );
+        assert_eq!(schema["conversation_scope_map"]["type"], json!("text"));
+        assert_eq!(schema["conversation_scope_map"]["editor_mode"], json!(true));
+    }
+
+    #[test]
+    fn empty_object_and_no_path_give_defaults() {
+        let d = Config::defaults().unwrap();
+        let l = Config::from_json_str("{}").unwrap();
+        assert_eq!(l.config, d);
+        assert!(l.warnings.is_empty());
+        assert_eq!(Config::load(None).unwrap().config, d);
+    }
+
+    #[test]
+    fn nested_override_keeps_sibling_defaults() {
+        let l = Config::from_json_str(
+            r#"{"recall": {"default_limit": 8}, "storage": {"db_dir": "rel/db"},
+                "embedding": {"model_dir": "/m"}, "unmapped_scope": "conversation"}"#,
+        )
+        .unwrap();
+        assert_eq!(l.config.recall.default_limit, 8);
+        assert_eq!(l.config.recall.max_limit, 100);
+        assert_eq!(l.config.storage.db_dir, PathBuf::from("rel/db"));
+        assert_eq!(l.config.storage.table_name, "memories");
+        assert_eq!(l.config.embedding.model_dir, Some(PathBuf::from("/m")));
+        assert_eq!(l.config.unmapped_scope, UnmappedPolicy::Conversation);
+        assert!(l.warnings.is_empty());
+    }
+
+    #[test]
+    fn unknown_keys_warn_with_dotted_path() {
+        let l = Config::from_json_str(r#"{"recall": {"bogus": 1}, "extra": true}"#).unwrap();
+        assert_eq!(l.warnings.len(), 2, "{:?}", l.warnings);
+        assert!(l.warnings.iter().any(|w| w.contains("`recall.bogus`")));
+        assert!(l.warnings.iter().any(|w| w.contains("`extra`")));
+        assert_eq!(l.config, Config::defaults().unwrap());
+    }
+
+    #[test]
+    fn wrong_type_names_path_expected_and_given() {
+        let err = Config::from_json_str(r#"{"recall": {"default_limit": "5"}}"#).unwrap_err();
+        match &err {
+            ConfigError::InvalidType { key, expected, got } => {
+                assert_eq!(key, "recall.default_limit");
+                assert_eq!(expected, "int");
+                assert!(got.contains("string"), "{got}");
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        let msg = err.to_string();
+        assert!(
+            msg.contains("recall.default_limit") && msg.contains("int"),
+            "{msg}"
+        );
+
+        let err = Config::from_json_str(r#"{"storage": "x"}"#).unwrap_err();
+        assert!(matches!(err, ConfigError::InvalidType { ref key, .. } if key == "storage"));
+        let err =
+            Config::from_json_str(r#"{"recall": {"similarity_threshold": "high"}}"#).unwrap_err();
+        assert!(
+            matches!(err, ConfigError::InvalidType { ref key, .. } if key == "recall.similarity_threshold")
+        );
+    }
+
+    #[test]
+    fn negative_count_and_bad_option_are_errors() {
+        let err = Config::from_json_str(r#"{"backfill": {"batch_size": -3}}"#).unwrap_err();
+        assert!(
+            matches!(err, ConfigError::InvalidValue { ref key, .. } if key == "backfill.batch_size"),
+            "{err:?}"
+        );
+        let err = Config::from_json_str(r#"{"backfill": {"batch_size": 0}}"#).unwrap_err();
+        assert!(matches!(err, ConfigError::InvalidValue { .. }), "{err:?}");
+        let err = Config::from_json_str(r#"{"migration_mode": "maybe"}"#).unwrap_err();
+        assert!(
+            matches!(err, ConfigError::InvalidValue { ref key, .. } if key == "migration_mode")
+        );
+        let err = Config::from_json_str(r#"{"recall": {"default_limit": 500}}"#).unwrap_err();
+        assert!(err.to_string().contains("max_limit"), "{err}");
+    }
+
+    #[test]
+    fn float_accepts_integer_and_int_rejects_float() {
+        let l = Config::from_json_str(r#"{"recall": {"similarity_threshold": 1}}"#).unwrap();
+        assert_eq!(l.config.recall.similarity_threshold, 1.0);
+        assert!(Config::from_json_str(r#"{"recall": {"max_limit": 10.0}}"#).is_err());
+    }
+
+    #[test]
+    fn scope_map_as_object_or_string() {
+        let l = Config::from_json_str(r#"{"conversation_scope_map": {"a": "家人"}}"#).unwrap();
+        assert_eq!(l.config.conversation_scope_map, json!({"a": "家人"}));
+        let l = Config::from_json_str(
+            r#"{"conversation_scope_map": "{\"default:GroupMessage:1\": \"家人\", \"persona:Alice\": \"恋爱\"}"}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            l.config.conversation_scope_map,
+            json!({"default:GroupMessage:1": "家人", "persona:Alice": "恋爱"})
+        );
+        // Keys inside the map are data, never "unknown config keys".
+        assert!(l.warnings.is_empty());
+        let l = Config::from_json_str(r#"{"conversation_scope_map": ""}"#).unwrap();
+        assert_eq!(l.config.conversation_scope_map, json!({}));
+    }
+
+    #[test]
+    fn scope_map_bad_string_or_non_object_is_error() {
+        let err = Config::from_json_str(r#"{"conversation_scope_map": "{not json"}"#).unwrap_err();
+        assert!(
+            matches!(err, ConfigError::InvalidValue { ref key, .. } if key == "conversation_scope_map"),
+            "{err:?}"
+        );
+        let err = Config::from_json_str(r#"{"conversation_scope_map": "[1]"}"#).unwrap_err();
+        assert!(
+            matches!(err, ConfigError::InvalidType { ref key, .. } if key == "conversation_scope_map")
+        );
+        assert!(Config::from_json_str(r#"{"conversation_scope_map": 3}"#).is_err());
+    }
+
+    #[test]
+    fn file_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("nope.json");
+        let err = Config::load(Some(&missing)).unwrap_err();
+        assert!(matches!(err, ConfigError::Read { ref path, .. } if path == &missing));
+
+        let bad = dir.path().join("bad.json");
+        std::fs::write(&bad, "{\n  \"recall\": ,\n}").unwrap();
+        match Config::load(Some(&bad)).unwrap_err() {
+            ConfigError::Parse { path, line, .. } => {
+                assert_eq!(path, bad);
+                assert_eq!(line, 2);
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+
+        let good = dir.path().join("good.json");
+        std::fs::write(&good, r#"{"server": {"http_addr": "0.0.0.0:9000"}}"#).unwrap();
+        let l = Config::load(Some(&good)).unwrap();
+        assert_eq!(l.config.server.http_addr, "0.0.0.0:9000");
+    }
+
+    #[test]
+    fn enums_display_and_serialize_lowercase() {
+        assert_eq!(UnmappedPolicy::Conversation.to_string(), "conversation");
+        assert_eq!(MigrationMode::On.to_string(), "on");
+        assert_eq!(ScopeFilterMode::Disabled.to_string(), "disabled");
+        let v = serde_json::to_value(Config::defaults().unwrap()).unwrap();
+        assert_eq!(v["scope_filter"], json!("enforce"));
+        assert_eq!(v["embedding"]["model_dir"], Value::Null);
+    }
+}

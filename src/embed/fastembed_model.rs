@@ -1,0 +1,216 @@
+//! fastembed with a user-defined model loaded from local files (no model hub), mean pooling
+//! and L2 normalisation, run on one dedicated OS thread so the async runtime never blocks.
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::time::Instant;
+
+use fastembed::{
+    InitOptionsUserDefined, Pooling, QuantizationMode, TextEmbedding, TokenizerFiles,
+    UserDefinedEmbeddingModel,
+};
+use futures::future::BoxFuture;
+use sha2::{Digest, Sha256};
+use tokio::sync::{mpsc, oneshot};
+
+use super::{EmbedError, Embedder};
+
+/// Where the model and the ONNX Runtime library live.
+#[derive(Debug, Clone)]
+pub struct ModelFiles {
+    pub model_dir: PathBuf,
+    pub ort_dylib: PathBuf,
+}
+
+impl ModelFiles {
+    /// Resolve from config, then the environment the Makefile sets, then the set-up cache.
+    pub fn resolve(model_dir: Option<&Path>, ort_dylib: Option<&Path>) -> ModelFiles {
+        let cache = std::env::var_os("SCOPEMEM_ASSETS")
+            .map(PathBuf::from)
+            .or_else(|| {
+                std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/scopemem/assets"))
+            })
+            .unwrap_or_else(|| PathBuf::from(".cache/scopemem/assets"));
+        let model_dir = model_dir
+            .map(Path::to_path_buf)
+            .or_else(|| std::env::var_os("SCOPEMEM_MODEL_DIR").map(PathBuf::from))
+            .unwrap_or_else(|| cache.join("all-MiniLM-L6-v2-int8"));
+        let ort_dylib = ort_dylib
+            .map(Path::to_path_buf)
+            .or_else(|| std::env::var_os("ORT_DYLIB_PATH").map(PathBuf::from))
+            .unwrap_or_else(|| cache.join("onnxruntime-1.31.1/libonnxruntime.so.1.31.1"));
+        ModelFiles {
+            model_dir,
+            ort_dylib,
+        }
+    }
+}
+
+struct Job {
+    texts: Vec<String>,
+    done: oneshot::Sender<Result<Vec<Vec<f32>>, EmbedError>>,
+}
+
+/// The offline fastembed model behind a batching worker thread.
+pub struct FastEmbedder {
+    tx: mpsc::Sender<Job>,
+    model_id: String,
+    dimension: usize,
+}
+
+fn read(dir: &Path, name: &str) -> Result<Vec<u8>, EmbedError> {
+    let path = dir.join(name);
+    std::fs::read(&path).map_err(|e| {
+        EmbedError::Files(format!(
+            "cannot read {} ({e}); run `make setup` (scripts/setup.sh) to install the offline model",
+            path.display()
+        ))
+    })
+}
+
+fn load_runtime(path: &Path) -> Result<(), EmbedError> {
+    // ORT can be initialised once per process; remember the outcome for later callers.
+    static INIT: OnceLock<Result<(), String>> = OnceLock::new();
+    if !path.is_file() {
+        return Err(EmbedError::Runtime {
+            path: path.display().to_string(),
+            message: "file not found; run `make setup` or set ORT_DYLIB_PATH".into(),
+        });
+    }
+    INIT.get_or_init(|| {
+        // Loads the library; fastembed builds its own environment on top of it.
+        ort::init_from(path).map(drop).map_err(|e| e.to_string())
+    })
+    .clone()
+    .map_err(|message| EmbedError::Runtime {
+        path: path.display().to_string(),
+        message,
+    })
+}
+
+impl FastEmbedder {
+    /// Load the model (about half a second) and start the worker. `batch_size` caps how many
+    /// texts go through the model at once.
+    pub fn load(files: &ModelFiles, batch_size: usize) -> Result<FastEmbedder, EmbedError> {
+        let started = Instant::now();
+        load_runtime(&files.ort_dylib)?;
+        let dir = &files.model_dir;
+        let onnx = read(dir, "model.onnx")?;
+        // Identified by content, so moving the directory does not look like a new model.
+        let model_id = format!("onnx-sha256:{}", &hex(&Sha256::digest(&onnx))[..16]);
+        let tokenizer = TokenizerFiles {
+            tokenizer_file: read(dir, "tokenizer.json")?,
+            config_file: read(dir, "config.json")?,
+            special_tokens_map_file: read(dir, "special_tokens_map.json")?,
+            tokenizer_config_file: read(dir, "tokenizer_config.json")?,
+        };
+        let model = UserDefinedEmbeddingModel::new(onnx, tokenizer)
+            .with_pooling(Pooling::Mean)
+            .with_quantization(QuantizationMode::Dynamic);
+        let mut embedding =
+            TextEmbedding::try_new_from_user_defined(model, InitOptionsUserDefined::default())
+                .map_err(|e| EmbedError::Model(e.to_string()))?;
+        let probe = embedding
+            .embed(vec!["dimension probe"], None)
+            .map_err(|e| EmbedError::Model(e.to_string()))?;
+        let dimension = probe.first().map(Vec::len).unwrap_or(0);
+        if dimension == 0 {
+            return Err(EmbedError::Model(
+                "the model returned an empty embedding".into(),
+            ));
+        }
+        let (tx, rx) = mpsc::channel::<Job>(4096);
+        let batch_size = batch_size.max(1);
+        std::thread::Builder::new()
+            .name("scopemem-embed".into())
+            .spawn(move || worker(embedding, rx, batch_size))
+            .map_err(|e| EmbedError::Model(format!("cannot start embedding thread: {e}")))?;
+        tracing::info!(
+            model = %model_id,
+            dimension,
+            ms = started.elapsed().as_millis() as u64,
+            "embedding model loaded"
+        );
+        Ok(FastEmbedder {
+            tx,
+            model_id,
+            dimension,
+        })
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Drain every queued job (up to `batch_size` texts), run them through the model together,
+/// and hand each caller its slice.
+fn worker(mut model: TextEmbedding, mut rx: mpsc::Receiver<Job>, batch_size: usize) {
+    while let Some(first) = rx.blocking_recv() {
+        let mut jobs = vec![first];
+        let mut total = jobs[0].texts.len();
+        while total < batch_size {
+            match rx.try_recv() {
+                Ok(job) => {
+                    total += job.texts.len();
+                    jobs.push(job);
+                }
+                Err(_) => break,
+            }
+        }
+        let texts: Vec<&str> = jobs
+            .iter()
+            .flat_map(|j| j.texts.iter().map(String::as_str))
+            .collect();
+        let result = model.embed(&texts, Some(batch_size));
+        match result {
+            Ok(vectors) => {
+                let mut it = vectors.into_iter();
+                for job in jobs {
+                    let mine: Vec<Vec<f32>> =
+                        it.by_ref().take(job.texts.len()).map(normalize).collect();
+                    let _ = job.done.send(Ok(mine));
+                }
+            }
+            Err(e) => {
+                let msg = e.to_string();
+                for job in jobs {
+                    let _ = job.done.send(Err(EmbedError::Model(msg.clone())));
+                }
+            }
+        }
+    }
+}
+
+/// fastembed already normalises; re-normalising is cheap insurance that cosine == dot.
+fn normalize(mut v: Vec<f32>) -> Vec<f32> {
+    let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    if norm > 0.0 {
+        v.iter_mut().for_each(|x| *x /= norm);
+    }
+    v
+}
+
+impl Embedder for FastEmbedder {
+    fn model_id(&self) -> &str {
+        &self.model_id
+    }
+
+    fn dimension(&self) -> usize {
+        self.dimension
+    }
+
+    fn embed(&self, texts: Vec<String>) -> BoxFuture<'_, Result<Vec<Vec<f32>>, EmbedError>> {
+        Box::pin(async move {
+            if texts.is_empty() {
+                return Ok(Vec::new());
+            }
+            let (done, rx) = oneshot::channel();
+            self.tx
+                .send(Job { texts, done })
+                .await
+                .map_err(|_| EmbedError::WorkerGone)?;
+            rx.await.map_err(|_| EmbedError::WorkerGone)?
+        })
+    }
+}

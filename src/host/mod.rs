@@ -1,0 +1,178 @@
+//! PluginHost: loads plugins from config and routes named operations to them. The HTTP (and
+//! later MCP) layers only know operation names and JSON; plugins own the typed contracts.
+
+pub mod memory_plugin;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use serde_json::Value;
+
+use crate::config::{Config, ConfigError};
+use crate::embed::{EmbedError, Embedder, FastEmbedder, ModelFiles};
+use crate::memory::{MemoryError, MemoryService};
+use crate::scope::{watch_config, ConfigWatcher, ScopeMap, ScopeResolver};
+
+pub use memory_plugin::MemoryPlugin;
+
+/// A plugin's failure, already shaped for an API error body.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct PluginError {
+    pub code: &'static str,
+    pub message: String,
+    /// true: the caller sent something wrong (4xx); false: the service failed (5xx).
+    pub client_error: bool,
+}
+
+impl PluginError {
+    pub fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
+        PluginError {
+            code,
+            message: message.into(),
+            client_error: true,
+        }
+    }
+}
+
+impl From<MemoryError> for PluginError {
+    fn from(e: MemoryError) -> Self {
+        PluginError {
+            code: e.code(),
+            message: e.to_string(),
+            client_error: e.is_client_error(),
+        }
+    }
+}
+
+/// A unit of functionality the host can load. Operations take and return JSON.
+pub trait Plugin: Send + Sync {
+    fn name(&self) -> &'static str;
+    /// The operation names this plugin serves (e.g. `remember`, `recall`, `status`).
+    fn operations(&self) -> &'static [&'static str];
+    fn invoke<'a>(
+        &'a self,
+        operation: &'a str,
+        payload: Value,
+    ) -> BoxFuture<'a, Result<Value, PluginError>>;
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum HostError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Embed(#[from] EmbedError),
+    #[error(transparent)]
+    Memory(#[from] MemoryError),
+    #[error("config watcher: {0}")]
+    Watch(String),
+    #[error("two plugins both serve operation '{0}'")]
+    DuplicateOperation(String),
+}
+
+/// The loaded plugins plus what keeps them alive (the config watcher).
+pub struct PluginHost {
+    plugins: Vec<Arc<dyn Plugin>>,
+    routes: HashMap<&'static str, Arc<dyn Plugin>>,
+    memory: Arc<MemoryService>,
+    config: Config,
+    _watcher: Option<ConfigWatcher>,
+}
+
+impl PluginHost {
+    /// Load config (validated against conf_schema.json), the embedding model, the store and the
+    /// memory plugin; watch the config file so scope-map edits apply without a restart.
+    pub async fn start(config_path: Option<&Path>) -> Result<PluginHost, HostError> {
+        let loaded = Config::load(config_path)?;
+        for w in &loaded.warnings {
+            tracing::warn!(warning = %w, "config");
+        }
+        let config = loaded.config;
+        let files = ModelFiles::resolve(
+            config.embedding.model_dir.as_deref(),
+            config.embedding.ort_dylib_path.as_deref(),
+        );
+        let batch = config.embedding.batch_size.max(1);
+        let embedder = tokio::task::spawn_blocking(move || FastEmbedder::load(&files, batch))
+            .await
+            .map_err(|e| HostError::Watch(format!("model loader panicked: {e}")))??;
+        Self::start_with(
+            config,
+            config_path.map(Path::to_path_buf),
+            Arc::new(embedder),
+        )
+        .await
+    }
+
+    /// Start with an already-loaded config and embedder (tests share one model this way).
+    pub async fn start_with(
+        config: Config,
+        config_path: Option<PathBuf>,
+        embedder: Arc<dyn Embedder>,
+    ) -> Result<PluginHost, HostError> {
+        let map = ScopeMap::from_config(&config);
+        map.log_summary("load");
+        let scopes = Arc::new(ScopeResolver::new(map));
+        let watcher = match &config_path {
+            Some(p) => Some(
+                watch_config(p.clone(), scopes.clone(), Duration::from_millis(250))
+                    .map_err(|e| HostError::Watch(e.to_string()))?,
+            ),
+            None => None,
+        };
+        let memory = Arc::new(MemoryService::open(&config, embedder, scopes).await?);
+        let plugin: Arc<dyn Plugin> = Arc::new(MemoryPlugin::new(memory.clone()));
+        let mut host = PluginHost {
+            plugins: Vec::new(),
+            routes: HashMap::new(),
+            memory,
+            config,
+            _watcher: watcher,
+        };
+        host.register(plugin)?;
+        Ok(host)
+    }
+
+    fn register(&mut self, plugin: Arc<dyn Plugin>) -> Result<(), HostError> {
+        for op in plugin.operations() {
+            if self.routes.insert(op, plugin.clone()).is_some() {
+                return Err(HostError::DuplicateOperation(op.to_string()));
+            }
+        }
+        tracing::info!(plugin = plugin.name(), operations = ?plugin.operations(), "plugin loaded");
+        self.plugins.push(plugin);
+        Ok(())
+    }
+
+    /// Run a named operation.
+    pub async fn invoke(&self, operation: &str, payload: Value) -> Result<Value, PluginError> {
+        match self.routes.get(operation) {
+            Some(p) => p.invoke(operation, payload).await,
+            None => Err(PluginError::bad_request(
+                "unknown_operation",
+                format!("no plugin serves '{operation}'"),
+            )),
+        }
+    }
+
+    pub fn plugin_names(&self) -> Vec<&'static str> {
+        self.plugins.iter().map(|p| p.name()).collect()
+    }
+
+    pub fn memory(&self) -> &Arc<MemoryService> {
+        &self.memory
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Finish queued writes, then stop.
+    pub async fn shutdown(&self) {
+        self.memory.shutdown().await;
+    }
+}

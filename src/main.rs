@@ -1,0 +1,134 @@
+//! The `scopemem` command line: serve the HTTP API, run the demo, check a scope map.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use scopemem::config::Config;
+use scopemem::host::PluginHost;
+use scopemem::scope::ScopeMap;
+
+#[derive(Parser)]
+#[command(
+    name = "scopemem",
+    version,
+    about = "Scope-aware long-term memory for chatbots"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve the HTTP API on server.http_addr (default 127.0.0.1:8787).
+    Serve {
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
+    /// Write memories from three conversations through a running service and show who sees what.
+    Demo {
+        #[arg(long, default_value = "http://127.0.0.1:8787")]
+        url: String,
+    },
+    /// Scope-map tools.
+    Scope {
+        #[command(subcommand)]
+        command: ScopeCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum ScopeCommand {
+    /// Validate conversation_scope_map and print the summary (entries, ignored, scopes).
+    Check {
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
+}
+
+fn init_logging(default_level: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new(format!("{default_level},lance=warn,lancedb=warn"))
+    });
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+fn level_of(config: Option<&PathBuf>) -> String {
+    Config::load(config.map(PathBuf::as_path))
+        .map(|l| l.config.log_level)
+        .unwrap_or_else(|_| "info".into())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! { _ = ctrl_c => {}, _ = term => {} }
+    tracing::info!("shutdown requested");
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Serve { config } => {
+            init_logging(&level_of(config.as_ref()));
+            let host = Arc::new(
+                PluginHost::start(config.as_deref())
+                    .await
+                    .context("starting scopemem")?,
+            );
+            let addr = host.config().server.http_addr.clone();
+            let listener = tokio::net::TcpListener::bind(&addr)
+                .await
+                .with_context(|| format!("cannot listen on server.http_addr '{addr}'"))?;
+            scopemem::api::http::serve(host.clone(), listener, shutdown_signal())
+                .await
+                .with_context(|| format!("serving on {addr}"))?;
+            host.shutdown().await;
+            tracing::info!("stopped cleanly");
+        }
+        Command::Demo { url } => {
+            init_logging("warn");
+            scopemem::api::demo::run(&url).await?;
+        }
+        Command::Scope {
+            command: ScopeCommand::Check { config },
+        } => {
+            init_logging("info");
+            let loaded = Config::load(config.as_deref()).context("loading config")?;
+            for w in &loaded.warnings {
+                println!("warning: {w}");
+            }
+            let map = ScopeMap::from_config(&loaded.config);
+            for ignored in map.ignored() {
+                println!("ignored: {:?} ({})", ignored.key, ignored.reason);
+            }
+            let s = map.summary();
+            println!(
+                "conversation_scope_map: {} entries applied, {} ignored, {} distinct scopes; unmapped conversations -> {}",
+                s.entries, s.ignored, s.distinct_scopes, loaded.config.unmapped_scope
+            );
+            if s.ignored > 0 {
+                std::process::exit(2);
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,51 @@
+//! The memory layer: remember, recall, redaction, and the one place scopes are derived.
+
+pub mod chained;
+pub mod model;
+pub mod redact;
+pub mod service;
+
+pub use model::*;
+pub use service::{derive_scope, MemoryService, Status};
+
+use crate::embed::EmbedError;
+use crate::scope::ScopeError;
+use crate::store::StoreError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum MemoryError {
+    #[error(transparent)]
+    Scope(#[from] ScopeError),
+    #[error("invalid {field}: {message}")]
+    InvalidInput {
+        field: &'static str,
+        message: String,
+    },
+    #[error(transparent)]
+    Embed(#[from] EmbedError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl MemoryError {
+    /// Stable machine-readable code for API errors.
+    pub fn code(&self) -> &'static str {
+        match self {
+            MemoryError::Scope(e) => e.code(),
+            MemoryError::InvalidInput { .. } => "invalid_input",
+            MemoryError::Embed(_) => "embedding_failed",
+            MemoryError::Store(_) => "store_failed",
+            MemoryError::Internal(_) => "internal",
+        }
+    }
+
+    /// Whether the caller sent something wrong (4xx) rather than the service failing (5xx).
+    pub fn is_client_error(&self) -> bool {
+        matches!(
+            self,
+            MemoryError::Scope(_) | MemoryError::InvalidInput { .. }
+        )
+    }
+}

@@ -1,0 +1,103 @@
+//! The memory as callers see it, and the requests that create and recall memories.
+
+use chrono::SecondsFormat;
+use serde::{Deserialize, Serialize};
+
+use crate::store::MemoryRecord;
+
+/// The five kinds of memory the upstream plugin distinguishes.
+pub const MEMORY_TYPES: [&str; 5] = ["knowledge", "event", "skill", "task", "emotional"];
+
+/// Memory JSON (DESIGN.md section 8). Vectors never leave the store.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Memory {
+    pub id: String,
+    pub content: String,
+    pub reasoning: Option<String>,
+    pub tags: Vec<String>,
+    pub memory_type: String,
+    pub strength: i32,
+    pub is_active: bool,
+    pub memory_scope: Option<String>,
+    pub scope_source: Option<String>,
+    /// RFC 3339; null only for damaged legacy rows.
+    pub created_at: Option<String>,
+}
+
+impl From<MemoryRecord> for Memory {
+    fn from(r: MemoryRecord) -> Self {
+        Memory {
+            id: r.id,
+            content: r.content,
+            reasoning: r.reasoning,
+            tags: r.tags,
+            memory_type: r.memory_type,
+            strength: r.strength,
+            is_active: r.is_active,
+            memory_scope: r.memory_scope,
+            scope_source: r.scope_source,
+            created_at: r
+                .created_at
+                .map(|t| t.to_rfc3339_opts(SecondsFormat::Micros, true)),
+        }
+    }
+}
+
+/// A recalled memory with its similarity to the query (1 - cosine distance).
+#[derive(Debug, Clone, Serialize)]
+pub struct ScoredMemory {
+    #[serde(flatten)]
+    pub memory: Memory,
+    pub score: f32,
+}
+
+/// `POST /v1/remember`. Unknown fields are refused, so nobody can smuggle in a scope.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RememberRequest {
+    pub conversation_id: String,
+    #[serde(alias = "judgment")]
+    pub content: String,
+    #[serde(default)]
+    pub reasoning: Option<String>,
+    #[serde(default)]
+    pub tags: Option<Vec<String>>,
+    #[serde(default)]
+    pub memory_type: Option<String>,
+    #[serde(default)]
+    pub strength: Option<i64>,
+    #[serde(default)]
+    pub persona: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RecallMode {
+    #[default]
+    Comprehensive,
+    Chained,
+}
+
+/// `POST /v1/recall`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RecallRequest {
+    pub conversation_id: String,
+    pub query: String,
+    #[serde(default)]
+    pub limit: Option<i64>,
+    #[serde(default)]
+    pub mode: RecallMode,
+    #[serde(default)]
+    pub entities: Vec<String>,
+    #[serde(default)]
+    pub persona: Option<String>,
+}
+
+/// What a recall returns: the scope it ran under, whether legacy NULL rows were visible, hits.
+#[derive(Debug, Clone, Serialize)]
+pub struct RecallResponse {
+    pub memory_scope: String,
+    pub migration_mode: bool,
+    pub memories: Vec<ScoredMemory>,
+}

@@ -1,0 +1,400 @@
+//! MemoryService: every read and write of memories. The scope of a new memory is derived in
+//! exactly one place, [`derive_scope`], from the conversation id (and persona) alone.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use chrono::Utc;
+use serde::Serialize;
+
+use super::chained::{self, ChainedLimits};
+use super::model::*;
+use super::redact::redact;
+use super::MemoryError;
+use crate::config::{Config, MigrationMode, RecallConfig, ScopeFilterMode};
+use crate::embed::Embedder;
+use crate::scope::{ConversationId, MapSummary, ResolvedScope, ScopeMap, ScopeResolver};
+use crate::store::{
+    LanceSearch, MemoryRecord, ModelInfo, NearestVisible, SearchRequest, Store, WriterSettings,
+};
+
+const MAX_CONTENT_CHARS: usize = 4000;
+const MAX_QUERY_CHARS: usize = 2000;
+const MAX_TAGS: usize = 32;
+const MAX_TAG_CHARS: usize = 64;
+const DEFAULT_STRENGTH: i64 = 50;
+
+/// The one function that decides a memory's scope. Every write path calls it with only what
+/// the request context carries: the conversation id and the persona.
+pub fn derive_scope(
+    map: &ScopeMap,
+    conversation: &ConversationId,
+    persona: Option<&str>,
+) -> ResolvedScope {
+    map.resolve(conversation, persona)
+}
+
+/// Validate a conversation id per rule 5, logging the refusal (not the id's content).
+fn conversation(raw: &str) -> Result<ConversationId, MemoryError> {
+    ConversationId::parse(raw).map_err(|e| {
+        tracing::error!(
+            code = "invalid_conversation_id",
+            bytes = raw.len(),
+            error = %e,
+            "request refused: invalid conversation id; nothing read or written"
+        );
+        MemoryError::Scope(e)
+    })
+}
+
+fn invalid(field: &'static str, message: impl Into<String>) -> MemoryError {
+    MemoryError::InvalidInput {
+        field,
+        message: message.into(),
+    }
+}
+
+/// Settings the service needs from config.
+#[derive(Debug, Clone)]
+pub struct ServiceSettings {
+    pub recall: RecallConfig,
+    pub scope_filter: ScopeFilterMode,
+    pub migration_mode: MigrationMode,
+}
+
+/// `GET /v1/status`.
+#[derive(Debug, Clone, Serialize)]
+pub struct Status {
+    pub rows: usize,
+    pub rows_by_scope: std::collections::BTreeMap<String, usize>,
+    pub null_scope_rows: usize,
+    pub fragments: usize,
+    pub vector_index: bool,
+    pub embedding_model: String,
+    pub scope_filter: ScopeFilterMode,
+    pub migration: MigrationStatus,
+    pub scope_map: MapSummary,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct MigrationStatus {
+    pub state: &'static str,
+    pub migration_mode: MigrationMode,
+    pub active: bool,
+    pub scanned: u64,
+    pub filled: u64,
+    pub skipped: u64,
+    pub remaining: usize,
+}
+
+pub struct MemoryService {
+    store: Store,
+    search: Arc<LanceSearch>,
+    embedder: Arc<dyn Embedder>,
+    scopes: Arc<ScopeResolver>,
+    settings: ServiceSettings,
+    /// Whether recall also shows legacy rows with a NULL scope.
+    migration_active: AtomicBool,
+}
+
+impl MemoryService {
+    /// Open the store for this embedder and wire everything up.
+    pub async fn open(
+        config: &Config,
+        embedder: Arc<dyn Embedder>,
+        scopes: Arc<ScopeResolver>,
+    ) -> Result<MemoryService, MemoryError> {
+        let model = ModelInfo {
+            id: embedder.model_id().to_string(),
+            dimension: embedder.dimension(),
+        };
+        let writer = WriterSettings {
+            max_batch_rows: config.storage.write_batch_max.max(1),
+            maintenance_interval: config
+                .storage
+                .compaction_interval()
+                .max(std::time::Duration::from_secs(1)),
+            ..WriterSettings::default()
+        };
+        let store = Store::open(
+            &config.storage.db_dir,
+            &config.storage.table_name,
+            &model,
+            writer,
+        )
+        .await?;
+        let search = Arc::new(
+            LanceSearch::new(
+                store.table().clone(),
+                config.storage.index_threshold_rows,
+                4,
+            )
+            .await?,
+        );
+        let null_rows = store.count(Some("memory_scope IS NULL".into())).await?;
+        let active = match config.migration_mode {
+            MigrationMode::On => true,
+            MigrationMode::Off => false,
+            MigrationMode::Auto => null_rows > 0,
+        };
+        if config.scope_filter == ScopeFilterMode::Disabled {
+            tracing::warn!(
+                "scope_filter = disabled: recall ignores scopes (emergency rollback mode)"
+            );
+        }
+        Ok(MemoryService {
+            store,
+            search,
+            embedder,
+            scopes,
+            settings: ServiceSettings {
+                recall: config.recall.clone(),
+                scope_filter: config.scope_filter,
+                migration_mode: config.migration_mode,
+            },
+            migration_active: AtomicBool::new(active),
+        })
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    pub fn search(&self) -> &Arc<LanceSearch> {
+        &self.search
+    }
+
+    pub fn scopes(&self) -> &Arc<ScopeResolver> {
+        &self.scopes
+    }
+
+    pub fn migration_active(&self) -> bool {
+        self.migration_active.load(Ordering::Relaxed)
+    }
+
+    /// Write one memory from the remember tool (active, caller-chosen strength).
+    pub async fn remember(&self, req: RememberRequest) -> Result<Memory, MemoryError> {
+        let started = Instant::now();
+        let conversation = conversation(&req.conversation_id)?;
+        let content = req.content.trim();
+        if content.is_empty() {
+            return Err(invalid("content", "content must not be empty"));
+        }
+        if content.chars().count() > MAX_CONTENT_CHARS {
+            return Err(invalid(
+                "content",
+                format!("content is longer than {MAX_CONTENT_CHARS} characters"),
+            ));
+        }
+        let reasoning = match req.reasoning.as_deref().map(str::trim) {
+            Some(r) if r.chars().count() > MAX_CONTENT_CHARS => {
+                return Err(invalid(
+                    "reasoning",
+                    format!("reasoning is longer than {MAX_CONTENT_CHARS} characters"),
+                ))
+            }
+            Some("") | None => None,
+            Some(r) => Some(redact(r)),
+        };
+        let memory_type = match req.memory_type.as_deref().map(str::trim) {
+            None | Some("") => "knowledge".to_string(),
+            Some(t) if MEMORY_TYPES.contains(&t) => t.to_string(),
+            Some(t) => {
+                return Err(invalid(
+                    "memory_type",
+                    format!(
+                        "unknown memory_type '{t}'; expected one of {}",
+                        MEMORY_TYPES.join(", ")
+                    ),
+                ))
+            }
+        };
+        let strength = req.strength.unwrap_or(DEFAULT_STRENGTH);
+        if !(1..=100).contains(&strength) {
+            return Err(invalid("strength", "strength must be between 1 and 100"));
+        }
+        let tags = clean_tags(req.tags.unwrap_or_default())?;
+        let content = redact(content);
+
+        let map = self.scopes.snapshot();
+        let scope = derive_scope(&map, &conversation, req.persona.as_deref());
+        let vector = self
+            .embedder
+            .embed(vec![content.clone()])
+            .await?
+            .pop()
+            .ok_or_else(|| MemoryError::Internal("embedder returned no vector".into()))?;
+        let record = MemoryRecord {
+            id: uuid::Uuid::now_v7().to_string(),
+            content,
+            reasoning,
+            tags,
+            memory_type,
+            strength: strength as i32,
+            is_active: true,
+            conversation_id: Some(conversation.as_str().to_string()),
+            created_at: Some(Utc::now()),
+            memory_scope: Some(scope.scope.as_str().to_string()),
+            scope_source: Some(scope.source.as_str().to_string()),
+        };
+        self.store.append(vec![(record.clone(), vector)]).await?;
+        tracing::info!(
+            conversation_id = conversation.as_str(),
+            memory_scope = scope.scope.as_str(),
+            scope_source = scope.source.as_str(),
+            ms = started.elapsed().as_millis() as u64,
+            "remembered"
+        );
+        if let Err(e) = self.search.maybe_build_index().await {
+            tracing::warn!(error = %e, "could not check whether a vector index is due");
+        }
+        Ok(record.into())
+    }
+
+    /// Recall what this conversation may see: its scope plus `public` (plus legacy NULL rows
+    /// while migration mode is on), filtered inside LanceDB before ranking.
+    pub async fn recall(&self, req: RecallRequest) -> Result<RecallResponse, MemoryError> {
+        let started = Instant::now();
+        let conversation = conversation(&req.conversation_id)?;
+        let query = req.query.trim();
+        if query.is_empty() {
+            return Err(invalid("query", "query must not be empty"));
+        }
+        if query.chars().count() > MAX_QUERY_CHARS {
+            return Err(invalid(
+                "query",
+                format!("query is longer than {MAX_QUERY_CHARS} characters"),
+            ));
+        }
+        let cfg = &self.settings.recall;
+        let max = cfg.max_limit.max(1);
+        let default = match req.mode {
+            RecallMode::Comprehensive => cfg.default_limit,
+            RecallMode::Chained => cfg.final_limit,
+        };
+        let limit = req.limit.unwrap_or(default as i64);
+        if limit < 1 || limit > max as i64 {
+            return Err(invalid(
+                "limit",
+                format!("limit must be between 1 and {max}"),
+            ));
+        }
+        let limit = limit as usize;
+
+        // One snapshot of the map for both resolving and filtering.
+        let map = self.scopes.snapshot();
+        let scope = derive_scope(&map, &conversation, req.persona.as_deref());
+        let migration = self.migration_active();
+        let predicate = map.recall_predicate(&scope.scope, migration);
+        let vector = self
+            .embedder
+            .embed(vec![redact(query)])
+            .await?
+            .pop()
+            .ok_or_else(|| MemoryError::Internal("embedder returned no vector".into()))?;
+        let k = match req.mode {
+            RecallMode::Comprehensive => limit,
+            RecallMode::Chained => cfg.pool_size.max(1).max(limit),
+        };
+        let hits = self
+            .search
+            .nearest(&SearchRequest {
+                vector,
+                predicate,
+                k,
+            })
+            .await?;
+        let threshold = cfg.similarity_threshold;
+        let scored: Vec<ScoredMemory> = hits
+            .into_iter()
+            .filter(|h| h.similarity() >= threshold)
+            .map(|h| ScoredMemory {
+                score: h.similarity(),
+                memory: h.record.into(),
+            })
+            .collect();
+        let memories = match req.mode {
+            RecallMode::Comprehensive => scored,
+            RecallMode::Chained => chained::select(
+                scored,
+                &req.entities,
+                ChainedLimits {
+                    per_entity: cfg.per_entity,
+                    per_type_limit: cfg.per_type_limit,
+                    final_limit: limit,
+                },
+            ),
+        };
+        tracing::info!(
+            conversation_id = conversation.as_str(),
+            memory_scope = scope.scope.as_str(),
+            migration_mode = migration,
+            rows = memories.len(),
+            ms = started.elapsed().as_millis() as u64,
+            "recalled"
+        );
+        Ok(RecallResponse {
+            memory_scope: scope.scope.as_str().to_string(),
+            migration_mode: migration,
+            memories,
+        })
+    }
+
+    pub async fn status(&self) -> Result<Status, MemoryError> {
+        let stats = self.store.stats().await?;
+        let active = self.migration_active();
+        Ok(Status {
+            rows: stats.rows,
+            null_scope_rows: stats.null_scope_rows,
+            fragments: stats.fragments,
+            vector_index: self.search.is_indexed(),
+            embedding_model: self.embedder.model_id().to_string(),
+            scope_filter: self.scopes.snapshot().filter_mode(),
+            migration: MigrationStatus {
+                state: if stats.null_scope_rows == 0 {
+                    "none"
+                } else {
+                    "pending"
+                },
+                migration_mode: self.settings.migration_mode,
+                active,
+                scanned: 0,
+                filled: 0,
+                skipped: 0,
+                remaining: stats.null_scope_rows,
+            },
+            rows_by_scope: stats.rows_by_scope,
+            scope_map: self.scopes.snapshot().summary(),
+        })
+    }
+
+    /// Commit queued writes and stop the writer.
+    pub async fn shutdown(&self) {
+        self.store.shutdown().await;
+    }
+}
+
+fn clean_tags(tags: Vec<String>) -> Result<Vec<String>, MemoryError> {
+    if tags.len() > MAX_TAGS {
+        return Err(invalid("tags", format!("at most {MAX_TAGS} tags")));
+    }
+    let mut out: Vec<String> = Vec::with_capacity(tags.len());
+    for t in tags {
+        let t = t.trim();
+        if t.is_empty() {
+            continue;
+        }
+        if t.chars().count() > MAX_TAG_CHARS {
+            return Err(invalid(
+                "tags",
+                format!("a tag is longer than {MAX_TAG_CHARS} characters"),
+            ));
+        }
+        let t = redact(t);
+        if !out.contains(&t) {
+            out.push(t);
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,455 @@
+//! The conversation → scope map and the single scope-derivation function.
+
+use std::collections::hash_map::Entry;
+use std::collections::{HashMap, HashSet};
+use std::fmt::Write as _;
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use serde::{Serialize, Serializer};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use crate::config::{Config, ScopeFilterMode, UnmappedPolicy};
+
+use super::{display_truncated, recall_predicate, ConversationId, ScopeName, ScopeSource};
+
+/// Prefix of persona keys in the map (`persona:<name>`).
+pub const PERSONA_KEY_PREFIX: &str = "persona:";
+
+/// A map entry that was not applied, and why (shown by `scope check` and logged at load).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct IgnoredEntry {
+    /// The key as written in the config (empty for a map that is not an object).
+    pub key: String,
+    /// Why the entry was ignored.
+    pub reason: String,
+}
+
+/// Counts reported at every (re)load and by `GET /v1/status`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct MapSummary {
+    /// Entries applied.
+    pub entries: usize,
+    /// Entries ignored.
+    pub ignored: usize,
+    /// Distinct scopes among applied entries.
+    pub distinct_scopes: usize,
+    /// When this map was built (RFC 3339 in JSON).
+    #[serde(serialize_with = "rfc3339")]
+    pub loaded_at: DateTime<Utc>,
+}
+
+fn rfc3339<S: Serializer>(t: &DateTime<Utc>, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&t.to_rfc3339_opts(SecondsFormat::Millis, true))
+}
+
+/// The scope a request runs in, and how it was decided (stored as `scope_source`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ResolvedScope {
+    /// The scope new rows get and recall is filtered by.
+    pub scope: ScopeName,
+    /// How the scope was decided.
+    pub source: ScopeSource,
+}
+
+/// An immutable, validated scope map plus the policies that complete it.
+///
+/// Built once per (re)load and shared through `ScopeResolver`; a request uses one snapshot for
+/// both resolution and filtering so a reload cannot mix two maps.
+#[derive(Clone, Debug)]
+pub struct ScopeMap {
+    entries: HashMap<String, ScopeName>,
+    ignored: Vec<IgnoredEntry>,
+    loaded_at: DateTime<Utc>,
+    unmapped: UnmappedPolicy,
+    filter: ScopeFilterMode,
+}
+
+impl ScopeMap {
+    /// Builds a map from the config's `conversation_scope_map`. Never fails: bad entries are
+    /// ignored with a warning naming the key (DESIGN rule 4) and the rest apply. The filter mode
+    /// is `enforce`; see [`ScopeMap::from_config`] / [`ScopeMap::with_filter_mode`].
+    pub fn build(map: &Value, unmapped: UnmappedPolicy) -> ScopeMap {
+        let mut entries = HashMap::new();
+        let mut ignored = Vec::new();
+        let mut ignore = |key: &str, reason: String| {
+            tracing::warn!(
+                key = %display_truncated(key, 128),
+                reason = %reason,
+                "ignoring conversation_scope_map entry"
+            );
+            ignored.push(IgnoredEntry {
+                key: key.to_owned(),
+                reason,
+            });
+        };
+        match map {
+            Value::Object(obj) => {
+                for (raw_key, value) in obj {
+                    match check_entry(raw_key, value) {
+                        Ok((key, scope)) => match entries.entry(key) {
+                            Entry::Occupied(first) => ignore(
+                                raw_key,
+                                format!("duplicate of key {:?} after trimming", first.key()),
+                            ),
+                            Entry::Vacant(slot) => {
+                                slot.insert(scope);
+                            }
+                        },
+                        Err(reason) => ignore(raw_key, reason),
+                    }
+                }
+            }
+            other => ignore(
+                "",
+                format!(
+                    "conversation_scope_map is not a JSON object (got {}); no entries applied",
+                    json_type(other)
+                ),
+            ),
+        }
+        ScopeMap {
+            entries,
+            ignored,
+            loaded_at: Utc::now(),
+            unmapped,
+            filter: ScopeFilterMode::Enforce,
+        }
+    }
+
+    /// Builds the map with the config's map, unmapped policy and filter switch.
+    pub fn from_config(config: &Config) -> ScopeMap {
+        ScopeMap::build(&config.conversation_scope_map, config.unmapped_scope)
+            .with_filter_mode(config.scope_filter)
+    }
+
+    /// Sets the `scope_filter` switch carried by this snapshot, so a reload can flip it too.
+    pub fn with_filter_mode(mut self, filter: ScopeFilterMode) -> ScopeMap {
+        self.filter = filter;
+        self
+    }
+
+    /// The `scope_filter` switch of this snapshot.
+    pub fn filter_mode(&self) -> ScopeFilterMode {
+        self.filter
+    }
+
+    /// Applied entries: trimmed key → scope.
+    pub fn entries(&self) -> &HashMap<String, ScopeName> {
+        &self.entries
+    }
+
+    /// Entries that were not applied.
+    pub fn ignored(&self) -> &[IgnoredEntry] {
+        &self.ignored
+    }
+
+    /// When this map was built.
+    pub fn loaded_at(&self) -> DateTime<Utc> {
+        self.loaded_at
+    }
+
+    /// The unmapped policy.
+    pub fn unmapped(&self) -> UnmappedPolicy {
+        self.unmapped
+    }
+
+    /// Counts for logs and status.
+    pub fn summary(&self) -> MapSummary {
+        let distinct: HashSet<&ScopeName> = self.entries.values().collect();
+        MapSummary {
+            entries: self.entries.len(),
+            ignored: self.ignored.len(),
+            distinct_scopes: distinct.len(),
+            loaded_at: self.loaded_at,
+        }
+    }
+
+    /// Logs the summary at info (`event` is e.g. `startup` or `reload`), and warns while the
+    /// rollback switch disables scope isolation (DESIGN rule 10).
+    pub fn log_summary(&self, event: &str) {
+        let s = self.summary();
+        tracing::info!(
+            event,
+            entries_applied = s.entries,
+            entries_ignored = s.ignored,
+            distinct_scopes = s.distinct_scopes,
+            unmapped_scope = %self.unmapped,
+            scope_filter = %self.filter,
+            "scope map loaded"
+        );
+        if self.filter == ScopeFilterMode::Disabled {
+            tracing::warn!(
+                event,
+                "scope_filter is disabled: recall returns memories from all scopes"
+            );
+        }
+    }
+
+    /// The one scope-derivation function (DESIGN rules 2, 3, 6): persona key, then conversation
+    /// key, then the unmapped policy.
+    pub fn resolve(&self, conversation: &ConversationId, persona: Option<&str>) -> ResolvedScope {
+        let persona = persona.map(str::trim).filter(|p| !p.is_empty());
+        if let Some(name) = persona {
+            let key = format!("{PERSONA_KEY_PREFIX}{name}");
+            if let Some(scope) = self.entries.get(&key) {
+                return ResolvedScope {
+                    scope: scope.clone(),
+                    source: ScopeSource::Persona,
+                };
+            }
+        }
+        if let Some(scope) = self.entries.get(conversation.as_str()) {
+            return ResolvedScope {
+                scope: scope.clone(),
+                source: ScopeSource::Conversation,
+            };
+        }
+        let scope = match self.unmapped {
+            UnmappedPolicy::Public => ScopeName::public(),
+            UnmappedPolicy::Conversation => private_scope(conversation),
+        };
+        ResolvedScope {
+            scope,
+            source: ScopeSource::Unmapped,
+        }
+    }
+
+    /// The recall prefilter for `current` under this snapshot's filter switch.
+    pub fn recall_predicate(&self, current: &ScopeName, migration_mode_on: bool) -> Option<String> {
+        recall_predicate(current, migration_mode_on, self.filter)
+    }
+}
+
+/// `c_` + the first 16 lowercase hex chars of sha256(conversation id).
+fn private_scope(conversation: &ConversationId) -> ScopeName {
+    let digest = Sha256::digest(conversation.as_str().as_bytes());
+    let mut name = String::with_capacity(18);
+    name.push_str("c_");
+    for byte in digest.iter().take(8) {
+        // Writing to a String cannot fail.
+        let _ = write!(name, "{byte:02x}");
+    }
+    ScopeName::from_trusted(name)
+}
+
+/// Validates one entry; returns the normalised key and scope, or why it is ignored.
+fn check_entry(raw_key: &str, value: &Value) -> Result<(String, ScopeName), String> {
+    let key = ConversationId::parse(raw_key)
+        .map_err(|e| format!("key is not a valid conversation id: {e}"))?;
+    let key = match key.as_str().strip_prefix(PERSONA_KEY_PREFIX) {
+        Some(name) if name.trim().is_empty() => {
+            return Err("persona key has an empty name".to_owned())
+        }
+        Some(name) => format!("{PERSONA_KEY_PREFIX}{}", name.trim()),
+        None => key.as_str().to_owned(),
+    };
+    let Value::String(scope) = value else {
+        return Err(format!(
+            "value must be a scope name string, got {}",
+            json_type(value)
+        ));
+    };
+    let scope = ScopeName::parse(scope).map_err(|e| e.to_string())?;
+    Ok((key, scope))
+}
+
+fn json_type(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "bool",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "list",
+        Value::Object(_) => "object",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use std::io::Write;
+    use std::sync::{Arc, Mutex};
+
+    fn conv(s: &str) -> ConversationId {
+        ConversationId::parse(s).unwrap()
+    }
+
+    fn scope(s: &str) -> ScopeName {
+        ScopeName::parse(s).unwrap()
+    }
+
+    fn sample() -> Value {
+        json!({
+            "default:GroupMessage:12345": "家人",
+            "default:GroupMessage:999": "work",
+            "persona:Alice": "恋爱",
+            "default:FriendMessage:1": "public"
+        })
+    }
+
+    #[test]
+    fn persona_beats_conversation() {
+        let m = ScopeMap::build(&sample(), UnmappedPolicy::Public);
+        let r = m.resolve(&conv("default:GroupMessage:12345"), Some("Alice"));
+        assert_eq!(r.scope, scope("恋爱"));
+        assert_eq!(r.source, ScopeSource::Persona);
+        // Persona names are trimmed; an unknown persona falls through to the conversation.
+        let r = m.resolve(&conv("default:GroupMessage:12345"), Some("  Alice "));
+        assert_eq!(r.source, ScopeSource::Persona);
+        let r = m.resolve(&conv("default:GroupMessage:12345"), Some("Bob"));
+        assert_eq!(
+            (r.scope, r.source),
+            (scope("家人"), ScopeSource::Conversation)
+        );
+        let r = m.resolve(&conv("default:GroupMessage:12345"), Some("  "));
+        assert_eq!(r.source, ScopeSource::Conversation);
+    }
+
+    #[test]
+    fn conversation_beats_unmapped() {
+        let m = ScopeMap::build(&sample(), UnmappedPolicy::Conversation);
+        let r = m.resolve(&conv("  default:GroupMessage:999 "), None);
+        assert_eq!(
+            (r.scope, r.source),
+            (scope("work"), ScopeSource::Conversation)
+        );
+        let r = m.resolve(&conv("default:FriendMessage:1"), None);
+        assert!(r.scope.is_public());
+        assert_eq!(r.source, ScopeSource::Conversation);
+    }
+
+    #[test]
+    fn unmapped_public_policy() {
+        let m = ScopeMap::build(&sample(), UnmappedPolicy::Public);
+        let r = m.resolve(&conv("default:FriendMessage:777"), Some("Bob"));
+        assert_eq!(r.scope, ScopeName::public());
+        assert_eq!(r.source, ScopeSource::Unmapped);
+    }
+
+    #[test]
+    fn unmapped_conversation_policy_is_private_hash() {
+        let m = ScopeMap::build(&sample(), UnmappedPolicy::Conversation);
+        let a = m.resolve(&conv("default:FriendMessage:777"), None);
+        let a2 = m.resolve(&conv("default:FriendMessage:777"), None);
+        let b = m.resolve(&conv("default:FriendMessage:778"), None);
+        assert_eq!(a.source, ScopeSource::Unmapped);
+        assert_eq!(a, a2);
+        assert_ne!(a.scope, b.scope);
+        let s = a.scope.as_str();
+        assert_eq!(s.len(), 18);
+        assert!(s.starts_with("c_"));
+        assert!(s[2..]
+            .chars()
+            .all(|c| c.is_ascii_digit() || ('a'..='f').contains(&c)));
+        // Known vector: sha256("abc") = ba7816bf8f01cfea...
+        assert_eq!(
+            m.resolve(&conv("abc"), None).scope.as_str(),
+            "c_ba7816bf8f01cfea"
+        );
+        assert!(ScopeName::parse(s).is_ok());
+    }
+
+    #[derive(Clone, Default)]
+    struct Buf(Arc<Mutex<Vec<u8>>>);
+    impl Write for Buf {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn invalid_entries_ignored_with_warning_rest_applied() {
+        let map = json!({
+            "good": "家人",
+            "g2": "work",
+            "bad_quote": "x'--",
+            "bad_space": "has space",
+            "bad_type": 7,
+            "": "empty_key",
+            "persona:": "p",
+            "bad\u{0}key": "ok"
+        });
+        let buf = Buf::default();
+        let writer = buf.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        let m = tracing::subscriber::with_default(subscriber, || {
+            let m = ScopeMap::build(&map, UnmappedPolicy::Public);
+            m.log_summary("startup");
+            m
+        });
+        assert_eq!(m.ignored().len(), 6, "{:?}", m.ignored());
+        assert_eq!(m.entries().len(), 2);
+        let s = m.summary();
+        assert_eq!((s.entries, s.ignored, s.distinct_scopes), (2, 6, 2));
+        assert_eq!(
+            m.resolve(&conv("good"), None).scope,
+            scope("家人"),
+            "valid entries still apply"
+        );
+        let ignored_keys: Vec<&str> = m.ignored().iter().map(|e| e.key.as_str()).collect();
+        for k in ["bad_quote", "bad_space", "bad_type", "", "persona:"] {
+            assert!(
+                ignored_keys.contains(&k),
+                "{k} missing from {ignored_keys:?}"
+            );
+        }
+        let logs = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+        assert!(logs.contains("WARN"), "{logs}");
+        assert!(logs.contains("key=\"bad_quote\""), "{logs}");
+        assert!(logs.contains("key=\"bad_type\""), "{logs}");
+        assert!(logs.contains("entries_applied=2"), "{logs}");
+        assert!(logs.contains("entries_ignored=6"), "{logs}");
+        assert!(logs.contains("distinct_scopes=2"), "{logs}");
+    }
+
+    #[test]
+    fn keys_are_trimmed_and_duplicates_ignored() {
+        let m = ScopeMap::build(
+            &json!({" a ": "one", "a": "two", " persona: Al ": "p"}),
+            UnmappedPolicy::Public,
+        );
+        assert_eq!(m.entries().len(), 2);
+        assert_eq!(m.ignored().len(), 1);
+        assert!(m.entries().contains_key("a"));
+        assert_eq!(
+            m.resolve(&conv("x"), Some("Al")).source,
+            ScopeSource::Persona
+        );
+    }
+
+    #[test]
+    fn non_object_map_is_empty_with_one_ignored() {
+        for v in [json!("x"), json!([1]), json!(null)] {
+            let m = ScopeMap::build(&v, UnmappedPolicy::Public);
+            assert!(m.entries().is_empty());
+            assert_eq!(m.ignored().len(), 1);
+        }
+    }
+
+    #[test]
+    fn from_config_carries_policies_and_summary_serializes() {
+        let c = Config::from_json_str(
+            r#"{"conversation_scope_map": "{\"a\": \"x\", \"b\": \"x\"}",
+                "unmapped_scope": "conversation", "scope_filter": "disabled"}"#,
+        )
+        .unwrap()
+        .config;
+        let m = ScopeMap::from_config(&c);
+        assert_eq!(m.unmapped(), UnmappedPolicy::Conversation);
+        assert_eq!(m.filter_mode(), ScopeFilterMode::Disabled);
+        assert_eq!(m.recall_predicate(&scope("x"), false), None);
+        let s = serde_json::to_value(m.summary()).unwrap();
+        assert_eq!(s["entries"], 2);
+        assert_eq!(s["distinct_scopes"], 1);
+        assert!(s["loaded_at"].as_str().unwrap().ends_with('Z'));
+    }
+}

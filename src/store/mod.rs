@@ -1,0 +1,270 @@
+//! LanceDB storage: the `memories` table, its single writer and its scope-prefiltered search.
+//!
+//! Reads go straight to a shared [`lancedb::Table`] clone; every mutation goes through the
+//! [`writer`] task so appends are group-committed and commit conflicts retried in one place.
+
+pub mod record;
+pub mod schema;
+pub mod search;
+pub mod writer;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Instant;
+
+use futures::TryStreamExt;
+use lancedb::arrow::arrow_array::{Array, StringArray};
+use lancedb::index::scalar::BitmapIndexBuilder;
+use lancedb::index::{Index, IndexType};
+use lancedb::query::{ExecutableQuery, QueryBase, Select};
+use lancedb::{Connection, Table};
+
+pub use record::MemoryRecord;
+use schema::*;
+pub use search::{Hit, LanceSearch, NearestVisible, SearchRequest};
+pub use writer::{WriterHandle, WriterSettings};
+
+/// Store failures. Lance errors are kept as text plus a retry hint: callers only need to know
+/// whether retrying can help and what to tell the operator.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("lancedb: {0}")]
+    Lance(#[from] lancedb::Error),
+    #[error("arrow: {0}")]
+    Arrow(#[from] lancedb::arrow::arrow_schema::ArrowError),
+    #[error(
+        "embedding dimension mismatch: the table holds {table}-d vectors but the model produces \
+         {model}-d; point embedding.model_dir at the model the table was built with, or use a \
+         new storage.db_dir"
+    )]
+    DimensionMismatch { table: usize, model: usize },
+    #[error(
+        "embedding model mismatch: the table was built with '{table}' but the configured model \
+         is '{model}'; vectors from different models cannot be compared"
+    )]
+    ModelMismatch { table: String, model: String },
+    #[error("table schema: {0}")]
+    Schema(String),
+    #[error("commit failed: {0}")]
+    Commit(String),
+    #[error("the store writer has stopped")]
+    WriterGone,
+}
+
+impl StoreError {
+    /// Lance reports concurrent-commit races as a retryable conflict; anything else is final.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            StoreError::Lance(lancedb::Error::Lance { source }) => matches!(
+                source,
+                lance_core::Error::RetryableCommitConflict { .. }
+                    | lance_core::Error::CommitConflict { .. }
+            ),
+            _ => false,
+        }
+    }
+}
+
+/// What the embedding model is, recorded in the table so a mismatch is caught at start-up.
+#[derive(Debug, Clone)]
+pub struct ModelInfo {
+    pub id: String,
+    pub dimension: usize,
+}
+
+/// An opened `memories` table plus its writer.
+#[derive(Clone)]
+pub struct Store {
+    table: Table,
+    writer: WriterHandle,
+    dimension: usize,
+}
+
+/// Counts for `/v1/status`.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct StoreStats {
+    pub rows: usize,
+    pub rows_by_scope: BTreeMap<String, usize>,
+    pub null_scope_rows: usize,
+    pub fragments: usize,
+}
+
+impl Store {
+    /// Open (or create) the table under `db_dir`, check it was built for `model`, make sure the
+    /// scope bitmap index exists and start the writer task.
+    pub async fn open(
+        db_dir: &Path,
+        table_name: &str,
+        model: &ModelInfo,
+        settings: WriterSettings,
+    ) -> Result<Store, StoreError> {
+        let started = Instant::now();
+        std::fs::create_dir_all(db_dir)
+            .map_err(|e| StoreError::Schema(format!("cannot create {}: {e}", db_dir.display())))?;
+        let uri = db_dir.to_string_lossy();
+        let conn = lancedb::connect(&uri).execute().await?;
+        let table = open_or_create(&conn, table_name, model).await?;
+        check_model(&table, model).await?;
+        ensure_scalar_indexes(&table).await?;
+        let writer = writer::spawn(table.clone(), settings);
+        tracing::info!(
+            db_dir = %db_dir.display(),
+            table = table_name,
+            ms = started.elapsed().as_millis() as u64,
+            "store opened"
+        );
+        Ok(Store {
+            table,
+            writer,
+            dimension: model.dimension,
+        })
+    }
+
+    pub fn table(&self) -> &Table {
+        &self.table
+    }
+
+    pub fn writer(&self) -> &WriterHandle {
+        &self.writer
+    }
+
+    pub fn dimension(&self) -> usize {
+        self.dimension
+    }
+
+    /// Append records (group-committed with concurrent appends by the writer).
+    pub async fn append(&self, rows: Vec<(MemoryRecord, Vec<f32>)>) -> Result<(), StoreError> {
+        self.writer.append(rows).await
+    }
+
+    pub async fn count(&self, filter: Option<String>) -> Result<usize, StoreError> {
+        Ok(self.table.count_rows(filter).await?)
+    }
+
+    /// Row counts by scope. Reads only the `memory_scope` column.
+    pub async fn stats(&self) -> Result<StoreStats, StoreError> {
+        let mut stats = StoreStats::default();
+        let mut stream = self
+            .table
+            .query()
+            .select(Select::columns(&[COL_MEMORY_SCOPE]))
+            .execute()
+            .await?;
+        while let Some(batch) = stream.try_next().await? {
+            stats.rows += batch.num_rows();
+            let Some(col) = batch
+                .column_by_name(COL_MEMORY_SCOPE)
+                .and_then(|c| c.as_any().downcast_ref::<StringArray>())
+            else {
+                stats.null_scope_rows += batch.num_rows();
+                continue;
+            };
+            for i in 0..col.len() {
+                if col.is_valid(i) {
+                    *stats
+                        .rows_by_scope
+                        .entry(col.value(i).to_string())
+                        .or_default() += 1;
+                } else {
+                    stats.null_scope_rows += 1;
+                }
+            }
+        }
+        if let Some(native) = self.table.as_native() {
+            stats.fragments = native.count_fragments().await?;
+        }
+        Ok(stats)
+    }
+
+    /// Stop the writer after it has committed everything queued so far.
+    pub async fn shutdown(&self) {
+        self.writer.shutdown().await;
+    }
+}
+
+async fn open_or_create(
+    conn: &Connection,
+    name: &str,
+    model: &ModelInfo,
+) -> Result<Table, StoreError> {
+    let names = conn.table_names().execute().await?;
+    if names.iter().any(|n| n == name) {
+        return Ok(conn.open_table(name).execute().await?);
+    }
+    let table = conn
+        .create_empty_table(name, memories_schema(model.dimension))
+        .execute()
+        .await?;
+    table.set_unenforced_primary_key([COL_ID]).await?;
+    write_model_meta(&table, model).await?;
+    tracing::info!(table = name, dimension = model.dimension, "created table");
+    Ok(table)
+}
+
+async fn write_model_meta(table: &Table, model: &ModelInfo) -> Result<(), StoreError> {
+    let native = table
+        .as_native()
+        .ok_or_else(|| StoreError::Schema("only local tables are supported".into()))?;
+    native
+        .update_config([
+            (META_SCHEMA_VERSION.to_string(), SCHEMA_VERSION.to_string()),
+            (META_MODEL_ID.to_string(), model.id.clone()),
+            (META_DIMENSION.to_string(), model.dimension.to_string()),
+        ])
+        .await?;
+    Ok(())
+}
+
+/// A table records the model it was built with; a different model or dimension is refused.
+/// A table with no record (written by another program) is adopted when the dimension matches.
+async fn check_model(table: &Table, model: &ModelInfo) -> Result<(), StoreError> {
+    let schema = table.schema().await?;
+    let dim = vector_dimension(&schema).ok_or_else(|| {
+        StoreError::Schema("the table has no FixedSizeList<Float32> 'vector' column".into())
+    })?;
+    if dim != model.dimension {
+        return Err(StoreError::DimensionMismatch {
+            table: dim,
+            model: model.dimension,
+        });
+    }
+    let native = table
+        .as_native()
+        .ok_or_else(|| StoreError::Schema("only local tables are supported".into()))?;
+    let config = native.manifest().await?.config;
+    match config.get(META_MODEL_ID) {
+        Some(id) if id != &model.id => Err(StoreError::ModelMismatch {
+            table: id.clone(),
+            model: model.id.clone(),
+        }),
+        Some(_) => Ok(()),
+        None => {
+            tracing::warn!(
+                model = %model.id,
+                dimension = dim,
+                "table has no recorded embedding model; adopting it because the dimension matches"
+            );
+            write_model_meta(table, model).await
+        }
+    }
+}
+
+/// The bitmap index on `memory_scope` serves the recall prefilter (`=`, `IN`, `IS NULL`).
+async fn ensure_scalar_indexes(table: &Table) -> Result<(), StoreError> {
+    let indices = table.list_indices().await?;
+    let has_scope = indices.iter().any(|i| {
+        i.columns.iter().any(|c| c == COL_MEMORY_SCOPE) && i.index_type == IndexType::Bitmap
+    });
+    let schema = table.schema().await?;
+    if !has_scope && schema.field_with_name(COL_MEMORY_SCOPE).is_ok() {
+        table
+            .create_index(
+                &[COL_MEMORY_SCOPE],
+                Index::Bitmap(BitmapIndexBuilder::default()),
+            )
+            .execute()
+            .await?;
+        tracing::info!(column = COL_MEMORY_SCOPE, "created bitmap index");
+    }
+    Ok(())
+}

@@ -1,0 +1,104 @@
+//! The `memories` table schema (DESIGN.md section 3) and its version bookkeeping.
+
+use std::sync::Arc;
+
+use lancedb::arrow::arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
+
+/// Schema version written by this build; v1 is the legacy table without scope columns.
+pub const SCHEMA_VERSION: u32 = 2;
+
+/// Table-config keys (Lance manifest config) where we record what the table holds, so a
+/// restart with another embedding model fails loudly instead of mixing vector spaces.
+pub const META_SCHEMA_VERSION: &str = "scopemem.schema_version";
+pub const META_MODEL_ID: &str = "scopemem.embedding_model";
+pub const META_DIMENSION: &str = "scopemem.embedding_dim";
+
+pub const COL_ID: &str = "id";
+pub const COL_CONTENT: &str = "content";
+pub const COL_REASONING: &str = "reasoning";
+pub const COL_TAGS: &str = "tags";
+pub const COL_MEMORY_TYPE: &str = "memory_type";
+pub const COL_STRENGTH: &str = "strength";
+pub const COL_IS_ACTIVE: &str = "is_active";
+pub const COL_CONVERSATION_ID: &str = "conversation_id";
+pub const COL_CREATED_AT: &str = "created_at";
+pub const COL_VECTOR: &str = "vector";
+pub const COL_MEMORY_SCOPE: &str = "memory_scope";
+pub const COL_SCOPE_SOURCE: &str = "scope_source";
+
+/// Every column except the vector: what recall reads back (vectors are never shipped out).
+pub const RECORD_COLUMNS: [&str; 11] = [
+    COL_ID,
+    COL_CONTENT,
+    COL_REASONING,
+    COL_TAGS,
+    COL_MEMORY_TYPE,
+    COL_STRENGTH,
+    COL_IS_ACTIVE,
+    COL_CONVERSATION_ID,
+    COL_CREATED_AT,
+    COL_MEMORY_SCOPE,
+    COL_SCOPE_SOURCE,
+];
+
+/// The list item field lancedb uses for tags and vectors.
+pub fn item_field(data_type: DataType) -> Arc<Field> {
+    Arc::new(Field::new("item", data_type, true))
+}
+
+pub fn vector_type(dimension: usize) -> DataType {
+    DataType::FixedSizeList(item_field(DataType::Float32), dimension as i32)
+}
+
+pub fn timestamp_type() -> DataType {
+    DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()))
+}
+
+/// The current (v2) schema for a model of `dimension`.
+pub fn memories_schema(dimension: usize) -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new(COL_ID, DataType::Utf8, false),
+        Field::new(COL_CONTENT, DataType::Utf8, false),
+        Field::new(COL_REASONING, DataType::Utf8, true),
+        Field::new(COL_TAGS, DataType::List(item_field(DataType::Utf8)), true),
+        Field::new(COL_MEMORY_TYPE, DataType::Utf8, false),
+        Field::new(COL_STRENGTH, DataType::Int32, false),
+        Field::new(COL_IS_ACTIVE, DataType::Boolean, false),
+        Field::new(COL_CONVERSATION_ID, DataType::Utf8, true),
+        Field::new(COL_CREATED_AT, timestamp_type(), false),
+        Field::new(COL_VECTOR, vector_type(dimension), false),
+        Field::new(COL_MEMORY_SCOPE, DataType::Utf8, true),
+        Field::new(COL_SCOPE_SOURCE, DataType::Utf8, true),
+    ]))
+}
+
+/// The vector dimension of a table schema, if it has a well-formed vector column.
+pub fn vector_dimension(schema: &Schema) -> Option<usize> {
+    match schema.field_with_name(COL_VECTOR).ok()?.data_type() {
+        DataType::FixedSizeList(item, n) if item.data_type() == &DataType::Float32 => {
+            usize::try_from(*n).ok()
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schema_has_nullable_scope_columns_and_fixed_vector() {
+        let schema = memories_schema(384);
+        assert!(schema
+            .field_with_name(COL_MEMORY_SCOPE)
+            .unwrap()
+            .is_nullable());
+        assert!(schema
+            .field_with_name(COL_SCOPE_SOURCE)
+            .unwrap()
+            .is_nullable());
+        assert!(!schema.field_with_name(COL_ID).unwrap().is_nullable());
+        assert_eq!(vector_dimension(&schema), Some(384));
+        assert_eq!(schema.fields().len(), RECORD_COLUMNS.len() + 1);
+    }
+}

@@ -1,0 +1,323 @@
+//! The one writer task per table. Appends that arrive while a commit is in flight are merged
+//! into the next commit (group commit: many remembers, one fragment); commit conflicts are
+//! retried here; compaction and index refresh run here on a timer so small writes never pile up.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use lancedb::table::{CompactionOptions, OptimizeAction, OptimizeOptions};
+use lancedb::Table;
+use tokio::sync::{mpsc, oneshot};
+
+use super::record::{to_batch, MemoryRecord};
+use super::StoreError;
+
+/// Tunables for the writer (from the `storage` config section).
+#[derive(Debug, Clone)]
+pub struct WriterSettings {
+    /// Most rows merged into one commit.
+    pub max_batch_rows: usize,
+    /// How often to check whether compaction is due.
+    pub maintenance_interval: Duration,
+    /// Compact once the table has at least this many fragments.
+    pub compact_min_fragments: usize,
+    /// Retries of a conflicting commit before giving up.
+    pub max_retries: u32,
+}
+
+impl Default for WriterSettings {
+    fn default() -> Self {
+        WriterSettings {
+            max_batch_rows: 512,
+            maintenance_interval: Duration::from_secs(60),
+            compact_min_fragments: 16,
+            max_retries: 6,
+        }
+    }
+}
+
+/// Rows to append, already paired with their vectors.
+pub type Rows = Vec<(MemoryRecord, Vec<f32>)>;
+type AppendReply = oneshot::Sender<Result<(), StoreError>>;
+
+enum Op {
+    Append {
+        rows: Rows,
+        done: AppendReply,
+    },
+    Delete {
+        predicate: String,
+        done: oneshot::Sender<Result<u64, StoreError>>,
+    },
+    Maintain {
+        done: oneshot::Sender<Result<MaintenanceReport, StoreError>>,
+    },
+    Shutdown {
+        done: oneshot::Sender<()>,
+    },
+}
+
+/// What a maintenance pass did.
+#[derive(Debug, Clone, Default)]
+pub struct MaintenanceReport {
+    pub fragments_before: usize,
+    pub fragments_after: usize,
+}
+
+/// Counters the writer keeps, for status and metrics.
+#[derive(Debug, Default)]
+pub struct WriterCounters {
+    pub commits: AtomicU64,
+    pub rows_appended: AtomicU64,
+    pub conflicts_retried: AtomicU64,
+    pub compactions: AtomicU64,
+}
+
+/// Cheap-to-clone handle to the writer task.
+#[derive(Clone)]
+pub struct WriterHandle {
+    tx: mpsc::Sender<Op>,
+    counters: Arc<WriterCounters>,
+}
+
+impl WriterHandle {
+    pub async fn append(&self, rows: Rows) -> Result<(), StoreError> {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let (done, rx) = oneshot::channel();
+        self.tx
+            .send(Op::Append { rows, done })
+            .await
+            .map_err(|_| StoreError::WriterGone)?;
+        rx.await.map_err(|_| StoreError::WriterGone)?
+    }
+
+    /// Delete rows matching a SQL predicate; returns how many were deleted.
+    pub async fn delete(&self, predicate: String) -> Result<u64, StoreError> {
+        let (done, rx) = oneshot::channel();
+        self.tx
+            .send(Op::Delete { predicate, done })
+            .await
+            .map_err(|_| StoreError::WriterGone)?;
+        rx.await.map_err(|_| StoreError::WriterGone)?
+    }
+
+    /// Compact fragments and fold new rows into indexes now (also runs on a timer).
+    pub async fn maintain(&self) -> Result<MaintenanceReport, StoreError> {
+        let (done, rx) = oneshot::channel();
+        self.tx
+            .send(Op::Maintain { done })
+            .await
+            .map_err(|_| StoreError::WriterGone)?;
+        rx.await.map_err(|_| StoreError::WriterGone)?
+    }
+
+    /// Commit everything queued so far, then stop.
+    pub async fn shutdown(&self) {
+        let (done, rx) = oneshot::channel();
+        if self.tx.send(Op::Shutdown { done }).await.is_ok() {
+            let _ = rx.await;
+        }
+    }
+
+    pub fn counters(&self) -> &WriterCounters {
+        &self.counters
+    }
+}
+
+pub fn spawn(table: Table, settings: WriterSettings) -> WriterHandle {
+    let (tx, rx) = mpsc::channel(1024);
+    let counters = Arc::new(WriterCounters::default());
+    tokio::spawn(run(table, settings, rx, counters.clone()));
+    WriterHandle { tx, counters }
+}
+
+async fn run(
+    table: Table,
+    settings: WriterSettings,
+    mut rx: mpsc::Receiver<Op>,
+    counters: Arc<WriterCounters>,
+) {
+    let mut tick = tokio::time::interval(settings.maintenance_interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await; // the first tick fires at once
+    let mut dirty = false;
+    let mut pending: Option<Op> = None;
+    loop {
+        let op = match pending.take() {
+            Some(op) => op,
+            None => tokio::select! {
+                op = rx.recv() => match op {
+                    Some(op) => op,
+                    None => break,
+                },
+                _ = tick.tick() => {
+                    if dirty {
+                        if let Err(e) = maintain(&table, &settings, &counters).await {
+                            tracing::warn!(error = %e, "scheduled compaction failed; will retry next interval");
+                        } else {
+                            dirty = false;
+                        }
+                    }
+                    continue;
+                }
+            },
+        };
+        match op {
+            Op::Append { rows, done } => {
+                // Group commit: take every append already queued, up to the batch cap.
+                let mut group = vec![(rows, done)];
+                let mut total: usize = group[0].0.len();
+                while total < settings.max_batch_rows {
+                    match rx.try_recv() {
+                        Ok(Op::Append { rows, done }) => {
+                            total += rows.len();
+                            group.push((rows, done));
+                        }
+                        Ok(other) => {
+                            pending = Some(other);
+                            break;
+                        }
+                        Err(_) => break,
+                    }
+                }
+                let result = commit_group(&table, &settings, &counters, &mut group).await;
+                if result.is_ok() {
+                    dirty = true;
+                }
+                for (_, done) in group {
+                    let _ = done.send(match &result {
+                        Ok(()) => Ok(()),
+                        Err(e) => Err(StoreError::Commit(e.to_string())),
+                    });
+                }
+            }
+            Op::Delete { predicate, done } => {
+                let result = retry(&settings, &counters, || async {
+                    Ok(table.delete(predicate.as_str()).await?)
+                })
+                .await;
+                let _ = done.send(result.map(|r| r.num_deleted_rows));
+                dirty = true;
+            }
+            Op::Maintain { done } => {
+                let result = maintain(&table, &settings, &counters).await;
+                if result.is_ok() {
+                    dirty = false;
+                }
+                let _ = done.send(result);
+            }
+            Op::Shutdown { done } => {
+                let _ = done.send(());
+                break;
+            }
+        }
+    }
+    tracing::info!("store writer stopped");
+}
+
+async fn commit_group(
+    table: &Table,
+    settings: &WriterSettings,
+    counters: &WriterCounters,
+    group: &mut [(Rows, AppendReply)],
+) -> Result<(), StoreError> {
+    let started = Instant::now();
+    let schema = table.schema().await?;
+    let rows: Vec<(MemoryRecord, Vec<f32>)> = group
+        .iter_mut()
+        .flat_map(|(rows, _)| std::mem::take(rows))
+        .collect();
+    let batch = to_batch(&schema, &rows)?;
+    let n = batch.num_rows();
+    retry(settings, counters, || {
+        let batch = batch.clone();
+        async move {
+            table.add(batch).execute().await?;
+            Ok(())
+        }
+    })
+    .await?;
+    counters.commits.fetch_add(1, Ordering::Relaxed);
+    counters
+        .rows_appended
+        .fetch_add(n as u64, Ordering::Relaxed);
+    tracing::debug!(
+        rows = n,
+        requests = group.len(),
+        ms = started.elapsed().as_millis() as u64,
+        "group commit"
+    );
+    Ok(())
+}
+
+async fn retry<T, F, Fut>(
+    settings: &WriterSettings,
+    counters: &WriterCounters,
+    mut f: F,
+) -> Result<T, StoreError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, StoreError>>,
+{
+    let mut attempt = 0;
+    loop {
+        match f().await {
+            Err(e) if e.is_retryable() && attempt < settings.max_retries => {
+                attempt += 1;
+                counters.conflicts_retried.fetch_add(1, Ordering::Relaxed);
+                let backoff = Duration::from_millis(20 * (1 << attempt.min(6)));
+                tracing::warn!(attempt, error = %e, "commit conflict; retrying");
+                tokio::time::sleep(backoff).await;
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Compact small fragments, then fold unindexed rows into the existing indexes.
+async fn maintain(
+    table: &Table,
+    settings: &WriterSettings,
+    counters: &WriterCounters,
+) -> Result<MaintenanceReport, StoreError> {
+    let native = table
+        .as_native()
+        .ok_or_else(|| StoreError::Schema("only local tables are supported".into()))?;
+    let before = native.count_fragments().await?;
+    if before >= settings.compact_min_fragments {
+        let started = Instant::now();
+        retry(settings, counters, || async {
+            table
+                .optimize(OptimizeAction::Compact {
+                    options: CompactionOptions::default(),
+                    remap_options: None,
+                })
+                .await?;
+            Ok(())
+        })
+        .await?;
+        counters.compactions.fetch_add(1, Ordering::Relaxed);
+        tracing::info!(
+            fragments_before = before,
+            ms = started.elapsed().as_millis() as u64,
+            "compacted"
+        );
+    }
+    if !table.list_indices().await?.is_empty() {
+        retry(settings, counters, || async {
+            table
+                .optimize(OptimizeAction::Index(OptimizeOptions::default()))
+                .await?;
+            Ok(())
+        })
+        .await?;
+    }
+    let after = native.count_fragments().await?;
+    Ok(MaintenanceReport {
+        fragments_before: before,
+        fragments_after: after,
+    })
+}

@@ -1,0 +1,112 @@
+//! The real model ranks a remembered fact above unrelated memories, and embeddings are sane.
+
+mod common;
+
+use common::*;
+use serde_json::json;
+
+#[tokio::test]
+async fn embeddings_are_unit_norm_384d() {
+    let e = embedder();
+    assert_eq!(e.dimension(), 384);
+    let v = e
+        .embed(vec!["hello world".into(), "你好，世界".into()])
+        .await
+        .unwrap();
+    for x in v {
+        let n: f32 = x.iter().map(|a| a * a).sum::<f32>().sqrt();
+        assert!((n - 1.0).abs() < 1e-3, "norm {n}");
+    }
+}
+
+#[tokio::test]
+async fn a_query_about_a_fact_ranks_it_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = host(config(dir.path(), family_map())).await;
+    for fact in [
+        "The user's cat is named Mochi and she is three years old",
+        "The quarterly tax filing is due on the fifteenth",
+        "The team prefers Rust for backend services",
+        "It rained heavily in Shanghai last Tuesday",
+        "The user is learning to play the violin",
+    ] {
+        remember(&host, PRIVATE, fact).await;
+    }
+    let r = host
+        .invoke(
+            "recall",
+            json!({"conversation_id": PRIVATE, "query": "what is the name of my pet?", "limit": 5}),
+        )
+        .await
+        .unwrap();
+    let top = &r["memories"][0];
+    assert!(top["content"].as_str().unwrap().contains("Mochi"), "{r}");
+    let scores: Vec<f64> = r["memories"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["score"].as_f64().unwrap())
+        .collect();
+    assert!(scores.windows(2).all(|w| w[0] >= w[1]), "{scores:?}");
+    assert!(
+        scores[0] - scores[1] > 0.05,
+        "the fact must clearly beat unrelated memories: {scores:?}"
+    );
+}
+
+#[tokio::test]
+async fn the_default_threshold_drops_unrelated_memories() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path(), family_map());
+    cfg.recall.similarity_threshold = 0.5;
+    let host = host(cfg).await;
+    remember(&host, PRIVATE, "The user's cat is named Mochi").await;
+    let r = host
+        .invoke("recall", json!({"conversation_id": PRIVATE, "query": "quarterly tax deadlines for corporations"}))
+        .await
+        .unwrap();
+    assert_eq!(r["memories"].as_array().unwrap().len(), 0, "{r}");
+}
+
+#[tokio::test]
+async fn secrets_are_redacted_before_storage() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = host(config(dir.path(), family_map())).await;
+    let r = remember(
+        &host,
+        PRIVATE,
+        "Email me at bob@example.com, card 4111 1111 1111 1111, key sk-abcdefghijklmnop123456",
+    )
+    .await;
+    let content = r["memory"]["content"].as_str().unwrap();
+    assert!(
+        !content.contains("bob@example.com")
+            && !content.contains("4111")
+            && !content.contains("sk-abc"),
+        "{content}"
+    );
+    let (_, hits) = recall(&host, PRIVATE, "email").await;
+    assert!(hits.iter().all(|(_, c)| !c.contains("bob@")));
+}
+
+#[tokio::test]
+async fn chained_recall_puts_entity_matches_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = host(config(dir.path(), family_map())).await;
+    for (content, tags, ty) in [
+        ("Weekend plans: hiking in the hills", vec![], "event"),
+        ("Weekend plans: visit the museum", vec![], "event"),
+        ("Alice prefers tea over coffee", vec!["Alice"], "knowledge"),
+    ] {
+        host.invoke("remember", json!({"conversation_id": PRIVATE, "content": content, "tags": tags, "memory_type": ty}))
+            .await
+            .unwrap();
+    }
+    let r = host
+        .invoke("recall", json!({"conversation_id": PRIVATE, "query": "weekend plans", "mode": "chained", "entities": ["alice"], "limit": 3}))
+        .await
+        .unwrap();
+    let first = r["memories"][0]["content"].as_str().unwrap();
+    assert!(first.contains("Alice"), "{r}");
+    assert_eq!(r["memories"].as_array().unwrap().len(), 3);
+}

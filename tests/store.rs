@@ -1,0 +1,196 @@
+//! The store against a real LanceDB directory, with synthetic vectors (no model needed):
+//! prefilter completeness, group commit, compaction, model/dimension checks.
+
+use chrono::Utc;
+use scopemem::store::{
+    LanceSearch, MemoryRecord, ModelInfo, NearestVisible, SearchRequest, Store, StoreError,
+    WriterSettings,
+};
+
+const DIM: usize = 8;
+
+fn model() -> ModelInfo {
+    ModelInfo {
+        id: "test-model".into(),
+        dimension: DIM,
+    }
+}
+
+fn vector(seed: usize) -> Vec<f32> {
+    let mut v: Vec<f32> = (0..DIM)
+        .map(|i| (((seed * 31 + i * 17) % 97) as f32) - 48.0)
+        .collect();
+    let n = v.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-6);
+    v.iter_mut().for_each(|x| *x /= n);
+    v
+}
+
+fn row(i: usize, scope: &str) -> (MemoryRecord, Vec<f32>) {
+    (
+        MemoryRecord {
+            id: format!("id-{i}"),
+            content: format!("memory {i}"),
+            reasoning: None,
+            tags: vec![],
+            memory_type: "knowledge".into(),
+            strength: 10,
+            is_active: true,
+            conversation_id: Some("c".into()),
+            created_at: Some(Utc::now()),
+            memory_scope: Some(scope.into()),
+            scope_source: Some("conversation".into()),
+        },
+        vector(i),
+    )
+}
+
+async fn open(dir: &std::path::Path) -> Store {
+    Store::open(dir, "memories", &model(), WriterSettings::default())
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn prefilter_returns_k_rows_of_a_rare_scope() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path()).await;
+    // 500 rows of a common scope, 12 of a rare one: a post-filter over the top k would
+    // return almost none of the rare rows.
+    let mut rows: Vec<_> = (0..500).map(|i| row(i, "common")).collect();
+    rows.extend((500..512).map(|i| row(i, "rare")));
+    store.append(rows).await.unwrap();
+    let search = LanceSearch::new(store.table().clone(), usize::MAX, 0)
+        .await
+        .unwrap();
+    let hits = search
+        .nearest(&SearchRequest {
+            vector: vector(3),
+            predicate: Some("memory_scope = 'rare'".into()),
+            k: 10,
+        })
+        .await
+        .unwrap();
+    assert_eq!(hits.len(), 10);
+    assert!(hits
+        .iter()
+        .all(|h| h.record.memory_scope.as_deref() == Some("rare")));
+    assert!(
+        hits.windows(2).all(|w| w[0].distance <= w[1].distance),
+        "sorted by distance"
+    );
+    // The plan uses the scope bitmap index inside the scan, not a filter after it.
+    let plan = store
+        .table()
+        .query()
+        .nearest_to(vector(3).as_slice())
+        .unwrap()
+        .only_if("memory_scope = 'rare'")
+        .explain_plan(true)
+        .await
+        .unwrap();
+    assert!(!plan.contains("postfilter"), "{plan}");
+}
+
+use lancedb::query::{ExecutableQuery, QueryBase};
+
+#[tokio::test]
+async fn concurrent_appends_are_group_committed_and_compaction_folds_fragments() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path()).await;
+    let mut tasks = Vec::new();
+    for i in 0..200 {
+        let s = store.clone();
+        tasks.push(tokio::spawn(async move {
+            s.append(vec![row(i, "public")]).await
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap().unwrap();
+    }
+    assert_eq!(store.count(None).await.unwrap(), 200);
+    let commits = store
+        .writer()
+        .counters()
+        .commits
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert!(
+        commits < 200,
+        "200 concurrent appends must share commits, got {commits}"
+    );
+    let before = store.stats().await.unwrap().fragments;
+    assert_eq!(before as u64, commits);
+    let report = store.writer().maintain().await.unwrap();
+    assert!(
+        report.fragments_after < report.fragments_before || before < 16,
+        "{report:?}"
+    );
+    assert_eq!(
+        store.count(None).await.unwrap(),
+        200,
+        "compaction loses nothing"
+    );
+}
+
+#[tokio::test]
+async fn reopening_with_another_dimension_or_model_fails_clearly() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path()).await;
+    store.append(vec![row(1, "public")]).await.unwrap();
+    store.shutdown().await;
+    let err = Store::open(
+        dir.path(),
+        "memories",
+        &ModelInfo {
+            id: "test-model".into(),
+            dimension: 16,
+        },
+        WriterSettings::default(),
+    )
+    .await
+    .err()
+    .expect("dimension mismatch");
+    assert!(
+        matches!(
+            err,
+            StoreError::DimensionMismatch {
+                table: 8,
+                model: 16
+            }
+        ),
+        "{err}"
+    );
+    let err = Store::open(
+        dir.path(),
+        "memories",
+        &ModelInfo {
+            id: "other".into(),
+            dimension: DIM,
+        },
+        WriterSettings::default(),
+    )
+    .await
+    .err()
+    .expect("model mismatch");
+    assert!(matches!(err, StoreError::ModelMismatch { .. }), "{err}");
+    assert!(err.to_string().contains("test-model"));
+    // Same model reopens and keeps the data.
+    let store = open(dir.path()).await;
+    assert_eq!(store.count(None).await.unwrap(), 1);
+}
+
+#[tokio::test]
+async fn the_scope_column_has_a_bitmap_index_and_id_is_the_primary_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path()).await;
+    store.append(vec![row(1, "public")]).await.unwrap();
+    let indices = store.table().list_indices().await.unwrap();
+    assert!(indices
+        .iter()
+        .any(|i| i.columns == vec!["memory_scope".to_string()]
+            && i.index_type == lancedb::index::IndexType::Bitmap));
+    let schema = store.table().schema().await.unwrap();
+    assert!(schema
+        .field_with_name("memory_scope")
+        .unwrap()
+        .is_nullable());
+}
