@@ -19,7 +19,9 @@ use scopemem::config::Config;
 use scopemem::embed::{Embedder, FastEmbedder, ModelFiles};
 use scopemem::host::PluginHost;
 use scopemem::store::search::build_vector_index;
-use scopemem::store::{Hit, LanceSearch, MemoryRecord, ModelInfo, NearestVisible, SearchRequest, Store, WriterSettings};
+use scopemem::store::{
+    Hit, LanceSearch, MemoryRecord, ModelInfo, NearestVisible, SearchRequest, Store, WriterSettings,
+};
 use serde_json::json;
 
 const SCOPES: usize = 50;
@@ -42,39 +44,137 @@ impl Rng {
 }
 
 const WHO: &[&str] = &[
-    "Grandma", "Grandpa", "Mom", "Dad", "my sister Lily", "my brother Tom", "Uncle Wang", "Aunt Mei",
-    "the team lead", "my manager", "the new intern", "the designer", "the CFO", "our landlord",
-    "my best friend Jack", "Coach Li", "the neighbour", "my cousin Ana", "the doctor", "the teacher",
-    "Alice", "Bob", "Carol", "Dave", "Erin", "Frank", "Grace", "Heidi", "Ivan", "Judy",
+    "Grandma",
+    "Grandpa",
+    "Mom",
+    "Dad",
+    "my sister Lily",
+    "my brother Tom",
+    "Uncle Wang",
+    "Aunt Mei",
+    "the team lead",
+    "my manager",
+    "the new intern",
+    "the designer",
+    "the CFO",
+    "our landlord",
+    "my best friend Jack",
+    "Coach Li",
+    "the neighbour",
+    "my cousin Ana",
+    "the doctor",
+    "the teacher",
+    "Alice",
+    "Bob",
+    "Carol",
+    "Dave",
+    "Erin",
+    "Frank",
+    "Grace",
+    "Heidi",
+    "Ivan",
+    "Judy",
 ];
 const DOES: &[&str] = &[
-    "loves", "is allergic to", "wants to learn", "recommended", "complained about", "bought",
-    "is planning a trip to", "has a meeting about", "forgot about", "is worried about", "asked about",
-    "wrote a report on", "cooked", "borrowed", "lost", "is training for", "gave a talk on",
-    "celebrated", "fixed", "hates",
+    "loves",
+    "is allergic to",
+    "wants to learn",
+    "recommended",
+    "complained about",
+    "bought",
+    "is planning a trip to",
+    "has a meeting about",
+    "forgot about",
+    "is worried about",
+    "asked about",
+    "wrote a report on",
+    "cooked",
+    "borrowed",
+    "lost",
+    "is training for",
+    "gave a talk on",
+    "celebrated",
+    "fixed",
+    "hates",
 ];
 const WHAT: &[&str] = &[
-    "spicy hotpot", "peanuts", "the violin", "Kyoto", "the Q3 launch", "the quarterly budget",
-    "a red bicycle", "orchids", "the staging database", "a marathon", "dumplings", "jazz records",
-    "the Rust rewrite", "the kitchen sink", "tax filing", "a birthday cake", "the hiking trail",
-    "chess openings", "the security audit", "a puppy", "green tea", "the wedding", "the car insurance",
-    "the mortgage", "swimming lessons", "the quarterly OKRs", "a sci-fi novel", "the garden",
-    "the office move", "piano lessons", "the dentist appointment", "the flu", "a camping tent",
-    "the hiring plan", "sushi", "the school play", "a new laptop", "the client demo", "yoga", "the beach house",
+    "spicy hotpot",
+    "peanuts",
+    "the violin",
+    "Kyoto",
+    "the Q3 launch",
+    "the quarterly budget",
+    "a red bicycle",
+    "orchids",
+    "the staging database",
+    "a marathon",
+    "dumplings",
+    "jazz records",
+    "the Rust rewrite",
+    "the kitchen sink",
+    "tax filing",
+    "a birthday cake",
+    "the hiking trail",
+    "chess openings",
+    "the security audit",
+    "a puppy",
+    "green tea",
+    "the wedding",
+    "the car insurance",
+    "the mortgage",
+    "swimming lessons",
+    "the quarterly OKRs",
+    "a sci-fi novel",
+    "the garden",
+    "the office move",
+    "piano lessons",
+    "the dentist appointment",
+    "the flu",
+    "a camping tent",
+    "the hiring plan",
+    "sushi",
+    "the school play",
+    "a new laptop",
+    "the client demo",
+    "yoga",
+    "the beach house",
 ];
 const WHEN: &[&str] = &[
-    "last Monday", "next weekend", "every morning", "on Saturday evening", "since last year",
-    "during the holidays", "before the deadline", "after dinner", "in March", "twice a week",
-    "yesterday", "this Friday", "at the family reunion", "at the offsite", "on her birthday",
+    "last Monday",
+    "next weekend",
+    "every morning",
+    "on Saturday evening",
+    "since last year",
+    "during the holidays",
+    "before the deadline",
+    "after dinner",
+    "in March",
+    "twice a week",
+    "yesterday",
+    "this Friday",
+    "at the family reunion",
+    "at the offsite",
+    "on her birthday",
 ];
 
 fn sentence(rng: &mut Rng) -> String {
-    format!("{} {} {} {}.", rng.pick(WHO), rng.pick(DOES), rng.pick(WHAT), rng.pick(WHEN))
+    format!(
+        "{} {} {} {}.",
+        rng.pick(WHO),
+        rng.pick(DOES),
+        rng.pick(WHAT),
+        rng.pick(WHEN)
+    )
 }
 
 fn question(rng: &mut Rng) -> String {
     let q = ["What does", "What about", "Tell me what", "Remind me:"][(rng.next() % 4) as usize];
-    format!("{q} {} {} {}?", rng.pick(WHO), rng.pick(DOES), rng.pick(WHAT))
+    format!(
+        "{q} {} {} {}?",
+        rng.pick(WHO),
+        rng.pick(DOES),
+        rng.pick(WHAT)
+    )
 }
 
 fn scope_of(rng: &mut Rng) -> String {
@@ -92,7 +192,9 @@ fn percentiles(mut xs: Vec<Duration>) -> (f64, f64, f64) {
 }
 
 fn bench_root() -> PathBuf {
-    let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("target"));
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("target"));
     target.join("scopemem-bench")
 }
 
@@ -102,7 +204,12 @@ async fn embed_all(e: &dyn Embedder, texts: Vec<String>) -> Vec<Vec<f32>> {
     for (i, chunk) in texts.chunks(256).enumerate() {
         out.extend(e.embed(chunk.to_vec()).await.expect("embed"));
         if i % 40 == 0 {
-            eprintln!("  embedded {}/{} ({:.0}/s)", out.len(), texts.len(), out.len() as f64 / started.elapsed().as_secs_f64());
+            eprintln!(
+                "  embedded {}/{} ({:.0}/s)",
+                out.len(),
+                texts.len(),
+                out.len() as f64 / started.elapsed().as_secs_f64()
+            );
         }
     }
     out
@@ -111,12 +218,17 @@ async fn embed_all(e: &dyn Embedder, texts: Vec<String>) -> Vec<Vec<f32>> {
 /// A table of `n` memory-like rows in 50 scopes + 30% public, cached on disk.
 async fn dataset(e: &Arc<dyn Embedder>, n: usize) -> (PathBuf, Store) {
     let dir = bench_root().join(format!("rows-{n}-v1"));
-    let model = ModelInfo { id: e.model_id().into(), dimension: e.dimension() };
+    let model = ModelInfo {
+        id: e.model_id().into(),
+        dimension: e.dimension(),
+    };
     let done = dir.join("COMPLETE");
     if !done.exists() {
         let _ = std::fs::remove_dir_all(&dir);
         eprintln!("building the {n}-row dataset (cached in {})", dir.display());
-        let store = Store::open(&dir, "memories", &model, WriterSettings::default()).await.expect("open");
+        let store = Store::open(&dir, "memories", &model, WriterSettings::default())
+            .await
+            .expect("open");
         let mut rng = Rng(n as u64);
         let texts: Vec<String> = (0..n).map(|_| sentence(&mut rng)).collect();
         let vectors = embed_all(e.as_ref(), texts.clone()).await;
@@ -152,7 +264,9 @@ async fn dataset(e: &Arc<dyn Embedder>, n: usize) -> (PathBuf, Store) {
         store.shutdown().await;
         std::fs::write(&done, b"ok").expect("mark complete");
     }
-    let store = Store::open(&dir, "memories", &model, WriterSettings::default()).await.expect("open");
+    let store = Store::open(&dir, "memories", &model, WriterSettings::default())
+        .await
+        .expect("open");
     (dir, store)
 }
 
@@ -169,7 +283,10 @@ async fn queries(e: &dyn Embedder) -> Vec<Query> {
         .into_iter()
         .map(|vector| {
             let scope = format!("scope_{:02}", rng.next() % SCOPES as u64);
-            Query { vector, predicate: format!("memory_scope IN ('{scope}', 'public')") }
+            Query {
+                vector,
+                predicate: format!("memory_scope IN ('{scope}', 'public')"),
+            }
         })
         .collect()
 }
@@ -178,7 +295,11 @@ async fn run_all(search: &dyn NearestVisible, qs: &[Query]) -> (Vec<Duration>, V
     let mut times = Vec::with_capacity(qs.len());
     let mut results = Vec::with_capacity(qs.len());
     for q in qs {
-        let req = SearchRequest { vector: q.vector.clone(), predicate: Some(q.predicate.clone()), k: K };
+        let req = SearchRequest {
+            vector: q.vector.clone(),
+            predicate: Some(q.predicate.clone()),
+            k: K,
+        };
         let t = Instant::now();
         let hits = search.nearest(&req).await.expect("search");
         times.push(t.elapsed());
@@ -193,7 +314,10 @@ fn recall_at_k(exact: &[Vec<Hit>], approx: &[Vec<Hit>]) -> f64 {
     for (e, a) in exact.iter().zip(approx) {
         let ids: std::collections::HashSet<&str> = a.iter().map(|h| h.record.id.as_str()).collect();
         total += e.len();
-        found += e.iter().filter(|h| ids.contains(h.record.id.as_str())).count();
+        found += e
+            .iter()
+            .filter(|h| ids.contains(h.record.id.as_str()))
+            .count();
     }
     found as f64 / total.max(1) as f64
 }
@@ -203,7 +327,11 @@ fn report(label: &str, times: Vec<Duration>, extra: &str) {
     println!("RESULT {label:<44} p50 {p50:>8.2} ms  p95 {p95:>8.2} ms  p99 {p99:>8.2} ms  {extra}");
 }
 
-async fn host_on(dir: &std::path::Path, e: Arc<dyn Embedder>, extra: serde_json::Value) -> PluginHost {
+async fn host_on(
+    dir: &std::path::Path,
+    e: Arc<dyn Embedder>,
+    extra: serde_json::Value,
+) -> PluginHost {
     let mut cfg = json!({"storage": {"db_dir": dir.to_string_lossy()}});
     if let (Some(c), Some(x)) = (cfg.as_object_mut(), extra.as_object()) {
         for (k, v) in x {
@@ -215,39 +343,62 @@ async fn host_on(dir: &std::path::Path, e: Arc<dyn Embedder>, extra: serde_json:
 }
 
 fn main() {
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
-    let embedder: Arc<dyn Embedder> =
-        Arc::new(FastEmbedder::load(&ModelFiles::resolve(None, None), 32).expect("model (run `make setup`)"));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let embedder: Arc<dyn Embedder> = Arc::new(
+        FastEmbedder::load(&ModelFiles::resolve(None, None), 32).expect("model (run `make setup`)"),
+    );
     let sizes: Vec<usize> = std::env::var("SCOPEMEM_BENCH_SIZES")
         .ok()
         .map(|s| s.split(',').filter_map(|x| x.trim().parse().ok()).collect())
         .unwrap_or_else(|| vec![10_000, 100_000]);
     let qs = rt.block_on(queries(embedder.as_ref()));
-    let mut criterion = Criterion::default().configure_from_args().sample_size(30).warm_up_time(Duration::from_secs(1));
+    let mut criterion = Criterion::default()
+        .configure_from_args()
+        .sample_size(30)
+        .warm_up_time(Duration::from_secs(1));
 
     for &n in &sizes {
         let (dir, store) = rt.block_on(dataset(&embedder, n));
         // Exact filtered search: the flat prefiltered scan, the ground truth.
-        let flat = rt.block_on(LanceSearch::new(store.table().clone(), usize::MAX, 0)).expect("search");
+        let flat = rt
+            .block_on(LanceSearch::new(store.table().clone(), usize::MAX, 0))
+            .expect("search");
         let (t, exact) = rt.block_on(run_all(&flat, &qs));
-        report(&format!("{n} rows: search only, flat (exact)"), t, "recall@10 1.000");
+        report(
+            &format!("{n} rows: search only, flat (exact)"),
+            t,
+            "recall@10 1.000",
+        );
         let mut group = criterion.benchmark_group(format!("search_{n}"));
         let mut i = 0;
         group.bench_function("flat", |b| {
             b.iter(|| {
                 let q = &qs[i % qs.len()];
                 i += 1;
-                rt.block_on(flat.nearest(&SearchRequest { vector: q.vector.clone(), predicate: Some(q.predicate.clone()), k: K }))
-                    .expect("search")
+                rt.block_on(flat.nearest(&SearchRequest {
+                    vector: q.vector.clone(),
+                    predicate: Some(q.predicate.clone()),
+                    k: K,
+                }))
+                .expect("search")
             })
         });
 
         if n >= 50_000 {
             let t0 = Instant::now();
-            rt.block_on(build_vector_index(store.table())).expect("index");
-            println!("RESULT {n} rows: IVF_HNSW_SQ (cosine) index build {:.1} s", t0.elapsed().as_secs_f64());
+            rt.block_on(build_vector_index(store.table()))
+                .expect("index");
+            println!(
+                "RESULT {n} rows: IVF_HNSW_SQ (cosine) index build {:.1} s",
+                t0.elapsed().as_secs_f64()
+            );
             for refine in [0u32, 4] {
-                let indexed = rt.block_on(LanceSearch::new(store.table().clone(), 0, refine)).expect("search");
+                let indexed = rt
+                    .block_on(LanceSearch::new(store.table().clone(), 0, refine))
+                    .expect("search");
                 assert!(indexed.is_indexed());
                 let (t, approx) = rt.block_on(run_all(&indexed, &qs));
                 report(
@@ -260,8 +411,12 @@ fn main() {
                     b.iter(|| {
                         let q = &qs[j % qs.len()];
                         j += 1;
-                        rt.block_on(indexed.nearest(&SearchRequest { vector: q.vector.clone(), predicate: Some(q.predicate.clone()), k: K }))
-                            .expect("search")
+                        rt.block_on(indexed.nearest(&SearchRequest {
+                            vector: q.vector.clone(),
+                            predicate: Some(q.predicate.clone()),
+                            k: K,
+                        }))
+                        .expect("search")
                     })
                 });
             }
@@ -281,7 +436,11 @@ fn main() {
         for _ in 0..QUERIES {
             let q = question(&mut rng);
             let t = Instant::now();
-            rt.block_on(host.invoke("recall", json!({"conversation_id": "bench:conv", "query": q, "limit": K}))).expect("recall");
+            rt.block_on(host.invoke(
+                "recall",
+                json!({"conversation_id": "bench:conv", "query": q, "limit": K}),
+            ))
+            .expect("recall");
             times.push(t.elapsed());
         }
         report(&format!("{n} rows: recall with query embedding"), times, "");
@@ -328,8 +487,11 @@ fn main() {
         let mut rng = Rng(4242);
         let t = Instant::now();
         for i in 0..10_000 {
-            rt.block_on(host.invoke("remember", json!({"conversation_id": "bench:single", "content": sentence(&mut rng)})))
-                .expect("remember");
+            rt.block_on(host.invoke(
+                "remember",
+                json!({"conversation_id": "bench:single", "content": sentence(&mut rng)}),
+            ))
+            .expect("remember");
             if i % 2000 == 1999 {
                 let s = rt.block_on(host.memory().store().stats()).expect("stats");
                 eprintln!("  {} single remembers: {} fragments", i + 1, s.fragments);

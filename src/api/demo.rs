@@ -91,6 +91,7 @@ pub async fn run(base: &str) -> Result<(), DemoError> {
         ),
     ];
     println!("== Writing memories ==");
+    let mut written = Vec::new();
     for (conv, label, content, ty) in writes {
         let r = post(
             &client,
@@ -104,42 +105,74 @@ pub async fn run(base: &str) -> Result<(), DemoError> {
             r["memory"]["memory_scope"].as_str().unwrap_or("?"),
             r["memory"]["scope_source"].as_str().unwrap_or("?"),
         );
+        written.push((
+            r["memory"]["id"].as_str().unwrap_or_default().to_string(),
+            r["memory"]["memory_scope"]
+                .as_str()
+                .unwrap_or("?")
+                .to_string(),
+            content,
+        ));
     }
-    let questions = [
-        "when is the birthday dinner and what can't mom eat?",
-        "when is the launch review and what about the database?",
-        "what food does the user like?",
-    ];
-    println!("\n== Who recalls what ==");
-    for (conv, label) in [
+    // Who sees what: probe every memory from every conversation with its own text as the
+    // query; a memory is visible when the recall returns its id.
+    let convs = [
         (FAMILY, "家人群"),
         (WORK, "work group"),
         (PRIVATE, "private chat"),
-    ] {
-        println!("\n-- asking from the {label} ({conv})");
-        for q in questions {
+    ];
+    println!("\n== Who sees what (recall from each conversation) ==");
+    println!(
+        "  {:<64} {:^8} {:^10} {:^12}",
+        "memory [scope]", "家人群", "work group", "private chat"
+    );
+    for (id, scope, content) in &written {
+        let mut cells = Vec::new();
+        for (conv, _) in convs {
             let r = post(
                 &client,
                 base,
                 "/v1/recall",
-                json!({"conversation_id": conv, "query": q, "limit": 5}),
+                json!({"conversation_id": conv, "query": content, "limit": 5}),
             )
             .await?;
-            let scope = r["memory_scope"].as_str().unwrap_or("?").to_string();
-            let empty = Vec::new();
-            let hits = r["memories"].as_array().unwrap_or(&empty);
-            println!("   q: {q}  (current scope: {scope})");
-            if hits.is_empty() {
-                println!("      (nothing visible)");
-            }
-            for h in hits {
-                println!(
-                    "      {:.2}  [{}] {}",
-                    h["score"].as_f64().unwrap_or(0.0),
-                    h["memory_scope"].as_str().unwrap_or("NULL"),
-                    h["content"].as_str().unwrap_or("")
-                );
-            }
+            let seen = r["memories"]
+                .as_array()
+                .is_some_and(|ms| ms.iter().any(|m| m["id"].as_str() == Some(id)));
+            cells.push(if seen { "sees" } else { "-" });
+        }
+        let label: String = format!("[{scope}] {content}").chars().take(64).collect();
+        println!(
+            "  {label:<64} {:^8} {:^10} {:^12}",
+            cells[0], cells[1], cells[2]
+        );
+    }
+    let q = "When is grandma's birthday dinner?";
+    println!("\n== \"{q}\" asked from each conversation ==");
+    for (conv, label) in convs {
+        let r = post(
+            &client,
+            base,
+            "/v1/recall",
+            json!({"conversation_id": conv, "query": q, "limit": 5}),
+        )
+        .await?;
+        println!(
+            "-- {label} ({conv}), current scope {}:",
+            r["memory_scope"].as_str().unwrap_or("?")
+        );
+        let empty = Vec::new();
+        let hits = r["memories"].as_array().unwrap_or(&empty);
+        if hits.is_empty() {
+            println!("      (nothing above the similarity threshold)");
+        }
+        for h in hits {
+            println!(
+                "      {:.2}  [{}] {}",
+                h["score"].as_f64().unwrap_or(0.0),
+                h["memory_scope"].as_str().unwrap_or("NULL"),
+                h["content"].as_str().unwrap_or("")
+            );
         }
     }
     println!("\nFamily memories stay in 家人, work memories in 工作; the unmapped private chat writes public memories that everyone sees.");

@@ -20,7 +20,8 @@ pub struct WriterSettings {
     pub max_batch_rows: usize,
     /// How often to check whether compaction is due.
     pub maintenance_interval: Duration,
-    /// Compact once the table has at least this many fragments.
+    /// Compact as soon as the table has this many fragments (checked after every commit), so a
+    /// stream of single writes never piles up hundreds of fragments between timer ticks.
     pub compact_min_fragments: usize,
     /// Retries of a conflicting commit before giving up.
     pub max_retries: u32,
@@ -31,7 +32,7 @@ impl Default for WriterSettings {
         WriterSettings {
             max_batch_rows: 512,
             maintenance_interval: Duration::from_secs(60),
-            compact_min_fragments: 16,
+            compact_min_fragments: 64,
             max_retries: 6,
         }
     }
@@ -187,11 +188,21 @@ async fn run(
                 if result.is_ok() {
                     dirty = true;
                 }
+                let fragments = match table.as_native() {
+                    Some(native) => native.count_fragments().await.unwrap_or(0),
+                    None => 0,
+                };
                 for (_, done) in group {
                     let _ = done.send(match &result {
                         Ok(()) => Ok(()),
                         Err(e) => Err(StoreError::Commit(e.to_string())),
                     });
+                }
+                if fragments >= settings.compact_min_fragments {
+                    match maintain(&table, &settings, &counters).await {
+                        Ok(_) => dirty = false,
+                        Err(e) => tracing::warn!(error = %e, "compaction failed; will retry"),
+                    }
                 }
             }
             Op::Delete { predicate, done } => {
@@ -278,6 +289,11 @@ where
 }
 
 /// Compact small fragments, then fold unindexed rows into the existing indexes.
+///
+/// Lance merges every adjacent fragment smaller than `target_rows_per_fragment`. With the
+/// default (1M rows) each compaction would rewrite the whole growing table; a target of
+/// rows/16 (at least 1024) leaves the big fragments alone and merges only the small tail, so
+/// each row is rewritten a logarithmic number of times as the table grows.
 async fn maintain(
     table: &Table,
     settings: &WriterSettings,
@@ -287,12 +303,17 @@ async fn maintain(
         .as_native()
         .ok_or_else(|| StoreError::Schema("only local tables are supported".into()))?;
     let before = native.count_fragments().await?;
-    if before >= settings.compact_min_fragments {
+    if before >= 2 {
+        let rows = table.count_rows(None).await?;
+        let target = (rows / 16).clamp(1024, 1024 * 1024);
         let started = Instant::now();
         retry(settings, counters, || async {
             table
                 .optimize(OptimizeAction::Compact {
-                    options: CompactionOptions::default(),
+                    options: CompactionOptions {
+                        target_rows_per_fragment: target,
+                        ..CompactionOptions::default()
+                    },
                     remap_options: None,
                 })
                 .await?;
@@ -302,6 +323,7 @@ async fn maintain(
         counters.compactions.fetch_add(1, Ordering::Relaxed);
         tracing::info!(
             fragments_before = before,
+            target_rows = target,
             ms = started.elapsed().as_millis() as u64,
             "compacted"
         );
