@@ -226,7 +226,7 @@ async fn dataset(e: &Arc<dyn Embedder>, n: usize) -> (PathBuf, Store) {
     if !done.exists() {
         let _ = std::fs::remove_dir_all(&dir);
         eprintln!("building the {n}-row dataset (cached in {})", dir.display());
-        let store = Store::open(&dir, "memories", &model, WriterSettings::default())
+        let (store, _) = Store::open(&dir, "memories", &model, WriterSettings::default())
             .await
             .expect("open");
         let mut rng = Rng(n as u64);
@@ -264,7 +264,7 @@ async fn dataset(e: &Arc<dyn Embedder>, n: usize) -> (PathBuf, Store) {
         store.shutdown().await;
         std::fs::write(&done, b"ok").expect("mark complete");
     }
-    let store = Store::open(&dir, "memories", &model, WriterSettings::default())
+    let (store, _) = Store::open(&dir, "memories", &model, WriterSettings::default())
         .await
         .expect("open");
     (dir, store)

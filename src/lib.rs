@@ -8,5 +8,6 @@ pub mod config;
 pub mod embed;
 pub mod host;
 pub mod memory;
+pub mod migrate;
 pub mod scope;
 pub mod store;

@@ -98,6 +98,8 @@ async fn main() -> anyhow::Result<()> {
             let listener = tokio::net::TcpListener::bind(&addr)
                 .await
                 .with_context(|| format!("cannot listen on server.http_addr '{addr}'"))?;
+            // Indexes and the legacy backfill start only once we are accepting requests.
+            host.start_background();
             scopemem::api::http::serve(host.clone(), listener, shutdown_signal())
                 .await
                 .with_context(|| format!("serving on {addr}"))?;

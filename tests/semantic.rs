@@ -20,6 +20,28 @@ async fn embeddings_are_unit_norm_384d() {
 }
 
 #[tokio::test]
+async fn batching_does_not_change_embeddings() {
+    let e = embedder();
+    let alone = e.embed(vec!["Grandma likes orchids".into()]).await.unwrap();
+    let texts: Vec<String> = (0..70)
+        .map(|i| format!("a much longer unrelated sentence number {i} to pad the batch"))
+        .chain(std::iter::once("Grandma likes orchids".to_string()))
+        .collect();
+    let batch = e.embed(texts).await.unwrap();
+    assert_eq!(
+        batch.len(),
+        71,
+        "more texts than the batch size are split, not refused"
+    );
+    let diff: f32 = alone[0]
+        .iter()
+        .zip(&batch[70])
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0, f32::max);
+    assert!(diff < 1e-4, "max component difference {diff}");
+}
+
+#[tokio::test]
 async fn a_query_about_a_fact_ranks_it_first() {
     let dir = tempfile::tempdir().unwrap();
     let host = host(config(dir.path(), family_map())).await;

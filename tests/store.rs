@@ -48,6 +48,7 @@ async fn open(dir: &std::path::Path) -> Store {
     Store::open(dir, "memories", &model(), WriterSettings::default())
         .await
         .unwrap()
+        .0
 }
 
 #[tokio::test]
@@ -100,7 +101,7 @@ async fn concurrent_appends_are_group_committed_and_compaction_folds_fragments()
         compact_min_fragments: usize::MAX,
         ..WriterSettings::default()
     };
-    let store = Store::open(dir.path(), "memories", &model(), settings)
+    let (store, _) = Store::open(dir.path(), "memories", &model(), settings)
         .await
         .unwrap();
     let mut tasks = Vec::new();
@@ -208,7 +209,7 @@ async fn sequential_single_appends_stay_under_the_fragment_cap() {
         compact_min_fragments: 16,
         ..WriterSettings::default()
     };
-    let store = Store::open(dir.path(), "memories", &model(), settings)
+    let (store, _) = Store::open(dir.path(), "memories", &model(), settings)
         .await
         .unwrap();
     for i in 0..100 {

@@ -171,6 +171,11 @@ impl PluginHost {
         &self.config
     }
 
+    /// Start background work (indexes, legacy backfill); call once serving.
+    pub fn start_background(&self) {
+        self.memory.start_background();
+    }
+
     /// Finish queued writes, then stop.
     pub async fn shutdown(&self) {
         self.memory.shutdown().await;

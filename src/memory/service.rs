@@ -1,7 +1,6 @@
 //! MemoryService: every read and write of memories. The scope of a new memory is derived in
 //! exactly one place, [`derive_scope`], from the conversation id (and persona) alone.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -14,6 +13,8 @@ use super::redact::redact;
 use super::MemoryError;
 use crate::config::{Config, MigrationMode, RecallConfig, ScopeFilterMode};
 use crate::embed::Embedder;
+use crate::migrate::backfill::{BackfillHandle, BackfillProgress, BackfillSettings};
+use crate::migrate::checkpoint;
 use crate::scope::{ConversationId, MapSummary, ResolvedScope, ScopeMap, ScopeResolver};
 use crate::store::{
     LanceSearch, MemoryRecord, ModelInfo, NearestVisible, SearchRequest, Store, WriterSettings,
@@ -77,15 +78,14 @@ pub struct Status {
     pub scope_map: MapSummary,
 }
 
+/// Migration part of `/v1/status`: the backfill's progress plus whether recall currently
+/// includes NULL-scope rows (`active`).
 #[derive(Debug, Clone, Serialize)]
 pub struct MigrationStatus {
-    pub state: &'static str,
     pub migration_mode: MigrationMode,
     pub active: bool,
-    pub scanned: u64,
-    pub filled: u64,
-    pub skipped: u64,
-    pub remaining: usize,
+    #[serde(flatten)]
+    pub backfill: BackfillProgress,
 }
 
 pub struct MemoryService {
@@ -94,8 +94,8 @@ pub struct MemoryService {
     embedder: Arc<dyn Embedder>,
     scopes: Arc<ScopeResolver>,
     settings: ServiceSettings,
-    /// Whether recall also shows legacy rows with a NULL scope.
-    migration_active: AtomicBool,
+    /// The backfill of legacy rows and the migration-mode gate it controls.
+    backfill: Arc<BackfillHandle>,
 }
 
 impl MemoryService {
@@ -117,7 +117,7 @@ impl MemoryService {
                 .max(std::time::Duration::from_secs(1)),
             ..WriterSettings::default()
         };
-        let store = Store::open(
+        let (store, outcome) = Store::open(
             &config.storage.db_dir,
             &config.storage.table_name,
             &model,
@@ -132,12 +132,20 @@ impl MemoryService {
             )
             .await?,
         );
-        let null_rows = store.count(Some("memory_scope IS NULL".into())).await?;
-        let active = match config.migration_mode {
-            MigrationMode::On => true,
-            MigrationMode::Off => false,
-            MigrationMode::Auto => null_rows > 0,
-        };
+        let backfill = BackfillHandle::prepare(
+            store.clone(),
+            BackfillSettings {
+                batch_size: config.backfill.batch_size.max(1),
+                pause: config.backfill.pause(),
+                mode: config.migration_mode,
+                checkpoint_path: checkpoint::path_for(
+                    &config.storage.db_dir,
+                    &config.storage.table_name,
+                ),
+            },
+            outcome.backfill_needed,
+        )
+        .map_err(|e| MemoryError::Internal(e.to_string()))?;
         if config.scope_filter == ScopeFilterMode::Disabled {
             tracing::warn!(
                 "scope_filter = disabled: recall ignores scopes (emergency rollback mode)"
@@ -153,8 +161,25 @@ impl MemoryService {
                 scope_filter: config.scope_filter,
                 migration_mode: config.migration_mode,
             },
-            migration_active: AtomicBool::new(active),
+            backfill: Arc::new(backfill),
         })
+    }
+
+    /// Work that must not delay start-up: scalar indexes and the legacy backfill. Call once
+    /// the service is serving.
+    pub fn start_background(&self) {
+        let store = self.store.clone();
+        let backfill = self.backfill.clone();
+        tokio::spawn(async move {
+            if let Err(e) = store.ensure_indexes().await {
+                tracing::error!(error = %e, "could not build scalar indexes; recall still works, unindexed");
+            }
+            backfill.start();
+        });
+    }
+
+    pub fn backfill(&self) -> &Arc<BackfillHandle> {
+        &self.backfill
     }
 
     pub fn store(&self) -> &Store {
@@ -169,8 +194,9 @@ impl MemoryService {
         &self.scopes
     }
 
+    /// Whether recall currently also shows legacy rows with a NULL scope.
     pub fn migration_active(&self) -> bool {
-        self.migration_active.load(Ordering::Relaxed)
+        self.backfill.gate().is_on()
     }
 
     /// Write one memory from the remember tool (active, caller-chosen strength).
@@ -352,25 +378,19 @@ impl MemoryService {
             embedding_model: self.embedder.model_id().to_string(),
             scope_filter: self.scopes.snapshot().filter_mode(),
             migration: MigrationStatus {
-                state: if stats.null_scope_rows == 0 {
-                    "none"
-                } else {
-                    "pending"
-                },
                 migration_mode: self.settings.migration_mode,
                 active,
-                scanned: 0,
-                filled: 0,
-                skipped: 0,
-                remaining: stats.null_scope_rows,
+                backfill: self.backfill.progress(),
             },
             rows_by_scope: stats.rows_by_scope,
             scope_map: self.scopes.snapshot().summary(),
         })
     }
 
-    /// Commit queued writes and stop the writer.
+    /// Stop the backfill between batches (its checkpoint is saved), commit queued writes and
+    /// stop the writer.
     pub async fn shutdown(&self) {
+        self.backfill.stop().await;
         self.store.shutdown().await;
     }
 }

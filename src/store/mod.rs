@@ -14,10 +14,10 @@ use std::time::Instant;
 
 use futures::TryStreamExt;
 use lancedb::arrow::arrow_array::{Array, StringArray};
-use lancedb::index::scalar::BitmapIndexBuilder;
+use lancedb::index::scalar::{BTreeIndexBuilder, BitmapIndexBuilder};
 use lancedb::index::{Index, IndexType};
 use lancedb::query::{ExecutableQuery, QueryBase, Select};
-use lancedb::{Connection, Table};
+use lancedb::Table;
 
 pub use record::MemoryRecord;
 use schema::*;
@@ -90,34 +90,58 @@ pub struct StoreStats {
 }
 
 impl Store {
-    /// Open (or create) the table under `db_dir`, check it was built for `model`, make sure the
-    /// scope bitmap index exists and start the writer task.
+    /// Open (or create) the table under `db_dir`, applying pending migrations, check it was
+    /// built for `model` and start the writer. Scalar indexes are not built here (that would
+    /// make start-up time grow with the table): call [`Store::ensure_indexes`] in the background.
     pub async fn open(
         db_dir: &Path,
         table_name: &str,
         model: &ModelInfo,
         settings: WriterSettings,
-    ) -> Result<Store, StoreError> {
+    ) -> Result<(Store, crate::migrate::MigrationOutcome), StoreError> {
         let started = Instant::now();
         std::fs::create_dir_all(db_dir)
             .map_err(|e| StoreError::Schema(format!("cannot create {}: {e}", db_dir.display())))?;
         let uri = db_dir.to_string_lossy();
         let conn = lancedb::connect(&uri).execute().await?;
-        let table = open_or_create(&conn, table_name, model).await?;
-        check_model(&table, model).await?;
-        ensure_scalar_indexes(&table).await?;
+        let (table, outcome) = crate::migrate::open_or_create(&conn, table_name, model.dimension)
+            .await
+            .map_err(|e| match e {
+                crate::migrate::MigrateError::Store(s) => s,
+                other => StoreError::Schema(other.to_string()),
+            })?;
+        if outcome.created {
+            write_model_meta(&table, model).await?;
+        } else {
+            check_model(&table, model).await?;
+        }
+        if outcome.created {
+            // Empty table: indexing is instant, and recall is indexed from the first row.
+            ensure_scalar_indexes(&table).await?;
+        }
         let writer = writer::spawn(table.clone(), settings);
         tracing::info!(
             db_dir = %db_dir.display(),
             table = table_name,
+            schema_from = outcome.from,
+            schema_to = outcome.to,
             ms = started.elapsed().as_millis() as u64,
             "store opened"
         );
-        Ok(Store {
-            table,
-            writer,
-            dimension: model.dimension,
-        })
+        Ok((
+            Store {
+                table,
+                writer,
+                dimension: model.dimension,
+            },
+            outcome,
+        ))
+    }
+
+    /// Build missing scalar indexes: the bitmap on `memory_scope` (recall prefilter) and a
+    /// BTree on `id` (lets the backfill patch scope columns without rewriting rows).
+    pub async fn ensure_indexes(&self) -> Result<(), StoreError> {
+        ensure_scalar_indexes(&self.table).await
     }
 
     pub fn table(&self) -> &Table {
@@ -182,32 +206,12 @@ impl Store {
     }
 }
 
-async fn open_or_create(
-    conn: &Connection,
-    name: &str,
-    model: &ModelInfo,
-) -> Result<Table, StoreError> {
-    let names = conn.table_names().execute().await?;
-    if names.iter().any(|n| n == name) {
-        return Ok(conn.open_table(name).execute().await?);
-    }
-    let table = conn
-        .create_empty_table(name, memories_schema(model.dimension))
-        .execute()
-        .await?;
-    table.set_unenforced_primary_key([COL_ID]).await?;
-    write_model_meta(&table, model).await?;
-    tracing::info!(table = name, dimension = model.dimension, "created table");
-    Ok(table)
-}
-
 async fn write_model_meta(table: &Table, model: &ModelInfo) -> Result<(), StoreError> {
     let native = table
         .as_native()
         .ok_or_else(|| StoreError::Schema("only local tables are supported".into()))?;
     native
         .update_config([
-            (META_SCHEMA_VERSION.to_string(), SCHEMA_VERSION.to_string()),
             (META_MODEL_ID.to_string(), model.id.clone()),
             (META_DIMENSION.to_string(), model.dimension.to_string()),
         ])
@@ -249,9 +253,20 @@ async fn check_model(table: &Table, model: &ModelInfo) -> Result<(), StoreError>
     }
 }
 
-/// The bitmap index on `memory_scope` serves the recall prefilter (`=`, `IN`, `IS NULL`).
+/// The bitmap index on `memory_scope` serves the recall prefilter (`=`, `IN`, `IS NULL`); the
+/// BTree on `id` serves lookups by id and the backfill's column-patching merge.
 async fn ensure_scalar_indexes(table: &Table) -> Result<(), StoreError> {
     let indices = table.list_indices().await?;
+    if !indices
+        .iter()
+        .any(|i| i.columns.iter().any(|c| c == COL_ID))
+    {
+        table
+            .create_index(&[COL_ID], Index::BTree(BTreeIndexBuilder::default()))
+            .execute()
+            .await?;
+        tracing::info!(column = COL_ID, "created btree index");
+    }
     let has_scope = indices.iter().any(|i| {
         i.columns.iter().any(|c| c == COL_MEMORY_SCOPE) && i.index_type == IndexType::Bitmap
     });

@@ -5,9 +5,10 @@ use std::sync::Arc;
 use chrono::{DateTime, TimeZone, Utc};
 use lancedb::arrow::arrow_array::{
     builder::{ListBuilder, StringBuilder},
-    Array, ArrayRef, BooleanArray, FixedSizeListArray, Float32Array, Int32Array, ListArray,
-    RecordBatch, StringArray, TimestampMicrosecondArray,
+    new_null_array, Array, ArrayRef, BooleanArray, FixedSizeListArray, Float32Array, Int32Array,
+    ListArray, RecordBatch, StringArray, TimestampMicrosecondArray,
 };
+use lancedb::arrow::arrow_cast::cast;
 use lancedb::arrow::arrow_schema::{DataType, SchemaRef};
 
 use super::schema::*;
@@ -30,7 +31,9 @@ pub struct MemoryRecord {
     pub scope_source: Option<String>,
 }
 
-/// Build one Arrow batch (one Lance fragment when appended) from records and their vectors.
+/// Build one Arrow batch (one Lance fragment when appended) from records and their vectors,
+/// shaped for the table's own schema: columns are matched by name and cast where a legacy table
+/// stores a different type (e.g. `created_at` as text); extra nullable columns get NULLs.
 pub fn to_batch(
     schema: &SchemaRef,
     rows: &[(MemoryRecord, Vec<f32>)],
@@ -63,25 +66,68 @@ pub fn to_batch(
     let strings = |f: fn(&MemoryRecord) -> Option<&str>| -> ArrayRef {
         Arc::new(StringArray::from_iter(rows.iter().map(|(r, _)| f(r))))
     };
-    let columns: Vec<ArrayRef> = vec![
-        strings(|r| Some(&r.id)),
-        strings(|r| Some(&r.content)),
-        strings(|r| r.reasoning.as_deref()),
-        Arc::new(tags.finish()),
-        strings(|r| Some(&r.memory_type)),
-        Arc::new(Int32Array::from_iter_values(
-            rows.iter().map(|(r, _)| r.strength),
-        )),
-        Arc::new(BooleanArray::from_iter(
-            rows.iter().map(|(r, _)| Some(r.is_active)),
-        )),
-        strings(|r| r.conversation_id.as_deref()),
-        Arc::new(TimestampMicrosecondArray::from(created).with_timezone("UTC")),
-        Arc::new(vectors),
-        strings(|r| r.memory_scope.as_deref()),
-        strings(|r| r.scope_source.as_deref()),
+    let ours: Vec<(&str, ArrayRef)> = vec![
+        (COL_ID, strings(|r| Some(&r.id))),
+        (COL_CONTENT, strings(|r| Some(&r.content))),
+        (COL_REASONING, strings(|r| r.reasoning.as_deref())),
+        (COL_TAGS, Arc::new(tags.finish())),
+        (COL_MEMORY_TYPE, strings(|r| Some(&r.memory_type))),
+        (
+            COL_STRENGTH,
+            Arc::new(Int32Array::from_iter_values(
+                rows.iter().map(|(r, _)| r.strength),
+            )),
+        ),
+        (
+            COL_IS_ACTIVE,
+            Arc::new(BooleanArray::from_iter(
+                rows.iter().map(|(r, _)| Some(r.is_active)),
+            )),
+        ),
+        (
+            COL_CONVERSATION_ID,
+            strings(|r| r.conversation_id.as_deref()),
+        ),
+        (
+            COL_CREATED_AT,
+            Arc::new(TimestampMicrosecondArray::from(created).with_timezone("UTC")),
+        ),
+        (COL_VECTOR, Arc::new(vectors)),
+        (COL_MEMORY_SCOPE, strings(|r| r.memory_scope.as_deref())),
+        (COL_SCOPE_SOURCE, strings(|r| r.scope_source.as_deref())),
     ];
+    let mut columns = Vec::with_capacity(schema.fields().len());
+    for field in schema.fields() {
+        let column = match ours.iter().find(|(name, _)| name == field.name()) {
+            Some((_, array)) if array.data_type() == field.data_type() => array.clone(),
+            Some((_, array)) => cast(array, field.data_type())?,
+            None if field.is_nullable() => new_null_array(field.data_type(), rows.len()),
+            None => {
+                return Err(StoreError::Schema(format!(
+                    "the table has a required column '{}' that scopemem does not write",
+                    field.name()
+                )))
+            }
+        };
+        columns.push(column);
+    }
     Ok(RecordBatch::try_new(schema.clone(), columns)?)
+}
+
+/// `created_at` as microseconds, whatever type the table stores it as (timestamps of any unit,
+/// or text such as RFC 3339). Unparseable values come back as NULL.
+pub fn created_at_micros(batch: &RecordBatch) -> Option<TimestampMicrosecondArray> {
+    let col = batch.column_by_name(COL_CREATED_AT)?;
+    let target = timestamp_type();
+    let casted = if col.data_type() == &target {
+        col.clone()
+    } else {
+        cast(col, &target).ok()?
+    };
+    casted
+        .as_any()
+        .downcast_ref::<TimestampMicrosecondArray>()
+        .cloned()
 }
 
 fn string_col<'a>(batch: &'a RecordBatch, name: &str) -> Option<&'a StringArray> {
@@ -112,9 +158,8 @@ pub fn from_batch(batch: &RecordBatch) -> Vec<MemoryRecord> {
     let active = batch
         .column_by_name(COL_IS_ACTIVE)
         .and_then(|c| c.as_any().downcast_ref::<BooleanArray>());
-    let created = batch
-        .column_by_name(COL_CREATED_AT)
-        .and_then(|c| c.as_any().downcast_ref::<TimestampMicrosecondArray>());
+    let created = created_at_micros(batch);
+    let created = created.as_ref();
     (0..batch.num_rows())
         .map(|i| MemoryRecord {
             id: opt_str(id, i).unwrap_or_default(),
@@ -194,6 +239,49 @@ mod tests {
         let batch = to_batch(&schema, &rows).unwrap();
         let back = from_batch(&batch);
         assert_eq!(back, vec![rows[0].0.clone(), rows[1].0.clone()]);
+    }
+
+    #[test]
+    fn writes_into_a_legacy_shaped_schema() {
+        use lancedb::arrow::arrow_schema::{Field, Schema};
+        // Text created_at, no scope columns, an extra nullable column, another order.
+        let legacy = Arc::new(Schema::new(vec![
+            Field::new(COL_VECTOR, vector_type(3), false),
+            Field::new(COL_ID, DataType::Utf8, false),
+            Field::new(COL_CONTENT, DataType::Utf8, false),
+            Field::new(COL_CREATED_AT, DataType::Utf8, true),
+            Field::new("legacy_extra", DataType::Int64, true),
+        ]));
+        let batch = to_batch(&legacy, &[(record("1", None), vec![0.1, 0.2, 0.3])]).unwrap();
+        assert_eq!(batch.num_columns(), 5);
+        let back = from_batch(&batch);
+        assert_eq!(back[0].id, "1");
+        assert_eq!(
+            back[0].created_at,
+            record("1", None).created_at,
+            "text timestamps parse back"
+        );
+        assert_eq!(back[0].memory_scope, None);
+    }
+
+    #[test]
+    fn unparseable_text_timestamps_read_as_none() {
+        use lancedb::arrow::arrow_schema::{Field, Schema};
+        let schema = Arc::new(Schema::new(vec![Field::new(
+            COL_CREATED_AT,
+            DataType::Utf8,
+            true,
+        )]));
+        let col: ArrayRef = Arc::new(StringArray::from(vec![
+            Some("2024-05-01T10:00:00Z"),
+            Some("yesterday-ish"),
+            None,
+        ]));
+        let batch = RecordBatch::try_new(schema, vec![col]).unwrap();
+        let ts = created_at_micros(&batch).unwrap();
+        assert!(ts.is_valid(0));
+        assert!(!ts.is_valid(1));
+        assert!(!ts.is_valid(2));
     }
 
     #[test]

@@ -54,6 +54,13 @@ enum Op {
     Maintain {
         done: oneshot::Sender<Result<MaintenanceReport, StoreError>>,
     },
+    FillScope {
+        ids: Vec<String>,
+        done: oneshot::Sender<Result<u64, StoreError>>,
+    },
+    RevertBackfill {
+        done: oneshot::Sender<Result<u64, StoreError>>,
+    },
     Shutdown {
         done: oneshot::Sender<()>,
     },
@@ -110,6 +117,30 @@ impl WriterHandle {
         let (done, rx) = oneshot::channel();
         self.tx
             .send(Op::Maintain { done })
+            .await
+            .map_err(|_| StoreError::WriterGone)?;
+        rx.await.map_err(|_| StoreError::WriterGone)?
+    }
+
+    /// Backfill: set `memory_scope = 'public', scope_source = 'backfill'` on these rows if their
+    /// scope is still NULL or blank. Returns how many rows changed.
+    pub async fn fill_scope(&self, ids: Vec<String>) -> Result<u64, StoreError> {
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        let (done, rx) = oneshot::channel();
+        self.tx
+            .send(Op::FillScope { ids, done })
+            .await
+            .map_err(|_| StoreError::WriterGone)?;
+        rx.await.map_err(|_| StoreError::WriterGone)?
+    }
+
+    /// Undo the backfill: rows it filled go back to a NULL scope.
+    pub async fn revert_backfill(&self) -> Result<u64, StoreError> {
+        let (done, rx) = oneshot::channel();
+        self.tx
+            .send(Op::RevertBackfill { done })
             .await
             .map_err(|_| StoreError::WriterGone)?;
         rx.await.map_err(|_| StoreError::WriterGone)?
@@ -220,6 +251,26 @@ async fn run(
                 }
                 let _ = done.send(result);
             }
+            Op::FillScope { ids, done } => {
+                let result = retry(&settings, &counters, || fill_scope(&table, &ids)).await;
+                dirty = true;
+                let _ = done.send(result);
+            }
+            Op::RevertBackfill { done } => {
+                let result = retry(&settings, &counters, || async {
+                    Ok(table
+                        .update()
+                        .only_if("scope_source = 'backfill'")
+                        .column("memory_scope", "NULL")
+                        .column("scope_source", "NULL")
+                        .execute()
+                        .await?
+                        .rows_updated)
+                })
+                .await;
+                dirty = true;
+                let _ = done.send(result);
+            }
             Op::Shutdown { done } => {
                 let _ = done.send(());
                 break;
@@ -262,6 +313,61 @@ async fn commit_group(
         "group commit"
     );
     Ok(())
+}
+
+/// A partial-schema merge on the indexed `id` key: Lance patches just the two scope columns
+/// (new column files attached to the fragments) instead of rewriting whole rows and vectors.
+/// The condition re-checks the scope, so a row is never changed twice.
+async fn fill_scope(table: &Table, ids: &[String]) -> Result<u64, StoreError> {
+    use lancedb::arrow::arrow_array::{RecordBatch, RecordBatchIterator, StringArray};
+    use lancedb::arrow::arrow_schema::{DataType, Field, Schema};
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Utf8, false),
+        Field::new("memory_scope", DataType::Utf8, true),
+        Field::new("scope_source", DataType::Utf8, true),
+    ]));
+    let n = ids.len();
+    let batch = RecordBatch::try_new(
+        schema.clone(),
+        vec![
+            Arc::new(StringArray::from_iter_values(ids.iter())),
+            Arc::new(StringArray::from_iter_values(std::iter::repeat_n(
+                "public", n,
+            ))),
+            Arc::new(StringArray::from_iter_values(std::iter::repeat_n(
+                "backfill", n,
+            ))),
+        ],
+    )?;
+    let mut merge = table.merge_insert(&["id"]);
+    merge.when_matched_update_all(Some(
+        "target.memory_scope IS NULL OR btrim(target.memory_scope) = ''".to_string(),
+    ));
+    let reader = RecordBatchIterator::new(vec![Ok(batch)], schema);
+    match merge.execute(Box::new(reader)).await {
+        Ok(result) => Ok(result.num_updated_rows),
+        Err(e) => {
+            let e = StoreError::from(e);
+            if e.is_retryable() {
+                return Err(e);
+            }
+            // Lance refuses the column patch on tables with an unenforced primary key (the
+            // ones scopemem creates); rewrite the rows instead. Same predicate, same result.
+            tracing::debug!(error = %e, "column-patching merge refused; updating whole rows");
+            let list: Vec<String> = ids.iter().map(|id| crate::scope::sql_literal(id)).collect();
+            let updated = table
+                .update()
+                .only_if(format!(
+                    "id IN ({}) AND (memory_scope IS NULL OR btrim(memory_scope) = '')",
+                    list.join(", ")
+                ))
+                .column("memory_scope", "'public'")
+                .column("scope_source", "'backfill'")
+                .execute()
+                .await?;
+            Ok(updated.rows_updated)
+        }
+    }
 }
 
 async fn retry<T, F, Fut>(

@@ -101,3 +101,199 @@ pub async fn eventually(timeout: Duration, mut f: impl FnMut() -> bool) -> bool 
     }
     f()
 }
+
+/// One row of a legacy (schema v1) table as another program might have written it.
+#[derive(Debug, Clone, Default)]
+pub struct LegacyRow {
+    pub content: String,
+    /// RFC 3339 text, garbage, or None (damaged).
+    pub created_at: Option<String>,
+    pub tags: Option<Vec<String>>,
+    /// Only used when the table has a scope column: Some(None) = NULL.
+    pub scope: Option<String>,
+}
+
+pub fn legacy_rows(n: usize, topic: &str) -> Vec<LegacyRow> {
+    (0..n)
+        .map(|i| LegacyRow {
+            content: format!("legacy memory {i}: {topic} note number {i}"),
+            created_at: Some(format!("2024-01-{:02}T10:00:00Z", 1 + i % 28)),
+            tags: Some(vec![topic.to_string()]),
+            scope: None,
+        })
+        .collect()
+}
+
+/// Write a legacy `memories` table (no scope columns unless `scope_column`) with real
+/// embeddings, the way Python lancedb would. `text_created_at` stores timestamps as text.
+pub async fn make_legacy_table(
+    db_dir: &Path,
+    rows: &[LegacyRow],
+    text_created_at: bool,
+    scope_column: bool,
+) -> Vec<String> {
+    use lancedb::arrow::arrow_array::builder::{ListBuilder, StringBuilder};
+    use lancedb::arrow::arrow_array::{
+        ArrayRef, BooleanArray, FixedSizeListArray, Float32Array, Int32Array, RecordBatch,
+        StringArray, TimestampMicrosecondArray,
+    };
+    use lancedb::arrow::arrow_schema::{DataType, Field, Schema, TimeUnit};
+
+    let e = embedder();
+    let dim = e.dimension();
+    let mut vectors = Vec::with_capacity(rows.len() * dim);
+    for chunk in rows.chunks(128) {
+        for v in e
+            .embed(chunk.iter().map(|r| r.content.clone()).collect())
+            .await
+            .unwrap()
+        {
+            vectors.extend(v);
+        }
+    }
+    let ids: Vec<String> = (0..rows.len()).map(|i| format!("legacy-{i:06}")).collect();
+    let item = Arc::new(Field::new("item", DataType::Float32, true));
+    let mut tags = ListBuilder::new(StringBuilder::new());
+    for r in rows {
+        match &r.tags {
+            Some(ts) => {
+                for t in ts {
+                    tags.values().append_value(t);
+                }
+                tags.append(true);
+            }
+            None => tags.append(false),
+        }
+    }
+    let created: ArrayRef = if text_created_at {
+        Arc::new(StringArray::from_iter(
+            rows.iter().map(|r| r.created_at.clone()),
+        ))
+    } else {
+        Arc::new(
+            TimestampMicrosecondArray::from(
+                rows.iter()
+                    .map(|r| {
+                        r.created_at
+                            .as_deref()
+                            .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+                            .map(|t| t.timestamp_micros())
+                    })
+                    .collect::<Vec<_>>(),
+            )
+            .with_timezone("UTC"),
+        )
+    };
+    let created_type = if text_created_at {
+        DataType::Utf8
+    } else {
+        DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()))
+    };
+    let mut fields = vec![
+        Field::new("id", DataType::Utf8, false),
+        Field::new("content", DataType::Utf8, false),
+        Field::new("reasoning", DataType::Utf8, true),
+        Field::new(
+            "tags",
+            DataType::List(Arc::new(Field::new("item", DataType::Utf8, true))),
+            true,
+        ),
+        Field::new("memory_type", DataType::Utf8, true),
+        Field::new("strength", DataType::Int32, true),
+        Field::new("is_active", DataType::Boolean, true),
+        Field::new("conversation_id", DataType::Utf8, true),
+        Field::new("created_at", created_type, true),
+        Field::new(
+            "vector",
+            DataType::FixedSizeList(item.clone(), dim as i32),
+            false,
+        ),
+    ];
+    let mut columns: Vec<ArrayRef> = vec![
+        Arc::new(StringArray::from_iter_values(ids.iter())),
+        Arc::new(StringArray::from_iter_values(
+            rows.iter().map(|r| r.content.as_str()),
+        )),
+        Arc::new(StringArray::from(vec![Some("legacy"); rows.len()])),
+        Arc::new(tags.finish()),
+        Arc::new(StringArray::from(vec![Some("knowledge"); rows.len()])),
+        Arc::new(Int32Array::from(vec![Some(20); rows.len()])),
+        Arc::new(BooleanArray::from(vec![Some(true); rows.len()])),
+        Arc::new(StringArray::from(vec![Some("legacy:conv"); rows.len()])),
+        created,
+        Arc::new(
+            FixedSizeListArray::try_new(
+                item,
+                dim as i32,
+                Arc::new(Float32Array::from(vectors)),
+                None,
+            )
+            .unwrap(),
+        ),
+    ];
+    if scope_column {
+        fields.push(Field::new("memory_scope", DataType::Utf8, true));
+        columns.push(Arc::new(StringArray::from_iter(
+            rows.iter().map(|r| r.scope.clone()),
+        )));
+    }
+    let batch = RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).unwrap();
+    let conn = lancedb::connect(&db_dir.to_string_lossy())
+        .execute()
+        .await
+        .unwrap();
+    conn.create_table("memories", batch)
+        .execute()
+        .await
+        .unwrap();
+    ids
+}
+
+/// Every row of the table (vectors excluded).
+pub async fn all_rows(host: &PluginHost) -> Vec<scopemem::store::MemoryRecord> {
+    use futures::TryStreamExt;
+    use lancedb::query::ExecutableQuery;
+    let batches: Vec<_> = host
+        .memory()
+        .store()
+        .table()
+        .query()
+        .execute()
+        .await
+        .unwrap()
+        .try_collect()
+        .await
+        .unwrap();
+    batches
+        .iter()
+        .flat_map(scopemem::store::record::from_batch)
+        .collect()
+}
+
+/// Config with a fast backfill for tests.
+pub fn legacy_config(dir: &Path, map: Value, mode: &str) -> Config {
+    Config::from_value(&json!({
+        "conversation_scope_map": map,
+        "migration_mode": mode,
+        "storage": {"db_dir": dir.to_string_lossy()},
+        "recall": {"similarity_threshold": -1.0},
+        "backfill": {"batch_size": 40, "pause_ms": 20},
+    }))
+    .expect("test config is valid")
+    .config
+}
+
+pub async fn wait_backfill_done(host: &PluginHost, timeout: Duration) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < timeout {
+        let p = host.memory().backfill().progress();
+        if let Some(e) = p.last_error {
+            panic!("backfill failed: {e}");
+        }
+        if p.state == "done" {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    false
+}

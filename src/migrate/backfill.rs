@@ -1,0 +1,447 @@
+//! The background backfill: legacy rows with no scope get `public` (`scope_source =
+//! 'backfill'`), in paced batches through the single writer, with a durable checkpoint.
+//!
+//! Only rows with a NULL (or blank) scope and `created_at` before the recorded migration start
+//! are touched, so the backfill never races new writes (which always carry a scope). Each
+//! batch's update re-checks the NULL condition, so resuming after a crash or running twice
+//! changes nothing that is already done.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use futures::TryStreamExt;
+use lancedb::arrow::arrow_array::{Array, ListArray, StringArray};
+use lancedb::query::{ExecutableQuery, QueryBase, Select};
+use serde::Serialize;
+use tokio::sync::watch;
+
+use super::checkpoint::{self, BackfillState, Checkpoint, Damaged};
+use super::MigrateError;
+use crate::config::MigrationMode;
+use crate::scope::ScopeName;
+use crate::store::record::created_at_micros;
+use crate::store::schema::{COL_CREATED_AT, COL_ID, COL_MEMORY_SCOPE, COL_TAGS};
+use crate::store::Store;
+
+/// Rows the backfill is for: no scope yet (a blank string counts as none).
+pub const CANDIDATES: &str = "memory_scope IS NULL OR btrim(memory_scope) = ''";
+
+/// Whether recall also shows NULL-scope rows (`OR memory_scope IS NULL`). Shared by recall,
+/// which reads it per request, and the backfill, which turns it off when it finishes.
+#[derive(Debug, Clone, Default)]
+pub struct MigrationGate(Arc<AtomicBool>);
+
+impl MigrationGate {
+    pub fn new(on: bool) -> Self {
+        MigrationGate(Arc::new(AtomicBool::new(on)))
+    }
+    pub fn is_on(&self) -> bool {
+        self.0.load(Ordering::Acquire)
+    }
+    pub fn set(&self, on: bool) {
+        self.0.store(on, Ordering::Release)
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct BackfillSettings {
+    pub batch_size: usize,
+    pub pause: Duration,
+    pub mode: MigrationMode,
+    pub checkpoint_path: PathBuf,
+}
+
+/// Progress for `/v1/status`, `scopemem migrate status` and the progress bar.
+#[derive(Debug, Clone, Serialize)]
+pub struct BackfillProgress {
+    /// `none` (nothing to backfill), `pending`, `running` or `done`.
+    pub state: &'static str,
+    pub scanned: u64,
+    pub filled: u64,
+    pub skipped: u64,
+    /// Estimate: candidate rows at the start of this pass minus those scanned since.
+    pub remaining: u64,
+    pub rows_per_sec: f64,
+    pub damaged: Damaged,
+    pub migration_start: Option<DateTime<Utc>>,
+    pub finished_at: Option<DateTime<Utc>>,
+    pub last_error: Option<String>,
+}
+
+impl BackfillProgress {
+    fn from_checkpoint(c: Option<&Checkpoint>) -> Self {
+        BackfillProgress {
+            state: match c.map(|c| c.state) {
+                None => "none",
+                Some(BackfillState::Pending) => "pending",
+                Some(BackfillState::Running) => "running",
+                Some(BackfillState::Done) => "done",
+            },
+            scanned: c.map_or(0, |c| c.scanned),
+            filled: c.map_or(0, |c| c.filled),
+            skipped: c.map_or(0, |c| c.skipped),
+            remaining: 0,
+            rows_per_sec: 0.0,
+            damaged: c.map(|c| c.damaged.clone()).unwrap_or_default(),
+            migration_start: c.map(|c| c.migration_start),
+            finished_at: c.and_then(|c| c.finished_at),
+            last_error: None,
+        }
+    }
+}
+
+/// Owns the backfill task: start it once the service is serving, stop it between batches.
+pub struct BackfillHandle {
+    store: Store,
+    settings: BackfillSettings,
+    gate: MigrationGate,
+    progress: Arc<Mutex<BackfillProgress>>,
+    cancel: watch::Sender<bool>,
+    task: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+impl BackfillHandle {
+    /// Read (or, when a migration just declared legacy rows, durably create) the checkpoint and
+    /// decide whether recall starts in migration mode. Does no table scan: start-up cost does
+    /// not depend on table size.
+    pub fn prepare(
+        store: Store,
+        settings: BackfillSettings,
+        backfill_needed: bool,
+    ) -> Result<BackfillHandle, MigrateError> {
+        let mut cp = checkpoint::load(&settings.checkpoint_path)?;
+        if cp.is_none() && backfill_needed {
+            let fresh = Checkpoint::new();
+            checkpoint::save(&settings.checkpoint_path, &fresh)?;
+            tracing::info!(migration_start = %fresh.migration_start, "legacy rows found; backfill pending");
+            cp = Some(fresh);
+        }
+        let unfinished = cp.as_ref().is_some_and(|c| c.state != BackfillState::Done);
+        let gate = MigrationGate::new(match settings.mode {
+            MigrationMode::On => true,
+            MigrationMode::Off => false,
+            MigrationMode::Auto => unfinished,
+        });
+        let (cancel, _) = watch::channel(false);
+        Ok(BackfillHandle {
+            store,
+            settings,
+            gate,
+            progress: Arc::new(Mutex::new(BackfillProgress::from_checkpoint(cp.as_ref()))),
+            cancel,
+            task: Mutex::new(None),
+        })
+    }
+
+    pub fn gate(&self) -> &MigrationGate {
+        &self.gate
+    }
+
+    pub fn progress(&self) -> BackfillProgress {
+        self.progress
+            .lock()
+            .map(|p| p.clone())
+            .unwrap_or_else(|p| p.into_inner().clone())
+    }
+
+    /// Spawn the backfill in the background (no-op if it is running or there is nothing to do
+    /// that a cheap check can see).
+    pub fn start(self: &Arc<Self>) {
+        let Ok(mut task) = self.task.lock() else {
+            return;
+        };
+        if task.as_ref().is_some_and(|t| !t.is_finished()) {
+            return;
+        }
+        let this = self.clone();
+        *task = Some(tokio::spawn(async move {
+            if let Err(e) = this.run(|_| {}).await {
+                tracing::error!(error = %e, "backfill stopped with an error; it resumes from its checkpoint on the next start");
+                if let Ok(mut p) = this.progress.lock() {
+                    p.last_error = Some(e.to_string());
+                }
+            }
+        }));
+    }
+
+    /// Ask the background task to stop after the current batch, and wait for it.
+    pub async fn stop(&self) {
+        let _ = self.cancel.send(true);
+        let task = self.task.lock().ok().and_then(|mut t| t.take());
+        if let Some(t) = task {
+            let _ = t.await;
+        }
+    }
+
+    /// Kill the background task at once, as a crash would (tests).
+    pub fn abort(&self) {
+        if let Some(t) = self.task.lock().ok().and_then(|mut t| t.take()) {
+            t.abort();
+        }
+    }
+
+    /// Wait for the background task to finish.
+    pub async fn wait(&self) {
+        let task = self.task.lock().ok().and_then(|mut t| t.take());
+        if let Some(t) = task {
+            let _ = t.await;
+        }
+    }
+
+    fn publish(&self, cp: &Checkpoint, remaining: u64, started: Instant, filled_at_start: u64) {
+        let secs = started.elapsed().as_secs_f64().max(1e-3);
+        if let Ok(mut p) = self.progress.lock() {
+            let mut next = BackfillProgress::from_checkpoint(Some(cp));
+            next.remaining = remaining;
+            next.rows_per_sec = (cp.filled.saturating_sub(filled_at_start)) as f64 / secs;
+            *p = next;
+        }
+    }
+
+    /// Run the backfill to completion (or until stopped), calling `on_progress` after each
+    /// batch. Safe to call on a finished or empty table.
+    pub async fn run(
+        &self,
+        on_progress: impl Fn(&BackfillProgress),
+    ) -> Result<BackfillProgress, MigrateError> {
+        let path = &self.settings.checkpoint_path;
+        let table = self.store.table().clone();
+        let mut cp = match checkpoint::load(path)? {
+            Some(c) => c,
+            None => {
+                // A table that already had the columns can still hold NULL rows.
+                if self.store.count(Some(CANDIDATES.into())).await? == 0 {
+                    return Ok(self.progress());
+                }
+                let c = Checkpoint::new();
+                checkpoint::save(path, &c)?;
+                if self.settings.mode == MigrationMode::Auto {
+                    self.gate.set(true);
+                }
+                c
+            }
+        };
+        if cp.state == BackfillState::Done {
+            self.publish(&cp, 0, Instant::now(), cp.filled);
+            return Ok(self.progress());
+        }
+        cp.state = BackfillState::Running;
+        self.store.ensure_indexes().await?;
+
+        let invalid_scopes = self.count_invalid_scopes().await?;
+        // Resume: what earlier runs filled is exactly what carries the backfill mark.
+        let filled_before = self
+            .store
+            .count(Some("scope_source = 'backfill'".into()))
+            .await? as u64;
+        cp.filled = filled_before;
+        cp.scanned = filled_before;
+        cp.skipped = 0;
+        cp.damaged = Damaged {
+            invalid_scope: invalid_scopes,
+            ..Damaged::default()
+        };
+        checkpoint::save(path, &cp)?;
+        let total = self.store.count(Some(CANDIDATES.into())).await? as u64;
+        let started = Instant::now();
+        let mut seen: u64 = 0;
+        self.publish(&cp, total, started, filled_before);
+        tracing::info!(
+            candidates = total,
+            already_filled = filled_before,
+            migration_start = %cp.migration_start,
+            "backfill running"
+        );
+
+        let start_micros = cp.migration_start.timestamp_micros();
+        let mut stream = table
+            .query()
+            .only_if(CANDIDATES)
+            .select(Select::columns(&[
+                COL_ID,
+                COL_CREATED_AT,
+                COL_MEMORY_SCOPE,
+                COL_TAGS,
+            ]))
+            .execute()
+            .await?;
+        let mut batch_ids: Vec<String> = Vec::with_capacity(self.settings.batch_size);
+        let mut cancel = self.cancel.subscribe();
+        while let Some(batch) = stream.try_next().await.map_err(MigrateError::from)? {
+            let ids = batch
+                .column_by_name(COL_ID)
+                .and_then(|c| c.as_any().downcast_ref::<StringArray>());
+            let raw_created = batch.column_by_name(COL_CREATED_AT);
+            let created = created_at_micros(&batch);
+            let scope = batch
+                .column_by_name(COL_MEMORY_SCOPE)
+                .and_then(|c| c.as_any().downcast_ref::<StringArray>());
+            let tags = batch
+                .column_by_name(COL_TAGS)
+                .and_then(|c| c.as_any().downcast_ref::<ListArray>());
+            for i in 0..batch.num_rows() {
+                cp.scanned += 1;
+                seen += 1;
+                let Some(id) = ids
+                    .filter(|c| c.is_valid(i))
+                    .map(|c| c.value(i).to_string())
+                else {
+                    cp.skipped += 1;
+                    tracing::warn!("legacy row without an id; left unscoped");
+                    continue;
+                };
+                if scope.is_some_and(|s| s.is_valid(i)) {
+                    cp.damaged.blank_scope += 1;
+                }
+                if tags.is_none_or(|t| !t.is_valid(i)) {
+                    cp.damaged.missing_tags += 1;
+                }
+                if raw_created.is_none_or(|c| !c.is_valid(i)) {
+                    cp.damaged.null_created_at += 1;
+                    cp.skipped += 1;
+                    tracing::warn!(id = %id, "legacy row has no created_at; left unscoped (reported)");
+                    continue;
+                }
+                let Some(ts) = created
+                    .as_ref()
+                    .filter(|c| c.is_valid(i))
+                    .map(|c| c.value(i))
+                else {
+                    cp.damaged.unparseable_created_at += 1;
+                    cp.skipped += 1;
+                    tracing::warn!(id = %id, "legacy row has an unparseable created_at; left unscoped (reported)");
+                    continue;
+                };
+                if ts >= start_micros {
+                    // Written after the migration started without a scope: not ours to touch.
+                    cp.skipped += 1;
+                    continue;
+                }
+                batch_ids.push(id);
+                if batch_ids.len() >= self.settings.batch_size {
+                    let ids = std::mem::take(&mut batch_ids);
+                    if self
+                        .flush(
+                            ids,
+                            &mut cp,
+                            total.saturating_sub(seen),
+                            started,
+                            filled_before,
+                            &on_progress,
+                            &mut cancel,
+                        )
+                        .await?
+                    {
+                        return Ok(self.progress());
+                    }
+                }
+            }
+        }
+        if !batch_ids.is_empty() {
+            let ids = std::mem::take(&mut batch_ids);
+            if self
+                .flush(
+                    ids,
+                    &mut cp,
+                    0,
+                    started,
+                    filled_before,
+                    &on_progress,
+                    &mut cancel,
+                )
+                .await?
+            {
+                return Ok(self.progress());
+            }
+        }
+
+        cp.state = BackfillState::Done;
+        cp.finished_at = Some(Utc::now());
+        checkpoint::save(path, &cp)?;
+        if self.settings.mode == MigrationMode::Auto {
+            self.gate.set(false);
+        }
+        self.publish(&cp, 0, started, filled_before);
+        on_progress(&self.progress());
+        tracing::info!(
+            scanned = cp.scanned,
+            filled = cp.filled,
+            skipped = cp.skipped,
+            damaged = ?cp.damaged,
+            ms = started.elapsed().as_millis() as u64,
+            "backfill done; migration mode off"
+        );
+        // Leave the table as fast to query as before: merge fragments, refresh indexes.
+        let report = self.store.writer().maintain().await?;
+        tracing::info!(
+            fragments = report.fragments_after,
+            "post-backfill compaction and index refresh done"
+        );
+        Ok(self.progress())
+    }
+
+    /// Commit one batch, persist the checkpoint, pause. Returns true if asked to stop.
+    #[allow(clippy::too_many_arguments)]
+    async fn flush(
+        &self,
+        ids: Vec<String>,
+        cp: &mut Checkpoint,
+        remaining: u64,
+        started: Instant,
+        filled_before: u64,
+        on_progress: &impl Fn(&BackfillProgress),
+        cancel: &mut watch::Receiver<bool>,
+    ) -> Result<bool, MigrateError> {
+        let n = ids.len();
+        let filled = self.store.writer().fill_scope(ids).await?;
+        cp.filled += filled;
+        cp.skipped += n as u64 - filled.min(n as u64);
+        cp.updated_at = Utc::now();
+        checkpoint::save(&self.settings.checkpoint_path, cp)?;
+        self.publish(cp, remaining, started, filled_before);
+        let progress = self.progress();
+        on_progress(&progress);
+        tracing::info!(
+            scanned = cp.scanned,
+            filled = cp.filled,
+            skipped = cp.skipped,
+            remaining,
+            rows_per_sec = progress.rows_per_sec as u64,
+            "backfill progress"
+        );
+        if *cancel.borrow() {
+            return Ok(true);
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(self.settings.pause) => Ok(*cancel.borrow()),
+            _ = cancel.changed() => Ok(true),
+        }
+    }
+
+    /// Non-blank scopes that are not valid names: left alone, counted and logged once each.
+    async fn count_invalid_scopes(&self) -> Result<u64, MigrateError> {
+        let stats = self.store.stats().await?;
+        let mut invalid = 0;
+        for (scope, n) in &stats.rows_by_scope {
+            if !scope.trim().is_empty() && ScopeName::parse(scope).is_err() {
+                invalid += *n as u64;
+                tracing::warn!(
+                    rows = n,
+                    "legacy rows carry an invalid scope string; left as is (invisible to recall)"
+                );
+            }
+        }
+        Ok(invalid)
+    }
+}
+
+/// `scopemem migrate revert-backfill`: every row the backfill filled goes back to NULL, and the
+/// checkpoint is removed, for operators downgrading to a version without scopes.
+pub async fn revert(store: &Store, checkpoint_path: &std::path::Path) -> Result<u64, MigrateError> {
+    let n = store.writer().revert_backfill().await?;
+    checkpoint::remove(checkpoint_path)?;
+    Ok(n)
+}
