@@ -32,10 +32,37 @@ enum Command {
         #[arg(long, default_value = "http://127.0.0.1:8787")]
         url: String,
     },
+    /// Schema migrations and the legacy-row backfill.
+    Migrate {
+        #[command(subcommand)]
+        command: MigrateCommand,
+    },
     /// Scope-map tools.
     Scope {
         #[command(subcommand)]
         command: ScopeCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum MigrateCommand {
+    /// Show the schema version, pending migrations and backfill progress (read-only).
+    Status {
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
+    /// Apply pending migrations and run the backfill in the foreground with a progress bar.
+    Run {
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
+    /// Set every row the backfill filled (scope_source = 'backfill') back to a NULL scope.
+    RevertBackfill {
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Do not ask for confirmation.
+        #[arg(long)]
+        yes: bool,
     },
 }
 
@@ -62,6 +89,17 @@ fn level_of(config: Option<&PathBuf>) -> String {
     Config::load(config.map(PathBuf::as_path))
         .map(|l| l.config.log_level)
         .unwrap_or_else(|_| "info".into())
+}
+
+fn confirm(question: &str) -> anyhow::Result<bool> {
+    use std::io::{BufRead, IsTerminal};
+    if !std::io::stdin().is_terminal() {
+        anyhow::bail!("{question} Pass --yes to confirm non-interactively.");
+    }
+    eprint!("{question} Type 'yes' to continue: ");
+    let mut line = String::new();
+    std::io::stdin().lock().read_line(&mut line)?;
+    Ok(line.trim() == "yes")
 }
 
 async fn shutdown_signal() {
@@ -110,6 +148,36 @@ async fn main() -> anyhow::Result<()> {
             init_logging("warn");
             scopemem::api::demo::run(&url).await?;
         }
+        Command::Migrate { command } => match command {
+            MigrateCommand::Status { config } => {
+                init_logging("warn");
+                let loaded = Config::load(config.as_deref()).context("loading config")?;
+                let status = scopemem::api::migrate_cli::status(&loaded.config).await?;
+                println!("{}", serde_json::to_string_pretty(&status)?);
+            }
+            MigrateCommand::Run { config } => {
+                init_logging(&level_of(config.as_ref()));
+                let p = scopemem::api::migrate_cli::run(config.as_deref()).await?;
+                println!(
+                    "backfill {}: scanned {}, filled {}, skipped {} (damaged: {})",
+                    p.state,
+                    p.scanned,
+                    p.filled,
+                    p.skipped,
+                    serde_json::to_string(&p.damaged)?
+                );
+            }
+            MigrateCommand::RevertBackfill { config, yes } => {
+                init_logging(&level_of(config.as_ref()));
+                let loaded = Config::load(config.as_deref()).context("loading config")?;
+                if !yes && !confirm("Set every backfilled row back to a NULL scope?")? {
+                    anyhow::bail!("not confirmed; nothing changed");
+                }
+                let n =
+                    scopemem::api::migrate_cli::revert(config.as_deref(), &loaded.config).await?;
+                println!("reverted {n} backfilled rows to a NULL scope; checkpoint removed");
+            }
+        },
         Command::Scope {
             command: ScopeCommand::Check { config },
         } => {

@@ -1,4 +1,5 @@
-//! Entry points for frameworks and operators: HTTP (axum) and the demo client.
+//! Entry points for frameworks and operators: HTTP (axum), the demo client, the migrate CLI.
 
 pub mod demo;
 pub mod http;
+pub mod migrate_cli;

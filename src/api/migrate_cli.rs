@@ -1,0 +1,147 @@
+//! `scopemem migrate status|run|revert-backfill`: the operator's view of schema migrations and
+//! the legacy backfill.
+
+use std::io::{IsTerminal, Write};
+use std::path::Path;
+use std::sync::Mutex;
+use std::time::Instant;
+
+use serde_json::json;
+
+use crate::config::Config;
+use crate::host::{HostError, PluginHost};
+use crate::migrate::backfill::{self, BackfillProgress, CANDIDATES};
+use crate::migrate::{checkpoint, runner, MigrateError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    #[error(transparent)]
+    Host(#[from] HostError),
+    #[error(transparent)]
+    Migrate(#[from] MigrateError),
+    #[error("{0}")]
+    Other(String),
+}
+
+impl From<lancedb::Error> for CliError {
+    fn from(e: lancedb::Error) -> Self {
+        CliError::Migrate(e.into())
+    }
+}
+
+/// Read-only: shows the schema version, pending migrations and backfill progress without
+/// applying anything or loading the model.
+pub async fn status(config: &Config) -> Result<serde_json::Value, CliError> {
+    let db = &config.storage.db_dir;
+    let name = &config.storage.table_name;
+    let conn = lancedb::connect(&db.to_string_lossy()).execute().await?;
+    if !conn
+        .table_names()
+        .execute()
+        .await?
+        .iter()
+        .any(|n| n == name)
+    {
+        return Ok(json!({"table": name, "exists": false, "db_dir": db}));
+    }
+    let table = conn.open_table(name).execute().await?;
+    let schema = runner::status(&table).await?;
+    let has_scope = table
+        .schema()
+        .await?
+        .field_with_name("memory_scope")
+        .is_ok();
+    let rows = table.count_rows(None).await?;
+    let unscoped = if has_scope {
+        table.count_rows(Some(CANDIDATES.to_string())).await?
+    } else {
+        rows
+    };
+    let cp = checkpoint::load(&checkpoint::path_for(db, name))?;
+    Ok(json!({
+        "table": name,
+        "db_dir": db,
+        "schema_version": schema.version,
+        "latest_version": schema.latest,
+        "pending_migrations": schema.pending,
+        "rows": rows,
+        "unscoped_rows": unscoped,
+        "migration_mode": config.migration_mode,
+        "backfill": cp,
+    }))
+}
+
+/// Draws a one-line progress bar on a terminal, or a line every few seconds otherwise.
+struct Bar {
+    tty: bool,
+    started: Instant,
+    last: Mutex<Instant>,
+}
+
+impl Bar {
+    fn draw(&self, p: &BackfillProgress) {
+        let Ok(mut last) = self.last.lock() else {
+            return;
+        };
+        let every = if self.tty { 0.1 } else { 5.0 };
+        if p.state != "done" && last.elapsed().as_secs_f64() < every {
+            return;
+        }
+        *last = Instant::now();
+        let done = p.filled + p.skipped;
+        let total = (done + p.remaining).max(1);
+        let frac = done as f64 / total as f64;
+        let width = 30;
+        let filled = ((frac * width as f64) as usize).min(width);
+        let line = format!(
+            "[{}{}] {:5.1}%  filled {}  skipped {}  remaining {}  {:.0} rows/s  {:.0}s",
+            "#".repeat(filled),
+            "-".repeat(width - filled),
+            frac * 100.0,
+            p.filled,
+            p.skipped,
+            p.remaining,
+            p.rows_per_sec,
+            self.started.elapsed().as_secs_f64()
+        );
+        let mut err = std::io::stderr();
+        if self.tty {
+            let _ = write!(err, "\r{line}");
+        } else {
+            let _ = writeln!(err, "{line}");
+        }
+        let _ = err.flush();
+    }
+}
+
+/// Applies pending migrations and runs the backfill in the foreground with a progress bar.
+/// Run it while the service is stopped (a running service would backfill too; both are safe,
+/// but the counters of one would not include the other's work).
+pub async fn run(config_path: Option<&Path>) -> Result<BackfillProgress, CliError> {
+    let host = PluginHost::start(config_path).await?;
+    host.memory()
+        .store()
+        .ensure_indexes()
+        .await
+        .map_err(MigrateError::from)?;
+    let bar = Bar {
+        tty: std::io::stderr().is_terminal(),
+        started: Instant::now(),
+        last: Mutex::new(Instant::now()),
+    };
+    let result = host.memory().backfill().run(|p| bar.draw(p)).await;
+    if bar.tty {
+        eprintln!();
+    }
+    host.shutdown().await;
+    Ok(result?)
+}
+
+/// Sets every row the backfill filled back to a NULL scope (the downgrade path).
+pub async fn revert(config_path: Option<&Path>, config: &Config) -> Result<u64, CliError> {
+    let host = PluginHost::start(config_path).await?;
+    let path = checkpoint::path_for(&config.storage.db_dir, &config.storage.table_name);
+    let n = backfill::revert(host.memory().store(), &path).await?;
+    host.shutdown().await;
+    Ok(n)
+}

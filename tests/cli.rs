@@ -1,0 +1,97 @@
+//! The operator CLI against a real legacy table: `migrate status`, `migrate run`,
+//! `migrate revert-backfill`, `scope check`.
+
+mod common;
+
+use std::process::Command;
+
+use common::*;
+use serde_json::{json, Value};
+
+fn scopemem(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_scopemem"))
+        .args(args)
+        .output()
+        .expect("run scopemem");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test]
+async fn migrate_status_run_and_revert_on_a_legacy_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    std::fs::create_dir_all(&db).unwrap();
+    let mut rows = legacy_rows(90, "hiking");
+    rows[0].created_at = None;
+    make_legacy_table(&db, &rows, false, false).await;
+    let cfg = dir.path().join("config.json");
+    std::fs::write(
+        &cfg,
+        serde_json::to_vec(
+            &json!({"storage": {"db_dir": db}, "backfill": {"batch_size": 25, "pause_ms": 0}}),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let cfg = cfg.to_str().unwrap();
+
+    let (code, out, err) = scopemem(&["migrate", "status", "--config", cfg]);
+    assert_eq!(code, 0, "{err}");
+    let s: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(s["schema_version"], 1, "status is read-only: {s}");
+    assert_eq!(s["pending_migrations"].as_array().unwrap().len(), 1);
+    assert_eq!(s["unscoped_rows"], 90);
+
+    let (code, out, err) = scopemem(&["migrate", "run", "--config", cfg]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("backfill done") && out.contains("filled 89") && out.contains("skipped 1"),
+        "{out}"
+    );
+    assert!(err.contains("filled 89"), "progress is shown: {err}");
+
+    let (_, out, _) = scopemem(&["migrate", "status", "--config", cfg]);
+    let s: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(s["schema_version"], 2);
+    assert_eq!(s["backfill"]["state"], "done");
+    assert_eq!(
+        s["unscoped_rows"], 1,
+        "the damaged row is left and reported"
+    );
+
+    let (code, _, err) = scopemem(&["migrate", "revert-backfill", "--config", cfg]);
+    assert_ne!(code, 0, "revert needs confirmation");
+    assert!(err.contains("--yes"), "{err}");
+    let (code, out, err) = scopemem(&["migrate", "revert-backfill", "--config", cfg, "--yes"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("reverted 89"), "{out}");
+    let (_, out, _) = scopemem(&["migrate", "status", "--config", cfg]);
+    let s: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(s["unscoped_rows"], 90);
+    assert!(s["backfill"].is_null());
+}
+
+#[test]
+fn scope_check_reports_ignored_entries() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("config.json");
+    std::fs::write(&cfg, r#"{"conversation_scope_map": "{\"default:GroupMessage:1\": \"家人\", \"default:GroupMessage:2\": \"bad name\"}"}"#).unwrap();
+    let (code, out, _) = scopemem(&["scope", "check", "--config", cfg.to_str().unwrap()]);
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("1 entries applied, 1 ignored"), "{out}");
+    assert!(out.contains("default:GroupMessage:2"), "{out}");
+    let (code, _, err) = scopemem(&[
+        "serve",
+        "--config",
+        dir.path().join("missing.json").to_str().unwrap(),
+    ]);
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("missing.json"),
+        "a missing config names the file: {err}"
+    );
+}
