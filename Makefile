@@ -32,6 +32,7 @@ test: setup
 
 bench: setup
 	cargo bench --bench recall
+	cargo bench --bench backfill
 
 lint:
 	cargo fmt --check

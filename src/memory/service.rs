@@ -170,11 +170,16 @@ impl MemoryService {
     pub fn start_background(&self) {
         let store = self.store.clone();
         let backfill = self.backfill.clone();
+        let search = self.search.clone();
         tokio::spawn(async move {
             if let Err(e) = store.ensure_indexes().await {
                 tracing::error!(error = %e, "could not build scalar indexes; recall still works, unindexed");
             }
             backfill.start();
+            // A large table opened from elsewhere gets its vector index without waiting for a write.
+            if let Err(e) = search.maybe_build_index().await {
+                tracing::warn!(error = %e, "could not check whether a vector index is due");
+            }
         });
     }
 
