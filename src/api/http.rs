@@ -65,6 +65,8 @@ pub fn router(host: Arc<PluginHost>) -> Router {
         .route("/v1/remember", post(remember))
         .route("/v1/recall", post(recall))
         .route("/v1/status", get(status))
+        .route("/v1/tools", get(list_tools))
+        .route("/v1/tools/{name}", post(call_tool))
         .route("/healthz", get(healthz))
         .with_state(host)
 }
@@ -90,6 +92,37 @@ async fn recall(
     body: Result<Json<Value>, JsonRejection>,
 ) -> Result<Json<Value>, ApiError> {
     call(&host, "recall", body).await
+}
+
+async fn list_tools(State(host): State<AppState>) -> Json<Value> {
+    Json(json!({ "tools": host.tools() }))
+}
+
+/// `{conversation_id, persona?, arguments}`: the conversation comes from the body (the
+/// framework's event context), the arguments from the model.
+async fn call_tool(
+    State(host): State<AppState>,
+    axum::extract::Path(name): axum::extract::Path<String>,
+    body: Result<Json<Value>, JsonRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let Json(mut body) = body?;
+    let arguments = body
+        .get_mut("arguments")
+        .map(Value::take)
+        .unwrap_or(Value::Null);
+    if let Some(obj) = body.as_object() {
+        if let Some(k) = obj
+            .keys()
+            .find(|k| !matches!(k.as_str(), "conversation_id" | "persona" | "arguments"))
+        {
+            return Err(
+                PluginError::bad_request("invalid_input", format!("unknown field '{k}'")).into(),
+            );
+        }
+    }
+    let ctx: crate::host::CallContext = serde_json::from_value(body)
+        .map_err(|e| PluginError::bad_request("invalid_input", e.to_string()))?;
+    Ok(Json(host.call_tool(&name, ctx, arguments).await?))
 }
 
 async fn status(State(host): State<AppState>) -> Result<Json<Value>, ApiError> {

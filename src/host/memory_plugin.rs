@@ -6,7 +6,7 @@ use futures::future::BoxFuture;
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 
-use super::{Plugin, PluginError};
+use super::{tools, CallContext, Plugin, PluginError, ToolSpec};
 use crate::memory::{MemoryService, RecallRequest, RememberRequest};
 
 pub struct MemoryPlugin {
@@ -61,6 +61,39 @@ impl Plugin for MemoryPlugin {
                 other => Err(PluginError::bad_request(
                     "unknown_operation",
                     format!("memory has no '{other}'"),
+                )),
+            }
+        })
+    }
+
+    fn tools(&self) -> Vec<ToolSpec> {
+        tools::specs()
+    }
+
+    fn call_tool<'a>(
+        &'a self,
+        name: &'a str,
+        ctx: CallContext,
+        arguments: Value,
+    ) -> BoxFuture<'a, Result<Value, PluginError>> {
+        Box::pin(async move {
+            match name {
+                tools::REMEMBER => {
+                    let memory = self
+                        .service
+                        .remember(tools::remember_request(ctx, arguments)?)
+                        .await?;
+                    Ok(json!({ "memory": memory }))
+                }
+                tools::RECALL => to_json(
+                    &self
+                        .service
+                        .recall(tools::recall_request(ctx, arguments)?)
+                        .await?,
+                ),
+                other => Err(PluginError::bad_request(
+                    "unknown_tool",
+                    format!("no tool named '{other}'"),
                 )),
             }
         })

@@ -17,6 +17,7 @@ use crate::memory::{MemoryError, MemoryService};
 use crate::scope::{watch_config, ConfigWatcher, ScopeMap, ScopeResolver};
 
 pub use memory_plugin::MemoryPlugin;
+pub mod tools;
 
 /// A plugin's failure, already shaped for an API error body.
 #[derive(Debug, thiserror::Error)]
@@ -48,6 +49,23 @@ impl From<MemoryError> for PluginError {
     }
 }
 
+/// An LLM tool: its name, what it is for, and the JSON Schema of its arguments. Schemas never
+/// contain a scope or a conversation id: those come from the request context.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ToolSpec {
+    pub name: &'static str,
+    pub description: &'static str,
+    pub input_schema: Value,
+}
+
+/// Who is calling: taken from the event or request context, never from the model.
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+pub struct CallContext {
+    pub conversation_id: String,
+    #[serde(default)]
+    pub persona: Option<String>,
+}
+
 /// A unit of functionality the host can load. Operations take and return JSON.
 pub trait Plugin: Send + Sync {
     fn name(&self) -> &'static str;
@@ -58,6 +76,25 @@ pub trait Plugin: Send + Sync {
         operation: &'a str,
         payload: Value,
     ) -> BoxFuture<'a, Result<Value, PluginError>>;
+    /// The LLM tools this plugin offers.
+    fn tools(&self) -> Vec<ToolSpec> {
+        Vec::new()
+    }
+    /// Run one of this plugin's tools for the conversation in `ctx`.
+    fn call_tool<'a>(
+        &'a self,
+        name: &'a str,
+        ctx: CallContext,
+        arguments: Value,
+    ) -> BoxFuture<'a, Result<Value, PluginError>> {
+        let _ = (ctx, arguments);
+        Box::pin(async move {
+            Err(PluginError::bad_request(
+                "unknown_tool",
+                format!("no tool '{name}'"),
+            ))
+        })
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -78,6 +115,7 @@ pub enum HostError {
 pub struct PluginHost {
     plugins: Vec<Arc<dyn Plugin>>,
     routes: HashMap<&'static str, Arc<dyn Plugin>>,
+    tools: HashMap<&'static str, Arc<dyn Plugin>>,
     memory: Arc<MemoryService>,
     config: Config,
     _watcher: Option<ConfigWatcher>,
@@ -129,6 +167,7 @@ impl PluginHost {
         let mut host = PluginHost {
             plugins: Vec::new(),
             routes: HashMap::new(),
+            tools: HashMap::new(),
             memory,
             config,
             _watcher: watcher,
@@ -143,6 +182,11 @@ impl PluginHost {
                 return Err(HostError::DuplicateOperation(op.to_string()));
             }
         }
+        for tool in plugin.tools() {
+            if self.tools.insert(tool.name, plugin.clone()).is_some() {
+                return Err(HostError::DuplicateOperation(tool.name.to_string()));
+            }
+        }
         tracing::info!(plugin = plugin.name(), operations = ?plugin.operations(), "plugin loaded");
         self.plugins.push(plugin);
         Ok(())
@@ -155,6 +199,29 @@ impl PluginHost {
             None => Err(PluginError::bad_request(
                 "unknown_operation",
                 format!("no plugin serves '{operation}'"),
+            )),
+        }
+    }
+
+    /// Every registered LLM tool.
+    pub fn tools(&self) -> Vec<ToolSpec> {
+        let mut all: Vec<ToolSpec> = self.plugins.iter().flat_map(|p| p.tools()).collect();
+        all.sort_by_key(|t| t.name);
+        all
+    }
+
+    /// Run a tool for the conversation in `ctx` (HTTP body, MCP `_meta`, framework event).
+    pub async fn call_tool(
+        &self,
+        name: &str,
+        ctx: CallContext,
+        arguments: Value,
+    ) -> Result<Value, PluginError> {
+        match self.tools.get(name) {
+            Some(p) => p.call_tool(name, ctx, arguments).await,
+            None => Err(PluginError::bad_request(
+                "unknown_tool",
+                format!("no tool named '{name}'"),
             )),
         }
     }

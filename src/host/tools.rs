@@ -1,0 +1,180 @@
+//! The LLM tools of the memory plugin (names and limits modelled on the upstream plugin's
+//! `core_memory_remember` / `core_memory_recall`).
+
+use serde_json::{json, Map, Value};
+
+use super::{CallContext, PluginError, ToolSpec};
+use crate::memory::{RecallMode, RecallRequest, RememberRequest, MEMORY_TYPES};
+
+pub const REMEMBER: &str = "core_memory_remember";
+pub const RECALL: &str = "core_memory_recall";
+
+pub fn specs() -> Vec<ToolSpec> {
+    vec![
+        ToolSpec {
+            name: REMEMBER,
+            description:
+                "Save a long-term memory about the user or the conversation: a fact, event, \
+                          skill, task or feeling worth recalling in later conversations.",
+            input_schema: json!({
+                "type": "object",
+                "additionalProperties": false,
+                "properties": {
+                    "content": {"type": "string", "minLength": 1, "maxLength": 4000,
+                                "description": "What to remember, as a self-contained statement."},
+                    "judgment": {"type": "string", "minLength": 1, "maxLength": 4000,
+                                 "description": "Alias of content."},
+                    "reasoning": {"type": "string", "maxLength": 4000,
+                                  "description": "Why this is worth remembering."},
+                    "tags": {"type": "array", "maxItems": 32,
+                             "items": {"type": "string", "minLength": 1, "maxLength": 64},
+                             "description": "People, places and keywords this memory is about."},
+                    "memory_type": {"type": "string", "enum": MEMORY_TYPES, "default": "knowledge"},
+                    "strength": {"type": "integer", "minimum": 1, "maximum": 100, "default": 50,
+                                 "description": "How important it is."}
+                }
+            }),
+        },
+        ToolSpec {
+            name: RECALL,
+            description: "Search long-term memory for what is relevant to a question or topic.",
+            input_schema: json!({
+                "type": "object",
+                "additionalProperties": false,
+                "required": ["query"],
+                "properties": {
+                    "query": {"type": "string", "minLength": 1, "maxLength": 2000,
+                              "description": "What to look for, in natural language."},
+                    "limit": {"type": "integer", "minimum": 1, "maximum": 100, "default": 5}
+                }
+            }),
+        },
+    ]
+}
+
+/// Refuse any argument the schema does not declare: in particular nothing can name a scope or
+/// a conversation, so a model cannot steer a memory into (or out of) another scope.
+fn arguments(spec_name: &str, args: Value) -> Result<Map<String, Value>, PluginError> {
+    let Value::Object(map) = (match args {
+        Value::Null => Value::Object(Map::new()),
+        other => other,
+    }) else {
+        return Err(PluginError::bad_request(
+            "invalid_arguments",
+            "tool arguments must be a JSON object",
+        ));
+    };
+    let spec = specs().into_iter().find(|s| s.name == spec_name);
+    let allowed = spec
+        .as_ref()
+        .and_then(|s| s.input_schema["properties"].as_object().cloned())
+        .unwrap_or_default();
+    for key in map.keys() {
+        if !allowed.contains_key(key) {
+            let why = if key.contains("scope") || key.contains("conversation") || key == "persona" {
+                "the scope and conversation come from the request context, never from tool arguments"
+            } else {
+                "not an argument of this tool"
+            };
+            return Err(PluginError::bad_request(
+                "invalid_arguments",
+                format!("'{key}': {why}"),
+            ));
+        }
+    }
+    Ok(map)
+}
+
+fn take<T: serde::de::DeserializeOwned>(
+    map: &mut Map<String, Value>,
+    key: &str,
+) -> Result<Option<T>, PluginError> {
+    match map.remove(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => serde_json::from_value(v)
+            .map(Some)
+            .map_err(|e| PluginError::bad_request("invalid_arguments", format!("'{key}': {e}"))),
+    }
+}
+
+pub fn remember_request(ctx: CallContext, args: Value) -> Result<RememberRequest, PluginError> {
+    let mut map = arguments(REMEMBER, args)?;
+    let content: Option<String> = take(&mut map, "content")?;
+    let judgment: Option<String> = take(&mut map, "judgment")?;
+    let content = content.or(judgment).ok_or_else(|| {
+        PluginError::bad_request("invalid_arguments", "'content' (or 'judgment') is required")
+    })?;
+    Ok(RememberRequest {
+        conversation_id: ctx.conversation_id,
+        persona: ctx.persona,
+        content,
+        reasoning: take(&mut map, "reasoning")?,
+        tags: take(&mut map, "tags")?,
+        memory_type: take(&mut map, "memory_type")?,
+        strength: take(&mut map, "strength")?,
+    })
+}
+
+pub fn recall_request(ctx: CallContext, args: Value) -> Result<RecallRequest, PluginError> {
+    let mut map = arguments(RECALL, args)?;
+    let query: String = take(&mut map, "query")?
+        .ok_or_else(|| PluginError::bad_request("invalid_arguments", "'query' is required"))?;
+    Ok(RecallRequest {
+        conversation_id: ctx.conversation_id,
+        persona: ctx.persona,
+        query,
+        limit: take(&mut map, "limit")?,
+        mode: RecallMode::Comprehensive,
+        entities: Vec::new(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ctx() -> CallContext {
+        CallContext {
+            conversation_id: "default:GroupMessage:1".into(),
+            persona: None,
+        }
+    }
+
+    #[test]
+    fn schemas_never_mention_scope_or_conversation() {
+        for spec in specs() {
+            let text = spec.input_schema.to_string();
+            assert!(
+                !text.contains("scope") && !text.contains("conversation"),
+                "{}",
+                spec.name
+            );
+        }
+    }
+
+    #[test]
+    fn steering_arguments_are_refused() {
+        for key in [
+            "memory_scope",
+            "scope",
+            "conversation_id",
+            "persona",
+            "scope_source",
+        ] {
+            let err = remember_request(ctx(), json!({"content": "x", key: "家人"})).unwrap_err();
+            assert_eq!(err.code, "invalid_arguments", "{key}");
+            let err = recall_request(ctx(), json!({"query": "x", key: "家人"})).unwrap_err();
+            assert_eq!(err.code, "invalid_arguments", "{key}");
+        }
+    }
+
+    #[test]
+    fn judgment_is_an_alias_and_context_supplies_the_conversation() {
+        let r = remember_request(ctx(), json!({"judgment": "likes tea", "strength": 70})).unwrap();
+        assert_eq!(r.content, "likes tea");
+        assert_eq!(r.conversation_id, "default:GroupMessage:1");
+        assert_eq!(r.strength, Some(70));
+        assert!(remember_request(ctx(), json!({})).is_err());
+        assert!(recall_request(ctx(), json!({"query": 5})).is_err());
+    }
+}
