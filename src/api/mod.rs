@@ -2,4 +2,5 @@
 
 pub mod demo;
 pub mod http;
+pub mod metrics;
 pub mod migrate_cli;
