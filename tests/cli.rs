@@ -95,3 +95,44 @@ fn scope_check_reports_ignored_entries() {
         "a missing config names the file: {err}"
     );
 }
+
+#[tokio::test]
+async fn forget_scope_deletes_one_scope_after_confirmation() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    let cfg = dir.path().join("config.json");
+    std::fs::write(
+        &cfg,
+        serde_json::to_vec(
+            &json!({"storage": {"db_dir": db}, "conversation_scope_map": family_map()}),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    {
+        let config = scopemem::config::Config::load(Some(&cfg)).unwrap().config;
+        let host = scopemem::host::PluginHost::start_with(config, None, embedder())
+            .await
+            .unwrap();
+        remember(&host, FAMILY, "family one").await;
+        remember(&host, FAMILY, "family two").await;
+        remember(&host, WORK, "work one").await;
+        host.shutdown().await;
+    }
+    let cfg = cfg.to_str().unwrap();
+    let (code, _, err) = scopemem(&["forget", "--scope", "家人", "--config", cfg]);
+    assert_ne!(code, 0, "needs confirmation");
+    assert!(err.contains("--yes"), "{err}");
+    let (code, _, err) = scopemem(&["forget", "--scope", "bad name", "--config", cfg, "--yes"]);
+    assert_ne!(code, 0, "an invalid scope name is refused: {err}");
+    let (code, out, err) = scopemem(&["forget", "--scope", "家人", "--config", cfg, "--yes"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("deleted 2 memories"), "{out}");
+    let config = scopemem::config::Config::load(Some(std::path::Path::new(cfg)))
+        .unwrap()
+        .config;
+    let host = scopemem::host::PluginHost::start_with(config, None, embedder())
+        .await
+        .unwrap();
+    assert_eq!(rows(&host).await, 1);
+}
