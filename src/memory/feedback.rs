@@ -154,7 +154,7 @@ pub struct FeedbackQueue {
     replay: Mutex<Vec<(FeedbackJob, Option<FeedbackPlan>)>>,
     capacity: usize,
     stop: Arc<Notify>,
-    task: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    task: crate::task::TaskSlot,
 }
 
 fn invalid(field: &'static str, message: impl Into<String>) -> MemoryError {
@@ -199,7 +199,7 @@ impl FeedbackQueue {
             replay: Mutex::new(pending.jobs),
             capacity: capacity.max(1),
             stop: Arc::new(Notify::new()),
-            task: Mutex::new(None),
+            task: crate::task::TaskSlot::default(),
         })
     }
 
@@ -327,10 +327,7 @@ impl FeedbackQueue {
 
     /// Start the worker: replays unfinished journaled jobs first, then serves the queue.
     pub fn start(&self) {
-        let Ok(mut task) = self.task.lock() else {
-            return;
-        };
-        if task.is_some() {
+        if self.task.is_set() {
             return;
         }
         let Some(mut rx) = self.rx.lock().ok().and_then(|mut r| r.take()) else {
@@ -343,7 +340,7 @@ impl FeedbackQueue {
             .unwrap_or_default();
         let shared = self.shared.clone();
         let stop = self.stop.clone();
-        *task = Some(tokio::spawn(async move {
+        self.task.spawn_if_idle(async move {
             for (job, plan) in replay {
                 run_job(&shared, job, plan).await;
             }
@@ -357,23 +354,18 @@ impl FeedbackQueue {
                     _ = stop.notified() => break,
                 }
             }
-        }));
+        });
     }
 
     /// Stop after the job in flight (queued jobs stay in the journal for the next start).
     pub async fn shutdown(&self) {
         self.stop.notify_one();
-        let task = self.task.lock().ok().and_then(|mut t| t.take());
-        if let Some(t) = task {
-            let _ = t.await;
-        }
+        self.task.join().await;
     }
 
     /// Kill the worker at once, as a crash would (tests).
     pub fn abort(&self) {
-        if let Some(t) = self.task.lock().ok().and_then(|mut t| t.take()) {
-            t.abort();
-        }
+        self.task.abort();
     }
 
     pub fn outcome(&self, job_id: &str) -> Option<JobOutcome> {
