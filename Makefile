@@ -33,6 +33,7 @@ test: setup
 bench: setup
 	cargo bench --bench recall
 	cargo bench --bench backfill
+	cargo bench --bench events
 
 lint:
 	cargo fmt --check
