@@ -14,7 +14,11 @@ use scopemem::embed::{Embedder, FastEmbedder, ModelFiles};
 use scopemem::host::PluginHost;
 use serde_json::json;
 
-async fn host_on(dir: &std::path::Path, e: Arc<dyn Embedder>, extra: serde_json::Value) -> PluginHost {
+async fn host_on(
+    dir: &std::path::Path,
+    e: Arc<dyn Embedder>,
+    extra: serde_json::Value,
+) -> PluginHost {
     let mut cfg = json!({"storage": {"db_dir": dir.to_string_lossy()}});
     if let (Some(c), Some(x)) = (cfg.as_object_mut(), extra.as_object()) {
         for (k, v) in x {
@@ -26,9 +30,14 @@ async fn host_on(dir: &std::path::Path, e: Arc<dyn Embedder>, extra: serde_json:
 }
 
 fn main() {
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
-    let embedder: Arc<dyn Embedder> =
-        Arc::new(FastEmbedder::load(&ModelFiles::resolve(None, None), 32).expect("model (run `make setup`)"));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let _runtime = rt.enter(); // start_background spawns tasks
+    let embedder: Arc<dyn Embedder> = Arc::new(
+        FastEmbedder::load(&ModelFiles::resolve(None, None), 32).expect("model (run `make setup`)"),
+    );
     let n: usize = std::env::var("SCOPEMEM_BENCH_SIZES")
         .ok()
         .and_then(|s| s.split(',').next_back().and_then(|x| x.trim().parse().ok()))
@@ -37,7 +46,11 @@ fn main() {
     // on_llm_request at n rows: chained recall (pool 100) + injection rendering, end to end.
     let (dir, store) = rt.block_on(dataset(&embedder, n));
     rt.block_on(store.shutdown());
-    let host = rt.block_on(host_on(&dir, embedder.clone(), json!({"conversation_scope_map": {"bench:conv": "scope_07"}})));
+    let host = rt.block_on(host_on(
+        &dir,
+        embedder.clone(),
+        json!({"conversation_scope_map": {"bench:conv": "scope_07"}}),
+    ));
     host.start_background();
     // Let the background index build (if due) finish so both runs see the same strategy.
     for _ in 0..1200 {
@@ -53,7 +66,10 @@ fn main() {
         let q = question(&mut rng);
         let t = Instant::now();
         let r = rt
-            .block_on(host.invoke("on_llm_request", json!({"conversation_id": "bench:conv", "query": q, "entities": ["Alice"]})))
+            .block_on(host.invoke(
+                "on_llm_request",
+                json!({"conversation_id": "bench:conv", "query": q, "entities": ["Alice"]}),
+            ))
             .expect("on_llm_request");
         times.push(t.elapsed());
         injected += r["memory_ids"].as_array().map_or(0, Vec::len);
@@ -70,13 +86,20 @@ fn main() {
     // Feedback throughput on a fresh table: 8 clients submit jobs (1 new memory + 2 useful ids
     // each); time until the worker has applied them all.
     let tmp = tempfile::tempdir().expect("tempdir");
-    let host = Arc::new(rt.block_on(host_on(tmp.path(), embedder.clone(), json!({"feedback": {"queue_capacity": 4096}}))));
+    let host = Arc::new(rt.block_on(host_on(
+        tmp.path(),
+        embedder.clone(),
+        json!({"feedback": {"queue_capacity": 4096}}),
+    )));
     host.start_background();
     let mut rng = Rng(3);
     let ids: Vec<String> = (0..200)
         .map(|_| {
             let r = rt
-                .block_on(host.invoke("remember", json!({"conversation_id": "bench:fb", "content": sentence(&mut rng)})))
+                .block_on(host.invoke(
+                    "remember",
+                    json!({"conversation_id": "bench:fb", "content": sentence(&mut rng)}),
+                ))
                 .expect("remember");
             r["memory"]["id"].as_str().unwrap_or_default().to_string()
         })
@@ -117,7 +140,11 @@ fn main() {
     });
     let accepted_in = t.elapsed().as_secs_f64();
     for job in &job_ids {
-        rt.block_on(host.memory().feedback().wait_for(job, Duration::from_secs(600)));
+        rt.block_on(
+            host.memory()
+                .feedback()
+                .wait_for(job, Duration::from_secs(600)),
+        );
     }
     let secs = t.elapsed().as_secs_f64();
     let (a50, a95, _) = percentiles(accept_times);

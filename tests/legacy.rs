@@ -94,6 +94,16 @@ async fn a_v1_table_migrates_serves_during_backfill_and_ends_public() {
         !host.memory().migration_active(),
         "auto mode turns itself off"
     );
+    // Recall after the backfill is no slower than before: the scope index covers every row.
+    let idx = host
+        .memory()
+        .store()
+        .table()
+        .index_stats("memory_scope_idx")
+        .await
+        .unwrap()
+        .expect("scope index");
+    assert_eq!(idx.num_unindexed_rows, 0, "{idx:?}");
 
     let all = all_rows(&host).await;
     assert_eq!(all.len(), 301, "row count unchanged (+ the one new memory)");

@@ -275,4 +275,3 @@ pub async fn queries(e: &dyn Embedder) -> Vec<Query> {
         })
         .collect()
 }
-

@@ -360,7 +360,7 @@ impl BackfillHandle {
             "backfill done; migration mode off"
         );
         // Leave the table as fast to query as before: merge fragments, refresh indexes.
-        let report = self.store.writer().maintain().await?;
+        let report = self.store.writer().maintain_with(true).await?;
         tracing::info!(
             fragments = report.fragments_after,
             "post-backfill compaction and index refresh done"

@@ -52,6 +52,7 @@ enum Op {
         done: oneshot::Sender<Result<u64, StoreError>>,
     },
     Maintain {
+        full: bool,
         done: oneshot::Sender<Result<MaintenanceReport, StoreError>>,
     },
     FillScope {
@@ -118,9 +119,15 @@ impl WriterHandle {
 
     /// Compact fragments and fold new rows into indexes now (also runs on a timer).
     pub async fn maintain(&self) -> Result<MaintenanceReport, StoreError> {
+        self.maintain_with(false).await
+    }
+
+    /// Like [`maintain`](Self::maintain), but `full` merges every fragment below Lance's
+    /// default target (1M rows): once, after a whole-table rewrite such as the backfill.
+    pub async fn maintain_with(&self, full: bool) -> Result<MaintenanceReport, StoreError> {
         let (done, rx) = oneshot::channel();
         self.tx
-            .send(Op::Maintain { done })
+            .send(Op::Maintain { full, done })
             .await
             .map_err(|_| StoreError::WriterGone)?;
         rx.await.map_err(|_| StoreError::WriterGone)?
@@ -201,7 +208,7 @@ async fn run(
                 },
                 _ = tick.tick() => {
                     if dirty {
-                        if let Err(e) = maintain(&table, &settings, &counters).await {
+                        if let Err(e) = maintain(&table, &settings, &counters, false).await {
                             tracing::warn!(error = %e, "scheduled compaction failed; will retry next interval");
                         } else {
                             dirty = false;
@@ -244,7 +251,7 @@ async fn run(
                     });
                 }
                 if fragments >= settings.compact_min_fragments {
-                    match maintain(&table, &settings, &counters).await {
+                    match maintain(&table, &settings, &counters, false).await {
                         Ok(_) => dirty = false,
                         Err(e) => tracing::warn!(error = %e, "compaction failed; will retry"),
                     }
@@ -258,8 +265,8 @@ async fn run(
                 let _ = done.send(result.map(|r| r.num_deleted_rows));
                 dirty = true;
             }
-            Op::Maintain { done } => {
-                let result = maintain(&table, &settings, &counters).await;
+            Op::Maintain { full, done } => {
+                let result = maintain(&table, &settings, &counters, full).await;
                 if result.is_ok() {
                     dirty = false;
                 }
@@ -452,6 +459,7 @@ async fn maintain(
     table: &Table,
     settings: &WriterSettings,
     counters: &WriterCounters,
+    full: bool,
 ) -> Result<MaintenanceReport, StoreError> {
     let native = table
         .as_native()
@@ -459,7 +467,11 @@ async fn maintain(
     let before = native.count_fragments().await?;
     if before >= 2 {
         let rows = table.count_rows(None).await?;
-        let target = (rows / 16).clamp(1024, 1024 * 1024);
+        let target = if full {
+            CompactionOptions::default().target_rows_per_fragment
+        } else {
+            (rows / 16).clamp(1024, 1024 * 1024)
+        };
         let started = Instant::now();
         retry(settings, counters, || async {
             table
