@@ -68,6 +68,7 @@ pub fn router(host: Arc<PluginHost>) -> Router {
         .route("/v1/tools", get(list_tools))
         .route("/v1/tools/{name}", post(call_tool))
         .route("/healthz", get(healthz))
+        .nest_service("/mcp", crate::api::mcp::http_service(host.clone()))
         .with_state(host)
 }
 
