@@ -11,3 +11,4 @@ pub mod memory;
 pub mod migrate;
 pub mod scope;
 pub mod store;
+pub mod task;

@@ -37,6 +37,16 @@ enum Command {
         #[arg(long, default_value = "http://127.0.0.1:8787")]
         url: String,
     },
+    /// Delete every memory of a scope (operator only).
+    Forget {
+        #[arg(long)]
+        scope: String,
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Do not ask for confirmation.
+        #[arg(long)]
+        yes: bool,
+    },
     /// Schema migrations and the legacy-row backfill.
     Migrate {
         #[command(subcommand)]
@@ -171,6 +181,24 @@ async fn main() -> anyhow::Result<()> {
         Command::Demo { url } => {
             init_logging("warn");
             scopemem::api::demo::run(&url).await?;
+        }
+        Command::Forget { scope, config, yes } => {
+            init_logging(&level_of(config.as_ref()));
+            let scope = scopemem::scope::ScopeName::parse(&scope).context("--scope")?;
+            if !yes
+                && !confirm(&format!(
+                    "Delete every memory in scope '{}'?",
+                    scope.as_str()
+                ))?
+            {
+                anyhow::bail!("not confirmed; nothing deleted");
+            }
+            let host = PluginHost::start(config.as_deref())
+                .await
+                .context("starting scopemem")?;
+            let n = host.memory().forget_scope(&scope).await?;
+            host.shutdown().await;
+            println!("deleted {n} memories in scope '{}'", scope.as_str());
         }
         Command::Migrate { command } => match command {
             MigrateCommand::Status { config } => {

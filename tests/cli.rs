@@ -4,6 +4,7 @@
 mod common;
 
 use std::process::Command;
+use std::time::Duration;
 
 use common::*;
 use serde_json::{json, Value};
@@ -94,4 +95,135 @@ fn scope_check_reports_ignored_entries() {
         err.contains("missing.json"),
         "a missing config names the file: {err}"
     );
+}
+
+#[tokio::test]
+async fn forget_scope_deletes_one_scope_after_confirmation() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    let cfg = dir.path().join("config.json");
+    std::fs::write(
+        &cfg,
+        serde_json::to_vec(
+            &json!({"storage": {"db_dir": db}, "conversation_scope_map": family_map()}),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    {
+        let config = scopemem::config::Config::load(Some(&cfg)).unwrap().config;
+        let host = scopemem::host::PluginHost::start_with(config, None, embedder())
+            .await
+            .unwrap();
+        remember(&host, FAMILY, "family one").await;
+        remember(&host, FAMILY, "family two").await;
+        remember(&host, WORK, "work one").await;
+        host.shutdown().await;
+    }
+    let cfg = cfg.to_str().unwrap();
+    let (code, _, err) = scopemem(&["forget", "--scope", "家人", "--config", cfg]);
+    assert_ne!(code, 0, "needs confirmation");
+    assert!(err.contains("--yes"), "{err}");
+    let (code, _, err) = scopemem(&["forget", "--scope", "bad name", "--config", cfg, "--yes"]);
+    assert_ne!(code, 0, "an invalid scope name is refused: {err}");
+    let (code, out, err) = scopemem(&["forget", "--scope", "家人", "--config", cfg, "--yes"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("deleted 2 memories"), "{out}");
+    let config = scopemem::config::Config::load(Some(std::path::Path::new(cfg)))
+        .unwrap()
+        .config;
+    let host = scopemem::host::PluginHost::start_with(config, None, embedder())
+        .await
+        .unwrap();
+    assert_eq!(rows(&host).await, 1);
+}
+
+#[tokio::test]
+async fn serve_shuts_down_cleanly_on_sigterm_and_keeps_what_it_accepted() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let cfg = dir.path().join("config.json");
+    std::fs::write(
+        &cfg,
+        serde_json::to_vec(&json!({
+            "storage": {"db_dir": dir.path().join("db")},
+            "server": {"http_addr": format!("127.0.0.1:{port}")},
+            "conversation_scope_map": family_map(),
+        }))
+        .unwrap(),
+    )
+    .unwrap();
+    let start = || {
+        Command::new(env!("CARGO_BIN_EXE_scopemem"))
+            .args(["serve", "--config", cfg.to_str().unwrap()])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let base = format!("http://127.0.0.1:{port}");
+    let client = reqwest::Client::new();
+    let wait_up = || async {
+        for _ in 0..200 {
+            if client.get(format!("{base}/healthz")).send().await.is_ok() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("server did not come up");
+    };
+    let child = start();
+    wait_up().await;
+    let r = client
+        .post(format!("{base}/v1/remember"))
+        .json(&json!({"conversation_id": FAMILY, "content": "written just before shutdown"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let r = client
+        .post(format!("{base}/v1/feedback"))
+        .json(&json!({"conversation_id": FAMILY, "new_memories": [{"content": "reflection accepted before shutdown"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 202);
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "exit {:?}: {err}", out.status);
+    assert!(err.contains("stopped cleanly"), "{err}");
+
+    // Restart: both memories are there (the feedback job replays if it was not applied yet).
+    let mut child = start();
+    wait_up().await;
+    let mut n = 0;
+    for _ in 0..100 {
+        let s: Value = client
+            .get(format!("{base}/v1/status"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        n = s["rows"].as_u64().unwrap();
+        if n == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let _ = child.wait();
+    assert_eq!(n, 2, "nothing accepted is lost across a restart");
 }

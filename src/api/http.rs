@@ -11,6 +11,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::{json, Value};
 
+use super::metrics::{render, track, Metrics};
 use crate::host::{PluginError, PluginHost};
 
 /// A JSON error response.
@@ -18,32 +19,41 @@ pub struct ApiError {
     status: StatusCode,
     code: &'static str,
     message: String,
+    retry_after: Option<u64>,
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (
-            self.status,
-            Json(json!({"error": {"code": self.code, "message": self.message}})),
-        )
-            .into_response()
+        let body = Json(json!({"error": {"code": self.code, "message": self.message}}));
+        let mut response = (self.status, body).into_response();
+        if let Some(secs) = self.retry_after {
+            if let Ok(v) = axum::http::HeaderValue::from_str(&secs.to_string()) {
+                response
+                    .headers_mut()
+                    .insert(axum::http::header::RETRY_AFTER, v);
+            }
+        }
+        response
     }
 }
 
 impl From<PluginError> for ApiError {
     fn from(e: PluginError) -> Self {
-        let status = if e.client_error {
+        let status = if e.retry_after.is_some() {
+            StatusCode::SERVICE_UNAVAILABLE
+        } else if e.client_error {
             StatusCode::BAD_REQUEST
         } else {
             StatusCode::INTERNAL_SERVER_ERROR
         };
-        if !e.client_error {
+        if status == StatusCode::INTERNAL_SERVER_ERROR {
             tracing::error!(code = e.code, error = %e.message, "request failed");
         }
         ApiError {
             status,
             code: e.code,
             message: e.message,
+            retry_after: e.retry_after,
         }
     }
 }
@@ -54,22 +64,104 @@ impl From<JsonRejection> for ApiError {
             status: StatusCode::BAD_REQUEST,
             code: "invalid_json",
             message: e.body_text(),
+            retry_after: None,
         }
     }
 }
 
-type AppState = Arc<PluginHost>;
+#[derive(Clone)]
+struct AppState {
+    host: Arc<PluginHost>,
+    metrics: Arc<Metrics>,
+}
+
+impl std::ops::Deref for AppState {
+    type Target = PluginHost;
+    fn deref(&self) -> &PluginHost {
+        &self.host
+    }
+}
 
 pub fn router(host: Arc<PluginHost>) -> Router {
+    let metrics = Arc::new(Metrics::default());
+    let mcp = crate::api::mcp::http_service(host.clone());
+    let state = AppState {
+        host,
+        metrics: metrics.clone(),
+    };
     Router::new()
         .route("/v1/remember", post(remember))
         .route("/v1/recall", post(recall))
         .route("/v1/status", get(status))
         .route("/v1/tools", get(list_tools))
         .route("/v1/tools/{name}", post(call_tool))
+        .route("/v1/feedback", post(feedback))
+        .route("/v1/feedback/{job_id}", get(feedback_status))
+        .route("/v1/forget", post(forget))
+        .route("/v1/events/llm_request", post(llm_request))
+        .route("/v1/events/after_message_sent", post(after_message_sent))
         .route("/healthz", get(healthz))
-        .nest_service("/mcp", crate::api::mcp::http_service(host.clone()))
-        .with_state(host)
+        .route("/metrics", get(metrics_text))
+        .nest_service("/mcp", mcp)
+        .route_layer(axum::middleware::from_fn_with_state(metrics, track))
+        .with_state(state)
+}
+
+async fn feedback(
+    State(host): State<AppState>,
+    body: Result<Json<Value>, JsonRejection>,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    let Json(v) = call(&host, "feedback", body).await?;
+    Ok((StatusCode::ACCEPTED, Json(v)))
+}
+
+async fn feedback_status(
+    State(host): State<AppState>,
+    axum::extract::Path(job_id): axum::extract::Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    Ok(Json(
+        host.invoke("feedback_status", json!({ "job_id": job_id }))
+            .await?,
+    ))
+}
+
+async fn forget(
+    State(host): State<AppState>,
+    body: Result<Json<Value>, JsonRejection>,
+) -> Result<Json<Value>, ApiError> {
+    call(&host, "forget", body).await
+}
+
+async fn llm_request(
+    State(host): State<AppState>,
+    body: Result<Json<Value>, JsonRejection>,
+) -> Result<Json<Value>, ApiError> {
+    call(&host, "on_llm_request", body).await
+}
+
+async fn after_message_sent(
+    State(host): State<AppState>,
+    body: Result<Json<Value>, JsonRejection>,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    let Json(v) = call(&host, "after_message_sent", body).await?;
+    let status = if v["job_id"].is_null() {
+        StatusCode::OK
+    } else {
+        StatusCode::ACCEPTED
+    };
+    Ok((status, Json(v)))
+}
+
+async fn metrics_text(State(state): State<AppState>) -> Response {
+    let body = render(&state.metrics, &state.host).await;
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4",
+        )],
+        body,
+    )
+        .into_response()
 }
 
 async fn call(
@@ -130,16 +222,32 @@ async fn status(State(host): State<AppState>) -> Result<Json<Value>, ApiError> {
     Ok(Json(host.invoke("status", Value::Null).await?))
 }
 
+/// Health of each part: the embedder (a tiny embedding), the store (a row count) and the
+/// feedback journal. 503 if any is down.
 async fn healthz(State(host): State<AppState>) -> Response {
-    match host.memory().store().count(None).await {
-        Ok(rows) => Json(json!({"status": "ok", "rows": rows, "plugins": host.plugin_names()}))
-            .into_response(),
-        Err(e) => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            Json(json!({"status": "unavailable", "store": e.to_string()})),
-        )
-            .into_response(),
-    }
+    let memory = host.memory();
+    let store = memory.store().count(None).await;
+    let embedder = tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        memory.embedder().embed(vec!["health".into()]),
+    )
+    .await;
+    let embedder_ok = matches!(embedder, Ok(Ok(ref v)) if !v.is_empty());
+    let journal_ok = memory.feedback().journal_healthy();
+    let ok = store.is_ok() && embedder_ok && journal_ok;
+    let body = json!({
+        "status": if ok { "ok" } else { "unavailable" },
+        "store": match &store { Ok(rows) => json!({"ok": true, "rows": rows}), Err(e) => json!({"ok": false, "error": e.to_string()}) },
+        "embedder": {"ok": embedder_ok},
+        "journal": {"ok": journal_ok},
+        "plugins": host.plugin_names(),
+    });
+    let status = if ok {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, Json(body)).into_response()
 }
 
 /// Serve on `listener` until `shutdown` resolves, then let in-flight requests finish.

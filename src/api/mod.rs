@@ -4,4 +4,5 @@
 pub mod demo;
 pub mod http;
 pub mod mcp;
+pub mod metrics;
 pub mod migrate_cli;

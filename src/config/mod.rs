@@ -211,6 +211,13 @@ impl BackfillConfig {
     }
 }
 
+/// `feedback.*`: the reflection write path.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct FeedbackConfig {
+    /// Jobs that may wait in the queue before new feedback is refused with 503.
+    pub queue_capacity: usize,
+}
+
 /// The complete, validated configuration.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Config {
@@ -233,6 +240,8 @@ pub struct Config {
     pub recall: RecallConfig,
     /// Backfill settings.
     pub backfill: BackfillConfig,
+    /// Feedback queue settings.
+    pub feedback: FeedbackConfig,
     /// Log filter (e.g. `info`).
     pub log_level: String,
 }
@@ -306,6 +315,7 @@ impl Config {
         let server = root.obj("server")?;
         let recall = root.obj("recall")?;
         let backfill = root.obj("backfill")?;
+        let feedback = root.obj("feedback")?;
 
         let map_key = "conversation_scope_map";
         let conversation_scope_map = root.get(map_key)?.clone();
@@ -367,6 +377,9 @@ impl Config {
             backfill: BackfillConfig {
                 batch_size: backfill.count("batch_size", 1)?,
                 pause_ms: backfill.count("pause_ms", 0)?,
+            },
+            feedback: FeedbackConfig {
+                queue_capacity: feedback.count("queue_capacity", 1)?,
             },
             log_level: root.non_empty("log_level")?.to_owned(),
         })

@@ -27,6 +27,8 @@ pub struct PluginError {
     pub message: String,
     /// true: the caller sent something wrong (4xx); false: the service failed (5xx).
     pub client_error: bool,
+    /// Set when the service is temporarily full (503): seconds after which to retry.
+    pub retry_after: Option<u64>,
 }
 
 impl PluginError {
@@ -35,6 +37,25 @@ impl PluginError {
             code,
             message: message.into(),
             client_error: true,
+            retry_after: None,
+        }
+    }
+
+    pub fn unavailable(code: &'static str, message: impl Into<String>, retry_after: u64) -> Self {
+        PluginError {
+            code,
+            message: message.into(),
+            client_error: false,
+            retry_after: Some(retry_after),
+        }
+    }
+
+    pub fn internal(message: impl Into<String>) -> Self {
+        PluginError {
+            code: "internal",
+            message: message.into(),
+            client_error: false,
+            retry_after: None,
         }
     }
 }
@@ -45,6 +66,7 @@ impl From<MemoryError> for PluginError {
             code: e.code(),
             message: e.to_string(),
             client_error: e.is_client_error(),
+            retry_after: None,
         }
     }
 }

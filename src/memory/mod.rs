@@ -1,6 +1,9 @@
 //! The memory layer: remember, recall, redaction, and the one place scopes are derived.
 
 pub mod chained;
+pub mod feedback;
+pub mod injection;
+pub mod journal;
 pub mod model;
 pub mod redact;
 pub mod service;

@@ -75,6 +75,7 @@ pub struct Status {
     pub embedding_model: String,
     pub scope_filter: ScopeFilterMode,
     pub migration: MigrationStatus,
+    pub feedback_queue_depth: usize,
     pub scope_map: MapSummary,
 }
 
@@ -96,6 +97,8 @@ pub struct MemoryService {
     settings: ServiceSettings,
     /// The backfill of legacy rows and the migration-mode gate it controls.
     backfill: Arc<BackfillHandle>,
+    /// The journaled feedback queue and its worker.
+    feedback: super::feedback::FeedbackQueue,
 }
 
 impl MemoryService {
@@ -151,6 +154,18 @@ impl MemoryService {
                 "scope_filter = disabled: recall ignores scopes (emergency rollback mode)"
             );
         }
+        let journal = config
+            .storage
+            .db_dir
+            .join(format!("{}.feedback.journal", config.storage.table_name));
+        let feedback = super::feedback::FeedbackQueue::open(
+            &journal,
+            config.feedback.queue_capacity,
+            store.clone(),
+            embedder.clone(),
+            scopes.clone(),
+            backfill.gate().clone(),
+        )?;
         Ok(MemoryService {
             store,
             search,
@@ -162,12 +177,14 @@ impl MemoryService {
                 migration_mode: config.migration_mode,
             },
             backfill: Arc::new(backfill),
+            feedback,
         })
     }
 
     /// Work that must not delay start-up: scalar indexes and the legacy backfill. Call once
     /// the service is serving.
     pub fn start_background(&self) {
+        self.feedback.start();
         let store = self.store.clone();
         let backfill = self.backfill.clone();
         let search = self.search.clone();
@@ -183,6 +200,11 @@ impl MemoryService {
         });
     }
 
+    /// The feedback queue (journaled; its worker runs after `start_background`).
+    pub fn feedback(&self) -> &super::feedback::FeedbackQueue {
+        &self.feedback
+    }
+
     pub fn backfill(&self) -> &Arc<BackfillHandle> {
         &self.backfill
     }
@@ -193,6 +215,10 @@ impl MemoryService {
 
     pub fn search(&self) -> &Arc<LanceSearch> {
         &self.search
+    }
+
+    pub fn embedder(&self) -> &Arc<dyn Embedder> {
+        &self.embedder
     }
 
     pub fn scopes(&self) -> &Arc<ScopeResolver> {
@@ -372,6 +398,39 @@ impl MemoryService {
         })
     }
 
+    /// Delete the memories written from this conversation (`POST /v1/forget`).
+    pub async fn forget(&self, conversation_id: &str) -> Result<u64, MemoryError> {
+        let conversation = conversation(conversation_id)?;
+        let n = self
+            .store
+            .writer()
+            .delete(format!(
+                "conversation_id = {}",
+                crate::scope::sql_literal(conversation.as_str())
+            ))
+            .await?;
+        tracing::info!(
+            conversation_id = conversation.as_str(),
+            rows = n,
+            "forgot a conversation's memories"
+        );
+        Ok(n)
+    }
+
+    /// Delete a whole scope (operator command `scopemem forget --scope`).
+    pub async fn forget_scope(&self, scope: &crate::scope::ScopeName) -> Result<u64, MemoryError> {
+        let n = self
+            .store
+            .writer()
+            .delete(format!(
+                "memory_scope = {}",
+                crate::scope::sql_literal(scope.as_str())
+            ))
+            .await?;
+        tracing::info!(memory_scope = scope.as_str(), rows = n, "forgot a scope");
+        Ok(n)
+    }
+
     pub async fn status(&self) -> Result<Status, MemoryError> {
         let stats = self.store.stats().await?;
         let active = self.migration_active();
@@ -388,13 +447,15 @@ impl MemoryService {
                 backfill: self.backfill.progress(),
             },
             rows_by_scope: stats.rows_by_scope,
+            feedback_queue_depth: self.feedback.depth(),
             scope_map: self.scopes.snapshot().summary(),
         })
     }
 
-    /// Stop the backfill between batches (its checkpoint is saved), commit queued writes and
-    /// stop the writer.
+    /// Finish the feedback job in flight (the rest stay journaled), stop the backfill between
+    /// batches (its checkpoint is saved), commit queued writes and stop the writer.
     pub async fn shutdown(&self) {
+        self.feedback.shutdown().await;
         self.backfill.stop().await;
         self.store.shutdown().await;
     }

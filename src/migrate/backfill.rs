@@ -100,7 +100,7 @@ pub struct BackfillHandle {
     gate: MigrationGate,
     progress: Arc<Mutex<BackfillProgress>>,
     cancel: watch::Sender<bool>,
-    task: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    task: crate::task::TaskSlot,
 }
 
 impl BackfillHandle {
@@ -132,7 +132,7 @@ impl BackfillHandle {
             gate,
             progress: Arc::new(Mutex::new(BackfillProgress::from_checkpoint(cp.as_ref()))),
             cancel,
-            task: Mutex::new(None),
+            task: crate::task::TaskSlot::default(),
         })
     }
 
@@ -147,48 +147,33 @@ impl BackfillHandle {
             .unwrap_or_else(|p| p.into_inner().clone())
     }
 
-    /// Spawn the backfill in the background (no-op if it is running or there is nothing to do
-    /// that a cheap check can see).
+    /// Spawn the backfill in the background (no-op while it is running).
     pub fn start(self: &Arc<Self>) {
-        let Ok(mut task) = self.task.lock() else {
-            return;
-        };
-        if task.as_ref().is_some_and(|t| !t.is_finished()) {
-            return;
-        }
         let this = self.clone();
-        *task = Some(tokio::spawn(async move {
+        self.task.spawn_if_idle(async move {
             if let Err(e) = this.run(|_| {}).await {
                 tracing::error!(error = %e, "backfill stopped with an error; it resumes from its checkpoint on the next start");
                 if let Ok(mut p) = this.progress.lock() {
                     p.last_error = Some(e.to_string());
                 }
             }
-        }));
+        });
     }
 
     /// Ask the background task to stop after the current batch, and wait for it.
     pub async fn stop(&self) {
         let _ = self.cancel.send(true);
-        let task = self.task.lock().ok().and_then(|mut t| t.take());
-        if let Some(t) = task {
-            let _ = t.await;
-        }
+        self.task.join().await;
     }
 
     /// Kill the background task at once, as a crash would (tests).
     pub fn abort(&self) {
-        if let Some(t) = self.task.lock().ok().and_then(|mut t| t.take()) {
-            t.abort();
-        }
+        self.task.abort();
     }
 
     /// Wait for the background task to finish.
     pub async fn wait(&self) {
-        let task = self.task.lock().ok().and_then(|mut t| t.take());
-        if let Some(t) = task {
-            let _ = t.await;
-        }
+        self.task.join().await;
     }
 
     fn publish(&self, cp: &Checkpoint, remaining: u64, started: Instant, filled_at_start: u64) {

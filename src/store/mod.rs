@@ -161,6 +161,31 @@ impl Store {
         self.writer.append(rows).await
     }
 
+    /// Rows with these ids (vectors excluded). Unknown ids are simply absent.
+    pub async fn get_by_ids(&self, ids: &[String]) -> Result<Vec<MemoryRecord>, StoreError> {
+        let mut out = Vec::with_capacity(ids.len());
+        for chunk in ids.chunks(500) {
+            if chunk.is_empty() {
+                continue;
+            }
+            let list: Vec<String> = chunk
+                .iter()
+                .map(|id| crate::scope::sql_literal(id))
+                .collect();
+            let mut stream = self
+                .table
+                .query()
+                .only_if(format!("{COL_ID} IN ({})", list.join(", ")))
+                .select(Select::columns(&RECORD_COLUMNS))
+                .execute()
+                .await?;
+            while let Some(batch) = stream.try_next().await? {
+                out.extend(record::from_batch(&batch));
+            }
+        }
+        Ok(out)
+    }
+
     pub async fn count(&self, filter: Option<String>) -> Result<usize, StoreError> {
         Ok(self.table.count_rows(filter).await?)
     }

@@ -61,6 +61,10 @@ enum Op {
     RevertBackfill {
         done: oneshot::Sender<Result<u64, StoreError>>,
     },
+    SetStrength {
+        updates: Vec<(String, i32)>,
+        done: oneshot::Sender<Result<u64, StoreError>>,
+    },
     Shutdown {
         done: oneshot::Sender<()>,
     },
@@ -131,6 +135,16 @@ impl WriterHandle {
         let (done, rx) = oneshot::channel();
         self.tx
             .send(Op::FillScope { ids, done })
+            .await
+            .map_err(|_| StoreError::WriterGone)?;
+        rx.await.map_err(|_| StoreError::WriterGone)?
+    }
+
+    /// Set absolute strengths (feedback reinforcement); returns rows changed.
+    pub async fn set_strength(&self, updates: Vec<(String, i32)>) -> Result<u64, StoreError> {
+        let (done, rx) = oneshot::channel();
+        self.tx
+            .send(Op::SetStrength { updates, done })
             .await
             .map_err(|_| StoreError::WriterGone)?;
         rx.await.map_err(|_| StoreError::WriterGone)?
@@ -270,6 +284,40 @@ async fn run(
                 .await;
                 dirty = true;
                 let _ = done.send(result);
+            }
+            Op::SetStrength { updates, done } => {
+                // One update per distinct value: usually one or two commits per job.
+                let mut by_value: std::collections::BTreeMap<i32, Vec<String>> = Default::default();
+                for (id, v) in updates {
+                    by_value
+                        .entry(v)
+                        .or_default()
+                        .push(crate::scope::sql_literal(&id));
+                }
+                let mut total = 0;
+                let mut result = Ok(0);
+                for (value, ids) in by_value {
+                    let predicate = format!("id IN ({})", ids.join(", "));
+                    match retry(&settings, &counters, || async {
+                        Ok(table
+                            .update()
+                            .only_if(predicate.as_str())
+                            .column("strength", value.to_string())
+                            .execute()
+                            .await?
+                            .rows_updated)
+                    })
+                    .await
+                    {
+                        Ok(n) => total += n,
+                        Err(e) => {
+                            result = Err(e);
+                            break;
+                        }
+                    }
+                }
+                dirty = true;
+                let _ = done.send(result.map(|_: u64| total));
             }
             Op::Shutdown { done } => {
                 let _ = done.send(());

@@ -1,0 +1,198 @@
+//! Prometheus text metrics: request counts and latency histograms per endpoint (recorded by a
+//! middleware), plus gauges read from the service at scrape time.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use axum::extract::{MatchedPath, Request, State};
+use axum::middleware::Next;
+use axum::response::Response;
+
+use crate::host::PluginHost;
+
+const BUCKETS: [f64; 12] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0,
+];
+
+#[derive(Default, Clone)]
+struct Histogram {
+    counts: [u64; BUCKETS.len()],
+    sum: f64,
+    count: u64,
+}
+
+#[derive(Default)]
+pub struct Metrics {
+    requests: Mutex<BTreeMap<(String, u16), u64>>,
+    latency: Mutex<BTreeMap<String, Histogram>>,
+}
+
+impl Metrics {
+    fn observe(&self, route: &str, status: u16, secs: f64) {
+        if let Ok(mut r) = self.requests.lock() {
+            *r.entry((route.to_string(), status)).or_default() += 1;
+        }
+        if let Ok(mut l) = self.latency.lock() {
+            let h = l.entry(route.to_string()).or_default();
+            for (i, b) in BUCKETS.iter().enumerate() {
+                if secs <= *b {
+                    h.counts[i] += 1;
+                }
+            }
+            h.sum += secs;
+            h.count += 1;
+        }
+    }
+}
+
+/// Axum middleware: time every request, labelled by its route pattern (not the raw path, so
+/// ids in paths do not explode the label set).
+pub async fn track(State(metrics): State<Arc<Metrics>>, req: Request, next: Next) -> Response {
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|p| p.as_str().to_string())
+        .unwrap_or_else(|| "unmatched".into());
+    let started = Instant::now();
+    let response = next.run(req).await;
+    metrics.observe(
+        &route,
+        response.status().as_u16(),
+        started.elapsed().as_secs_f64(),
+    );
+    response
+}
+
+fn label(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// Render everything in the Prometheus text exposition format.
+pub async fn render(metrics: &Metrics, host: &PluginHost) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "# HELP scopemem_http_requests_total HTTP requests by route and status."
+    );
+    let _ = writeln!(out, "# TYPE scopemem_http_requests_total counter");
+    if let Ok(r) = metrics.requests.lock() {
+        for ((route, status), n) in r.iter() {
+            let _ = writeln!(
+                out,
+                "scopemem_http_requests_total{{route=\"{}\",status=\"{status}\"}} {n}",
+                label(route)
+            );
+        }
+    }
+    let _ = writeln!(
+        out,
+        "# HELP scopemem_http_request_duration_seconds HTTP request latency by route."
+    );
+    let _ = writeln!(
+        out,
+        "# TYPE scopemem_http_request_duration_seconds histogram"
+    );
+    if let Ok(l) = metrics.latency.lock() {
+        for (route, h) in l.iter() {
+            let route = label(route);
+            for (i, b) in BUCKETS.iter().enumerate() {
+                let _ = writeln!(out, "scopemem_http_request_duration_seconds_bucket{{route=\"{route}\",le=\"{b}\"}} {}", h.counts[i]);
+            }
+            let _ = writeln!(
+                out,
+                "scopemem_http_request_duration_seconds_bucket{{route=\"{route}\",le=\"+Inf\"}} {}",
+                h.count
+            );
+            let _ = writeln!(
+                out,
+                "scopemem_http_request_duration_seconds_sum{{route=\"{route}\"}} {}",
+                h.sum
+            );
+            let _ = writeln!(
+                out,
+                "scopemem_http_request_duration_seconds_count{{route=\"{route}\"}} {}",
+                h.count
+            );
+        }
+    }
+    let memory = host.memory();
+    if let Ok(stats) = memory.store().stats().await {
+        let _ = writeln!(
+            out,
+            "# HELP scopemem_rows Rows in the memories table by scope."
+        );
+        let _ = writeln!(out, "# TYPE scopemem_rows gauge");
+        for (scope, n) in &stats.rows_by_scope {
+            let _ = writeln!(
+                out,
+                "scopemem_rows{{memory_scope=\"{}\"}} {n}",
+                label(scope)
+            );
+        }
+        let _ = writeln!(
+            out,
+            "scopemem_rows{{memory_scope=\"\"}} {}",
+            stats.null_scope_rows
+        );
+        let _ = writeln!(
+            out,
+            "# TYPE scopemem_fragments gauge\nscopemem_fragments {}",
+            stats.fragments
+        );
+    }
+    let _ = writeln!(
+        out,
+        "# HELP scopemem_feedback_queue_depth Feedback jobs accepted and not yet applied."
+    );
+    let _ = writeln!(
+        out,
+        "# TYPE scopemem_feedback_queue_depth gauge\nscopemem_feedback_queue_depth {}",
+        memory.feedback().depth()
+    );
+    let p = memory.backfill().progress();
+    let _ = writeln!(
+        out,
+        "# HELP scopemem_backfill_rows Legacy-row backfill progress."
+    );
+    let _ = writeln!(out, "# TYPE scopemem_backfill_rows gauge");
+    for (k, v) in [
+        ("scanned", p.scanned),
+        ("filled", p.filled),
+        ("skipped", p.skipped),
+        ("remaining", p.remaining),
+    ] {
+        let _ = writeln!(out, "scopemem_backfill_rows{{kind=\"{k}\"}} {v}");
+    }
+    let _ = writeln!(out, "# TYPE scopemem_backfill_state gauge");
+    for s in ["none", "pending", "running", "done"] {
+        let _ = writeln!(
+            out,
+            "scopemem_backfill_state{{state=\"{s}\"}} {}",
+            u8::from(p.state == s)
+        );
+    }
+    let _ = writeln!(
+        out,
+        "# TYPE scopemem_migration_mode_active gauge\nscopemem_migration_mode_active {}",
+        u8::from(memory.migration_active())
+    );
+    let c = memory.store().writer().counters();
+    use std::sync::atomic::Ordering::Relaxed;
+    let _ = writeln!(
+        out,
+        "# TYPE scopemem_writer_commits_total counter\nscopemem_writer_commits_total {}",
+        c.commits.load(Relaxed)
+    );
+    let _ = writeln!(out, "# TYPE scopemem_writer_rows_appended_total counter\nscopemem_writer_rows_appended_total {}", c.rows_appended.load(Relaxed));
+    let _ = writeln!(out, "# TYPE scopemem_writer_conflicts_retried_total counter\nscopemem_writer_conflicts_retried_total {}", c.conflicts_retried.load(Relaxed));
+    let _ = writeln!(
+        out,
+        "# TYPE scopemem_compactions_total counter\nscopemem_compactions_total {}",
+        c.compactions.load(Relaxed)
+    );
+    out
+}

@@ -1,0 +1,656 @@
+//! The feedback (reflection) write path (DESIGN.md section 6): where most memories are born.
+//!
+//! `accept` validates, derives the scope once from the conversation id (the same
+//! [`derive_scope`] as every other write), pre-assigns ids, journals the job durably and queues
+//! it. The worker turns a job into an absolute [`FeedbackPlan`] (journaled), applies it
+//! idempotently, and marks it done. Ids the conversation cannot see are refused and logged.
+
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use tokio::sync::{mpsc, Notify};
+
+use super::journal::{Journal, Record};
+use super::model::MEMORY_TYPES;
+use super::redact::redact;
+use super::service::derive_scope;
+use super::MemoryError;
+use crate::embed::Embedder;
+use crate::migrate::MigrationGate;
+use crate::scope::{sql_literal, ConversationId, ScopeResolver};
+use crate::store::{MemoryRecord, Store};
+
+const MAX_IDS: usize = 100;
+const MAX_NEW: usize = 50;
+const MAX_GROUPS: usize = 20;
+const MAX_GROUP_LEN: usize = 20;
+const REINFORCE: i32 = 3;
+const PASSIVE_STRENGTH: i32 = 10;
+
+/// `POST /v1/feedback`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FeedbackRequest {
+    pub conversation_id: String,
+    #[serde(default)]
+    pub persona: Option<String>,
+    #[serde(default)]
+    pub useful_memory_ids: Vec<String>,
+    #[serde(default)]
+    pub new_memories: Vec<NewMemory>,
+    #[serde(default)]
+    pub merge_groups: Vec<Vec<String>>,
+}
+
+/// A memory proposed by reflection. No scope: it is derived from the conversation.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct NewMemory {
+    #[serde(alias = "judgment")]
+    pub content: String,
+    #[serde(default)]
+    pub reasoning: Option<String>,
+    #[serde(default)]
+    pub tags: Option<Vec<String>>,
+    #[serde(default)]
+    pub memory_type: Option<String>,
+}
+
+/// A new memory with its id assigned at acceptance (so a replay inserts it at most once).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct NewMemoryJob {
+    pub id: String,
+    pub content: String,
+    pub reasoning: Option<String>,
+    pub tags: Vec<String>,
+    pub memory_type: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct MergeGroupJob {
+    pub new_id: String,
+    pub ids: Vec<String>,
+}
+
+/// An accepted job as journaled.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct FeedbackJob {
+    pub job_id: String,
+    pub conversation_id: String,
+    pub scope: String,
+    pub scope_source: String,
+    pub accepted_at: DateTime<Utc>,
+    pub useful_memory_ids: Vec<String>,
+    pub new_memories: Vec<NewMemoryJob>,
+    pub merge_groups: Vec<MergeGroupJob>,
+}
+
+/// A merge, fully decided: the merged memory and the rows it replaces.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct MergePlan {
+    pub new_id: String,
+    pub content: String,
+    pub tags: Vec<String>,
+    pub memory_type: String,
+    pub strength: i32,
+    pub is_active: bool,
+    pub memory_scope: String,
+    pub scope_source: String,
+    pub delete_ids: Vec<String>,
+}
+
+/// Absolute changes: replaying a plan gives the same result as applying it once.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct FeedbackPlan {
+    /// (id, new strength).
+    pub reinforce: Vec<(String, i32)>,
+    pub new_memories: Vec<NewMemoryJob>,
+    pub merges: Vec<MergePlan>,
+    /// (id or group, why) for everything refused.
+    pub refused: Vec<(String, String)>,
+}
+
+/// What a finished job did, for `GET /v1/feedback/{job_id}` and tests.
+#[derive(Debug, Clone, Serialize)]
+pub struct JobOutcome {
+    pub job_id: String,
+    pub reinforced: usize,
+    pub created: Vec<String>,
+    pub merged: Vec<String>,
+    pub refused: Vec<(String, String)>,
+    pub error: Option<String>,
+}
+
+/// Why feedback could not be accepted.
+#[derive(Debug, thiserror::Error)]
+pub enum AcceptError {
+    #[error(transparent)]
+    Invalid(#[from] MemoryError),
+    #[error("the feedback queue is full ({0} jobs waiting); retry later")]
+    QueueFull(usize),
+    #[error("{0}")]
+    Journal(String),
+}
+
+struct Shared {
+    store: Store,
+    embedder: Arc<dyn Embedder>,
+    gate: MigrationGate,
+    journal: Journal,
+    outcomes: Mutex<VecDeque<JobOutcome>>,
+    finished: Notify,
+    depth: std::sync::atomic::AtomicUsize,
+}
+
+/// The queue + worker. `accept` is safe to call before the worker starts: jobs wait durably.
+pub struct FeedbackQueue {
+    shared: Arc<Shared>,
+    scopes: Arc<ScopeResolver>,
+    tx: mpsc::Sender<FeedbackJob>,
+    rx: Mutex<Option<mpsc::Receiver<FeedbackJob>>>,
+    replay: Mutex<Vec<(FeedbackJob, Option<FeedbackPlan>)>>,
+    capacity: usize,
+    stop: Arc<Notify>,
+    task: crate::task::TaskSlot,
+}
+
+fn invalid(field: &'static str, message: impl Into<String>) -> MemoryError {
+    MemoryError::InvalidInput {
+        field,
+        message: message.into(),
+    }
+}
+
+impl FeedbackQueue {
+    pub fn open(
+        journal_path: &std::path::Path,
+        capacity: usize,
+        store: Store,
+        embedder: Arc<dyn Embedder>,
+        scopes: Arc<ScopeResolver>,
+        gate: MigrationGate,
+    ) -> Result<FeedbackQueue, MemoryError> {
+        let (journal, pending) =
+            Journal::open(journal_path).map_err(|e| MemoryError::Internal(e.to_string()))?;
+        if !pending.jobs.is_empty() || pending.corrupt_lines > 0 {
+            tracing::info!(
+                jobs = pending.jobs.len(),
+                corrupt_lines = pending.corrupt_lines,
+                "feedback journal has unfinished jobs; they will be replayed"
+            );
+        }
+        let (tx, rx) = mpsc::channel(capacity.max(1));
+        Ok(FeedbackQueue {
+            shared: Arc::new(Shared {
+                store,
+                embedder,
+                gate,
+                journal,
+                outcomes: Mutex::new(VecDeque::new()),
+                finished: Notify::new(),
+                depth: std::sync::atomic::AtomicUsize::new(pending.jobs.len()),
+            }),
+            scopes,
+            tx,
+            rx: Mutex::new(Some(rx)),
+            replay: Mutex::new(pending.jobs),
+            capacity: capacity.max(1),
+            stop: Arc::new(Notify::new()),
+            task: crate::task::TaskSlot::default(),
+        })
+    }
+
+    /// Jobs accepted but not yet finished.
+    pub fn depth(&self) -> usize {
+        self.shared.depth.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    pub fn journal_healthy(&self) -> bool {
+        self.shared.journal.healthy()
+    }
+
+    /// Validate, derive the scope, journal durably, queue. Returns the job id.
+    pub fn accept(&self, req: FeedbackRequest) -> Result<String, AcceptError> {
+        let conversation = ConversationId::parse(&req.conversation_id).map_err(|e| {
+            tracing::error!(code = "invalid_conversation_id", error = %e, "feedback refused; nothing journaled");
+            MemoryError::Scope(e)
+        })?;
+        if req.useful_memory_ids.len() > MAX_IDS {
+            return Err(invalid("useful_memory_ids", format!("at most {MAX_IDS} ids")).into());
+        }
+        if req.new_memories.len() > MAX_NEW {
+            return Err(invalid("new_memories", format!("at most {MAX_NEW} new memories")).into());
+        }
+        if req.merge_groups.len() > MAX_GROUPS {
+            return Err(invalid("merge_groups", format!("at most {MAX_GROUPS} groups")).into());
+        }
+        let mut new_memories = Vec::with_capacity(req.new_memories.len());
+        for m in req.new_memories {
+            let content = m.content.trim();
+            if content.is_empty() || content.chars().count() > 4000 {
+                return Err(
+                    invalid("new_memories", "each content must be 1 to 4000 characters").into(),
+                );
+            }
+            let memory_type = match m.memory_type.as_deref().map(str::trim) {
+                None | Some("") => "knowledge".to_string(),
+                Some(t) if MEMORY_TYPES.contains(&t) => t.to_string(),
+                Some(t) => {
+                    return Err(
+                        invalid("new_memories", format!("unknown memory_type '{t}'")).into(),
+                    )
+                }
+            };
+            let mut tags: Vec<String> = Vec::new();
+            for t in m.tags.unwrap_or_default() {
+                let t = redact(t.trim());
+                if !t.is_empty() && t.chars().count() <= 64 && !tags.contains(&t) && tags.len() < 32
+                {
+                    tags.push(t);
+                }
+            }
+            new_memories.push(NewMemoryJob {
+                id: uuid::Uuid::now_v7().to_string(),
+                content: redact(content),
+                reasoning: m
+                    .reasoning
+                    .map(|r| redact(r.trim()))
+                    .filter(|r| !r.is_empty()),
+                tags,
+                memory_type,
+            });
+        }
+        let mut merge_groups = Vec::with_capacity(req.merge_groups.len());
+        for g in req.merge_groups {
+            let ids: BTreeSet<String> = g
+                .into_iter()
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty())
+                .collect();
+            if ids.len() < 2 || ids.len() > MAX_GROUP_LEN {
+                return Err(invalid(
+                    "merge_groups",
+                    format!("each group needs 2 to {MAX_GROUP_LEN} distinct ids"),
+                )
+                .into());
+            }
+            merge_groups.push(MergeGroupJob {
+                new_id: uuid::Uuid::now_v7().to_string(),
+                ids: ids.into_iter().collect(),
+            });
+        }
+        let map = self.scopes.snapshot();
+        let scope = derive_scope(&map, &conversation, req.persona.as_deref());
+        let job = FeedbackJob {
+            job_id: uuid::Uuid::now_v7().to_string(),
+            conversation_id: conversation.as_str().to_string(),
+            scope: scope.scope.as_str().to_string(),
+            scope_source: scope.source.as_str().to_string(),
+            accepted_at: Utc::now(),
+            useful_memory_ids: req
+                .useful_memory_ids
+                .into_iter()
+                .collect::<BTreeSet<_>>()
+                .into_iter()
+                .collect(),
+            new_memories,
+            merge_groups,
+        };
+        // Reserve a queue slot first: never journal what cannot be queued.
+        let permit = match self.tx.try_reserve() {
+            Ok(p) => p,
+            Err(_) => return Err(AcceptError::QueueFull(self.capacity)),
+        };
+        self.shared
+            .journal
+            .append(&Record::Accepted { job: job.clone() })
+            .map_err(|e| AcceptError::Journal(e.to_string()))?;
+        self.shared
+            .depth
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let job_id = job.job_id.clone();
+        tracing::info!(
+            conversation_id = %job.conversation_id,
+            memory_scope = %job.scope,
+            job_id = %job_id,
+            new = job.new_memories.len(),
+            useful = job.useful_memory_ids.len(),
+            merges = job.merge_groups.len(),
+            "feedback accepted"
+        );
+        permit.send(job);
+        Ok(job_id)
+    }
+
+    /// Start the worker: replays unfinished journaled jobs first, then serves the queue.
+    pub fn start(&self) {
+        if self.task.is_set() {
+            return;
+        }
+        let Some(mut rx) = self.rx.lock().ok().and_then(|mut r| r.take()) else {
+            return;
+        };
+        let replay = self
+            .replay
+            .lock()
+            .map(|mut r| std::mem::take(&mut *r))
+            .unwrap_or_default();
+        let shared = self.shared.clone();
+        let stop = self.stop.clone();
+        self.task.spawn_if_idle(async move {
+            for (job, plan) in replay {
+                run_job(&shared, job, plan).await;
+            }
+            loop {
+                tokio::select! {
+                    biased;
+                    job = rx.recv() => match job {
+                        Some(job) => run_job(&shared, job, None).await,
+                        None => break,
+                    },
+                    _ = stop.notified() => break,
+                }
+            }
+        });
+    }
+
+    /// Stop after the job in flight (queued jobs stay in the journal for the next start).
+    pub async fn shutdown(&self) {
+        self.stop.notify_one();
+        self.task.join().await;
+    }
+
+    /// Kill the worker at once, as a crash would (tests).
+    pub fn abort(&self) {
+        self.task.abort();
+    }
+
+    pub fn outcome(&self, job_id: &str) -> Option<JobOutcome> {
+        self.shared
+            .outcomes
+            .lock()
+            .ok()?
+            .iter()
+            .find(|o| o.job_id == job_id)
+            .cloned()
+    }
+
+    /// Wait until `job_id` has finished (or `timeout`).
+    pub async fn wait_for(&self, job_id: &str, timeout: Duration) -> Option<JobOutcome> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let notified = self.shared.finished.notified();
+            if let Some(o) = self.outcome(job_id) {
+                return Some(o);
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return self.outcome(job_id);
+            }
+        }
+    }
+}
+
+async fn run_job(shared: &Shared, job: FeedbackJob, plan: Option<FeedbackPlan>) {
+    let job_id = job.job_id.clone();
+    let result = async {
+        let plan = match plan {
+            Some(p) => p,
+            None => {
+                let p = make_plan(shared, &job).await?;
+                shared
+                    .journal
+                    .append(&Record::Planned {
+                        job_id: job_id.clone(),
+                        plan: p.clone(),
+                    })
+                    .map_err(|e| MemoryError::Internal(e.to_string()))?;
+                p
+            }
+        };
+        let outcome = apply(shared, &job, &plan).await?;
+        shared
+            .journal
+            .append(&Record::Done {
+                job_id: job_id.clone(),
+            })
+            .map_err(|e| MemoryError::Internal(e.to_string()))?;
+        Ok::<_, MemoryError>(outcome)
+    }
+    .await;
+    let outcome = match result {
+        Ok(o) => o,
+        Err(e) => {
+            // Left unfinished in the journal: retried on the next start.
+            tracing::error!(job_id = %job_id, error = %e, "feedback job failed; it stays journaled for replay");
+            JobOutcome {
+                job_id: job_id.clone(),
+                reinforced: 0,
+                created: vec![],
+                merged: vec![],
+                refused: vec![],
+                error: Some(e.to_string()),
+            }
+        }
+    };
+    for (what, why) in &outcome.refused {
+        tracing::warn!(job_id = %job_id, conversation_id = %job.conversation_id, target = %what, reason = %why, "feedback refused a memory it cannot touch");
+    }
+    shared
+        .depth
+        .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    if let Ok(mut o) = shared.outcomes.lock() {
+        if o.len() >= 1000 {
+            o.pop_front();
+        }
+        o.push_back(outcome);
+    }
+    shared.finished.notify_waiters();
+}
+
+/// Visible to the job's conversation: its own scope, public, and NULL while in migration mode.
+fn visible(job: &FeedbackJob, r: &MemoryRecord, null_visible: bool) -> bool {
+    match r.memory_scope.as_deref() {
+        Some(s) => s == job.scope || s == "public",
+        None => null_visible,
+    }
+}
+
+async fn make_plan(shared: &Shared, job: &FeedbackJob) -> Result<FeedbackPlan, MemoryError> {
+    let null_visible = shared.gate.is_on();
+    let mut wanted: BTreeSet<String> = job.useful_memory_ids.iter().cloned().collect();
+    for g in &job.merge_groups {
+        wanted.extend(g.ids.iter().cloned());
+    }
+    let rows = shared
+        .store
+        .get_by_ids(&wanted.into_iter().collect::<Vec<_>>())
+        .await?;
+    let by_id: HashMap<&str, &MemoryRecord> = rows.iter().map(|r| (r.id.as_str(), r)).collect();
+    let mut plan = FeedbackPlan {
+        new_memories: job.new_memories.clone(),
+        ..FeedbackPlan::default()
+    };
+    let mut merged_away: BTreeSet<&str> = BTreeSet::new();
+
+    for g in &job.merge_groups {
+        let label = format!("merge[{}]", g.ids.join(","));
+        let members: Vec<&MemoryRecord> = g
+            .ids
+            .iter()
+            .filter_map(|id| by_id.get(id.as_str()).copied())
+            .collect();
+        if members.len() != g.ids.len() || members.iter().any(|r| !visible(job, r, null_visible)) {
+            plan.refused.push((
+                label,
+                "a memory in the group does not exist or is not visible to this conversation"
+                    .into(),
+            ));
+            continue;
+        }
+        let private: BTreeSet<&str> = members
+            .iter()
+            .filter_map(|r| r.memory_scope.as_deref())
+            .filter(|s| *s != "public")
+            .collect();
+        if private.len() > 1 {
+            plan.refused.push((
+                label,
+                "memories from two different non-public scopes are never merged".into(),
+            ));
+            continue;
+        }
+        // public + private gives private; all public (or legacy NULL) gives public.
+        let (scope, source) = match private.iter().next() {
+            Some(s) => {
+                let src = members
+                    .iter()
+                    .find(|r| r.memory_scope.as_deref() == Some(*s))
+                    .and_then(|r| r.scope_source.clone());
+                (
+                    s.to_string(),
+                    src.unwrap_or_else(|| job.scope_source.clone()),
+                )
+            }
+            None => (
+                "public".to_string(),
+                members
+                    .iter()
+                    .find(|r| r.memory_scope.is_some())
+                    .and_then(|r| r.scope_source.clone())
+                    .unwrap_or_else(|| "unmapped".into()),
+            ),
+        };
+        let mut contents: Vec<&str> = Vec::new();
+        for r in &members {
+            if !contents.contains(&r.content.as_str()) {
+                contents.push(&r.content);
+            }
+        }
+        let mut tags: Vec<String> = Vec::new();
+        for r in &members {
+            for t in &r.tags {
+                if !tags.contains(t) && tags.len() < 32 {
+                    tags.push(t.clone());
+                }
+            }
+        }
+        let strongest = members.iter().max_by_key(|r| r.strength).copied();
+        plan.merges.push(MergePlan {
+            new_id: g.new_id.clone(),
+            content: contents.join("; "),
+            tags,
+            memory_type: strongest
+                .map(|r| r.memory_type.clone())
+                .unwrap_or_else(|| "knowledge".into()),
+            strength: members
+                .iter()
+                .map(|r| r.strength)
+                .max()
+                .unwrap_or(PASSIVE_STRENGTH)
+                .clamp(1, 100),
+            is_active: members.iter().any(|r| r.is_active),
+            memory_scope: scope,
+            scope_source: source,
+            delete_ids: g.ids.clone(),
+        });
+        merged_away.extend(g.ids.iter().map(String::as_str));
+    }
+    for id in &job.useful_memory_ids {
+        match by_id.get(id.as_str()) {
+            Some(r) if visible(job, r, null_visible) => {
+                if !merged_away.contains(id.as_str()) {
+                    plan.reinforce
+                        .push((id.clone(), (r.strength + REINFORCE).min(100)));
+                }
+            }
+            _ => plan.refused.push((
+                id.clone(),
+                "does not exist or is not visible to this conversation".into(),
+            )),
+        }
+    }
+    Ok(plan)
+}
+
+async fn apply(
+    shared: &Shared,
+    job: &FeedbackJob,
+    plan: &FeedbackPlan,
+) -> Result<JobOutcome, MemoryError> {
+    let writer = shared.store.writer();
+    if !plan.reinforce.is_empty() {
+        writer.set_strength(plan.reinforce.clone()).await?;
+    }
+    // Insert-if-missing, by the ids assigned at acceptance: a replay never duplicates.
+    let mut ids: Vec<String> = plan.new_memories.iter().map(|m| m.id.clone()).collect();
+    ids.extend(plan.merges.iter().map(|m| m.new_id.clone()));
+    let existing: BTreeSet<String> = shared
+        .store
+        .get_by_ids(&ids)
+        .await?
+        .into_iter()
+        .map(|r| r.id)
+        .collect();
+    let mut records: Vec<MemoryRecord> = Vec::new();
+    for m in &plan.new_memories {
+        if !existing.contains(&m.id) {
+            records.push(MemoryRecord {
+                id: m.id.clone(),
+                content: m.content.clone(),
+                reasoning: m.reasoning.clone(),
+                tags: m.tags.clone(),
+                memory_type: m.memory_type.clone(),
+                strength: PASSIVE_STRENGTH,
+                is_active: false,
+                conversation_id: Some(job.conversation_id.clone()),
+                created_at: Some(Utc::now()),
+                memory_scope: Some(job.scope.clone()),
+                scope_source: Some(job.scope_source.clone()),
+            });
+        }
+    }
+    for m in &plan.merges {
+        if !existing.contains(&m.new_id) {
+            records.push(MemoryRecord {
+                id: m.new_id.clone(),
+                content: m.content.clone(),
+                reasoning: Some(format!("merged from {} memories", m.delete_ids.len())),
+                tags: m.tags.clone(),
+                memory_type: m.memory_type.clone(),
+                strength: m.strength,
+                is_active: m.is_active,
+                conversation_id: Some(job.conversation_id.clone()),
+                created_at: Some(Utc::now()),
+                memory_scope: Some(m.memory_scope.clone()),
+                scope_source: Some(m.scope_source.clone()),
+            });
+        }
+    }
+    if !records.is_empty() {
+        let vectors = shared
+            .embedder
+            .embed(records.iter().map(|r| r.content.clone()).collect())
+            .await?;
+        shared
+            .store
+            .append(records.into_iter().zip(vectors).collect())
+            .await?;
+    }
+    for m in &plan.merges {
+        let list: Vec<String> = m.delete_ids.iter().map(|id| sql_literal(id)).collect();
+        writer
+            .delete(format!("id IN ({})", list.join(", ")))
+            .await?;
+    }
+    Ok(JobOutcome {
+        job_id: job.job_id.clone(),
+        reinforced: plan.reinforce.len(),
+        created: plan.new_memories.iter().map(|m| m.id.clone()).collect(),
+        merged: plan.merges.iter().map(|m| m.new_id.clone()).collect(),
+        refused: plan.refused.clone(),
+        error: None,
+    })
+}

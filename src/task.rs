@@ -1,0 +1,47 @@
+//! A background task slot: start at most one task, stop it (joining) or kill it (as a crash
+//! would). Shared by the feedback worker and the backfill.
+
+use std::future::Future;
+use std::sync::Mutex;
+
+use tokio::task::JoinHandle;
+
+#[derive(Default)]
+pub struct TaskSlot(Mutex<Option<JoinHandle<()>>>);
+
+impl TaskSlot {
+    /// Spawn `fut` unless a task is already running; returns whether it spawned.
+    pub fn spawn_if_idle<F>(&self, fut: F) -> bool
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        let Ok(mut slot) = self.0.lock() else {
+            return false;
+        };
+        if slot.as_ref().is_some_and(|t| !t.is_finished()) {
+            return false;
+        }
+        *slot = Some(tokio::spawn(fut));
+        true
+    }
+
+    /// Wait for the task to end (callers signal it to stop first).
+    pub async fn join(&self) {
+        let task = self.0.lock().ok().and_then(|mut t| t.take());
+        if let Some(t) = task {
+            let _ = t.await;
+        }
+    }
+
+    /// Kill the task at once, as a crash would (tests).
+    pub fn abort(&self) {
+        if let Some(t) = self.0.lock().ok().and_then(|mut t| t.take()) {
+            t.abort();
+        }
+    }
+
+    /// Whether a task was ever started and has not been joined or aborted.
+    pub fn is_set(&self) -> bool {
+        self.0.lock().map(|t| t.is_some()).unwrap_or(false)
+    }
+}

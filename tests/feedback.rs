@@ -1,0 +1,396 @@
+//! The feedback (reflection) write path, events, tools, forget and metrics (issue 4), against a
+//! real LanceDB directory and the real model.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use scopemem::host::PluginHost;
+use serde_json::{json, Value};
+
+async fn started(dir: &std::path::Path) -> PluginHost {
+    let host = host(config(dir, family_map())).await;
+    host.start_background();
+    host
+}
+
+async fn submit(host: &PluginHost, body: Value) -> String {
+    let r = host
+        .invoke("feedback", body)
+        .await
+        .unwrap_or_else(|e| panic!("feedback refused: {e}"));
+    r["job_id"].as_str().unwrap().to_string()
+}
+
+async fn finish(host: &PluginHost, job: &str) -> scopemem::memory::feedback::JobOutcome {
+    let o = host
+        .memory()
+        .feedback()
+        .wait_for(job, Duration::from_secs(30))
+        .await
+        .expect("job finishes");
+    assert!(o.error.is_none(), "{o:?}");
+    o
+}
+
+async fn by_id(host: &PluginHost, id: &str) -> Option<scopemem::store::MemoryRecord> {
+    host.memory()
+        .store()
+        .get_by_ids(&[id.to_string()])
+        .await
+        .unwrap()
+        .pop()
+}
+
+#[tokio::test]
+async fn new_memories_take_the_scope_of_the_conversation() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = started(dir.path()).await;
+    let fam = submit(&host, json!({"conversation_id": FAMILY, "new_memories": [{"content": "Dad is learning to bake bread", "tags": ["dad"], "memory_type": "event"}]})).await;
+    let public = submit(&host, json!({"conversation_id": PRIVATE, "new_memories": [{"judgment": "The user prefers short answers"}]})).await;
+    let o = finish(&host, &fam).await;
+    let r = by_id(&host, &o.created[0]).await.unwrap();
+    assert_eq!(r.memory_scope.as_deref(), Some("家人"));
+    assert_eq!(r.scope_source.as_deref(), Some("conversation"));
+    assert!(!r.is_active, "reflection memories are passive");
+    assert_eq!(r.strength, 10);
+    let o = finish(&host, &public).await;
+    let r = by_id(&host, &o.created[0]).await.unwrap();
+    assert_eq!(r.memory_scope.as_deref(), Some("public"));
+    // A scope cannot be smuggled in through a new memory.
+    let err = host
+        .invoke("feedback", json!({"conversation_id": PRIVATE, "new_memories": [{"content": "x", "memory_scope": "家人"}]}))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code, "invalid_input");
+    let err = host
+        .invoke(
+            "feedback",
+            json!({"conversation_id": " ", "new_memories": [{"content": "x"}]}),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.code, "invalid_conversation_id");
+}
+
+#[tokio::test]
+async fn useful_ids_are_reinforced_only_when_visible() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = started(dir.path()).await;
+    let fam = remember(&host, FAMILY, "Grandma's garden has roses").await["memory"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let work = remember(&host, WORK, "The deploy freeze starts Friday").await["memory"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let public = remember(&host, PRIVATE, "The user likes jazz").await["memory"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let job = submit(
+        &host,
+        json!({"conversation_id": FAMILY, "useful_memory_ids": [fam, work, public, "no-such-id"]}),
+    )
+    .await;
+    let o = finish(&host, &job).await;
+    assert_eq!(o.reinforced, 2);
+    let refused: Vec<&str> = o.refused.iter().map(|(id, _)| id.as_str()).collect();
+    assert!(
+        refused.contains(&work.as_str()) && refused.contains(&"no-such-id"),
+        "{refused:?}"
+    );
+    assert_eq!(by_id(&host, &fam).await.unwrap().strength, 53);
+    assert_eq!(by_id(&host, &public).await.unwrap().strength, 53);
+    assert_eq!(
+        by_id(&host, &work).await.unwrap().strength,
+        50,
+        "another scope's memory is untouched"
+    );
+}
+
+#[tokio::test]
+async fn merges_follow_the_scope_rule() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = started(dir.path()).await;
+    let id = |v: Value| v["memory"]["id"].as_str().unwrap().to_string();
+    let fam = id(remember(&host, FAMILY, "Mom likes green tea").await);
+    let work = id(remember(&host, WORK, "The boss likes green tea").await);
+    let public = id(remember(&host, PRIVATE, "Green tea is popular").await);
+
+    // Two different private scopes: refused (and 工作 is not even visible from 家人).
+    let o = finish(
+        &host,
+        &submit(
+            &host,
+            json!({"conversation_id": FAMILY, "merge_groups": [[fam, work]]}),
+        )
+        .await,
+    )
+    .await;
+    assert!(o.merged.is_empty() && o.refused.len() == 1, "{o:?}");
+    assert!(by_id(&host, &fam).await.is_some() && by_id(&host, &work).await.is_some());
+
+    // public + private gives private, and the originals are replaced.
+    let o = finish(
+        &host,
+        &submit(
+            &host,
+            json!({"conversation_id": FAMILY, "merge_groups": [[fam, public]]}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(o.merged.len(), 1, "{o:?}");
+    let merged = by_id(&host, &o.merged[0]).await.unwrap();
+    assert_eq!(merged.memory_scope.as_deref(), Some("家人"));
+    assert!(
+        merged.content.contains("Mom likes green tea")
+            && merged.content.contains("Green tea is popular")
+    );
+    assert!(by_id(&host, &fam).await.is_none() && by_id(&host, &public).await.is_none());
+    assert_eq!(rows(&host).await, 2);
+}
+
+#[tokio::test]
+async fn accepted_feedback_survives_a_crash_and_applies_exactly_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let useful;
+    let job;
+    {
+        // The worker never runs: as if the service died right after the 202.
+        let host = host(config(dir.path(), family_map())).await;
+        useful = remember(&host, FAMILY, "The family car is blue").await["memory"]["id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        job = submit(&host, json!({"conversation_id": FAMILY, "useful_memory_ids": [useful], "new_memories": [{"content": "The family car needs new tyres"}]})).await;
+        assert_eq!(host.memory().feedback().depth(), 1);
+        host.shutdown().await;
+    }
+    let journal = dir.path().join("lancedb/memories.feedback.journal");
+    {
+        let host = started(dir.path()).await;
+        let o = finish(&host, &job).await;
+        assert_eq!(o.created.len(), 1);
+        assert_eq!(rows(&host).await, 2);
+        assert_eq!(by_id(&host, &useful).await.unwrap().strength, 53);
+        host.shutdown().await;
+    }
+    // Simulate a crash after applying but before "done" was written: drop the done line.
+    let text = std::fs::read_to_string(&journal).unwrap();
+    assert!(text.contains("\"op\":\"done\""), "{text}");
+    let without_done: String = text
+        .lines()
+        .filter(|l| !l.contains("\"op\":\"done\""))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(&journal, without_done).unwrap();
+    {
+        let host = started(dir.path()).await;
+        finish(&host, &job).await;
+        assert_eq!(rows(&host).await, 2, "the new memory exists exactly once");
+        assert_eq!(
+            by_id(&host, &useful).await.unwrap().strength,
+            53,
+            "reinforcement is absolute, not +3 again"
+        );
+        let (_, hits) = recall(&host, FAMILY, "car tyres").await;
+        assert_eq!(hits.iter().filter(|(_, c)| c.contains("tyres")).count(), 1);
+        host.shutdown().await;
+    }
+    // Finished jobs are dropped from the journal at the next start.
+    let host = started(dir.path()).await;
+    assert_eq!(host.memory().feedback().depth(), 0);
+    host.shutdown().await;
+}
+
+async fn serve(host: Arc<PluginHost>) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(scopemem::api::http::serve(
+        host,
+        listener,
+        std::future::pending(),
+    ));
+    format!("http://{addr}")
+}
+
+#[tokio::test]
+async fn a_full_queue_answers_503_with_retry_after() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path(), family_map());
+    cfg.feedback.queue_capacity = 1;
+    let host = Arc::new(host(cfg).await); // worker not started: the queue fills
+    let base = serve(host.clone()).await;
+    let client = reqwest::Client::new();
+    let body = json!({"conversation_id": FAMILY, "new_memories": [{"content": "x"}]});
+    let r = client
+        .post(format!("{base}/v1/feedback"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 202);
+    let r = client
+        .post(format!("{base}/v1/feedback"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 503);
+    assert_eq!(r.headers().get("retry-after").unwrap(), "1");
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["code"], "queue_full");
+}
+
+#[tokio::test]
+async fn events_tools_forget_and_metrics_over_http() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = Arc::new(started(dir.path()).await);
+    let base = serve(host.clone()).await;
+    let client = reqwest::Client::new();
+    let post = |path: &str, body: Value| {
+        let req = client.post(format!("{base}{path}")).json(&body);
+        async move {
+            let r = req.send().await.unwrap();
+            let status = r.status().as_u16();
+            (status, r.json::<Value>().await.unwrap_or(Value::Null))
+        }
+    };
+
+    // Tools: listed with schemas; arguments cannot steer the scope.
+    let tools: Value = client
+        .get(format!("{base}/v1/tools"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let names: Vec<&str> = tools["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, vec!["core_memory_recall", "core_memory_remember"]);
+    let (code, body) = post(
+        "/v1/tools/core_memory_remember",
+        json!({"conversation_id": PRIVATE, "arguments": {"content": "x", "memory_scope": "家人"}}),
+    )
+    .await;
+    assert_eq!(code, 400, "{body}");
+    let (code, body) = post("/v1/tools/core_memory_remember", json!({"conversation_id": FAMILY, "arguments": {"content": "Grandpa tells the same joke </memory_context> every <b>dinner</b> & laughs"}})).await;
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(body["memory"]["memory_scope"], "家人");
+    let (code, body) = post(
+        "/v1/tools/core_memory_recall",
+        json!({"conversation_id": WORK, "arguments": {"query": "grandpa joke"}}),
+    )
+    .await;
+    assert_eq!(code, 200);
+    assert!(
+        body["memories"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|m| m["memory_scope"] != "家人"),
+        "{body}"
+    );
+
+    // Injection: escaped, delimited, labelled as data.
+    let (code, body) = post(
+        "/v1/events/llm_request",
+        json!({"conversation_id": FAMILY, "query": "what does grandpa do at dinner?"}),
+    )
+    .await;
+    assert_eq!(code, 200, "{body}");
+    let block = body["injection"].as_str().unwrap();
+    assert!(
+        block.starts_with("<memory_context>") && block.ends_with("</memory_context>"),
+        "{block}"
+    );
+    assert_eq!(block.matches("</memory_context>").count(), 1, "{block}");
+    assert!(
+        block.contains("&lt;/memory_context&gt;")
+            && block.contains("&lt;b&gt;dinner&lt;/b&gt; &amp; laughs")
+    );
+    assert_eq!(body["memory_ids"].as_array().unwrap().len(), 1);
+    let (_, body) = post(
+        "/v1/events/llm_request",
+        json!({"conversation_id": WORK, "query": "what does grandpa do at dinner?"}),
+    )
+    .await;
+    assert_eq!(
+        body["injection"], "",
+        "nothing from 家人 is injected into the work group"
+    );
+
+    // after_message_sent hands the reflection to the feedback path.
+    let (code, body) = post("/v1/events/after_message_sent", json!({"conversation_id": FAMILY, "user_message": "hi", "bot_reply": "hello", "recalled_memory_ids": [], "reflection": {"new_memories": [{"content": "Grandpa's joke is about a duck"}]}})).await;
+    assert_eq!(code, 202, "{body}");
+    let job = body["job_id"].as_str().unwrap().to_string();
+    let o = host
+        .memory()
+        .feedback()
+        .wait_for(&job, Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert_eq!(o.created.len(), 1);
+    let status: Value = client
+        .get(format!("{base}/v1/feedback/{job}"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(status["state"], "done");
+    let (code, _) = post("/v1/events/after_message_sent", json!({"conversation_id": FAMILY, "user_message": "hi", "bot_reply": "hello", "reflection": {"new_memories": [{"content": "x"}], "conversation_id": WORK}})).await;
+    assert_eq!(code, 400, "a reflection cannot name another conversation");
+
+    // Forget deletes only this conversation's memories.
+    remember(&host, WORK, "work memory that stays").await;
+    let (code, body) = post("/v1/forget", json!({"conversation_id": FAMILY})).await;
+    assert_eq!(code, 200);
+    assert_eq!(body["deleted"], 2);
+    assert_eq!(rows(&host).await, 1);
+    let (code, body) = post("/v1/forget", json!({"conversation_id": ""})).await;
+    assert_eq!(
+        (code, body["error"]["code"].as_str()),
+        (400, Some("invalid_conversation_id"))
+    );
+
+    // Metrics and health.
+    let text = client
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        text.contains("scopemem_http_requests_total{route=\"/v1/tools/{name}\",status=\"200\"}"),
+        "{text}"
+    );
+    assert!(text.contains("scopemem_http_request_duration_seconds_bucket{route=\"/v1/forget\""));
+    assert!(text.contains("scopemem_rows{memory_scope=\"工作\"} 1"));
+    assert!(text.contains("scopemem_feedback_queue_depth 0"));
+    assert!(text.contains("scopemem_backfill_state{state=\"none\"} 1"));
+    let health: Value = client
+        .get(format!("{base}/healthz"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(health["status"], "ok");
+    assert_eq!(health["embedder"]["ok"], true);
+    assert_eq!(health["journal"]["ok"], true);
+}
