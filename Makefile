@@ -38,6 +38,7 @@ test: setup mcp-client
 bench: setup
 	cargo bench --bench recall
 	cargo bench --bench backfill
+	cargo bench --bench events
 
 lint:
 	cargo fmt --check

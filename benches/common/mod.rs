@@ -1,0 +1,278 @@
+//! Shared bench data: deterministic memory-like sentences, questions, scopes, and a cached
+//! table of real model embeddings (building 100k rows embeds for minutes).
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use scopemem::embed::Embedder;
+use scopemem::store::{MemoryRecord, ModelInfo, Store, WriterSettings};
+
+pub const SCOPES: usize = 50;
+pub const K: usize = 10;
+pub const QUERIES: usize = 200;
+
+/// splitmix64: deterministic data without a rand dependency.
+pub struct Rng(pub u64);
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E3779B97F4A7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58476D1CE4E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D049BB133111EB);
+        z ^ (z >> 31)
+    }
+    pub fn pick<'a>(&mut self, xs: &[&'a str]) -> &'a str {
+        xs[(self.next() % xs.len() as u64) as usize]
+    }
+}
+
+const WHO: &[&str] = &[
+    "Grandma",
+    "Grandpa",
+    "Mom",
+    "Dad",
+    "my sister Lily",
+    "my brother Tom",
+    "Uncle Wang",
+    "Aunt Mei",
+    "the team lead",
+    "my manager",
+    "the new intern",
+    "the designer",
+    "the CFO",
+    "our landlord",
+    "my best friend Jack",
+    "Coach Li",
+    "the neighbour",
+    "my cousin Ana",
+    "the doctor",
+    "the teacher",
+    "Alice",
+    "Bob",
+    "Carol",
+    "Dave",
+    "Erin",
+    "Frank",
+    "Grace",
+    "Heidi",
+    "Ivan",
+    "Judy",
+];
+const DOES: &[&str] = &[
+    "loves",
+    "is allergic to",
+    "wants to learn",
+    "recommended",
+    "complained about",
+    "bought",
+    "is planning a trip to",
+    "has a meeting about",
+    "forgot about",
+    "is worried about",
+    "asked about",
+    "wrote a report on",
+    "cooked",
+    "borrowed",
+    "lost",
+    "is training for",
+    "gave a talk on",
+    "celebrated",
+    "fixed",
+    "hates",
+];
+const WHAT: &[&str] = &[
+    "spicy hotpot",
+    "peanuts",
+    "the violin",
+    "Kyoto",
+    "the Q3 launch",
+    "the quarterly budget",
+    "a red bicycle",
+    "orchids",
+    "the staging database",
+    "a marathon",
+    "dumplings",
+    "jazz records",
+    "the Rust rewrite",
+    "the kitchen sink",
+    "tax filing",
+    "a birthday cake",
+    "the hiking trail",
+    "chess openings",
+    "the security audit",
+    "a puppy",
+    "green tea",
+    "the wedding",
+    "the car insurance",
+    "the mortgage",
+    "swimming lessons",
+    "the quarterly OKRs",
+    "a sci-fi novel",
+    "the garden",
+    "the office move",
+    "piano lessons",
+    "the dentist appointment",
+    "the flu",
+    "a camping tent",
+    "the hiring plan",
+    "sushi",
+    "the school play",
+    "a new laptop",
+    "the client demo",
+    "yoga",
+    "the beach house",
+];
+const WHEN: &[&str] = &[
+    "last Monday",
+    "next weekend",
+    "every morning",
+    "on Saturday evening",
+    "since last year",
+    "during the holidays",
+    "before the deadline",
+    "after dinner",
+    "in March",
+    "twice a week",
+    "yesterday",
+    "this Friday",
+    "at the family reunion",
+    "at the offsite",
+    "on her birthday",
+];
+
+pub fn sentence(rng: &mut Rng) -> String {
+    format!(
+        "{} {} {} {}.",
+        rng.pick(WHO),
+        rng.pick(DOES),
+        rng.pick(WHAT),
+        rng.pick(WHEN)
+    )
+}
+
+pub fn question(rng: &mut Rng) -> String {
+    let q = ["What does", "What about", "Tell me what", "Remind me:"][(rng.next() % 4) as usize];
+    format!(
+        "{q} {} {} {}?",
+        rng.pick(WHO),
+        rng.pick(DOES),
+        rng.pick(WHAT)
+    )
+}
+
+pub fn scope_of(rng: &mut Rng) -> String {
+    if rng.next() % 10 < 3 {
+        "public".into()
+    } else {
+        format!("scope_{:02}", rng.next() % SCOPES as u64)
+    }
+}
+
+pub fn percentiles(mut xs: Vec<Duration>) -> (f64, f64, f64) {
+    xs.sort();
+    let at = |p: f64| xs[((xs.len() as f64 - 1.0) * p).round() as usize].as_secs_f64() * 1000.0;
+    (at(0.50), at(0.95), at(0.99))
+}
+
+pub fn bench_root() -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("target"));
+    target.join("scopemem-bench")
+}
+
+pub async fn embed_all(e: &dyn Embedder, texts: Vec<String>) -> Vec<Vec<f32>> {
+    let mut out = Vec::with_capacity(texts.len());
+    let started = Instant::now();
+    for (i, chunk) in texts.chunks(256).enumerate() {
+        out.extend(e.embed(chunk.to_vec()).await.expect("embed"));
+        if i % 40 == 0 {
+            eprintln!(
+                "  embedded {}/{} ({:.0}/s)",
+                out.len(),
+                texts.len(),
+                out.len() as f64 / started.elapsed().as_secs_f64()
+            );
+        }
+    }
+    out
+}
+
+/// A table of `n` memory-like rows in 50 scopes + 30% public, cached on disk.
+pub async fn dataset(e: &Arc<dyn Embedder>, n: usize) -> (PathBuf, Store) {
+    let dir = bench_root().join(format!("rows-{n}-v1"));
+    let model = ModelInfo {
+        id: e.model_id().into(),
+        dimension: e.dimension(),
+    };
+    let done = dir.join("COMPLETE");
+    if !done.exists() {
+        let _ = std::fs::remove_dir_all(&dir);
+        eprintln!("building the {n}-row dataset (cached in {})", dir.display());
+        let (store, _) = Store::open(&dir, "memories", &model, WriterSettings::default())
+            .await
+            .expect("open");
+        let mut rng = Rng(n as u64);
+        let texts: Vec<String> = (0..n).map(|_| sentence(&mut rng)).collect();
+        let vectors = embed_all(e.as_ref(), texts.clone()).await;
+        let now = chrono::Utc::now();
+        let rows: Vec<_> = texts
+            .into_iter()
+            .zip(vectors)
+            .enumerate()
+            .map(|(i, (content, v))| {
+                let scope = scope_of(&mut rng);
+                (
+                    MemoryRecord {
+                        id: uuid::Uuid::now_v7().to_string(),
+                        content,
+                        reasoning: None,
+                        tags: vec![],
+                        memory_type: "knowledge".into(),
+                        strength: 10,
+                        is_active: true,
+                        conversation_id: Some(format!("bench:{}", i % 500)),
+                        created_at: Some(now),
+                        memory_scope: Some(scope),
+                        scope_source: Some("conversation".into()),
+                    },
+                    v,
+                )
+            })
+            .collect();
+        for chunk in rows.chunks(20_000) {
+            store.append(chunk.to_vec()).await.expect("append");
+        }
+        store.writer().maintain().await.expect("compact");
+        store.shutdown().await;
+        std::fs::write(&done, b"ok").expect("mark complete");
+    }
+    let (store, _) = Store::open(&dir, "memories", &model, WriterSettings::default())
+        .await
+        .expect("open");
+    (dir, store)
+}
+
+pub struct Query {
+    pub vector: Vec<f32>,
+    pub predicate: String,
+}
+
+pub async fn queries(e: &dyn Embedder) -> Vec<Query> {
+    let mut rng = Rng(0xC0FFEE);
+    let texts: Vec<String> = (0..QUERIES).map(|_| question(&mut rng)).collect();
+    let vectors = e.embed(texts).await.expect("embed queries");
+    vectors
+        .into_iter()
+        .map(|vector| {
+            let scope = format!("scope_{:02}", rng.next() % SCOPES as u64);
+            Query {
+                vector,
+                predicate: format!("memory_scope IN ('{scope}', 'public')"),
+            }
+        })
+        .collect()
+}
+

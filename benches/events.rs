@@ -1,0 +1,130 @@
+//! Chat-framework paths (issue 4): `on_llm_request` latency at 100k rows, feedback throughput
+//! with the journal on (fsync per accepted job), and the accept latency a framework sees.
+//! Reuses the 100k-row dataset of real embeddings cached by the recall bench (built if absent).
+//! `SCOPEMEM_BENCH_SIZES` limits the table size (default 100000).
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::*;
+use scopemem::config::Config;
+use scopemem::embed::{Embedder, FastEmbedder, ModelFiles};
+use scopemem::host::PluginHost;
+use serde_json::json;
+
+async fn host_on(dir: &std::path::Path, e: Arc<dyn Embedder>, extra: serde_json::Value) -> PluginHost {
+    let mut cfg = json!({"storage": {"db_dir": dir.to_string_lossy()}});
+    if let (Some(c), Some(x)) = (cfg.as_object_mut(), extra.as_object()) {
+        for (k, v) in x {
+            c.insert(k.clone(), v.clone());
+        }
+    }
+    let config = Config::from_value(&cfg).expect("config").config;
+    PluginHost::start_with(config, None, e).await.expect("host")
+}
+
+fn main() {
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
+    let embedder: Arc<dyn Embedder> =
+        Arc::new(FastEmbedder::load(&ModelFiles::resolve(None, None), 32).expect("model (run `make setup`)"));
+    let n: usize = std::env::var("SCOPEMEM_BENCH_SIZES")
+        .ok()
+        .and_then(|s| s.split(',').next_back().and_then(|x| x.trim().parse().ok()))
+        .unwrap_or(100_000);
+
+    // on_llm_request at n rows: chained recall (pool 100) + injection rendering, end to end.
+    let (dir, store) = rt.block_on(dataset(&embedder, n));
+    rt.block_on(store.shutdown());
+    let host = rt.block_on(host_on(&dir, embedder.clone(), json!({"conversation_scope_map": {"bench:conv": "scope_07"}})));
+    host.start_background();
+    // Let the background index build (if due) finish so both runs see the same strategy.
+    for _ in 0..1200 {
+        if host.memory().search().is_indexed() || n < 50_000 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let mut rng = Rng(11);
+    let mut times = Vec::new();
+    let mut injected = 0usize;
+    for _ in 0..QUERIES {
+        let q = question(&mut rng);
+        let t = Instant::now();
+        let r = rt
+            .block_on(host.invoke("on_llm_request", json!({"conversation_id": "bench:conv", "query": q, "entities": ["Alice"]})))
+            .expect("on_llm_request");
+        times.push(t.elapsed());
+        injected += r["memory_ids"].as_array().map_or(0, Vec::len);
+    }
+    let (p50, p95, p99) = percentiles(times);
+    println!(
+        "RESULT {n} rows: on_llm_request p50 {p50:.2} ms  p95 {p95:.2} ms  p99 {p99:.2} ms (vector index: {}, {:.1} memories injected on average)",
+        host.memory().search().is_indexed(),
+        injected as f64 / QUERIES as f64
+    );
+    rt.block_on(host.shutdown());
+    drop(host);
+
+    // Feedback throughput on a fresh table: 8 clients submit jobs (1 new memory + 2 useful ids
+    // each); time until the worker has applied them all.
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let host = Arc::new(rt.block_on(host_on(tmp.path(), embedder.clone(), json!({"feedback": {"queue_capacity": 4096}}))));
+    host.start_background();
+    let mut rng = Rng(3);
+    let ids: Vec<String> = (0..200)
+        .map(|_| {
+            let r = rt
+                .block_on(host.invoke("remember", json!({"conversation_id": "bench:fb", "content": sentence(&mut rng)})))
+                .expect("remember");
+            r["memory"]["id"].as_str().unwrap_or_default().to_string()
+        })
+        .collect();
+    let ids = Arc::new(ids);
+    let jobs_per_client = 100;
+    let clients = 8;
+    let t = Instant::now();
+    let (job_ids, accept_times) = rt.block_on(async {
+        let mut tasks = Vec::new();
+        for c in 0..clients {
+            let (host, ids) = (host.clone(), ids.clone());
+            tasks.push(tokio::spawn(async move {
+                let mut rng = Rng(100 + c as u64);
+                let mut out = Vec::new();
+                let mut lat = Vec::new();
+                for j in 0..jobs_per_client {
+                    let useful = [ids[(c * 31 + j) % ids.len()].clone(), ids[(c * 17 + j * 7) % ids.len()].clone()];
+                    let t = Instant::now();
+                    let r = host
+                        .invoke("feedback", json!({"conversation_id": "bench:fb", "useful_memory_ids": useful, "new_memories": [{"content": sentence(&mut rng)}]}))
+                        .await
+                        .expect("feedback");
+                    lat.push(t.elapsed());
+                    out.push(r["job_id"].as_str().unwrap_or_default().to_string());
+                }
+                (out, lat)
+            }));
+        }
+        let mut all = Vec::new();
+        let mut lat = Vec::new();
+        for task in tasks {
+            let (o, l) = task.await.expect("client");
+            all.extend(o);
+            lat.extend(l);
+        }
+        (all, lat)
+    });
+    let accepted_in = t.elapsed().as_secs_f64();
+    for job in &job_ids {
+        rt.block_on(host.memory().feedback().wait_for(job, Duration::from_secs(600)));
+    }
+    let secs = t.elapsed().as_secs_f64();
+    let (a50, a95, _) = percentiles(accept_times);
+    println!(
+        "RESULT feedback: {} jobs applied in {secs:.1} s = {:.0} jobs/s with the journal fsynced (accepting all took {accepted_in:.1} s; accept p50 {a50:.2} ms p95 {a95:.2} ms)",
+        job_ids.len(),
+        job_ids.len() as f64 / secs
+    );
+    rt.block_on(host.shutdown());
+}
