@@ -27,6 +27,11 @@ enum Command {
         #[arg(long)]
         config: Option<PathBuf>,
     },
+    /// Serve the LLM tools over MCP on stdin/stdout (logs go to stderr).
+    Mcp {
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
     /// Write memories from three conversations through a running service and show who sees what.
     Demo {
         #[arg(long, default_value = "http://127.0.0.1:8787")]
@@ -152,6 +157,25 @@ async fn main() -> anyhow::Result<()> {
                 .await
                 .with_context(|| format!("serving on {addr}"))?;
             host.shutdown().await;
+            tracing::info!("stopped cleanly");
+        }
+        Command::Mcp { config } => {
+            // stdout is the protocol: init_logging writes to stderr only.
+            init_logging(&level_of(config.as_ref()));
+            let host = Arc::new(
+                PluginHost::start(config.as_deref())
+                    .await
+                    .context("starting scopemem")?,
+            );
+            host.start_background();
+            // Ends when the client closes stdin (or on a signal); queued writes are flushed
+            // either way before exiting.
+            let served = tokio::select! {
+                served = scopemem::api::mcp::serve_stdio(host.clone()) => served,
+                _ = shutdown_signal() => Ok(()),
+            };
+            host.shutdown().await;
+            served.context("serving MCP on stdio")?;
             tracing::info!("stopped cleanly");
         }
         Command::Demo { url } => {

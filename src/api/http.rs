@@ -84,6 +84,7 @@ impl std::ops::Deref for AppState {
 
 pub fn router(host: Arc<PluginHost>) -> Router {
     let metrics = Arc::new(Metrics::default());
+    let mcp = crate::api::mcp::http_service(host.clone());
     let state = AppState {
         host,
         metrics: metrics.clone(),
@@ -101,6 +102,7 @@ pub fn router(host: Arc<PluginHost>) -> Router {
         .route("/v1/events/after_message_sent", post(after_message_sent))
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics_text))
+        .nest_service("/mcp", mcp)
         .route_layer(axum::middleware::from_fn_with_state(metrics, track))
         .with_state(state)
 }

@@ -1,6 +1,8 @@
-//! Entry points for frameworks and operators: HTTP (axum), the demo client, the migrate CLI.
+//! Entry points for frameworks and operators: HTTP (axum), MCP (rmcp), the demo client, the
+//! migrate CLI.
 
 pub mod demo;
 pub mod http;
+pub mod mcp;
 pub mod metrics;
 pub mod migrate_cli;
