@@ -236,4 +236,13 @@ async fn sequential_single_appends_stay_under_the_fragment_cap() {
         Some(&100),
         "nothing lost or duplicated"
     );
+    // Compaction must not leave the scope prefilter unindexed.
+    store.writer().maintain().await.unwrap();
+    let idx = store
+        .table()
+        .index_stats("memory_scope_idx")
+        .await
+        .unwrap()
+        .expect("scope index");
+    assert_eq!(idx.num_unindexed_rows, 0, "{idx:?}");
 }

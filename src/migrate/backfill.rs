@@ -361,6 +361,7 @@ impl BackfillHandle {
         );
         // Leave the table as fast to query as before: merge fragments, refresh indexes.
         let report = self.store.writer().maintain_with(true).await?;
+        self.store.rebuild_scope_index().await?;
         tracing::info!(
             fragments = report.fragments_after,
             "post-backfill compaction and index refresh done"

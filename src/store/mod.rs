@@ -138,6 +138,21 @@ impl Store {
         ))
     }
 
+    /// Rebuild the `memory_scope` bitmap from scratch. After the backfill rewrote that column
+    /// and compaction rewrote the fragments, Lance's incremental index optimisation leaves the
+    /// rewritten rows unindexed (pinned by a test); a fresh bitmap covers every row again.
+    pub async fn rebuild_scope_index(&self) -> Result<(), StoreError> {
+        self.table
+            .create_index(
+                &[COL_MEMORY_SCOPE],
+                Index::Bitmap(BitmapIndexBuilder::default()),
+            )
+            .replace(true)
+            .execute()
+            .await?;
+        Ok(())
+    }
+
     /// Build missing scalar indexes: the bitmap on `memory_scope` (recall prefilter) and a
     /// BTree on `id` (lets the backfill patch scope columns without rewriting rows).
     pub async fn ensure_indexes(&self) -> Result<(), StoreError> {
