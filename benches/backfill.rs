@@ -303,12 +303,17 @@ fn main() {
             let (done_bytes, work, fill_secs) =
                 (done_bytes.clone(), work.clone(), fill_secs.clone());
             rt.block_on(host.memory().backfill().run(move |p| {
-                if p.state == "done" {
+                // The last batch reports remaining 0: measure before the final compaction.
+                if p.remaining == 0 && p.filled > 0 {
                     if let Ok(mut b) = done_bytes.lock() {
-                        *b = du(&work);
+                        if *b == 0 {
+                            *b = du(&work);
+                        }
                     }
                     if let Ok(mut s) = fill_secs.lock() {
-                        *s = t_fill.elapsed().as_secs_f64();
+                        if *s == 0.0 {
+                            *s = t_fill.elapsed().as_secs_f64();
+                        }
                     }
                 }
             }))
