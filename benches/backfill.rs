@@ -15,6 +15,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+mod common;
+
+use common::{bench_root, Rng};
 use lancedb::arrow::arrow_array::builder::{ListBuilder, StringBuilder};
 use lancedb::arrow::arrow_array::{
     ArrayRef, BooleanArray, FixedSizeListArray, Float32Array, Int32Array, RecordBatch, StringArray,
@@ -31,13 +34,6 @@ fn env_or<T: std::str::FromStr>(key: &str, default: T) -> T {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
-}
-
-fn bench_root() -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("target"))
-        .join("scopemem-bench")
 }
 
 fn du(path: &Path) -> u64 {
@@ -66,25 +62,6 @@ fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
         }
     }
     Ok(())
-}
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E3779B97F4A7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58476D1CE4E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D049BB133111EB);
-        z ^ (z >> 31)
-    }
-    fn unit(&mut self, dim: usize) -> Vec<f32> {
-        let mut v: Vec<f32> = (0..dim)
-            .map(|_| (self.next() % 2000) as f32 / 1000.0 - 1.0)
-            .collect();
-        let n = v.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-6);
-        v.iter_mut().for_each(|x| *x /= n);
-        v
-    }
 }
 
 /// A v1 table (no scope columns) of `n` rows, as the upstream Python plugin would leave it.

@@ -9,25 +9,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
-use scopemem::config::Config;
 use scopemem::embed::{Embedder, FastEmbedder, ModelFiles};
-use scopemem::host::PluginHost;
 use serde_json::json;
-
-async fn host_on(
-    dir: &std::path::Path,
-    e: Arc<dyn Embedder>,
-    extra: serde_json::Value,
-) -> PluginHost {
-    let mut cfg = json!({"storage": {"db_dir": dir.to_string_lossy()}});
-    if let (Some(c), Some(x)) = (cfg.as_object_mut(), extra.as_object()) {
-        for (k, v) in x {
-            c.insert(k.clone(), v.clone());
-        }
-    }
-    let config = Config::from_value(&cfg).expect("config").config;
-    PluginHost::start_with(config, None, e).await.expect("host")
-}
 
 fn main() {
     let rt = tokio::runtime::Builder::new_multi_thread()

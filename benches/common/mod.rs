@@ -6,8 +6,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use scopemem::config::Config;
 use scopemem::embed::Embedder;
+use scopemem::host::PluginHost;
 use scopemem::store::{MemoryRecord, ModelInfo, Store, WriterSettings};
+use serde_json::json;
 
 pub const SCOPES: usize = 50;
 pub const K: usize = 10;
@@ -23,6 +26,16 @@ impl Rng {
         z = (z ^ (z >> 27)).wrapping_mul(0x94D049BB133111EB);
         z ^ (z >> 31)
     }
+    /// A uniform-ish unit vector (synthetic tables where vector content does not matter).
+    pub fn unit(&mut self, dim: usize) -> Vec<f32> {
+        let mut v: Vec<f32> = (0..dim)
+            .map(|_| (self.next() % 2000) as f32 / 1000.0 - 1.0)
+            .collect();
+        let n = v.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-6);
+        v.iter_mut().for_each(|x| *x /= n);
+        v
+    }
+
     pub fn pick<'a>(&mut self, xs: &[&'a str]) -> &'a str {
         xs[(self.next() % xs.len() as u64) as usize]
     }
@@ -274,4 +287,20 @@ pub async fn queries(e: &dyn Embedder) -> Vec<Query> {
             }
         })
         .collect()
+}
+
+/// A host on `dir` with defaults from conf_schema.json plus `extra` top-level keys.
+pub async fn host_on(
+    dir: &std::path::Path,
+    e: Arc<dyn Embedder>,
+    extra: serde_json::Value,
+) -> PluginHost {
+    let mut cfg = json!({"storage": {"db_dir": dir.to_string_lossy()}});
+    if let (Some(c), Some(x)) = (cfg.as_object_mut(), extra.as_object()) {
+        for (k, v) in x {
+            c.insert(k.clone(), v.clone());
+        }
+    }
+    let config: Config = Config::from_value(&cfg).expect("config").config;
+    PluginHost::start_with(config, None, e).await.expect("host")
 }
