@@ -149,12 +149,20 @@ pub struct StorageConfig {
     pub write_batch_max: usize,
     /// Row count above which a vector index is built; below it search is exact.
     pub index_threshold_rows: usize,
+    /// Minutes an old table version (and the data files only it references) is kept before
+    /// the background pruner removes it. Old versions hold deleted and overwritten rows.
+    pub keep_versions_minutes: f64,
 }
 
 impl StorageConfig {
     /// Compaction period as a `Duration`.
     pub fn compaction_interval(&self) -> Duration {
         Duration::from_secs(self.compaction_interval_secs)
+    }
+
+    /// Age after which old table versions are pruned.
+    pub fn keep_versions(&self) -> Duration {
+        Duration::from_secs_f64(self.keep_versions_minutes * 60.0)
     }
 }
 
@@ -174,7 +182,43 @@ pub struct EmbeddingConfig {
 pub struct ServerConfig {
     /// Listen address, e.g. `127.0.0.1:8787` (kept as text so host names work).
     pub http_addr: String,
+    /// Host header values accepted besides the loopback names (DNS-rebinding defence).
+    pub allowed_hosts: Vec<String>,
+    /// Bearer token required on every route but `/healthz`; `SCOPEMEM_AUTH_TOKEN` overrides it.
+    pub auth_token: Option<Secret>,
 }
+
+/// A credential: compared by the HTTP guard, never printed by `Debug` or serialized.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    /// Wraps a non-empty secret; blank text means "no secret".
+    pub fn new(text: &str) -> Option<Secret> {
+        let t = text.trim();
+        (!t.is_empty()).then(|| Secret(t.to_owned()))
+    }
+
+    /// The secret itself, for the one comparison that needs it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(<redacted>)")
+    }
+}
+
+impl Serialize for Secret {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str("<redacted>")
+    }
+}
+
+/// Environment variable that sets `server.auth_token` (wins over the file).
+pub const AUTH_TOKEN_ENV: &str = "SCOPEMEM_AUTH_TOKEN";
 
 /// `recall.*`: recall limits and chained-recall shape (DESIGN section 5).
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -364,6 +408,8 @@ impl Config {
                 compaction_interval_secs: storage.count("compaction_interval_secs", 1)?,
                 write_batch_max: storage.count("write_batch_max", 1)?,
                 index_threshold_rows: storage.count("index_threshold_rows", 0)?,
+                keep_versions_minutes: storage.float("keep_versions_minutes", 0.0, 525_600.0)?
+                    as f64,
             },
             embedding: EmbeddingConfig {
                 model_dir: embedding.optional_path("model_dir")?,
@@ -372,6 +418,11 @@ impl Config {
             },
             server: ServerConfig {
                 http_addr: server.non_empty("http_addr")?.to_owned(),
+                allowed_hosts: server.strings("allowed_hosts")?,
+                auth_token: std::env::var(AUTH_TOKEN_ENV)
+                    .ok()
+                    .and_then(|t| Secret::new(&t))
+                    .or(Secret::new(server.string("auth_token")?)),
             },
             recall,
             backfill: BackfillConfig {
@@ -455,6 +506,29 @@ impl<'a> Obj<'a> {
             });
         }
         Ok(s)
+    }
+
+    /// A list of non-empty strings (trimmed).
+    fn strings(&self, key: &str) -> Result<Vec<String>, ConfigError> {
+        let value = self.get(key)?;
+        let Some(items) = value.as_array() else {
+            return Err(ConfigError::InvalidType {
+                key: self.path(key),
+                expected: "list".into(),
+                got: schema::describe(value),
+            });
+        };
+        items
+            .iter()
+            .map(|v| match v.as_str().map(str::trim) {
+                Some(s) if !s.is_empty() => Ok(s.to_owned()),
+                _ => Err(ConfigError::InvalidValue {
+                    key: self.path(key),
+                    reason: "every item must be a non-empty string".into(),
+                    got: schema::describe(v),
+                }),
+            })
+            .collect()
     }
 
     fn optional_path(&self, key: &str) -> Result<Option<PathBuf>, ConfigError> {
