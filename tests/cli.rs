@@ -83,8 +83,16 @@ fn scope_check_reports_ignored_entries() {
     std::fs::write(&cfg, r#"{"conversation_scope_map": "{\"default:GroupMessage:1\": \"家人\", \"default:GroupMessage:2\": \"bad name\"}"}"#).unwrap();
     let (code, out, _) = scopemem(&["scope", "check", "--config", cfg.to_str().unwrap()]);
     assert_eq!(code, 2, "{out}");
-    assert!(out.contains("1 entries applied, 1 ignored"), "{out}");
+    assert!(
+        out.contains("1 entries applied, 1 ignored (1 failed closed)"),
+        "{out}"
+    );
     assert!(out.contains("default:GroupMessage:2"), "{out}");
+    // The broken entry's group is confined to its private scope, never public.
+    assert!(
+        out.contains("private scope c_") && out.contains("never public"),
+        "{out}"
+    );
     let (code, _, err) = scopemem(&[
         "serve",
         "--config",

@@ -156,10 +156,17 @@ async fn invalid_map_values_are_ignored_and_the_rest_applies() {
     let summary = host.memory().scopes().snapshot().summary();
     assert_eq!(summary.entries, 1);
     assert_eq!(summary.ignored, 3);
+    assert_eq!(summary.failed_closed, 3);
     let r = remember(&host, WORK, "work memory with a broken mapping").await;
-    assert_eq!(
-        r["memory"]["memory_scope"], "public",
-        "an ignored mapping falls back to unmapped"
+    let scope = r["memory"]["memory_scope"].as_str().unwrap();
+    assert!(
+        scope.starts_with("c_"),
+        "an ignored mapping fails closed to a private scope, never public: {r}"
+    );
+    let (_, hits) = recall(&host, PRIVATE, "work memory").await;
+    assert!(
+        hits.is_empty(),
+        "an unmapped chat must not see it: {hits:?}"
     );
     let r = remember(&host, FAMILY, "family memory").await;
     assert_eq!(r["memory"]["memory_scope"], "家人");

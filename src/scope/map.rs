@@ -23,6 +23,11 @@ pub struct IgnoredEntry {
     pub key: String,
     /// Why the entry was ignored.
     pub reason: String,
+    /// The private scope the key's conversation (or persona) uses until the entry is fixed:
+    /// a broken entry fails closed, never to `public`. `None` when the key itself is unusable
+    /// (it can never match a request).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fails_closed_to: Option<String>,
 }
 
 /// Counts reported at every (re)load and by `GET /v1/status`.
@@ -32,6 +37,8 @@ pub struct MapSummary {
     pub entries: usize,
     /// Entries ignored.
     pub ignored: usize,
+    /// Ignored entries whose conversation or persona is confined to its private scope.
+    pub failed_closed: usize,
     /// Distinct scopes among applied entries.
     pub distinct_scopes: usize,
     /// When this map was built (RFC 3339 in JSON).
@@ -59,6 +66,8 @@ pub struct ResolvedScope {
 #[derive(Clone, Debug)]
 pub struct ScopeMap {
     entries: HashMap<String, ScopeName>,
+    /// Keys named by a broken entry: their requests get a private `c_` scope (fail closed).
+    failed_closed: HashSet<String>,
     ignored: Vec<IgnoredEntry>,
     loaded_at: DateTime<Utc>,
     unmapped: UnmappedPolicy,
@@ -70,46 +79,69 @@ impl ScopeMap {
     /// ignored with a warning naming the key (DESIGN rule 4) and the rest apply. The filter mode
     /// is `enforce`; see [`ScopeMap::from_config`] / [`ScopeMap::with_filter_mode`].
     pub fn build(map: &Value, unmapped: UnmappedPolicy) -> ScopeMap {
-        let mut entries = HashMap::new();
+        let mut entries: HashMap<String, ScopeName> = HashMap::new();
+        let mut failed_closed: HashSet<String> = HashSet::new();
         let mut ignored = Vec::new();
-        let mut ignore = |key: &str, reason: String| {
-            tracing::warn!(
-                key = %display_truncated(key, 128),
-                reason = %reason,
-                "ignoring conversation_scope_map entry"
-            );
-            ignored.push(IgnoredEntry {
-                key: key.to_owned(),
-                reason,
-            });
-        };
         match map {
             Value::Object(obj) => {
                 for (raw_key, value) in obj {
-                    match check_entry(raw_key, value) {
-                        Ok((key, scope)) => match entries.entry(key) {
-                            Entry::Occupied(first) => ignore(
-                                raw_key,
-                                format!("duplicate of key {:?} after trimming", first.key()),
-                            ),
-                            Entry::Vacant(slot) => {
-                                slot.insert(scope);
-                            }
-                        },
-                        Err(reason) => ignore(raw_key, reason),
+                    let key = match check_key(raw_key) {
+                        Ok(key) => key,
+                        Err(reason) => {
+                            ignored.push(ignore(raw_key, reason, None));
+                            continue;
+                        }
+                    };
+                    let scope = match check_value(value) {
+                        Ok(scope) => scope,
+                        Err(reason) => {
+                            entries.remove(&key);
+                            let private = private_scope(&key);
+                            failed_closed.insert(key);
+                            ignored.push(ignore(raw_key, reason, Some(private)));
+                            continue;
+                        }
+                    };
+                    if failed_closed.contains(&key) {
+                        let reason = "another entry for the same key after trimming is invalid";
+                        let private = private_scope(&key);
+                        ignored.push(ignore(raw_key, reason.into(), Some(private)));
+                        continue;
+                    }
+                    match entries.entry(key) {
+                        Entry::Vacant(slot) => {
+                            slot.insert(scope);
+                        }
+                        Entry::Occupied(first) if *first.get() == scope => ignored.push(ignore(
+                            raw_key,
+                            format!("duplicate of key {:?} after trimming", first.key()),
+                            None,
+                        )),
+                        Entry::Occupied(first) => {
+                            // Two scopes for one conversation: neither can be trusted.
+                            let (key, _) = first.remove_entry();
+                            let private = private_scope(&key);
+                            let reason = format!(
+                                "key {key:?} is mapped to two different scopes after trimming"
+                            );
+                            failed_closed.insert(key);
+                            ignored.push(ignore(raw_key, reason, Some(private)));
+                        }
                     }
                 }
             }
-            other => ignore(
+            other => ignored.push(ignore(
                 "",
                 format!(
                     "conversation_scope_map is not a JSON object (got {}); no entries applied",
                     json_type(other)
                 ),
-            ),
+                None,
+            )),
         }
         ScopeMap {
             entries,
+            failed_closed,
             ignored,
             loaded_at: Utc::now(),
             unmapped,
@@ -160,6 +192,7 @@ impl ScopeMap {
         MapSummary {
             entries: self.entries.len(),
             ignored: self.ignored.len(),
+            failed_closed: self.failed_closed.len(),
             distinct_scopes: distinct.len(),
             loaded_at: self.loaded_at,
         }
@@ -173,6 +206,7 @@ impl ScopeMap {
             event,
             entries_applied = s.entries,
             entries_ignored = s.ignored,
+            entries_failed_closed = s.failed_closed,
             distinct_scopes = s.distinct_scopes,
             unmapped_scope = %self.unmapped,
             scope_filter = %self.filter,
@@ -192,27 +226,35 @@ impl ScopeMap {
         let persona = persona.map(str::trim).filter(|p| !p.is_empty());
         if let Some(name) = persona {
             let key = format!("{PERSONA_KEY_PREFIX}{name}");
-            if let Some(scope) = self.entries.get(&key) {
+            if let Some(scope) = self.mapped(&key) {
                 return ResolvedScope {
-                    scope: scope.clone(),
+                    scope,
                     source: ScopeSource::Persona,
                 };
             }
         }
-        if let Some(scope) = self.entries.get(conversation.as_str()) {
+        if let Some(scope) = self.mapped(conversation.as_str()) {
             return ResolvedScope {
-                scope: scope.clone(),
+                scope,
                 source: ScopeSource::Conversation,
             };
         }
         let scope = match self.unmapped {
             UnmappedPolicy::Public => ScopeName::public(),
-            UnmappedPolicy::Conversation => private_scope(conversation),
+            UnmappedPolicy::Conversation => private_scope(conversation.as_str()),
         };
         ResolvedScope {
             scope,
             source: ScopeSource::Unmapped,
         }
+    }
+
+    /// The scope a map key decides: its entry, or its private scope when its entry is broken.
+    fn mapped(&self, key: &str) -> Option<ScopeName> {
+        if let Some(scope) = self.entries.get(key) {
+            return Some(scope.clone());
+        }
+        self.failed_closed.contains(key).then(|| private_scope(key))
     }
 
     /// The recall prefilter for `current` under this snapshot's filter switch.
@@ -221,9 +263,11 @@ impl ScopeMap {
     }
 }
 
-/// `c_` + the first 16 lowercase hex chars of sha256(conversation id).
-fn private_scope(conversation: &ConversationId) -> ScopeName {
-    let digest = Sha256::digest(conversation.as_str().as_bytes());
+/// `c_` + the first 16 lowercase hex chars of sha256(key): the private scope of an unmapped
+/// conversation (key = conversation id) and of a broken map entry (key = its trimmed key, e.g.
+/// `persona:Alice`).
+fn private_scope(key: &str) -> ScopeName {
+    let digest = Sha256::digest(key.as_bytes());
     let mut name = String::with_capacity(18);
     name.push_str("c_");
     for byte in digest.iter().take(8) {
@@ -233,25 +277,50 @@ fn private_scope(conversation: &ConversationId) -> ScopeName {
     ScopeName::from_trusted(name)
 }
 
-/// Validates one entry; returns the normalised key and scope, or why it is ignored.
-fn check_entry(raw_key: &str, value: &Value) -> Result<(String, ScopeName), String> {
+/// An ignored entry, logged with the key (truncated) and, if it fails closed, its scope.
+fn ignore(key: &str, reason: String, fails_closed_to: Option<ScopeName>) -> IgnoredEntry {
+    let fails_closed_to = fails_closed_to.map(|s| s.as_str().to_owned());
+    match &fails_closed_to {
+        Some(private) => tracing::warn!(
+            key = %display_truncated(key, 128),
+            reason = %reason,
+            memory_scope = %private,
+            "ignoring conversation_scope_map entry; until it is fixed this conversation uses its \
+             private scope, never public"
+        ),
+        None => tracing::warn!(
+            key = %display_truncated(key, 128),
+            reason = %reason,
+            "ignoring conversation_scope_map entry"
+        ),
+    }
+    IgnoredEntry {
+        key: key.to_owned(),
+        reason,
+        fails_closed_to,
+    }
+}
+
+/// Validates and normalises a key (a conversation id, or `persona:<name>` with the name trimmed).
+fn check_key(raw_key: &str) -> Result<String, String> {
     let key = ConversationId::parse(raw_key)
         .map_err(|e| format!("key is not a valid conversation id: {e}"))?;
-    let key = match key.as_str().strip_prefix(PERSONA_KEY_PREFIX) {
-        Some(name) if name.trim().is_empty() => {
-            return Err("persona key has an empty name".to_owned())
-        }
-        Some(name) => format!("{PERSONA_KEY_PREFIX}{}", name.trim()),
-        None => key.as_str().to_owned(),
-    };
+    match key.as_str().strip_prefix(PERSONA_KEY_PREFIX) {
+        Some(name) if name.trim().is_empty() => Err("persona key has an empty name".to_owned()),
+        Some(name) => Ok(format!("{PERSONA_KEY_PREFIX}{}", name.trim())),
+        None => Ok(key.as_str().to_owned()),
+    }
+}
+
+/// Validates a value: a valid scope name.
+fn check_value(value: &Value) -> Result<ScopeName, String> {
     let Value::String(scope) = value else {
         return Err(format!(
             "value must be a scope name string, got {}",
             json_type(value)
         ));
     };
-    let scope = ScopeName::parse(scope).map_err(|e| e.to_string())?;
-    Ok((key, scope))
+    ScopeName::parse(scope).map_err(|e| e.to_string())
 }
 
 fn json_type(value: &Value) -> &'static str {
@@ -390,6 +459,11 @@ mod tests {
         assert_eq!(m.entries().len(), 2);
         let s = m.summary();
         assert_eq!((s.entries, s.ignored, s.distinct_scopes), (2, 6, 2));
+        // Bad values fail closed; unusable keys cannot match a request, so they cannot.
+        assert_eq!(s.failed_closed, 3);
+        for k in ["bad_quote", "bad_space", "bad_type"] {
+            assert!(!m.resolve(&conv(k), None).scope.is_public(), "{k}");
+        }
         assert_eq!(
             m.resolve(&conv("good"), None).scope,
             scope("家人"),
@@ -408,22 +482,94 @@ mod tests {
         assert!(logs.contains("key=\"bad_type\""), "{logs}");
         assert!(logs.contains("entries_applied=2"), "{logs}");
         assert!(logs.contains("entries_ignored=6"), "{logs}");
+        assert!(logs.contains("entries_failed_closed=3"), "{logs}");
+        assert!(logs.contains("never public"), "{logs}");
         assert!(logs.contains("distinct_scopes=2"), "{logs}");
     }
 
     #[test]
     fn keys_are_trimmed_and_duplicates_ignored() {
         let m = ScopeMap::build(
-            &json!({" a ": "one", "a": "two", " persona: Al ": "p"}),
+            &json!({" a ": "one", "a": "one", " persona: Al ": "p"}),
             UnmappedPolicy::Public,
         );
         assert_eq!(m.entries().len(), 2);
         assert_eq!(m.ignored().len(), 1);
-        assert!(m.entries().contains_key("a"));
+        assert_eq!(
+            m.ignored()[0].fails_closed_to,
+            None,
+            "same scope: no conflict"
+        );
+        assert_eq!(m.resolve(&conv("a"), None).scope, scope("one"));
         assert_eq!(
             m.resolve(&conv("x"), Some("Al")).source,
             ScopeSource::Persona
         );
+    }
+
+    #[test]
+    fn typo_in_a_scope_fails_closed_not_public() {
+        let family = "default:GroupMessage:12345";
+        let m = ScopeMap::build(
+            &json!({family: "家 人", "default:GroupMessage:999": "work"}),
+            UnmappedPolicy::Public,
+        );
+        let r = m.resolve(&conv(family), None);
+        assert!(
+            !r.scope.is_public(),
+            "a broken entry must never write public"
+        );
+        assert_eq!(r.scope, private_scope(family));
+        assert_eq!(r.source, ScopeSource::Conversation);
+        // The same private scope an unmapped-conversation policy would give it.
+        let per_chat = ScopeMap::build(&json!({}), UnmappedPolicy::Conversation);
+        assert_eq!(r.scope, per_chat.resolve(&conv(family), None).scope);
+        // Recall in that scope sees its own rows and public, not another group's.
+        let p = m.recall_predicate(&r.scope, false).unwrap();
+        assert!(
+            p.contains(r.scope.as_str()) && p.contains("'public'"),
+            "{p}"
+        );
+        assert!(!p.contains("work"), "{p}");
+        let ignored = &m.ignored()[0];
+        assert_eq!(ignored.key, family);
+        assert_eq!(ignored.fails_closed_to.as_deref(), Some(r.scope.as_str()));
+        assert_eq!(m.summary().failed_closed, 1);
+        // Other entries still apply; unrelated unmapped chats still use public.
+        assert_eq!(
+            m.resolve(&conv("default:GroupMessage:999"), None).scope,
+            scope("work")
+        );
+        assert!(m.resolve(&conv("other"), None).scope.is_public());
+    }
+
+    #[test]
+    fn broken_persona_entry_fails_closed() {
+        let m = ScopeMap::build(
+            &json!({"persona:Alice": 7, "g": "家人"}),
+            UnmappedPolicy::Public,
+        );
+        let r = m.resolve(&conv("g"), Some(" Alice "));
+        assert_eq!(r.source, ScopeSource::Persona);
+        assert_eq!(r.scope, private_scope("persona:Alice"));
+        assert!(r.scope.as_str().starts_with("c_"));
+        // Without the persona the conversation's own entry applies.
+        assert_eq!(m.resolve(&conv("g"), None).scope, scope("家人"));
+    }
+
+    #[test]
+    fn two_scopes_for_one_key_fail_closed_whatever_the_order() {
+        for map in [
+            json!({" a ": "one", "a": "two"}),
+            json!({"a": "two", " a ": "one"}),
+            json!({"a ": "bad scope", " a": "one"}),
+        ] {
+            let m = ScopeMap::build(&map, UnmappedPolicy::Public);
+            let r = m.resolve(&conv("a"), None);
+            assert_eq!(r.scope, private_scope("a"), "{map}");
+            assert!(m.entries().is_empty(), "{map}");
+            assert!(m.ignored().iter().any(|i| i.fails_closed_to.is_some()));
+        }
     }
 
     #[test]
