@@ -196,9 +196,14 @@ async fn main() -> anyhow::Result<()> {
             let host = PluginHost::start(config.as_deref())
                 .await
                 .context("starting scopemem")?;
-            let n = host.memory().forget_scope(&scope).await?;
+            let outcome = host.memory().forget_scope(&scope).await?;
             host.shutdown().await;
-            println!("deleted {n} memories in scope '{}'", scope.as_str());
+            println!(
+                "deleted {} memories in scope '{}'; older table versions pruned; {} unapplied feedback jobs dropped",
+                outcome.deleted,
+                scope.as_str(),
+                outcome.pending_feedback_dropped
+            );
         }
         Command::Migrate { command } => match command {
             MigrateCommand::Status { config } => {
@@ -240,12 +245,18 @@ async fn main() -> anyhow::Result<()> {
             }
             let map = ScopeMap::from_config(&loaded.config);
             for ignored in map.ignored() {
-                println!("ignored: {:?} ({})", ignored.key, ignored.reason);
+                match &ignored.fails_closed_to {
+                    Some(private) => println!(
+                        "ignored: {:?} ({}); until fixed it uses its private scope {private}, never public",
+                        ignored.key, ignored.reason
+                    ),
+                    None => println!("ignored: {:?} ({})", ignored.key, ignored.reason),
+                }
             }
             let s = map.summary();
             println!(
-                "conversation_scope_map: {} entries applied, {} ignored, {} distinct scopes; unmapped conversations -> {}",
-                s.entries, s.ignored, s.distinct_scopes, loaded.config.unmapped_scope
+                "conversation_scope_map: {} entries applied, {} ignored ({} failed closed), {} distinct scopes; unmapped conversations -> {}",
+                s.entries, s.ignored, s.failed_closed, s.distinct_scopes, loaded.config.unmapped_scope
             );
             if s.ignored > 0 {
                 std::process::exit(2);

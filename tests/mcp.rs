@@ -106,6 +106,31 @@ fn text(result: &Value) -> String {
 }
 
 #[tokio::test]
+async fn mcp_remember_is_redacted_before_it_is_stored() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = Arc::new(host(config(dir.path(), family_map())).await);
+    let mut c = raw_session(host.clone()).await;
+    let r = c
+        .call(
+            "core_memory_remember",
+            json!({"content": "我的手机号13812345678，记住", "tags": ["bob@example.com"]}),
+            Some(json!({"conversation_id": FAMILY})),
+        )
+        .await;
+    assert!(!is_error(&r), "{r}");
+    let memory = &r["structuredContent"]["memory"];
+    assert_eq!(memory["content"], "我的手机号[REDACTED_PHONE]，记住", "{r}");
+    assert_eq!(memory["tags"], json!(["[REDACTED_EMAIL]"]), "{r}");
+    let stored = host
+        .memory()
+        .store()
+        .get_by_ids(&[memory["id"].as_str().unwrap().to_string()])
+        .await
+        .unwrap();
+    assert_eq!(stored[0].content, "我的手机号[REDACTED_PHONE]，记住");
+}
+
+#[tokio::test]
 async fn raw_jsonrpc_conversation_comes_only_from_meta() {
     let dir = tempfile::tempdir().unwrap();
     let host = Arc::new(host(config(dir.path(), family_map())).await);

@@ -143,6 +143,16 @@ pub async fn render(metrics: &Metrics, host: &PluginHost) -> String {
             "# TYPE scopemem_fragments gauge\nscopemem_fragments {}",
             stats.fragments
         );
+        let _ = writeln!(
+            out,
+            "# HELP scopemem_table_versions Table versions on disk (pruned after storage.keep_versions_minutes).\n# TYPE scopemem_table_versions gauge\nscopemem_table_versions {}",
+            stats.versions
+        );
+        let _ = writeln!(
+            out,
+            "# HELP scopemem_disk_bytes Bytes of every file under storage.db_dir.\n# TYPE scopemem_disk_bytes gauge\nscopemem_disk_bytes {}",
+            stats.disk_bytes
+        );
     }
     let _ = writeln!(
         out,

@@ -10,7 +10,9 @@ use super::{tools, CallContext, Plugin, PluginError, ToolSpec};
 use serde::Deserialize;
 
 use crate::memory::feedback::{AcceptError, FeedbackRequest};
-use crate::memory::{injection, MemoryService, RecallMode, RecallRequest, RememberRequest};
+use crate::memory::{
+    injection, ForgetRequest, MemoryService, RecallMode, RecallRequest, RememberRequest,
+};
 
 pub struct MemoryPlugin {
     service: Arc<MemoryService>,
@@ -88,12 +90,6 @@ struct AfterMessageSent {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct ForgetRequest {
-    conversation_id: String,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
 struct JobQuery {
     job_id: String,
 }
@@ -143,7 +139,7 @@ impl Plugin for MemoryPlugin {
                 }
                 "forget" => {
                     let req: ForgetRequest = parse(payload)?;
-                    Ok(json!({ "deleted": self.service.forget(&req.conversation_id).await? }))
+                    to_json(&self.service.forget(req).await?)
                 }
                 "on_llm_request" => {
                     let ev: LlmRequestEvent = parse(payload)?;

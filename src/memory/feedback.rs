@@ -140,6 +140,11 @@ struct Shared {
     embedder: Arc<dyn Embedder>,
     gate: MigrationGate,
     journal: Journal,
+    /// Held by the worker while it applies a job, and by an erase for its whole duration, so an
+    /// erase never races a job that would write back what it erases.
+    apply: tokio::sync::Mutex<()>,
+    /// Jobs an erase dropped from the journal; the worker skips them when they come up.
+    dropped: Mutex<std::collections::HashSet<String>>,
     outcomes: Mutex<VecDeque<JobOutcome>>,
     finished: Notify,
     depth: std::sync::atomic::AtomicUsize,
@@ -189,6 +194,8 @@ impl FeedbackQueue {
                 embedder,
                 gate,
                 journal,
+                apply: tokio::sync::Mutex::new(()),
+                dropped: Mutex::new(Default::default()),
                 outcomes: Mutex::new(VecDeque::new()),
                 finished: Notify::new(),
                 depth: std::sync::atomic::AtomicUsize::new(pending.jobs.len()),
@@ -357,6 +364,31 @@ impl FeedbackQueue {
         });
     }
 
+    /// Wait for the job in flight, then hold the worker off until the guard is dropped. An
+    /// erase holds it while it deletes rows and drops pending jobs.
+    pub async fn pause(&self) -> FeedbackPause<'_> {
+        FeedbackPause(self.shared.apply.lock().await)
+    }
+
+    /// Drop the unfinished jobs that `select` picks (while paused): they are removed from the
+    /// journal, which is rewritten without them and without finished jobs, and the worker will
+    /// skip them. Returns how many were dropped.
+    pub fn drop_pending(
+        &self,
+        _paused: &FeedbackPause<'_>,
+        select: impl Fn(&FeedbackJob, Option<&FeedbackPlan>) -> bool,
+    ) -> Result<usize, MemoryError> {
+        let ids = self
+            .shared
+            .journal
+            .compact(select)
+            .map_err(|e| MemoryError::Internal(e.to_string()))?;
+        if let Ok(mut dropped) = self.shared.dropped.lock() {
+            dropped.extend(ids.iter().cloned());
+        }
+        Ok(ids.len())
+    }
+
     /// Stop after the job in flight (queued jobs stay in the journal for the next start).
     pub async fn shutdown(&self) {
         self.stop.notify_one();
@@ -393,8 +425,31 @@ impl FeedbackQueue {
     }
 }
 
+/// Proof that the feedback worker is paused (see [`FeedbackQueue::pause`]).
+pub struct FeedbackPause<'a>(#[allow(dead_code)] tokio::sync::MutexGuard<'a, ()>);
+
 async fn run_job(shared: &Shared, job: FeedbackJob, plan: Option<FeedbackPlan>) {
     let job_id = job.job_id.clone();
+    let _applying = shared.apply.lock().await;
+    let was_dropped = shared
+        .dropped
+        .lock()
+        .map(|mut d| d.remove(&job_id))
+        .unwrap_or(false);
+    if was_dropped {
+        finish(
+            shared,
+            JobOutcome {
+                job_id,
+                reinforced: 0,
+                created: vec![],
+                merged: vec![],
+                refused: vec![],
+                error: Some("dropped: the memories it would touch were erased first".into()),
+            },
+        );
+        return;
+    }
     let result = async {
         let plan = match plan {
             Some(p) => p,
@@ -438,6 +493,11 @@ async fn run_job(shared: &Shared, job: FeedbackJob, plan: Option<FeedbackPlan>) 
     for (what, why) in &outcome.refused {
         tracing::warn!(job_id = %job_id, conversation_id = %job.conversation_id, target = %what, reason = %why, "feedback refused a memory it cannot touch");
     }
+    finish(shared, outcome);
+}
+
+/// Count the job as finished and publish its outcome.
+fn finish(shared: &Shared, outcome: JobOutcome) {
     shared
         .depth
         .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
@@ -529,18 +589,20 @@ async fn make_plan(shared: &Shared, job: &FeedbackJob) -> Result<FeedbackPlan, M
                 contents.push(&r.content);
             }
         }
+        // Legacy rows (written before redaction, or by another program) may hold personal
+        // data in clear: a merge is a new write, so it is redacted like one.
         let mut tags: Vec<String> = Vec::new();
         for r in &members {
-            for t in &r.tags {
-                if !tags.contains(t) && tags.len() < 32 {
-                    tags.push(t.clone());
+            for t in r.tags.iter().map(|t| redact(t)) {
+                if !tags.contains(&t) && tags.len() < 32 {
+                    tags.push(t);
                 }
             }
         }
         let strongest = members.iter().max_by_key(|r| r.strength).copied();
         plan.merges.push(MergePlan {
             new_id: g.new_id.clone(),
-            content: contents.join("; "),
+            content: redact(&contents.join("; ")),
             tags,
             memory_type: strongest
                 .map(|r| r.memory_type.clone())

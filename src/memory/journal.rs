@@ -37,7 +37,14 @@ pub struct Pending {
 
 pub struct Journal {
     path: PathBuf,
-    file: Mutex<std::fs::File>,
+    state: Mutex<State>,
+}
+
+/// The open file plus the unfinished jobs it holds, in acceptance order, so the file can be
+/// rewritten with only those at any time (an erase must not leave its text in the journal).
+struct State {
+    file: std::fs::File,
+    pending: Vec<(FeedbackJob, Option<FeedbackPlan>)>,
 }
 
 fn err(path: &Path, e: impl ToString) -> JournalError {
@@ -93,32 +100,14 @@ impl Journal {
             Err(e) => return Err(err(path, e)),
         }
         pending.jobs = jobs.into_values().collect();
-        // Rewrite with only what is unfinished.
-        let tmp = path.with_extension("journal.tmp");
-        {
-            let mut f = std::fs::File::create(&tmp).map_err(|e| err(&tmp, e))?;
-            for (job, plan) in &pending.jobs {
-                write_line(&mut f, &Record::Accepted { job: job.clone() })
-                    .map_err(|e| err(&tmp, e))?;
-                if let Some(plan) = plan {
-                    let rec = Record::Planned {
-                        job_id: job.job_id.clone(),
-                        plan: plan.clone(),
-                    };
-                    write_line(&mut f, &rec).map_err(|e| err(&tmp, e))?;
-                }
-            }
-            f.sync_all().map_err(|e| err(&tmp, e))?;
-        }
-        std::fs::rename(&tmp, path).map_err(|e| err(path, e))?;
-        let file = std::fs::OpenOptions::new()
-            .append(true)
-            .open(path)
-            .map_err(|e| err(path, e))?;
+        let file = rewrite(path, &pending.jobs)?;
         Ok((
             Journal {
                 path: path.to_path_buf(),
-                file: Mutex::new(file),
+                state: Mutex::new(State {
+                    file,
+                    pending: pending.jobs.clone(),
+                }),
             },
             pending,
         ))
@@ -126,12 +115,43 @@ impl Journal {
 
     /// Append and fsync: when this returns Ok the record survives a crash.
     pub fn append(&self, record: &Record) -> Result<(), JournalError> {
-        let mut f = self
-            .file
-            .lock()
-            .map_err(|_| err(&self.path, "journal lock poisoned"))?;
-        write_line(&mut f, record).map_err(|e| err(&self.path, e))?;
-        f.sync_data().map_err(|e| err(&self.path, e))
+        let mut state = self.lock()?;
+        write_line(&mut state.file, record).map_err(|e| err(&self.path, e))?;
+        state.file.sync_data().map_err(|e| err(&self.path, e))?;
+        match record {
+            Record::Accepted { job } => state.pending.push((job.clone(), None)),
+            Record::Planned { job_id, plan } => {
+                if let Some(slot) = state.pending.iter_mut().find(|(j, _)| &j.job_id == job_id) {
+                    slot.1 = Some(plan.clone());
+                }
+            }
+            Record::Done { job_id } => state.pending.retain(|(j, _)| &j.job_id != job_id),
+        }
+        Ok(())
+    }
+
+    /// Rewrite the file with only the unfinished jobs that `drop` does not select, so neither
+    /// finished jobs nor dropped ones leave their text behind. Returns the dropped job ids.
+    pub fn compact(
+        &self,
+        drop: impl Fn(&FeedbackJob, Option<&FeedbackPlan>) -> bool,
+    ) -> Result<Vec<String>, JournalError> {
+        let mut state = self.lock()?;
+        let (dropped, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut state.pending)
+            .into_iter()
+            .partition(|(job, plan)| drop(job, plan.as_ref()));
+        match rewrite(&self.path, &kept) {
+            Ok(file) => {
+                state.file = file;
+                state.pending = kept;
+                Ok(dropped.into_iter().map(|(j, _)| j.job_id).collect())
+            }
+            Err(e) => {
+                // The old file is still in place and complete: keep serving from it.
+                state.pending = kept.into_iter().chain(dropped).collect();
+                Err(e)
+            }
+        }
     }
 
     pub fn path(&self) -> &Path {
@@ -140,15 +160,123 @@ impl Journal {
 
     /// Whether the journal can be written (for health checks).
     pub fn healthy(&self) -> bool {
-        self.file
+        self.state
             .lock()
-            .map(|f| f.metadata().is_ok())
+            .map(|s| s.file.metadata().is_ok())
             .unwrap_or(false)
     }
+
+    fn lock(&self) -> Result<std::sync::MutexGuard<'_, State>, JournalError> {
+        self.state
+            .lock()
+            .map_err(|_| err(&self.path, "journal lock poisoned"))
+    }
+}
+
+/// Atomically replace the file with `jobs` (temp file, fsync, rename, fsync of the directory)
+/// and return an append handle to the new file.
+fn rewrite(
+    path: &Path,
+    jobs: &[(FeedbackJob, Option<FeedbackPlan>)],
+) -> Result<std::fs::File, JournalError> {
+    let tmp = path.with_extension("journal.tmp");
+    {
+        let mut f = std::fs::File::create(&tmp).map_err(|e| err(&tmp, e))?;
+        for (job, plan) in jobs {
+            write_line(&mut f, &Record::Accepted { job: job.clone() }).map_err(|e| err(&tmp, e))?;
+            if let Some(plan) = plan {
+                let rec = Record::Planned {
+                    job_id: job.job_id.clone(),
+                    plan: plan.clone(),
+                };
+                write_line(&mut f, &rec).map_err(|e| err(&tmp, e))?;
+            }
+        }
+        f.sync_all().map_err(|e| err(&tmp, e))?;
+    }
+    std::fs::rename(&tmp, path).map_err(|e| err(path, e))?;
+    if let Some(dir) = path.parent() {
+        // The rename is durable only once the directory entry is.
+        std::fs::File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| err(path, e))?;
+    }
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(path)
+        .map_err(|e| err(path, e))
 }
 
 fn write_line(f: &mut std::fs::File, record: &Record) -> std::io::Result<()> {
     let mut line = serde_json::to_vec(record).map_err(std::io::Error::other)?;
     line.push(b'\n');
     f.write_all(&line)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(id: &str, conversation: &str, content: &str) -> FeedbackJob {
+        FeedbackJob {
+            job_id: id.into(),
+            conversation_id: conversation.into(),
+            scope: "public".into(),
+            scope_source: "unmapped".into(),
+            accepted_at: chrono::Utc::now(),
+            useful_memory_ids: vec![],
+            new_memories: vec![super::super::feedback::NewMemoryJob {
+                id: format!("m-{id}"),
+                content: content.into(),
+                reasoning: None,
+                tags: vec![],
+                memory_type: "knowledge".into(),
+            }],
+            merge_groups: vec![],
+        }
+    }
+
+    #[test]
+    fn compact_drops_selected_and_finished_jobs_from_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("j.journal");
+        let (j, pending) = Journal::open(&path).unwrap();
+        assert!(pending.jobs.is_empty());
+        j.append(&Record::Accepted {
+            job: job("1", "a", "secret-alpha"),
+        })
+        .unwrap();
+        j.append(&Record::Accepted {
+            job: job("2", "b", "keep-beta"),
+        })
+        .unwrap();
+        j.append(&Record::Accepted {
+            job: job("3", "b", "done-gamma"),
+        })
+        .unwrap();
+        j.append(&Record::Done { job_id: "3".into() }).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.contains("secret-alpha") && text.contains("done-gamma"));
+
+        let dropped = j.compact(|job, _| job.conversation_id == "a").unwrap();
+        assert_eq!(dropped, vec!["1".to_string()]);
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(!text.contains("secret-alpha"), "{text}");
+        assert!(!text.contains("done-gamma"), "finished jobs go too: {text}");
+        assert!(text.contains("keep-beta"));
+
+        // Appends after a compaction go to the new file, and a reopen sees exactly them.
+        j.append(&Record::Accepted {
+            job: job("4", "c", "later-delta"),
+        })
+        .unwrap();
+        drop(j);
+        let (_, pending) = Journal::open(&path).unwrap();
+        let ids: Vec<&str> = pending
+            .jobs
+            .iter()
+            .map(|(j, _)| j.job_id.as_str())
+            .collect();
+        assert_eq!(ids, ["2", "4"]);
+    }
 }

@@ -101,3 +101,27 @@ pub struct RecallResponse {
     pub migration_mode: bool,
     pub memories: Vec<ScoredMemory>,
 }
+
+/// `POST /v1/forget`: without `memory_ids`, every memory written from the conversation; with
+/// them, only those the conversation's own scope holds.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ForgetRequest {
+    pub conversation_id: String,
+    #[serde(default)]
+    pub memory_ids: Option<Vec<String>>,
+    #[serde(default)]
+    pub persona: Option<String>,
+}
+
+/// What a forget did. Rows are erased: no older table version or journal copy remains.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ForgetOutcome {
+    /// Rows deleted.
+    pub deleted: u64,
+    /// Ids that were not deleted because this conversation cannot delete them (not in its own
+    /// scope, or no such memory).
+    pub refused: Vec<String>,
+    /// Feedback jobs dropped before they were applied, because they would write what was erased.
+    pub pending_feedback_dropped: usize,
+}

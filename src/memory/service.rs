@@ -15,7 +15,9 @@ use crate::config::{Config, MigrationMode, RecallConfig, ScopeFilterMode};
 use crate::embed::Embedder;
 use crate::migrate::backfill::{BackfillHandle, BackfillProgress, BackfillSettings};
 use crate::migrate::checkpoint;
-use crate::scope::{ConversationId, MapSummary, ResolvedScope, ScopeMap, ScopeResolver};
+use crate::scope::{
+    sql_literal, ConversationId, MapSummary, ResolvedScope, ScopeMap, ScopeResolver,
+};
 use crate::store::{
     LanceSearch, MemoryRecord, ModelInfo, NearestVisible, SearchRequest, Store, WriterSettings,
 };
@@ -25,6 +27,7 @@ const MAX_QUERY_CHARS: usize = 2000;
 const MAX_TAGS: usize = 32;
 const MAX_TAG_CHARS: usize = 64;
 const DEFAULT_STRENGTH: i64 = 50;
+const MAX_FORGET_IDS: usize = 100;
 
 /// The one function that decides a memory's scope. Every write path calls it with only what
 /// the request context carries: the conversation id and the persona.
@@ -62,6 +65,8 @@ pub struct ServiceSettings {
     pub recall: RecallConfig,
     pub scope_filter: ScopeFilterMode,
     pub migration_mode: MigrationMode,
+    /// Age after which old table versions are pruned.
+    pub keep_versions: std::time::Duration,
 }
 
 /// `GET /v1/status`.
@@ -71,6 +76,10 @@ pub struct Status {
     pub rows_by_scope: std::collections::BTreeMap<String, usize>,
     pub null_scope_rows: usize,
     pub fragments: usize,
+    /// Table versions on disk; older ones are pruned after `storage.keep_versions_minutes`.
+    pub table_versions: usize,
+    /// Bytes of every file under `storage.db_dir`.
+    pub disk_bytes: u64,
     pub vector_index: bool,
     pub embedding_model: String,
     pub scope_filter: ScopeFilterMode,
@@ -175,6 +184,7 @@ impl MemoryService {
                 recall: config.recall.clone(),
                 scope_filter: config.scope_filter,
                 migration_mode: config.migration_mode,
+                keep_versions: config.storage.keep_versions(),
             },
             backfill: Arc::new(backfill),
             feedback,
@@ -185,6 +195,7 @@ impl MemoryService {
     /// the service is serving.
     pub fn start_background(&self) {
         self.feedback.start();
+        self.store.start_pruner(self.settings.keep_versions);
         let store = self.store.clone();
         let backfill = self.backfill.clone();
         let search = self.search.clone();
@@ -398,37 +409,129 @@ impl MemoryService {
         })
     }
 
-    /// Delete the memories written from this conversation (`POST /v1/forget`).
-    pub async fn forget(&self, conversation_id: &str) -> Result<u64, MemoryError> {
-        let conversation = conversation(conversation_id)?;
-        let n = self
-            .store
-            .writer()
-            .delete(format!(
-                "conversation_id = {}",
-                crate::scope::sql_literal(conversation.as_str())
-            ))
-            .await?;
+    /// `POST /v1/forget`: erase what the conversation wrote, or the given memories that its
+    /// own scope holds (public ones only from a public-scope conversation).
+    pub async fn forget(&self, req: ForgetRequest) -> Result<ForgetOutcome, MemoryError> {
+        let conversation = conversation(&req.conversation_id)?;
+        let outcome = match req.memory_ids {
+            None => {
+                let c = conversation.as_str().to_owned();
+                let predicate = format!("conversation_id = {}", sql_literal(&c));
+                self.erase_where(predicate, move |job| job.conversation_id == c)
+                    .await?
+            }
+            Some(ids) => {
+                self.forget_ids(&conversation, req.persona.as_deref(), ids)
+                    .await?
+            }
+        };
         tracing::info!(
             conversation_id = conversation.as_str(),
-            rows = n,
-            "forgot a conversation's memories"
+            rows = outcome.deleted,
+            refused = outcome.refused.len(),
+            pending_feedback_dropped = outcome.pending_feedback_dropped,
+            "forgot memories"
         );
-        Ok(n)
+        Ok(outcome)
     }
 
-    /// Delete a whole scope (operator command `scopemem forget --scope`).
-    pub async fn forget_scope(&self, scope: &crate::scope::ScopeName) -> Result<u64, MemoryError> {
-        let n = self
-            .store
-            .writer()
-            .delete(format!(
-                "memory_scope = {}",
-                crate::scope::sql_literal(scope.as_str())
-            ))
+    async fn forget_ids(
+        &self,
+        conversation: &ConversationId,
+        persona: Option<&str>,
+        ids: Vec<String>,
+    ) -> Result<ForgetOutcome, MemoryError> {
+        if ids.is_empty() || ids.len() > MAX_FORGET_IDS {
+            return Err(invalid(
+                "memory_ids",
+                format!("give 1 to {MAX_FORGET_IDS} memory ids"),
+            ));
+        }
+        let mut wanted: Vec<String> = Vec::with_capacity(ids.len());
+        for id in ids {
+            if !wanted.contains(&id) {
+                wanted.push(id);
+            }
+        }
+        let map = self.scopes.snapshot();
+        let scope = derive_scope(&map, conversation, persona).scope;
+        let legacy_visible = scope.is_public() && self.migration_active();
+        let rows = self.store.get_by_ids(&wanted).await?;
+        let deletable: Vec<String> = rows
+            .into_iter()
+            .filter(|r| match r.memory_scope.as_deref() {
+                Some(s) => s == scope.as_str(),
+                None => legacy_visible,
+            })
+            .map(|r| r.id)
+            .collect();
+        let refused: Vec<String> = wanted
+            .into_iter()
+            .filter(|id| !deletable.contains(id))
+            .collect();
+        if deletable.is_empty() {
+            return Ok(ForgetOutcome {
+                refused,
+                ..ForgetOutcome::default()
+            });
+        }
+        let list: Vec<String> = deletable.iter().map(|id| sql_literal(id)).collect();
+        let mut outcome = self
+            .erase_where(format!("id IN ({})", list.join(", ")), |_| false)
             .await?;
-        tracing::info!(memory_scope = scope.as_str(), rows = n, "forgot a scope");
-        Ok(n)
+        outcome.refused = refused;
+        Ok(outcome)
+    }
+
+    /// Erase a whole scope (operator command `scopemem forget --scope`).
+    pub async fn forget_scope(
+        &self,
+        scope: &crate::scope::ScopeName,
+    ) -> Result<ForgetOutcome, MemoryError> {
+        let s = scope.as_str().to_owned();
+        let predicate = format!("memory_scope = {}", sql_literal(&s));
+        let outcome = self
+            .erase_where(predicate, move |job| job.scope == s)
+            .await?;
+        tracing::info!(
+            memory_scope = scope.as_str(),
+            rows = outcome.deleted,
+            pending_feedback_dropped = outcome.pending_feedback_dropped,
+            "forgot a scope"
+        );
+        Ok(outcome)
+    }
+
+    /// The one erase path. With the feedback worker paused: delete the rows, purge them from
+    /// every data file and older table version, then drop the unapplied feedback jobs that
+    /// `select` picks or whose planned merges would rewrite an erased row's text, and rewrite
+    /// the journal without them (and without finished jobs).
+    async fn erase_where(
+        &self,
+        predicate: String,
+        select: impl Fn(&super::feedback::FeedbackJob) -> bool,
+    ) -> Result<ForgetOutcome, MemoryError> {
+        let paused = self.feedback.pause().await;
+        let erased_ids: std::collections::HashSet<String> = self
+            .store
+            .ids_where(&predicate)
+            .await?
+            .into_iter()
+            .collect();
+        let report = self.store.writer().erase(predicate).await?;
+        let dropped = self.feedback.drop_pending(&paused, |job, plan| {
+            select(job)
+                || plan.is_some_and(|p| {
+                    p.merges
+                        .iter()
+                        .any(|m| m.delete_ids.iter().any(|id| erased_ids.contains(id)))
+                })
+        })?;
+        Ok(ForgetOutcome {
+            deleted: report.deleted,
+            refused: Vec::new(),
+            pending_feedback_dropped: dropped,
+        })
     }
 
     pub async fn status(&self) -> Result<Status, MemoryError> {
@@ -438,6 +541,8 @@ impl MemoryService {
             rows: stats.rows,
             null_scope_rows: stats.null_scope_rows,
             fragments: stats.fragments,
+            table_versions: stats.versions,
+            disk_bytes: stats.disk_bytes,
             vector_index: self.search.is_indexed(),
             embedding_model: self.embedder.model_id().to_string(),
             scope_filter: self.scopes.snapshot().filter_mode(),

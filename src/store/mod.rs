@@ -4,6 +4,7 @@
 //! [`writer`] task so appends are group-committed and commit conflicts retried in one place.
 
 pub mod record;
+pub mod retention;
 pub mod schema;
 pub mod search;
 pub mod writer;
@@ -20,9 +21,10 @@ use lancedb::query::{ExecutableQuery, QueryBase, Select};
 use lancedb::Table;
 
 pub use record::MemoryRecord;
+pub use retention::PruneReport;
 use schema::*;
 pub use search::{Hit, LanceSearch, NearestVisible, SearchRequest};
-pub use writer::{WriterHandle, WriterSettings};
+pub use writer::{EraseReport, WriterHandle, WriterSettings};
 
 /// Store failures. Lance errors are kept as text plus a retry hint: callers only need to know
 /// whether retrying can help and what to tell the operator.
@@ -78,6 +80,9 @@ pub struct Store {
     table: Table,
     writer: WriterHandle,
     dimension: usize,
+    dir: std::path::PathBuf,
+    /// Stops the background version pruner.
+    pruner_stop: std::sync::Arc<tokio::sync::Notify>,
 }
 
 /// Counts for `/v1/status`.
@@ -87,6 +92,26 @@ pub struct StoreStats {
     pub rows_by_scope: BTreeMap<String, usize>,
     pub null_scope_rows: usize,
     pub fragments: usize,
+    /// Table versions on disk (each may hold rows that later versions deleted or changed).
+    pub versions: usize,
+    /// Table versions on disk. Listing reads each manifest, and the pruner may delete one
+    /// between the listing and the read: that race is retried, not reported.
+    pub async fn version_count(&self) -> Result<usize, StoreError> {
+        let mut attempt = 0;
+        loop {
+            match self.table.list_versions().await {
+                Ok(v) => return Ok(v.len()),
+                Err(lancedb::Error::Lance { source }) if attempt < 5 && is_not_found(&source) => {
+                    attempt += 1;
+                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// Bytes of every file under the database directory.
+    pub disk_bytes: u64,
 }
 
 impl Store {
@@ -133,6 +158,8 @@ impl Store {
                 table,
                 writer,
                 dimension: model.dimension,
+                dir: db_dir.to_path_buf(),
+                pruner_stop: Default::default(),
             },
             outcome,
         ))
@@ -201,6 +228,27 @@ impl Store {
         Ok(out)
     }
 
+    /// Ids of the rows matching a SQL predicate.
+    pub async fn ids_where(&self, predicate: &str) -> Result<Vec<String>, StoreError> {
+        let mut stream = self
+            .table
+            .query()
+            .only_if(predicate)
+            .select(Select::columns(&[COL_ID]))
+            .execute()
+            .await?;
+        let mut ids = Vec::new();
+        while let Some(batch) = stream.try_next().await? {
+            if let Some(col) = batch
+                .column_by_name(COL_ID)
+                .and_then(|c| c.as_any().downcast_ref::<StringArray>())
+            {
+                ids.extend(col.iter().flatten().map(str::to_owned));
+            }
+        }
+        Ok(ids)
+    }
+
     pub async fn count(&self, filter: Option<String>) -> Result<usize, StoreError> {
         Ok(self.table.count_rows(filter).await?)
     }
@@ -237,12 +285,58 @@ impl Store {
         if let Some(native) = self.table.as_native() {
             stats.fragments = native.count_fragments().await?;
         }
+        stats.versions = self.version_count().await?;
+        stats.disk_bytes = self.disk_bytes().await;
         Ok(stats)
     }
 
-    /// Stop the writer after it has committed everything queued so far.
+    /// Table versions on disk. Listing reads each manifest, and the pruner may delete one
+    /// between the listing and the read: that race is retried, not reported.
+    pub async fn version_count(&self) -> Result<usize, StoreError> {
+        let mut attempt = 0;
+        loop {
+            match self.table.list_versions().await {
+                Ok(v) => return Ok(v.len()),
+                Err(lancedb::Error::Lance { source }) if attempt < 5 && is_not_found(&source) => {
+                    attempt += 1;
+                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// Bytes of every file under the database directory.
+    pub async fn disk_bytes(&self) -> u64 {
+        let dir = self.dir.clone();
+        tokio::task::spawn_blocking(move || retention::disk_bytes(&dir))
+            .await
+            .unwrap_or(0)
+    }
+
+    /// Start pruning versions older than `keep` in the background (routine retention), beside
+    /// the writer. Stopped by [`Store::shutdown`].
+    pub fn start_pruner(&self, keep: std::time::Duration) {
+        tokio::spawn(retention::run_pruner(
+            self.table.clone(),
+            keep,
+            self.pruner_stop.clone(),
+        ));
+    }
+
+    /// Stop the pruner and the writer, after the writer has committed everything queued so far.
     pub async fn shutdown(&self) {
+        self.pruner_stop.notify_one();
         self.writer.shutdown().await;
+    }
+}
+
+/// A file that vanished between listing and reading (removed by a concurrent prune).
+fn is_not_found(e: &lance_core::Error) -> bool {
+    match e {
+        lance_core::Error::NotFound { .. } => true,
+        lance_core::Error::IO { source, .. } => source.to_string().contains("not found"),
+        _ => false,
     }
 }
 

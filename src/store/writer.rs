@@ -51,6 +51,10 @@ enum Op {
         predicate: String,
         done: oneshot::Sender<Result<u64, StoreError>>,
     },
+    Erase {
+        predicate: String,
+        done: oneshot::Sender<Result<EraseReport, StoreError>>,
+    },
     Maintain {
         full: bool,
         done: oneshot::Sender<Result<MaintenanceReport, StoreError>>,
@@ -76,6 +80,17 @@ enum Op {
 pub struct MaintenanceReport {
     pub fragments_before: usize,
     pub fragments_after: usize,
+}
+
+/// What an erase did: rows deleted, and the old versions and bytes that went with them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct EraseReport {
+    /// Rows deleted.
+    pub deleted: u64,
+    /// Table versions removed (each still held the deleted rows).
+    pub versions_removed: u64,
+    /// Bytes of files removed.
+    pub bytes_removed: u64,
 }
 
 /// Counters the writer keeps, for status and metrics.
@@ -112,6 +127,18 @@ impl WriterHandle {
         let (done, rx) = oneshot::channel();
         self.tx
             .send(Op::Delete { predicate, done })
+            .await
+            .map_err(|_| StoreError::WriterGone)?;
+        rx.await.map_err(|_| StoreError::WriterGone)?
+    }
+
+    /// Delete rows matching a SQL predicate so that nothing on disk still holds them: rewrite
+    /// the fragments they were in, then remove every older table version (and its files).
+    /// When this returns, only the latest version exists and it does not reference them.
+    pub async fn erase(&self, predicate: String) -> Result<EraseReport, StoreError> {
+        let (done, rx) = oneshot::channel();
+        self.tx
+            .send(Op::Erase { predicate, done })
             .await
             .map_err(|_| StoreError::WriterGone)?;
         rx.await.map_err(|_| StoreError::WriterGone)?
@@ -264,6 +291,11 @@ async fn run(
                 .await;
                 let _ = done.send(result.map(|r| r.num_deleted_rows));
                 dirty = true;
+            }
+            Op::Erase { predicate, done } => {
+                let result = erase(&table, &settings, &counters, &predicate).await;
+                dirty = true;
+                let _ = done.send(result);
             }
             Op::Maintain { full, done } => {
                 let result = maintain(&table, &settings, &counters, full).await;
@@ -449,6 +481,47 @@ where
     }
 }
 
+/// Delete, purge the deleted rows from the data files, then prune every older version.
+async fn erase(
+    table: &Table,
+    settings: &WriterSettings,
+    counters: &WriterCounters,
+    predicate: &str,
+) -> Result<EraseReport, StoreError> {
+    let started = Instant::now();
+    let deleted = retry(settings, counters, || async {
+        Ok(table.delete(predicate).await?.num_deleted_rows)
+    })
+    .await?;
+    if deleted > 0 {
+        let rows = table.count_rows(None).await?;
+        retry(settings, counters, || {
+            super::retention::purge_deleted_rows(table, tail_target(rows))
+        })
+        .await?;
+    }
+    // Even with nothing deleted now, older versions may still hold rows deleted before.
+    let pruned = super::retention::prune_versions(table, Duration::ZERO).await?;
+    tracing::info!(
+        rows = deleted,
+        versions = pruned.versions_removed,
+        bytes = pruned.bytes_removed,
+        ms = started.elapsed().as_millis() as u64,
+        "erased rows and pruned old versions"
+    );
+    Ok(EraseReport {
+        deleted,
+        versions_removed: pruned.versions_removed,
+        bytes_removed: pruned.bytes_removed,
+    })
+}
+
+/// Compaction target that merges only the small tail of a table of `rows` rows: rows/16, at
+/// least 1024 (see [`maintain`]).
+fn tail_target(rows: usize) -> usize {
+    (rows / 16).clamp(1024, 1024 * 1024)
+}
+
 /// Compact small fragments, then fold unindexed rows into the existing indexes.
 ///
 /// Lance merges every adjacent fragment smaller than `target_rows_per_fragment`. With the
@@ -470,7 +543,7 @@ async fn maintain(
         let target = if full {
             CompactionOptions::default().target_rows_per_fragment
         } else {
-            (rows / 16).clamp(1024, 1024 * 1024)
+            tail_target(rows)
         };
         let started = Instant::now();
         retry(settings, counters, || async {
