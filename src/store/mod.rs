@@ -94,22 +94,6 @@ pub struct StoreStats {
     pub fragments: usize,
     /// Table versions on disk (each may hold rows that later versions deleted or changed).
     pub versions: usize,
-    /// Table versions on disk. Listing reads each manifest, and the pruner may delete one
-    /// between the listing and the read: that race is retried, not reported.
-    pub async fn version_count(&self) -> Result<usize, StoreError> {
-        let mut attempt = 0;
-        loop {
-            match self.table.list_versions().await {
-                Ok(v) => return Ok(v.len()),
-                Err(lancedb::Error::Lance { source }) if attempt < 5 && is_not_found(&source) => {
-                    attempt += 1;
-                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-                }
-                Err(e) => return Err(e.into()),
-            }
-        }
-    }
-
     /// Bytes of every file under the database directory.
     pub disk_bytes: u64,
 }
