@@ -444,3 +444,52 @@ async fn redaction_applies_on_every_write_path_before_the_journal() {
     }
     host.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recall_keeps_working_while_erases_prune_versions() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = std::sync::Arc::new(host(config(dir.path(), family_map())).await);
+    for i in 0..20 {
+        remember(&host, WORK, &format!("work fact number {i}")).await;
+    }
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reader = {
+        let (host, stop) = (host.clone(), stop.clone());
+        tokio::spawn(async move {
+            let (mut ok, mut failed) = (0, Vec::new());
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                match host
+                    .invoke(
+                        "recall",
+                        json!({"conversation_id": WORK, "query": "work fact"}),
+                    )
+                    .await
+                {
+                    Ok(_) => ok += 1,
+                    Err(e) => failed.push(e.message),
+                }
+            }
+            (ok, failed)
+        })
+    };
+    for i in 0..15 {
+        remember(&host, FAMILY, &format!("family secret {i} {SECRET_A}")).await;
+        let r = host
+            .invoke("forget", json!({"conversation_id": FAMILY}))
+            .await
+            .unwrap();
+        assert_eq!(r["deleted"], 1);
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (ok, failed) = reader.await.unwrap();
+    assert!(ok > 0);
+    assert!(
+        failed.is_empty(),
+        "{} of {} recalls failed: {:?}",
+        failed.len(),
+        ok + failed.len(),
+        failed.first()
+    );
+    println!("RESULT {ok} recalls during 15 erases, none failed");
+    host.shutdown().await;
+}

@@ -54,6 +54,12 @@ pub enum StoreError {
 }
 
 impl StoreError {
+    /// A file vanished under a read: a concurrent erase or prune removed the version the read
+    /// had started on. Reading again from the latest version succeeds.
+    pub fn is_vanished_file(&self) -> bool {
+        matches!(self, StoreError::Lance(lancedb::Error::Lance { source }) if is_not_found(source))
+    }
+
     /// Lance reports concurrent-commit races as a retryable conflict; anything else is final.
     pub fn is_retryable(&self) -> bool {
         match self {
@@ -279,13 +285,13 @@ impl Store {
     pub async fn version_count(&self) -> Result<usize, StoreError> {
         let mut attempt = 0;
         loop {
-            match self.table.list_versions().await {
+            match self.table.list_versions().await.map_err(StoreError::from) {
                 Ok(v) => return Ok(v.len()),
-                Err(lancedb::Error::Lance { source }) if attempt < 5 && is_not_found(&source) => {
+                Err(e) if attempt < 5 && e.is_vanished_file() => {
                     attempt += 1;
                     tokio::time::sleep(std::time::Duration::from_millis(10)).await;
                 }
-                Err(e) => return Err(e.into()),
+                Err(e) => return Err(e),
             }
         }
     }
@@ -319,7 +325,10 @@ impl Store {
 fn is_not_found(e: &lance_core::Error) -> bool {
     match e {
         lance_core::Error::NotFound { .. } => true,
-        lance_core::Error::IO { source, .. } => source.to_string().contains("not found"),
+        lance_core::Error::IO { source, .. } => source
+            .to_string()
+            .to_ascii_lowercase()
+            .contains("not found"),
         _ => false,
     }
 }

@@ -158,33 +158,47 @@ impl NearestVisible for LanceSearch {
         req: &'a SearchRequest,
     ) -> BoxFuture<'a, Result<Vec<Hit>, StoreError>> {
         Box::pin(async move {
-            let mut query = self
-                .table
-                .query()
-                .nearest_to(req.vector.as_slice())?
-                .distance_type(DistanceType::Cosine)
-                .select(Select::columns(&RECORD_COLUMNS))
-                .limit(req.k.max(1));
-            if self.is_indexed() && self.refine_factor > 0 {
-                query = query.refine_factor(self.refine_factor);
-            }
-            // Prefilter is lancedb's default for vector queries; we never call postfilter().
-            if let Some(p) = &req.predicate {
-                query = query.only_if(p);
-            }
-            let batches: Vec<_> = query.execute().await?.try_collect().await?;
-            let mut hits = Vec::with_capacity(req.k);
-            for batch in &batches {
-                for (record, d) in from_batch(batch).into_iter().zip(distances(batch)) {
-                    hits.push(Hit {
-                        record,
-                        distance: d.unwrap_or(f32::MAX),
-                    });
+            // An erase prunes every older version at once: a search that started on one of
+            // them finds its files gone, and succeeds when it starts again on the latest.
+            let mut attempt = 0;
+            loop {
+                match self.search_once(req).await {
+                    Err(e) if attempt < 3 && e.is_vanished_file() => attempt += 1,
+                    other => return other,
                 }
             }
-            hits.sort_by(|a, b| a.distance.total_cmp(&b.distance));
-            hits.truncate(req.k);
-            Ok(hits)
         })
+    }
+}
+
+impl LanceSearch {
+    async fn search_once(&self, req: &SearchRequest) -> Result<Vec<Hit>, StoreError> {
+        let mut query = self
+            .table
+            .query()
+            .nearest_to(req.vector.as_slice())?
+            .distance_type(DistanceType::Cosine)
+            .select(Select::columns(&RECORD_COLUMNS))
+            .limit(req.k.max(1));
+        if self.is_indexed() && self.refine_factor > 0 {
+            query = query.refine_factor(self.refine_factor);
+        }
+        // Prefilter is lancedb's default for vector queries; we never call postfilter().
+        if let Some(p) = &req.predicate {
+            query = query.only_if(p);
+        }
+        let batches: Vec<_> = query.execute().await?.try_collect().await?;
+        let mut hits = Vec::with_capacity(req.k);
+        for batch in &batches {
+            for (record, d) in from_batch(batch).into_iter().zip(distances(batch)) {
+                hits.push(Hit {
+                    record,
+                    distance: d.unwrap_or(f32::MAX),
+                });
+            }
+        }
+        hits.sort_by(|a, b| a.distance.total_cmp(&b.distance));
+        hits.truncate(req.k);
+        Ok(hits)
     }
 }
