@@ -123,11 +123,30 @@ async fn forget_scope_deletes_one_scope_after_confirmation() {
         let host = scopemem::host::PluginHost::start_with(config, None, embedder())
             .await
             .unwrap();
-        remember(&host, FAMILY, "family one").await;
+        remember(&host, FAMILY, "family one zanzibarquill").await;
         remember(&host, FAMILY, "family two").await;
         remember(&host, WORK, "work one").await;
         host.shutdown().await;
     }
+    let on_disk = |needle: &str| {
+        let mut stack = vec![db.clone()];
+        while let Some(d) = stack.pop() {
+            for e in std::fs::read_dir(&d).unwrap().flatten() {
+                let p = e.path();
+                if p.is_dir() {
+                    stack.push(p);
+                } else if std::fs::read(&p)
+                    .unwrap()
+                    .windows(needle.len())
+                    .any(|w| w == needle.as_bytes())
+                {
+                    return true;
+                }
+            }
+        }
+        false
+    };
+    assert!(on_disk("zanzibarquill"), "the scan sees the text first");
     let cfg = cfg.to_str().unwrap();
     let (code, _, err) = scopemem(&["forget", "--scope", "家人", "--config", cfg]);
     assert_ne!(code, 0, "needs confirmation");
@@ -137,6 +156,10 @@ async fn forget_scope_deletes_one_scope_after_confirmation() {
     let (code, out, err) = scopemem(&["forget", "--scope", "家人", "--config", cfg, "--yes"]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("deleted 2 memories"), "{out}");
+    assert!(
+        !on_disk("zanzibarquill"),
+        "the CLI erase leaves no version or file holding the text"
+    );
     let config = scopemem::config::Config::load(Some(std::path::Path::new(cfg)))
         .unwrap()
         .config;
