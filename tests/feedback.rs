@@ -171,14 +171,19 @@ async fn accepted_feedback_survives_a_crash_and_applies_exactly_once() {
         assert_eq!(host.memory().feedback().depth(), 1);
         host.shutdown().await;
     }
-    let journal = dir.path().join("lancedb/memories.feedback.journal");
+    let journal;
     {
         let host = started(dir.path()).await;
         let o = finish(&host, &job).await;
         assert_eq!(o.created.len(), 1);
         assert_eq!(rows(&host).await, 2);
         assert_eq!(by_id(&host, &useful).await.unwrap().strength, 53);
-        host.shutdown().await;
+        journal = dir.path().join(format!(
+            "lancedb/memories.feedback.{}.journal",
+            host.memory().feedback().instance()
+        ));
+        // Die without a shutdown, so the journal (with its done line) stays for adoption.
+        host.memory().feedback().abort();
     }
     // Simulate a crash after applying but before "done" was written: drop the done line.
     let text = std::fs::read_to_string(&journal).unwrap();
@@ -393,4 +398,82 @@ async fn events_tools_forget_and_metrics_over_http() {
     assert_eq!(health["status"], "ok");
     assert_eq!(health["embedder"]["ok"], true);
     assert_eq!(health["journal"]["ok"], true);
+}
+
+/// The journal files of every instance under `dir`.
+fn journals(dir: &std::path::Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir.join("lancedb"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("memories.feedback.") && n.ends_with(".journal"))
+        .collect();
+    names.sort();
+    names
+}
+
+#[tokio::test]
+async fn a_second_process_on_the_same_directory_keeps_its_own_journal() {
+    let dir = tempfile::tempdir().unwrap();
+    // "serve": accepts jobs; its worker is not running, so they wait in its journal.
+    let serve = host(config(dir.path(), family_map())).await;
+    let first = submit(&serve, json!({"conversation_id": FAMILY, "new_memories": [{"content": "accepted before the second process"}]})).await;
+    // "mcp" opens the same directory: it must neither replace nor replay serve's journal.
+    let mcp = started(dir.path()).await;
+    assert_eq!(journals(dir.path()).len(), 2, "{:?}", journals(dir.path()));
+    assert_eq!(
+        mcp.memory().feedback().depth(),
+        0,
+        "a live instance's jobs are not adopted"
+    );
+    let second = submit(&serve, json!({"conversation_id": WORK, "new_memories": [{"content": "accepted after the second process"}]})).await;
+    let from_mcp = submit(&mcp, json!({"conversation_id": WORK, "new_memories": [{"content": "accepted by the second process"}]})).await;
+    finish(&mcp, &from_mcp).await;
+
+    // serve dies (kill -9: no shutdown) with both jobs unapplied; the next process adopts them.
+    serve.memory().feedback().abort();
+    drop(serve);
+    let next = started(dir.path()).await;
+    finish(&next, &first).await;
+    finish(&next, &second).await;
+    assert_eq!(
+        rows(&next).await,
+        3,
+        "every accepted job applied exactly once"
+    );
+    // The orphan journal was adopted and removed; mcp's (alive) and next's remain.
+    assert_eq!(journals(dir.path()).len(), 2, "{:?}", journals(dir.path()));
+    next.shutdown().await;
+    mcp.shutdown().await;
+    assert_eq!(
+        journals(dir.path()),
+        Vec::<String>::new(),
+        "drained instances remove their files on a clean shutdown"
+    );
+}
+
+#[tokio::test]
+async fn a_journal_from_an_older_version_is_adopted() {
+    let dir = tempfile::tempdir().unwrap();
+    let job;
+    {
+        let host = host(config(dir.path(), family_map())).await;
+        job = submit(&host, json!({"conversation_id": FAMILY, "new_memories": [{"content": "written by an older scopemem"}]})).await;
+        let own = dir.path().join(format!(
+            "lancedb/memories.feedback.{}.journal",
+            host.memory().feedback().instance()
+        ));
+        host.memory().feedback().abort();
+        drop(host);
+        // Older versions kept one shared journal under this name.
+        std::fs::rename(&own, dir.path().join("lancedb/memories.feedback.journal")).unwrap();
+    }
+    let host = started(dir.path()).await;
+    finish(&host, &job).await;
+    assert_eq!(rows(&host).await, 1);
+    assert!(!dir
+        .path()
+        .join("lancedb/memories.feedback.journal")
+        .exists());
+    host.shutdown().await;
 }

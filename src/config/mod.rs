@@ -152,12 +152,19 @@ pub struct StorageConfig {
     /// Minutes an old table version (and the data files only it references) is kept before
     /// the background pruner removes it. Old versions hold deleted and overwritten rows.
     pub keep_versions_minutes: f64,
+    /// How stale a read may be with respect to other processes' commits (0: always checked).
+    pub read_consistency_ms: u64,
 }
 
 impl StorageConfig {
     /// Compaction period as a `Duration`.
     pub fn compaction_interval(&self) -> Duration {
         Duration::from_secs(self.compaction_interval_secs)
+    }
+
+    /// How stale a read may be with respect to other processes' commits.
+    pub fn read_consistency(&self) -> Duration {
+        Duration::from_millis(self.read_consistency_ms)
     }
 
     /// Age after which old table versions are pruned.
@@ -410,6 +417,7 @@ impl Config {
                 index_threshold_rows: storage.count("index_threshold_rows", 0)?,
                 keep_versions_minutes: storage.float("keep_versions_minutes", 0.0, 525_600.0)?
                     as f64,
+                read_consistency_ms: storage.count("read_consistency_ms", 0)?,
             },
             embedding: EmbeddingConfig {
                 model_dir: embedding.optional_path("model_dir")?,

@@ -13,7 +13,8 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, Notify};
 
-use super::journal::{Journal, Record};
+use super::journal::Record;
+use super::journal_files::InstanceJournal;
 use super::model::MEMORY_TYPES;
 use super::redact::redact;
 use super::service::derive_scope;
@@ -139,7 +140,8 @@ struct Shared {
     store: Store,
     embedder: Arc<dyn Embedder>,
     gate: MigrationGate,
-    journal: Journal,
+    /// This process's journal (and the lock that marks it alive).
+    files: InstanceJournal,
     /// Held by the worker while it applies a job, and by an erase for its whole duration, so an
     /// erase never races a job that would write back what it erases.
     apply: tokio::sync::Mutex<()>,
@@ -170,30 +172,34 @@ fn invalid(field: &'static str, message: impl Into<String>) -> MemoryError {
 }
 
 impl FeedbackQueue {
+    /// Claim this process's journal in `dir` (adopting dead instances' unfinished jobs, which
+    /// the worker replays first) and open the queue.
     pub fn open(
-        journal_path: &std::path::Path,
+        dir: &std::path::Path,
+        table: &str,
         capacity: usize,
         store: Store,
         embedder: Arc<dyn Embedder>,
         scopes: Arc<ScopeResolver>,
         gate: MigrationGate,
     ) -> Result<FeedbackQueue, MemoryError> {
-        let (journal, pending) =
-            Journal::open(journal_path).map_err(|e| MemoryError::Internal(e.to_string()))?;
-        if !pending.jobs.is_empty() || pending.corrupt_lines > 0 {
-            tracing::info!(
-                jobs = pending.jobs.len(),
-                corrupt_lines = pending.corrupt_lines,
-                "feedback journal has unfinished jobs; they will be replayed"
-            );
-        }
+        let mut files =
+            InstanceJournal::claim(dir, table).map_err(|e| MemoryError::Internal(e.to_string()))?;
+        let pending = std::mem::take(&mut files.pending);
+        tracing::info!(
+            instance = %files.instance,
+            adopted_journals = files.adopted_files,
+            jobs = pending.jobs.len(),
+            corrupt_lines = pending.corrupt_lines,
+            "feedback journal claimed; adopted unfinished jobs are replayed first"
+        );
         let (tx, rx) = mpsc::channel(capacity.max(1));
         Ok(FeedbackQueue {
             shared: Arc::new(Shared {
                 store,
                 embedder,
                 gate,
-                journal,
+                files,
                 apply: tokio::sync::Mutex::new(()),
                 dropped: Mutex::new(Default::default()),
                 outcomes: Mutex::new(VecDeque::new()),
@@ -216,7 +222,7 @@ impl FeedbackQueue {
     }
 
     pub fn journal_healthy(&self) -> bool {
-        self.shared.journal.healthy()
+        self.shared.files.journal.healthy()
     }
 
     /// Validate, derive the scope, journal durably, queue. Returns the job id.
@@ -312,6 +318,7 @@ impl FeedbackQueue {
             Err(_) => return Err(AcceptError::QueueFull(self.capacity)),
         };
         self.shared
+            .files
             .journal
             .append(&Record::Accepted { job: job.clone() })
             .map_err(|e| AcceptError::Journal(e.to_string()))?;
@@ -380,6 +387,7 @@ impl FeedbackQueue {
     ) -> Result<usize, MemoryError> {
         let ids = self
             .shared
+            .files
             .journal
             .compact(select)
             .map_err(|e| MemoryError::Internal(e.to_string()))?;
@@ -393,6 +401,12 @@ impl FeedbackQueue {
     pub async fn shutdown(&self) {
         self.stop.notify_one();
         self.task.join().await;
+        self.shared.files.release_if_drained();
+    }
+
+    /// This process's instance id (names its journal).
+    pub fn instance(&self) -> &str {
+        &self.shared.files.instance
     }
 
     /// Kill the worker at once, as a crash would (tests).
@@ -456,6 +470,7 @@ async fn run_job(shared: &Shared, job: FeedbackJob, plan: Option<FeedbackPlan>) 
             None => {
                 let p = make_plan(shared, &job).await?;
                 shared
+                    .files
                     .journal
                     .append(&Record::Planned {
                         job_id: job_id.clone(),
@@ -467,6 +482,7 @@ async fn run_job(shared: &Shared, job: FeedbackJob, plan: Option<FeedbackPlan>) 
         };
         let outcome = apply(shared, &job, &plan).await?;
         shared
+            .files
             .journal
             .append(&Record::Done {
                 job_id: job_id.clone(),

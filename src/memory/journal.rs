@@ -58,9 +58,14 @@ impl Journal {
     /// Open the journal, returning it and the jobs that were accepted but not finished.
     /// Finished jobs are dropped from the file (rewritten atomically) so it never grows forever.
     pub fn open(path: &Path) -> Result<(Journal, Pending), JournalError> {
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).map_err(|e| err(path, e))?;
-        }
+        let pending = Journal::read(path)?;
+        let journal = Journal::create(path, &pending.jobs)?;
+        Ok((journal, pending))
+    }
+
+    /// The unfinished jobs a journal file holds, in acceptance order (empty if it is missing).
+    /// Unreadable lines (a torn last write after a crash) are counted, logged and skipped.
+    pub fn read(path: &Path) -> Result<Pending, JournalError> {
         let mut pending = Pending::default();
         let mut jobs: BTreeMap<usize, (FeedbackJob, Option<FeedbackPlan>)> = BTreeMap::new();
         let mut order: BTreeMap<String, usize> = BTreeMap::new();
@@ -100,24 +105,45 @@ impl Journal {
             Err(e) => return Err(err(path, e)),
         }
         pending.jobs = jobs.into_values().collect();
-        let file = rewrite(path, &pending.jobs)?;
-        Ok((
-            Journal {
-                path: path.to_path_buf(),
-                state: Mutex::new(State {
-                    file,
-                    pending: pending.jobs.clone(),
-                }),
-            },
-            pending,
-        ))
+        Ok(pending)
+    }
+
+    /// Write a journal holding exactly `jobs` (atomically replacing any file at `path`).
+    pub fn create(
+        path: &Path,
+        jobs: &[(FeedbackJob, Option<FeedbackPlan>)],
+    ) -> Result<Journal, JournalError> {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(|e| err(path, e))?;
+        }
+        let file = rewrite(path, jobs)?;
+        Ok(Journal {
+            path: path.to_path_buf(),
+            state: Mutex::new(State {
+                file,
+                pending: jobs.to_vec(),
+            }),
+        })
+    }
+
+    /// Jobs accepted and not finished.
+    pub fn pending_count(&self) -> usize {
+        self.state.lock().map(|s| s.pending.len()).unwrap_or(0)
     }
 
     /// Append and fsync: when this returns Ok the record survives a crash.
     pub fn append(&self, record: &Record) -> Result<(), JournalError> {
         let mut state = self.lock()?;
-        write_line(&mut state.file, record).map_err(|e| err(&self.path, e))?;
-        state.file.sync_data().map_err(|e| err(&self.path, e))?;
+        let len = state.file.metadata().map_err(|e| err(&self.path, e))?.len();
+        let written = write_line(&mut state.file, record).and_then(|()| state.file.sync_data());
+        if let Err(e) = written {
+            // A partial line (disk full, I/O error) would glue the next record onto it: cut it
+            // off so the file still ends with a complete record.
+            if let Err(cut) = state.file.set_len(len) {
+                tracing::error!(error = %cut, "could not truncate a partial feedback journal line");
+            }
+            return Err(err(&self.path, e));
+        }
         match record {
             Record::Accepted { job } => state.pending.push((job.clone(), None)),
             Record::Planned { job_id, plan } => {
@@ -197,9 +223,7 @@ fn rewrite(
     std::fs::rename(&tmp, path).map_err(|e| err(path, e))?;
     if let Some(dir) = path.parent() {
         // The rename is durable only once the directory entry is.
-        std::fs::File::open(dir)
-            .and_then(|d| d.sync_all())
-            .map_err(|e| err(path, e))?;
+        super::journal_files::sync_dir(dir).map_err(|e| err(path, e))?;
     }
     std::fs::OpenOptions::new()
         .append(true)

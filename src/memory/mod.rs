@@ -4,6 +4,7 @@ pub mod chained;
 pub mod feedback;
 pub mod injection;
 pub mod journal;
+pub mod journal_files;
 pub mod model;
 pub mod redact;
 pub mod service;

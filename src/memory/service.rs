@@ -129,11 +129,12 @@ impl MemoryService {
                 .max(std::time::Duration::from_secs(1)),
             ..WriterSettings::default()
         };
-        let (store, outcome) = Store::open(
+        let (store, outcome) = Store::open_with(
             &config.storage.db_dir,
             &config.storage.table_name,
             &model,
             writer,
+            config.storage.read_consistency(),
         )
         .await?;
         let search = Arc::new(
@@ -163,12 +164,9 @@ impl MemoryService {
                 "scope_filter = disabled: recall ignores scopes (emergency rollback mode)"
             );
         }
-        let journal = config
-            .storage
-            .db_dir
-            .join(format!("{}.feedback.journal", config.storage.table_name));
         let feedback = super::feedback::FeedbackQueue::open(
-            &journal,
+            &config.storage.db_dir,
+            &config.storage.table_name,
             config.feedback.queue_capacity,
             store.clone(),
             embedder.clone(),

@@ -73,6 +73,9 @@ impl StoreError {
     }
 }
 
+/// The default of `storage.read_consistency_ms`.
+pub const DEFAULT_READ_CONSISTENCY: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// What the embedding model is, recorded in the table so a mismatch is caught at start-up.
 #[derive(Debug, Clone)]
 pub struct ModelInfo {
@@ -114,11 +117,33 @@ impl Store {
         model: &ModelInfo,
         settings: WriterSettings,
     ) -> Result<(Store, crate::migrate::MigrationOutcome), StoreError> {
+        Store::open_with(
+            db_dir,
+            table_name,
+            model,
+            settings,
+            DEFAULT_READ_CONSISTENCY,
+        )
+        .await
+    }
+
+    /// [`Store::open`] with how stale a read may be with respect to other processes' commits
+    /// (several processes may share one directory; `ZERO` checks on every read).
+    pub async fn open_with(
+        db_dir: &Path,
+        table_name: &str,
+        model: &ModelInfo,
+        settings: WriterSettings,
+        read_consistency: std::time::Duration,
+    ) -> Result<(Store, crate::migrate::MigrationOutcome), StoreError> {
         let started = Instant::now();
         std::fs::create_dir_all(db_dir)
             .map_err(|e| StoreError::Schema(format!("cannot create {}: {e}", db_dir.display())))?;
         let uri = db_dir.to_string_lossy();
-        let conn = lancedb::connect(&uri).execute().await?;
+        let conn = lancedb::connect(&uri)
+            .read_consistency_interval(read_consistency)
+            .execute()
+            .await?;
         let (table, outcome) = crate::migrate::open_or_create(&conn, table_name, model.dimension)
             .await
             .map_err(|e| match e {

@@ -1,0 +1,191 @@
+//! Which feedback journal belongs to which process.
+//!
+//! Several scopemem processes may share one `db_dir` (a `serve`, an `mcp` per MCP client, admin
+//! commands). Each keeps its own journal, `<table>.feedback.<instance>.journal`, and holds an
+//! exclusive OS lock on `<table>.feedback.<instance>.lock` for as long as it lives. The kernel
+//! drops that lock when the process dies, however it dies (kill -9 included), so a lock that can
+//! be taken is an orphan: a starting process adopts the unfinished jobs of every orphaned journal
+//! (and of the single journal older versions wrote) into its own, then deletes the orphan. The
+//! lock is held throughout, so each job is adopted by exactly one process.
+
+use std::fs::{File, OpenOptions, TryLockError};
+use std::path::{Path, PathBuf};
+
+use super::feedback::{FeedbackJob, FeedbackPlan};
+use super::journal::{Journal, JournalError, Pending};
+
+/// This process's journal and the lock that marks it alive.
+pub struct InstanceJournal {
+    /// Unique per process start.
+    pub instance: String,
+    /// The journal, already holding the adopted jobs.
+    pub journal: Journal,
+    /// Unfinished jobs to replay: adopted from dead instances, in acceptance order.
+    pub pending: Pending,
+    /// Journals adopted (for the log).
+    pub adopted_files: usize,
+    lock_path: PathBuf,
+    /// Held until drop; the OS releases it if the process dies.
+    _lock: File,
+}
+
+impl InstanceJournal {
+    /// Claim a journal for a new instance in `dir` and adopt every orphan.
+    pub fn claim(dir: &Path, table: &str) -> Result<InstanceJournal, JournalError> {
+        std::fs::create_dir_all(dir).map_err(|e| err(dir, e))?;
+        let instance = uuid::Uuid::now_v7().simple().to_string();
+        let lock_path = dir.join(format!("{table}.feedback.{instance}.lock"));
+        let lock = OpenOptions::new()
+            .create_new(true)
+            .write(true)
+            .open(&lock_path)
+            .map_err(|e| err(&lock_path, e))?;
+        lock.try_lock().map_err(|e| err(&lock_path, e))?;
+        std::fs::write(&lock_path, std::process::id().to_string())
+            .map_err(|e| err(&lock_path, e))?;
+
+        let mut orphans = Vec::new();
+        let legacy = dir.join(format!("{table}.feedback.journal"));
+        if legacy.exists() {
+            orphans.push(Orphan {
+                journal: legacy,
+                lock: None,
+            });
+        }
+        for (journal, lock_file) in instance_files(dir, table)? {
+            if lock_file == lock_path {
+                continue;
+            }
+            if let Some(held) = take_if_orphaned(&lock_file)? {
+                orphans.push(Orphan {
+                    journal,
+                    lock: Some((lock_file, held)),
+                });
+            }
+        }
+
+        let mut jobs: Vec<(FeedbackJob, Option<FeedbackPlan>)> = Vec::new();
+        let mut corrupt_lines = 0;
+        for o in &orphans {
+            let p = Journal::read(&o.journal)?;
+            corrupt_lines += p.corrupt_lines;
+            for (job, plan) in p.jobs {
+                // A crash mid-adoption leaves a job in two journals: keep one, with its plan.
+                match jobs.iter_mut().find(|(j, _)| j.job_id == job.job_id) {
+                    Some(slot) if slot.1.is_none() => slot.1 = plan,
+                    Some(_) => {}
+                    None => jobs.push((job, plan)),
+                }
+            }
+        }
+        jobs.sort_by_key(|(j, _)| j.accepted_at);
+        let path = dir.join(format!("{table}.feedback.{instance}.journal"));
+        // Our journal holds the adopted jobs durably before any orphan is deleted.
+        let journal = Journal::create(&path, &jobs)?;
+        for o in &orphans {
+            remove(&o.journal)?;
+            if let Some((lock_file, _)) = &o.lock {
+                remove(lock_file)?;
+            }
+        }
+        if !orphans.is_empty() {
+            sync_dir(dir).map_err(|e| err(dir, e))?;
+        }
+        Ok(InstanceJournal {
+            instance,
+            journal,
+            pending: Pending {
+                jobs,
+                corrupt_lines,
+            },
+            adopted_files: orphans.len(),
+            lock_path,
+            _lock: lock,
+        })
+    }
+
+    /// On a clean shutdown with nothing left to apply, remove this instance's files; otherwise
+    /// leave them for the next process to adopt.
+    pub fn release_if_drained(&self) {
+        if self.journal.pending_count() > 0 {
+            return;
+        }
+        let _ = std::fs::remove_file(self.journal.path());
+        let _ = std::fs::remove_file(&self.lock_path);
+    }
+}
+
+struct Orphan {
+    journal: PathBuf,
+    /// The dead instance's lock file and our handle holding its lock (None: legacy journal).
+    lock: Option<(PathBuf, File)>,
+}
+
+/// `(journal, lock)` paths of every instance in `dir`, found through their lock files.
+fn instance_files(dir: &Path, table: &str) -> Result<Vec<(PathBuf, PathBuf)>, JournalError> {
+    let prefix = format!("{table}.feedback.");
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(|e| err(dir, e))?.flatten() {
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if let Some(id) = name
+            .strip_prefix(&prefix)
+            .and_then(|rest| rest.strip_suffix(".lock"))
+        {
+            out.push((dir.join(format!("{prefix}{id}.journal")), dir.join(name)));
+        }
+    }
+    Ok(out)
+}
+
+/// Take the lock of another instance's lock file if its process is gone. `None` when it is
+/// alive, or when another process adopted it first (the file we locked was already unlinked).
+fn take_if_orphaned(lock_file: &Path) -> Result<Option<File>, JournalError> {
+    let file = match OpenOptions::new().read(true).write(true).open(lock_file) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(err(lock_file, e)),
+    };
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(TryLockError::WouldBlock) => return Ok(None),
+        Err(TryLockError::Error(e)) => return Err(err(lock_file, e)),
+    }
+    if !same_file(&file, lock_file) {
+        return Ok(None);
+    }
+    Ok(Some(file))
+}
+
+#[cfg(unix)]
+fn same_file(file: &File, path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (file.metadata(), std::fs::metadata(path)) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
+    }
+}
+
+#[cfg(not(unix))]
+fn same_file(_file: &File, path: &Path) -> bool {
+    path.exists()
+}
+
+fn remove(path: &Path) -> Result<(), JournalError> {
+    match std::fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(err(path, e)),
+    }
+}
+
+pub(crate) fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+fn err(path: &Path, e: impl ToString) -> JournalError {
+    JournalError {
+        path: path.display().to_string(),
+        message: e.to_string(),
+    }
+}
