@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use axum::extract::rejection::JsonRejection;
+use axum::extract::rejection::{JsonRejection, PathRejection};
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -69,6 +69,19 @@ impl From<JsonRejection> for ApiError {
     }
 }
 
+/// A path segment that does not decode (e.g. `%FF`, not UTF-8) is bad input like a bad body:
+/// the same JSON error shape, not axum's plain-text rejection.
+impl From<PathRejection> for ApiError {
+    fn from(e: PathRejection) -> Self {
+        ApiError {
+            status: StatusCode::BAD_REQUEST,
+            code: "invalid_path",
+            message: e.body_text(),
+            retry_after: None,
+        }
+    }
+}
+
 #[derive(Clone)]
 struct AppState {
     host: Arc<PluginHost>,
@@ -117,8 +130,9 @@ async fn feedback(
 
 async fn feedback_status(
     State(host): State<AppState>,
-    axum::extract::Path(job_id): axum::extract::Path<String>,
+    job_id: Result<axum::extract::Path<String>, PathRejection>,
 ) -> Result<Json<Value>, ApiError> {
+    let axum::extract::Path(job_id) = job_id?;
     Ok(Json(
         host.invoke("feedback_status", json!({ "job_id": job_id }))
             .await?,
@@ -195,9 +209,10 @@ async fn list_tools(State(host): State<AppState>) -> Json<Value> {
 /// framework's event context), the arguments from the model.
 async fn call_tool(
     State(host): State<AppState>,
-    axum::extract::Path(name): axum::extract::Path<String>,
+    name: Result<axum::extract::Path<String>, PathRejection>,
     body: Result<Json<Value>, JsonRejection>,
 ) -> Result<Json<Value>, ApiError> {
+    let axum::extract::Path(name) = name?;
     let Json(mut body) = body?;
     let arguments = body
         .get_mut("arguments")
