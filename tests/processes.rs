@@ -44,17 +44,25 @@ async fn spawn_serve(dir: &std::path::Path, name: &str) -> Serve {
         .unwrap(),
     )
     .unwrap();
-    let child = Command::new(env!("CARGO_BIN_EXE_scopemem"))
-        .args(["serve", "--config", cfg.to_str().unwrap()])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let base = format!("http://127.0.0.1:{port}");
+    // Owned by `Serve` at once, so even a failed start is killed and reaped.
+    let serve = Serve {
+        child: Command::new(env!("CARGO_BIN_EXE_scopemem"))
+            .args(["serve", "--config", cfg.to_str().unwrap()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+        base: format!("http://127.0.0.1:{port}"),
+    };
     let client = reqwest::Client::new();
     for _ in 0..300 {
-        if client.get(format!("{base}/healthz")).send().await.is_ok() {
-            return Serve { child, base };
+        if client
+            .get(format!("{}/healthz", serve.base))
+            .send()
+            .await
+            .is_ok()
+        {
+            return serve;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
