@@ -40,6 +40,7 @@ fn accept(service: &MemoryService, req: FeedbackRequest) -> Result<Value, Plugin
         Err(e @ AcceptError::QueueFull(_)) => {
             Err(PluginError::unavailable("queue_full", e.to_string(), 1))
         }
+        Err(AcceptError::Journal(e)) if super::is_disk_full(&e) => Err(PluginError::disk_full(e)),
         Err(AcceptError::Journal(e)) => Err(PluginError::internal(e)),
     }
 }

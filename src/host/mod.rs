@@ -41,6 +41,12 @@ impl PluginError {
         }
     }
 
+    /// The disk is full: nothing was written and nothing acknowledged before is lost; retry
+    /// once space is freed (503 with Retry-After).
+    pub fn disk_full(message: impl Into<String>) -> Self {
+        PluginError::unavailable("disk_full", message, 30)
+    }
+
     pub fn unavailable(code: &'static str, message: impl Into<String>, retry_after: u64) -> Self {
         PluginError {
             code,
@@ -62,13 +68,25 @@ impl PluginError {
 
 impl From<MemoryError> for PluginError {
     fn from(e: MemoryError) -> Self {
+        let message = e.to_string();
+        if is_disk_full(&message) {
+            return PluginError::disk_full(message);
+        }
         PluginError {
             code: e.code(),
-            message: e.to_string(),
+            message,
             client_error: e.is_client_error(),
             retry_after: None,
         }
     }
+}
+
+/// Whether an error message reports a full disk (ENOSPC, or a quota).
+pub fn is_disk_full(message: &str) -> bool {
+    message.contains("No space left on device")
+        || message.contains("os error 28")
+        || message.contains("Disk quota exceeded")
+        || message.contains("os error 122")
 }
 
 /// An LLM tool: its name, what it is for, and the JSON Schema of its arguments. Schemas never
