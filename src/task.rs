@@ -40,6 +40,16 @@ impl TaskSlot {
         }
     }
 
+    /// Kill the task as a crash would, and wait until it is gone (its resources dropped):
+    /// `abort` alone only requests cancellation.
+    pub async fn kill(&self) {
+        let task = self.0.lock().ok().and_then(|mut t| t.take());
+        if let Some(t) = task {
+            t.abort();
+            let _ = t.await;
+        }
+    }
+
     /// Whether a task was ever started and has not been joined or aborted.
     pub fn is_set(&self) -> bool {
         self.0.lock().map(|t| t.is_some()).unwrap_or(false)

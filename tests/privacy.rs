@@ -314,7 +314,10 @@ async fn short_retention_prunes_old_versions_in_the_background() {
     host.memory()
         .store()
         .writer()
-        .set_strength(vec![(id.clone(), 60)])
+        .update(
+            format!("id = '{id}'"),
+            vec![("strength".into(), "60".into())],
+        )
         .await
         .unwrap();
     let s = status(&host).await;

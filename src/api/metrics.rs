@@ -163,6 +163,16 @@ pub async fn render(metrics: &Metrics, host: &PluginHost) -> String {
         "# TYPE scopemem_feedback_queue_depth gauge\nscopemem_feedback_queue_depth {}",
         memory.feedback().depth()
     );
+    let _ = writeln!(
+        out,
+        "# HELP scopemem_feedback_dead_letters Feedback jobs dead-lettered in the last day.\n# TYPE scopemem_feedback_dead_letters gauge\nscopemem_feedback_dead_letters {}",
+        memory.feedback().dead_letters().len()
+    );
+    let _ = writeln!(
+        out,
+        "# HELP scopemem_feedback_retries_total Failed feedback attempts that were retried.\n# TYPE scopemem_feedback_retries_total counter\nscopemem_feedback_retries_total {}",
+        memory.feedback().retries()
+    );
     let p = memory.backfill().progress();
     let _ = writeln!(
         out,

@@ -267,6 +267,10 @@ impl BackfillConfig {
 pub struct FeedbackConfig {
     /// Jobs that may wait in the queue before new feedback is refused with 503.
     pub queue_capacity: usize,
+    /// Attempts before a failing job is dead-lettered (at least 1).
+    pub max_attempts: u32,
+    /// First retry pause in milliseconds; doubles per failure up to 30 s.
+    pub retry_backoff_ms: u64,
 }
 
 /// The complete, validated configuration.
@@ -439,6 +443,8 @@ impl Config {
             },
             feedback: FeedbackConfig {
                 queue_capacity: feedback.count("queue_capacity", 1)?,
+                max_attempts: feedback.count("max_attempts", 1)?,
+                retry_backoff_ms: feedback.count("retry_backoff_ms", 0)?,
             },
             log_level: root.non_empty("log_level")?.to_owned(),
         })

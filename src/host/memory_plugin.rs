@@ -134,7 +134,7 @@ impl Plugin for MemoryPlugin {
                 "feedback_status" => {
                     let q: JobQuery = parse(payload)?;
                     match self.service.feedback().outcome(&q.job_id) {
-                        Some(o) => to_json(&json!({"state": "done", "outcome": o})),
+                        Some(o) => to_json(&json!({"state": o.state, "outcome": o})),
                         None => Ok(json!({"state": "pending_or_unknown", "job_id": q.job_id})),
                     }
                 }

@@ -13,7 +13,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, Notify};
 
-use super::journal::Record;
+use super::journal::{PendingJob, Record};
 use super::journal_files::InstanceJournal;
 use super::model::MEMORY_TYPES;
 use super::redact::redact;
@@ -108,21 +108,84 @@ pub struct MergePlan {
 pub struct FeedbackPlan {
     /// (id, new strength).
     pub reinforce: Vec<(String, i32)>,
+    /// The strength each reinforced row had when the plan was made: a replay only writes where
+    /// it is unchanged, so an old plan never overwrites what a newer job did. (Empty in plans
+    /// journaled by older versions, which apply unconditionally.)
+    #[serde(default)]
+    pub expected_strength: std::collections::BTreeMap<String, i32>,
     pub new_memories: Vec<NewMemoryJob>,
     pub merges: Vec<MergePlan>,
     /// (id or group, why) for everything refused.
     pub refused: Vec<(String, String)>,
 }
 
-/// What a finished job did, for `GET /v1/feedback/{job_id}` and tests.
-#[derive(Debug, Clone, Serialize)]
+/// How a job ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JobState {
+    /// Applied.
+    Done,
+    /// Dead-lettered after `feedback.max_attempts` failed attempts; never applied later.
+    Failed,
+    /// Dropped unapplied because an erase removed what it would touch.
+    Dropped,
+}
+
+/// What a finished job did, for `GET /v1/feedback/{job_id}` (kept a day, across restarts).
+/// Holds ids and counts, never memory text.
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct JobOutcome {
     pub job_id: String,
+    pub state: JobState,
     pub reinforced: usize,
     pub created: Vec<String>,
     pub merged: Vec<String>,
     pub refused: Vec<(String, String)>,
     pub error: Option<String>,
+    /// Attempts it took (failed ones included).
+    pub attempts: u32,
+    pub finished_at: DateTime<Utc>,
+}
+
+impl JobOutcome {
+    fn unapplied(job_id: String, state: JobState, error: String, attempts: u32) -> JobOutcome {
+        JobOutcome {
+            job_id,
+            state,
+            reinforced: 0,
+            created: vec![],
+            merged: vec![],
+            refused: vec![],
+            error: Some(error),
+            attempts,
+            finished_at: Utc::now(),
+        }
+    }
+}
+
+/// Queue size and retry policy (the `feedback` config section).
+#[derive(Debug, Clone, Copy)]
+pub struct QueueSettings {
+    /// Jobs that may wait before new feedback is answered 503.
+    pub capacity: usize,
+    pub retry: RetryPolicy,
+}
+
+/// How failed jobs are retried: in place (later jobs wait, so none overtakes it), with a
+/// backoff doubling from `base` up to `cap`, and dead-lettered after `max_attempts`.
+#[derive(Debug, Clone, Copy)]
+pub struct RetryPolicy {
+    pub max_attempts: u32,
+    pub base: Duration,
+    pub cap: Duration,
+}
+
+impl RetryPolicy {
+    /// The pause before the attempt after `failed` failures.
+    pub fn backoff(&self, failed: u32) -> Duration {
+        let factor = 1u32 << failed.saturating_sub(1).min(16);
+        self.base.saturating_mul(factor).min(self.cap)
+    }
 }
 
 /// Why feedback could not be accepted.
@@ -148,6 +211,9 @@ struct Shared {
     /// Jobs an erase dropped from the journal; the worker skips them when they come up.
     dropped: Mutex<std::collections::HashSet<String>>,
     outcomes: Mutex<VecDeque<JobOutcome>>,
+    retry: RetryPolicy,
+    /// Failed attempts that were retried, for metrics.
+    retries: std::sync::atomic::AtomicU64,
     finished: Notify,
     depth: std::sync::atomic::AtomicUsize,
 }
@@ -158,7 +224,7 @@ pub struct FeedbackQueue {
     scopes: Arc<ScopeResolver>,
     tx: mpsc::Sender<FeedbackJob>,
     rx: Mutex<Option<mpsc::Receiver<FeedbackJob>>>,
-    replay: Mutex<Vec<(FeedbackJob, Option<FeedbackPlan>)>>,
+    replay: Mutex<Vec<PendingJob>>,
     capacity: usize,
     stop: Arc<Notify>,
     task: crate::task::TaskSlot,
@@ -177,7 +243,7 @@ impl FeedbackQueue {
     pub fn open(
         dir: &std::path::Path,
         table: &str,
-        capacity: usize,
+        settings: QueueSettings,
         store: Store,
         embedder: Arc<dyn Embedder>,
         scopes: Arc<ScopeResolver>,
@@ -193,7 +259,7 @@ impl FeedbackQueue {
             corrupt_lines = pending.corrupt_lines,
             "feedback journal claimed; adopted unfinished jobs are replayed first"
         );
-        let (tx, rx) = mpsc::channel(capacity.max(1));
+        let (tx, rx) = mpsc::channel(settings.capacity.max(1));
         Ok(FeedbackQueue {
             shared: Arc::new(Shared {
                 store,
@@ -203,6 +269,8 @@ impl FeedbackQueue {
                 apply: tokio::sync::Mutex::new(()),
                 dropped: Mutex::new(Default::default()),
                 outcomes: Mutex::new(VecDeque::new()),
+                retry: settings.retry,
+                retries: Default::default(),
                 finished: Notify::new(),
                 depth: std::sync::atomic::AtomicUsize::new(pending.jobs.len()),
             }),
@@ -210,7 +278,7 @@ impl FeedbackQueue {
             tx,
             rx: Mutex::new(Some(rx)),
             replay: Mutex::new(pending.jobs),
-            capacity: capacity.max(1),
+            capacity: settings.capacity.max(1),
             stop: Arc::new(Notify::new()),
             task: crate::task::TaskSlot::default(),
         })
@@ -355,14 +423,21 @@ impl FeedbackQueue {
         let shared = self.shared.clone();
         let stop = self.stop.clone();
         self.task.spawn_if_idle(async move {
-            for (job, plan) in replay {
-                run_job(&shared, job, plan).await;
+            for pending in replay {
+                if run_job(&shared, pending, &stop).await == Run::Stopped {
+                    return;
+                }
             }
             loop {
                 tokio::select! {
                     biased;
                     job = rx.recv() => match job {
-                        Some(job) => run_job(&shared, job, None).await,
+                        Some(job) => {
+                            let pending = PendingJob { job, plan: None, attempts: 0 };
+                            if run_job(&shared, pending, &stop).await == Run::Stopped {
+                                break;
+                            }
+                        }
                         None => break,
                     },
                     _ = stop.notified() => break,
@@ -409,19 +484,46 @@ impl FeedbackQueue {
         &self.shared.files.instance
     }
 
-    /// Kill the worker at once, as a crash would (tests).
-    pub fn abort(&self) {
-        self.task.abort();
+    /// Kill the worker at once, as a crash would (tests), and wait until it is gone.
+    pub async fn abort(&self) {
+        self.task.kill().await;
     }
 
+    /// How a finished job ended (this process's recent jobs, then every outcome its journal
+    /// keeps: a day, across restarts and adoption). `None`: pending or unknown.
     pub fn outcome(&self, job_id: &str) -> Option<JobOutcome> {
-        self.shared
+        let recent = self
+            .shared
             .outcomes
             .lock()
-            .ok()?
-            .iter()
-            .find(|o| o.job_id == job_id)
-            .cloned()
+            .ok()
+            .and_then(|o| o.iter().find(|o| o.job_id == job_id).cloned());
+        recent.or_else(|| {
+            self.shared
+                .files
+                .journal
+                .finished()
+                .into_iter()
+                .find(|o| o.job_id == job_id)
+        })
+    }
+
+    /// Jobs dead-lettered within the last day, newest last.
+    pub fn dead_letters(&self) -> Vec<JobOutcome> {
+        self.shared
+            .files
+            .journal
+            .finished()
+            .into_iter()
+            .filter(|o| o.state == JobState::Failed)
+            .collect()
+    }
+
+    /// Failed attempts that were retried since start.
+    pub fn retries(&self) -> u64 {
+        self.shared
+            .retries
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Wait until `job_id` has finished (or `timeout`).
@@ -442,78 +544,112 @@ impl FeedbackQueue {
 /// Proof that the feedback worker is paused (see [`FeedbackQueue::pause`]).
 pub struct FeedbackPause<'a>(#[allow(dead_code)] tokio::sync::MutexGuard<'a, ()>);
 
-async fn run_job(shared: &Shared, job: FeedbackJob, plan: Option<FeedbackPlan>) {
-    let job_id = job.job_id.clone();
-    let _applying = shared.apply.lock().await;
-    let was_dropped = shared
-        .dropped
-        .lock()
-        .map(|mut d| d.remove(&job_id))
-        .unwrap_or(false);
-    if was_dropped {
-        finish(
-            shared,
-            JobOutcome {
-                job_id,
-                reinforced: 0,
-                created: vec![],
-                merged: vec![],
-                refused: vec![],
-                error: Some("dropped: the memories it would touch were erased first".into()),
-            },
-        );
-        return;
-    }
-    let result = async {
-        let plan = match plan {
-            Some(p) => p,
-            None => {
-                let p = make_plan(shared, &job).await?;
-                shared
-                    .files
-                    .journal
-                    .append(&Record::Planned {
-                        job_id: job_id.clone(),
-                        plan: p.clone(),
-                    })
-                    .map_err(|e| MemoryError::Internal(e.to_string()))?;
-                p
-            }
-        };
-        let outcome = apply(shared, &job, &plan).await?;
-        shared
-            .files
-            .journal
-            .append(&Record::Done {
-                job_id: job_id.clone(),
-            })
-            .map_err(|e| MemoryError::Internal(e.to_string()))?;
-        Ok::<_, MemoryError>(outcome)
-    }
-    .await;
-    let outcome = match result {
-        Ok(o) => o,
-        Err(e) => {
-            // Left unfinished in the journal: retried on the next start.
-            tracing::error!(job_id = %job_id, error = %e, "feedback job failed; it stays journaled for replay");
-            JobOutcome {
-                job_id: job_id.clone(),
-                reinforced: 0,
-                created: vec![],
-                merged: vec![],
-                refused: vec![],
-                error: Some(e.to_string()),
-            }
-        }
-    };
-    for (what, why) in &outcome.refused {
-        tracing::warn!(job_id = %job_id, conversation_id = %job.conversation_id, target = %what, reason = %why, "feedback refused a memory it cannot touch");
-    }
-    finish(shared, outcome);
+/// Whether the worker should go on after a job.
+#[derive(Debug, PartialEq, Eq)]
+enum Run {
+    Next,
+    Stopped,
 }
 
-/// Count the job as finished and publish its outcome.
+/// Apply one job, retrying in place with backoff; dead-letter it after the last attempt.
+async fn run_job(shared: &Shared, mut pending: PendingJob, stop: &Notify) -> Run {
+    let job_id = pending.job.job_id.clone();
+    loop {
+        let applying = shared.apply.lock().await;
+        let was_dropped = shared
+            .dropped
+            .lock()
+            .map(|mut d| d.remove(&job_id))
+            .unwrap_or(false);
+        if was_dropped {
+            let why = "dropped: the memories it would touch were erased first".to_string();
+            let outcome = JobOutcome::unapplied(job_id, JobState::Dropped, why, pending.attempts);
+            finish(shared, outcome);
+            return Run::Next;
+        }
+        let error = match attempt(shared, &mut pending).await {
+            Ok(outcome) => {
+                for (what, why) in &outcome.refused {
+                    tracing::warn!(job_id = %job_id, conversation_id = %pending.job.conversation_id, target = %what, reason = %why, "feedback refused a memory it cannot touch");
+                }
+                finish(shared, outcome);
+                return Run::Next;
+            }
+            Err(e) => e.to_string(),
+        };
+        pending.attempts += 1;
+        let attempts = pending.attempts;
+        let recorded = shared.files.journal.append(&Record::Attempt {
+            job_id: job_id.clone(),
+            attempts,
+            error: error.clone(),
+        });
+        if let Err(e) = recorded {
+            tracing::error!(job_id = %job_id, error = %e, "could not journal a failed attempt");
+        }
+        if attempts >= shared.retry.max_attempts {
+            tracing::error!(job_id = %job_id, attempts, error = %error, "feedback job dead-lettered; it will never be applied");
+            finish(
+                shared,
+                JobOutcome::unapplied(job_id, JobState::Failed, error, attempts),
+            );
+            return Run::Next;
+        }
+        shared
+            .retries
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let pause = shared.retry.backoff(attempts);
+        tracing::warn!(job_id = %job_id, attempts, retry_in_ms = pause.as_millis() as u64, error = %error, "feedback job failed; retrying");
+        // Let an erase run during the pause; later jobs still wait behind this one.
+        drop(applying);
+        tokio::select! {
+            _ = tokio::time::sleep(pause) => {}
+            _ = stop.notified() => return Run::Stopped,
+        }
+    }
+}
+
+/// One attempt: plan (journaled once), apply, and journal the outcome.
+async fn attempt(shared: &Shared, pending: &mut PendingJob) -> Result<JobOutcome, MemoryError> {
+    let job = &pending.job;
+    let plan = match &pending.plan {
+        Some(p) => p.clone(),
+        None => {
+            let p = make_plan(shared, job).await?;
+            shared
+                .files
+                .journal
+                .append(&Record::Planned {
+                    job_id: job.job_id.clone(),
+                    plan: p.clone(),
+                })
+                .map_err(|e| MemoryError::Internal(e.to_string()))?;
+            pending.plan = Some(p.clone());
+            p
+        }
+    };
+    let mut outcome = apply(shared, job, &plan).await?;
+    outcome.attempts = pending.attempts + 1;
+    shared
+        .files
+        .journal
+        .append(&Record::Finished {
+            outcome: outcome.clone(),
+        })
+        .map_err(|e| MemoryError::Internal(e.to_string()))?;
+    Ok(outcome)
+}
+
+/// Count the job as finished and publish its outcome (journaled, so it survives a restart).
 fn finish(shared: &Shared, outcome: JobOutcome) {
+    if outcome.state != JobState::Done {
+        let record = Record::Finished {
+            outcome: outcome.clone(),
+        };
+        if let Err(e) = shared.files.journal.append(&record) {
+            tracing::error!(job_id = %outcome.job_id, error = %e, "could not journal a finished job");
+        }
+    }
     shared
         .depth
         .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
@@ -642,6 +778,7 @@ async fn make_plan(shared: &Shared, job: &FeedbackJob) -> Result<FeedbackPlan, M
                 if !merged_away.contains(id.as_str()) {
                     plan.reinforce
                         .push((id.clone(), (r.strength + REINFORCE).min(100)));
+                    plan.expected_strength.insert(id.clone(), r.strength);
                 }
             }
             _ => plan.refused.push((
@@ -658,13 +795,13 @@ async fn apply(
     job: &FeedbackJob,
     plan: &FeedbackPlan,
 ) -> Result<JobOutcome, MemoryError> {
-    let writer = shared.store.writer();
-    if !plan.reinforce.is_empty() {
-        writer.set_strength(plan.reinforce.clone()).await?;
-    }
+    let mut refused = plan.refused.clone();
     // Insert-if-missing, by the ids assigned at acceptance: a replay never duplicates.
     let mut ids: Vec<String> = plan.new_memories.iter().map(|m| m.id.clone()).collect();
-    ids.extend(plan.merges.iter().map(|m| m.new_id.clone()));
+    for m in &plan.merges {
+        ids.push(m.new_id.clone());
+        ids.extend(m.delete_ids.iter().cloned());
+    }
     let existing: BTreeSet<String> = shared
         .store
         .get_by_ids(&ids)
@@ -672,63 +809,120 @@ async fn apply(
         .into_iter()
         .map(|r| r.id)
         .collect();
-    let mut records: Vec<MemoryRecord> = Vec::new();
-    for m in &plan.new_memories {
-        if !existing.contains(&m.id) {
-            records.push(MemoryRecord {
-                id: m.id.clone(),
-                content: m.content.clone(),
-                reasoning: m.reasoning.clone(),
-                tags: m.tags.clone(),
-                memory_type: m.memory_type.clone(),
-                strength: PASSIVE_STRENGTH,
-                is_active: false,
-                conversation_id: Some(job.conversation_id.clone()),
-                created_at: Some(Utc::now()),
-                memory_scope: Some(job.scope.clone()),
-                scope_source: Some(job.scope_source.clone()),
-            });
-        }
-    }
+    let mut records: Vec<MemoryRecord> = plan
+        .new_memories
+        .iter()
+        .filter(|m| !existing.contains(&m.id))
+        .map(|m| new_memory_record(job, m))
+        .collect();
+    let mut merges: Vec<&MergePlan> = Vec::new();
     for m in &plan.merges {
-        if !existing.contains(&m.new_id) {
-            records.push(MemoryRecord {
-                id: m.new_id.clone(),
-                content: m.content.clone(),
-                reasoning: Some(format!("merged from {} memories", m.delete_ids.len())),
-                tags: m.tags.clone(),
-                memory_type: m.memory_type.clone(),
-                strength: m.strength,
-                is_active: m.is_active,
-                conversation_id: Some(job.conversation_id.clone()),
-                created_at: Some(Utc::now()),
-                memory_scope: Some(m.memory_scope.clone()),
-                scope_source: Some(m.scope_source.clone()),
-            });
+        if existing.contains(&m.new_id) {
+            merges.push(m); // applied before a crash: only the deletes may be left
+        } else if m.delete_ids.iter().all(|id| existing.contains(id)) {
+            records.push(merged_record(job, m));
+            merges.push(m);
+        } else {
+            // A newer job merged or deleted a member since this plan was made: writing the
+            // merged text now would bring back what that job removed.
+            refused.push((
+                format!("merge[{}]", m.delete_ids.join(",")),
+                "superseded: a memory in the group changed since the job was planned".into(),
+            ));
         }
     }
-    if !records.is_empty() {
-        let vectors = shared
+    // Embed before writing anything: the step most likely to fail leaves no partial effect.
+    let vectors = if records.is_empty() {
+        Vec::new()
+    } else {
+        shared
             .embedder
             .embed(records.iter().map(|r| r.content.clone()).collect())
-            .await?;
+            .await?
+    };
+    let reinforced = reinforce(shared, plan).await?;
+    if !records.is_empty() {
         shared
             .store
             .append(records.into_iter().zip(vectors).collect())
             .await?;
     }
-    for m in &plan.merges {
+    for m in &merges {
         let list: Vec<String> = m.delete_ids.iter().map(|id| sql_literal(id)).collect();
-        writer
+        shared
+            .store
+            .writer()
             .delete(format!("id IN ({})", list.join(", ")))
             .await?;
     }
     Ok(JobOutcome {
         job_id: job.job_id.clone(),
-        reinforced: plan.reinforce.len(),
+        state: JobState::Done,
+        reinforced,
         created: plan.new_memories.iter().map(|m| m.id.clone()).collect(),
-        merged: plan.merges.iter().map(|m| m.new_id.clone()).collect(),
-        refused: plan.refused.clone(),
+        merged: merges.iter().map(|m| m.new_id.clone()).collect(),
+        refused,
         error: None,
+        attempts: 1,
+        finished_at: Utc::now(),
     })
+}
+
+/// Set the planned strengths, only where a row still has the strength the plan saw (or
+/// already has the new one): an old plan replayed late never overwrites a newer job's work.
+async fn reinforce(shared: &Shared, plan: &FeedbackPlan) -> Result<usize, MemoryError> {
+    let mut groups: std::collections::BTreeMap<(Option<i32>, i32), Vec<String>> =
+        Default::default();
+    for (id, new) in &plan.reinforce {
+        let expected = plan.expected_strength.get(id).copied();
+        groups
+            .entry((expected, *new))
+            .or_default()
+            .push(sql_literal(id));
+    }
+    let mut changed = 0;
+    for ((expected, new), ids) in groups {
+        let mut predicate = format!("id IN ({})", ids.join(", "));
+        if let Some(old) = expected {
+            predicate.push_str(&format!(" AND strength = {old}"));
+        }
+        changed += shared
+            .store
+            .writer()
+            .update(predicate, vec![("strength".into(), new.to_string())])
+            .await? as usize;
+    }
+    Ok(changed)
+}
+
+fn new_memory_record(job: &FeedbackJob, m: &NewMemoryJob) -> MemoryRecord {
+    MemoryRecord {
+        id: m.id.clone(),
+        content: m.content.clone(),
+        reasoning: m.reasoning.clone(),
+        tags: m.tags.clone(),
+        memory_type: m.memory_type.clone(),
+        strength: PASSIVE_STRENGTH,
+        is_active: false,
+        conversation_id: Some(job.conversation_id.clone()),
+        created_at: Some(Utc::now()),
+        memory_scope: Some(job.scope.clone()),
+        scope_source: Some(job.scope_source.clone()),
+    }
+}
+
+fn merged_record(job: &FeedbackJob, m: &MergePlan) -> MemoryRecord {
+    MemoryRecord {
+        id: m.new_id.clone(),
+        content: m.content.clone(),
+        reasoning: Some(format!("merged from {} memories", m.delete_ids.len())),
+        tags: m.tags.clone(),
+        memory_type: m.memory_type.clone(),
+        strength: m.strength,
+        is_active: m.is_active,
+        conversation_id: Some(job.conversation_id.clone()),
+        created_at: Some(Utc::now()),
+        memory_scope: Some(m.memory_scope.clone()),
+        scope_source: Some(m.scope_source.clone()),
+    }
 }

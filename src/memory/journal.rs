@@ -1,16 +1,16 @@
 //! The feedback journal: an append-only JSON-lines file, fsynced before a job is acknowledged,
 //! so nothing accepted is lost on a crash. A job is `accepted`, then `planned` (the exact,
-//! absolute changes it will make), then `done`; replaying a planned job re-applies the same
-//! absolute plan, so effects happen once however often the service restarts.
+//! absolute changes it will make), maybe `attempt`ed and failed a few times, then `finished`
+//! (applied, dropped, or dead-lettered); replaying a planned job re-applies the same plan, so
+//! effects happen once however often the service restarts. Finished outcomes stay a day.
 
-use std::collections::BTreeMap;
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
 
-use super::feedback::{FeedbackJob, FeedbackPlan};
+use super::feedback::{FeedbackJob, FeedbackPlan, JobOutcome};
 
 #[derive(Debug, thiserror::Error)]
 #[error("feedback journal {path}: {message}")]
@@ -22,15 +22,48 @@ pub struct JournalError {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "lowercase")]
 pub enum Record {
-    Accepted { job: FeedbackJob },
-    Planned { job_id: String, plan: FeedbackPlan },
-    Done { job_id: String },
+    Accepted {
+        job: FeedbackJob,
+    },
+    Planned {
+        job_id: String,
+        plan: FeedbackPlan,
+    },
+    /// An attempt failed; `attempts` is the count so far (absolute, so a replay is harmless).
+    Attempt {
+        job_id: String,
+        attempts: u32,
+        error: String,
+    },
+    /// How older versions marked a finished job (no outcome kept).
+    Done {
+        job_id: String,
+    },
+    /// The job is finished (applied, dropped by an erase, or dead-lettered). Holds ids and
+    /// counts, never memory text, and is kept for [`FINISHED_RETENTION`].
+    Finished {
+        outcome: JobOutcome,
+    },
 }
 
-/// Jobs found unfinished at start-up, in acceptance order.
+/// How long finished jobs' outcomes stay answerable (`GET /v1/feedback/{job_id}`) across
+/// restarts: at least a day.
+pub const FINISHED_RETENTION: chrono::TimeDelta = chrono::TimeDelta::hours(25);
+
+/// A job accepted and not finished.
+#[derive(Debug, Clone)]
+pub struct PendingJob {
+    pub job: FeedbackJob,
+    pub plan: Option<FeedbackPlan>,
+    /// Failed attempts so far.
+    pub attempts: u32,
+}
+
+/// What a journal holds: unfinished jobs in acceptance order, and recent outcomes.
 #[derive(Debug, Default)]
 pub struct Pending {
-    pub jobs: Vec<(FeedbackJob, Option<FeedbackPlan>)>,
+    pub jobs: Vec<PendingJob>,
+    pub finished: Vec<JobOutcome>,
     /// Lines that could not be parsed (a torn last write after a crash): counted, skipped.
     pub corrupt_lines: usize,
 }
@@ -40,11 +73,52 @@ pub struct Journal {
     state: Mutex<State>,
 }
 
-/// The open file plus the unfinished jobs it holds, in acceptance order, so the file can be
-/// rewritten with only those at any time (an erase must not leave its text in the journal).
+/// The open file plus what it holds, so the file can be rewritten with only that at any time
+/// (an erase must not leave its text in the journal).
 struct State {
     file: std::fs::File,
-    pending: Vec<(FeedbackJob, Option<FeedbackPlan>)>,
+    pending: Vec<PendingJob>,
+    finished: Vec<JobOutcome>,
+}
+
+impl Pending {
+    fn apply(&mut self, record: Record) {
+        match record {
+            Record::Accepted { job } => {
+                if !self.jobs.iter().any(|p| p.job.job_id == job.job_id) {
+                    self.jobs.push(PendingJob {
+                        job,
+                        plan: None,
+                        attempts: 0,
+                    });
+                }
+            }
+            Record::Planned { job_id, plan } => {
+                if let Some(p) = self.jobs.iter_mut().find(|p| p.job.job_id == job_id) {
+                    p.plan = Some(plan);
+                }
+            }
+            Record::Attempt {
+                job_id, attempts, ..
+            } => {
+                if let Some(p) = self.jobs.iter_mut().find(|p| p.job.job_id == job_id) {
+                    p.attempts = p.attempts.max(attempts);
+                }
+            }
+            Record::Done { job_id } => self.jobs.retain(|p| p.job.job_id != job_id),
+            Record::Finished { outcome } => {
+                self.jobs.retain(|p| p.job.job_id != outcome.job_id);
+                self.finished.retain(|o| o.job_id != outcome.job_id);
+                self.finished.push(outcome);
+            }
+        }
+    }
+
+    /// Forget outcomes older than [`FINISHED_RETENTION`].
+    fn expire(&mut self) {
+        let cutoff = chrono::Utc::now() - FINISHED_RETENTION;
+        self.finished.retain(|o| o.finished_at >= cutoff);
+    }
 }
 
 fn err(path: &Path, e: impl ToString) -> JournalError {
@@ -55,20 +129,18 @@ fn err(path: &Path, e: impl ToString) -> JournalError {
 }
 
 impl Journal {
-    /// Open the journal, returning it and the jobs that were accepted but not finished.
-    /// Finished jobs are dropped from the file (rewritten atomically) so it never grows forever.
+    /// Open the journal, returning it and what it holds. The file is rewritten atomically with
+    /// only unfinished jobs and recent outcomes, so it never grows forever.
     pub fn open(path: &Path) -> Result<(Journal, Pending), JournalError> {
         let pending = Journal::read(path)?;
-        let journal = Journal::create(path, &pending.jobs)?;
+        let journal = Journal::create(path, &pending)?;
         Ok((journal, pending))
     }
 
-    /// The unfinished jobs a journal file holds, in acceptance order (empty if it is missing).
-    /// Unreadable lines (a torn last write after a crash) are counted, logged and skipped.
+    /// What a journal file holds (empty if it is missing). Unreadable lines (a torn last write
+    /// after a crash) are counted, logged and skipped; the rewrite that follows drops them.
     pub fn read(path: &Path) -> Result<Pending, JournalError> {
         let mut pending = Pending::default();
-        let mut jobs: BTreeMap<usize, (FeedbackJob, Option<FeedbackPlan>)> = BTreeMap::new();
-        let mut order: BTreeMap<String, usize> = BTreeMap::new();
         match std::fs::File::open(path) {
             Ok(f) => {
                 for (n, line) in std::io::BufReader::new(f).lines().enumerate() {
@@ -80,20 +152,7 @@ impl Journal {
                         continue;
                     }
                     match serde_json::from_str::<Record>(&line) {
-                        Ok(Record::Accepted { job }) => {
-                            order.insert(job.job_id.clone(), n);
-                            jobs.insert(n, (job, None));
-                        }
-                        Ok(Record::Planned { job_id, plan }) => {
-                            if let Some(slot) = order.get(&job_id).and_then(|i| jobs.get_mut(i)) {
-                                slot.1 = Some(plan);
-                            }
-                        }
-                        Ok(Record::Done { job_id }) => {
-                            if let Some(i) = order.remove(&job_id) {
-                                jobs.remove(&i);
-                            }
-                        }
+                        Ok(record) => pending.apply(record),
                         Err(e) => {
                             pending.corrupt_lines += 1;
                             tracing::warn!(line = n + 1, error = %e, "skipping an unreadable feedback journal line");
@@ -104,24 +163,22 @@ impl Journal {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(err(path, e)),
         }
-        pending.jobs = jobs.into_values().collect();
+        pending.expire();
         Ok(pending)
     }
 
-    /// Write a journal holding exactly `jobs` (atomically replacing any file at `path`).
-    pub fn create(
-        path: &Path,
-        jobs: &[(FeedbackJob, Option<FeedbackPlan>)],
-    ) -> Result<Journal, JournalError> {
+    /// Write a journal holding exactly `content` (atomically replacing any file at `path`).
+    pub fn create(path: &Path, content: &Pending) -> Result<Journal, JournalError> {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(|e| err(path, e))?;
         }
-        let file = rewrite(path, jobs)?;
+        let file = rewrite(path, &content.jobs, &content.finished)?;
         Ok(Journal {
             path: path.to_path_buf(),
             state: Mutex::new(State {
                 file,
-                pending: jobs.to_vec(),
+                pending: content.jobs.clone(),
+                finished: content.finished.clone(),
             }),
         })
     }
@@ -129,6 +186,14 @@ impl Journal {
     /// Jobs accepted and not finished.
     pub fn pending_count(&self) -> usize {
         self.state.lock().map(|s| s.pending.len()).unwrap_or(0)
+    }
+
+    /// Outcomes of jobs finished within [`FINISHED_RETENTION`] that this journal holds.
+    pub fn finished(&self) -> Vec<JobOutcome> {
+        self.state
+            .lock()
+            .map(|s| s.finished.clone())
+            .unwrap_or_default()
     }
 
     /// Append and fsync: when this returns Ok the record survives a crash.
@@ -144,15 +209,14 @@ impl Journal {
             }
             return Err(err(&self.path, e));
         }
-        match record {
-            Record::Accepted { job } => state.pending.push((job.clone(), None)),
-            Record::Planned { job_id, plan } => {
-                if let Some(slot) = state.pending.iter_mut().find(|(j, _)| &j.job_id == job_id) {
-                    slot.1 = Some(plan.clone());
-                }
-            }
-            Record::Done { job_id } => state.pending.retain(|(j, _)| &j.job_id != job_id),
-        }
+        let mut content = Pending {
+            jobs: std::mem::take(&mut state.pending),
+            finished: std::mem::take(&mut state.finished),
+            corrupt_lines: 0,
+        };
+        content.apply(record.clone());
+        state.pending = content.jobs;
+        state.finished = content.finished;
         Ok(())
     }
 
@@ -163,14 +227,16 @@ impl Journal {
         drop: impl Fn(&FeedbackJob, Option<&FeedbackPlan>) -> bool,
     ) -> Result<Vec<String>, JournalError> {
         let mut state = self.lock()?;
+        let cutoff = chrono::Utc::now() - FINISHED_RETENTION;
+        state.finished.retain(|o| o.finished_at >= cutoff);
         let (dropped, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut state.pending)
             .into_iter()
-            .partition(|(job, plan)| drop(job, plan.as_ref()));
-        match rewrite(&self.path, &kept) {
+            .partition(|p| drop(&p.job, p.plan.as_ref()));
+        match rewrite(&self.path, &kept, &state.finished) {
             Ok(file) => {
                 state.file = file;
                 state.pending = kept;
-                Ok(dropped.into_iter().map(|(j, _)| j.job_id).collect())
+                Ok(dropped.into_iter().map(|p| p.job.job_id).collect())
             }
             Err(e) => {
                 // The old file is still in place and complete: keep serving from it.
@@ -203,20 +269,34 @@ impl Journal {
 /// and return an append handle to the new file.
 fn rewrite(
     path: &Path,
-    jobs: &[(FeedbackJob, Option<FeedbackPlan>)],
+    jobs: &[PendingJob],
+    finished: &[JobOutcome],
 ) -> Result<std::fs::File, JournalError> {
     let tmp = path.with_extension("journal.tmp");
     {
         let mut f = std::fs::File::create(&tmp).map_err(|e| err(&tmp, e))?;
-        for (job, plan) in jobs {
-            write_line(&mut f, &Record::Accepted { job: job.clone() }).map_err(|e| err(&tmp, e))?;
-            if let Some(plan) = plan {
-                let rec = Record::Planned {
-                    job_id: job.job_id.clone(),
+        let mut records: Vec<Record> = finished
+            .iter()
+            .map(|o| Record::Finished { outcome: o.clone() })
+            .collect();
+        for p in jobs {
+            records.push(Record::Accepted { job: p.job.clone() });
+            if let Some(plan) = &p.plan {
+                records.push(Record::Planned {
+                    job_id: p.job.job_id.clone(),
                     plan: plan.clone(),
-                };
-                write_line(&mut f, &rec).map_err(|e| err(&tmp, e))?;
+                });
             }
+            if p.attempts > 0 {
+                records.push(Record::Attempt {
+                    job_id: p.job.job_id.clone(),
+                    attempts: p.attempts,
+                    error: String::new(),
+                });
+            }
+        }
+        for record in &records {
+            write_line(&mut f, record).map_err(|e| err(&tmp, e))?;
         }
         f.sync_all().map_err(|e| err(&tmp, e))?;
     }
@@ -296,11 +376,7 @@ mod tests {
         .unwrap();
         drop(j);
         let (_, pending) = Journal::open(&path).unwrap();
-        let ids: Vec<&str> = pending
-            .jobs
-            .iter()
-            .map(|(j, _)| j.job_id.as_str())
-            .collect();
+        let ids: Vec<&str> = pending.jobs.iter().map(|p| p.job.job_id.as_str()).collect();
         assert_eq!(ids, ["2", "4"]);
     }
 }

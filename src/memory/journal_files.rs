@@ -11,7 +11,6 @@
 use std::fs::{File, OpenOptions, TryLockError};
 use std::path::{Path, PathBuf};
 
-use super::feedback::{FeedbackJob, FeedbackPlan};
 use super::journal::{Journal, JournalError, Pending};
 
 /// This process's journal and the lock that marks it alive.
@@ -64,24 +63,13 @@ impl InstanceJournal {
             }
         }
 
-        let mut jobs: Vec<(FeedbackJob, Option<FeedbackPlan>)> = Vec::new();
-        let mut corrupt_lines = 0;
+        let mut merged = Pending::default();
         for o in &orphans {
-            let p = Journal::read(&o.journal)?;
-            corrupt_lines += p.corrupt_lines;
-            for (job, plan) in p.jobs {
-                // A crash mid-adoption leaves a job in two journals: keep one, with its plan.
-                match jobs.iter_mut().find(|(j, _)| j.job_id == job.job_id) {
-                    Some(slot) if slot.1.is_none() => slot.1 = plan,
-                    Some(_) => {}
-                    None => jobs.push((job, plan)),
-                }
-            }
+            merge(&mut merged, Journal::read(&o.journal)?);
         }
-        jobs.sort_by_key(|(j, _)| j.accepted_at);
         let path = dir.join(format!("{table}.feedback.{instance}.journal"));
         // Our journal holds the adopted jobs durably before any orphan is deleted.
-        let journal = Journal::create(&path, &jobs)?;
+        let journal = Journal::create(&path, &merged)?;
         for o in &orphans {
             remove(&o.journal)?;
             if let Some((lock_file, _)) = &o.lock {
@@ -94,25 +82,50 @@ impl InstanceJournal {
         Ok(InstanceJournal {
             instance,
             journal,
-            pending: Pending {
-                jobs,
-                corrupt_lines,
-            },
+            pending: merged,
             adopted_files: orphans.len(),
             lock_path,
             _lock: lock,
         })
     }
 
-    /// On a clean shutdown with nothing left to apply, remove this instance's files; otherwise
-    /// leave them for the next process to adopt.
+    /// On a clean shutdown with nothing to apply and no job outcome to keep, remove this
+    /// instance's files; otherwise leave them for the next process to adopt (which merges the
+    /// outcomes, so job status survives restarts).
     pub fn release_if_drained(&self) {
-        if self.journal.pending_count() > 0 {
+        if self.journal.pending_count() > 0 || !self.journal.finished().is_empty() {
             return;
         }
         let _ = std::fs::remove_file(self.journal.path());
         let _ = std::fs::remove_file(&self.lock_path);
     }
+}
+
+/// Fold one adopted journal into `into`. A crash mid-adoption can leave a job in two
+/// journals: it is kept once (with its plan and the higher attempt count), and not at all if
+/// either journal says it finished.
+fn merge(into: &mut Pending, from: Pending) {
+    into.corrupt_lines += from.corrupt_lines;
+    for o in from.finished {
+        if !into.finished.iter().any(|f| f.job_id == o.job_id) {
+            into.finished.push(o);
+        }
+    }
+    for p in from.jobs {
+        match into.jobs.iter_mut().find(|q| q.job.job_id == p.job.job_id) {
+            Some(q) => {
+                if q.plan.is_none() {
+                    q.plan = p.plan;
+                }
+                q.attempts = q.attempts.max(p.attempts);
+            }
+            None => into.jobs.push(p),
+        }
+    }
+    let finished = &into.finished;
+    into.jobs
+        .retain(|p| !finished.iter().any(|f| f.job_id == p.job.job_id));
+    into.jobs.sort_by_key(|p| p.job.accepted_at);
 }
 
 struct Orphan {

@@ -85,6 +85,8 @@ pub struct Status {
     pub scope_filter: ScopeFilterMode,
     pub migration: MigrationStatus,
     pub feedback_queue_depth: usize,
+    /// Dead-lettered feedback jobs of the last day (ids, reasons, attempts; no memory text).
+    pub feedback_dead_letters: Vec<super::feedback::JobOutcome>,
     pub scope_map: MapSummary,
 }
 
@@ -167,7 +169,14 @@ impl MemoryService {
         let feedback = super::feedback::FeedbackQueue::open(
             &config.storage.db_dir,
             &config.storage.table_name,
-            config.feedback.queue_capacity,
+            super::feedback::QueueSettings {
+                capacity: config.feedback.queue_capacity,
+                retry: super::feedback::RetryPolicy {
+                    max_attempts: config.feedback.max_attempts,
+                    base: std::time::Duration::from_millis(config.feedback.retry_backoff_ms),
+                    cap: std::time::Duration::from_secs(30),
+                },
+            },
             store.clone(),
             embedder.clone(),
             scopes.clone(),
@@ -551,6 +560,7 @@ impl MemoryService {
             },
             rows_by_scope: stats.rows_by_scope,
             feedback_queue_depth: self.feedback.depth(),
+            feedback_dead_letters: self.feedback.dead_letters(),
             scope_map: self.scopes.snapshot().summary(),
         })
     }

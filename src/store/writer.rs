@@ -66,8 +66,9 @@ enum Op {
     RevertBackfill {
         done: oneshot::Sender<Result<u64, StoreError>>,
     },
-    SetStrength {
-        updates: Vec<(String, i32)>,
+    Update {
+        predicate: String,
+        columns: Vec<(String, String)>,
         done: oneshot::Sender<Result<u64, StoreError>>,
     },
     Shutdown {
@@ -174,11 +175,20 @@ impl WriterHandle {
         rx.await.map_err(|_| StoreError::WriterGone)?
     }
 
-    /// Set absolute strengths (feedback reinforcement); returns rows changed.
-    pub async fn set_strength(&self, updates: Vec<(String, i32)>) -> Result<u64, StoreError> {
+    /// Set columns to SQL expressions on the rows matching a predicate; returns rows changed.
+    /// Lance rewrites whole rows for this: use it for small sets of rows.
+    pub async fn update(
+        &self,
+        predicate: String,
+        columns: Vec<(String, String)>,
+    ) -> Result<u64, StoreError> {
         let (done, rx) = oneshot::channel();
         self.tx
-            .send(Op::SetStrength { updates, done })
+            .send(Op::Update {
+                predicate,
+                columns,
+                done,
+            })
             .await
             .map_err(|_| StoreError::WriterGone)?;
         rx.await.map_err(|_| StoreError::WriterGone)?
@@ -324,39 +334,21 @@ async fn run(
                 dirty = true;
                 let _ = done.send(result);
             }
-            Op::SetStrength { updates, done } => {
-                // One update per distinct value: usually one or two commits per job.
-                let mut by_value: std::collections::BTreeMap<i32, Vec<String>> = Default::default();
-                for (id, v) in updates {
-                    by_value
-                        .entry(v)
-                        .or_default()
-                        .push(crate::scope::sql_literal(&id));
-                }
-                let mut total = 0;
-                let mut result = Ok(0);
-                for (value, ids) in by_value {
-                    let predicate = format!("id IN ({})", ids.join(", "));
-                    match retry(&settings, &counters, || async {
-                        Ok(table
-                            .update()
-                            .only_if(predicate.as_str())
-                            .column("strength", value.to_string())
-                            .execute()
-                            .await?
-                            .rows_updated)
-                    })
-                    .await
-                    {
-                        Ok(n) => total += n,
-                        Err(e) => {
-                            result = Err(e);
-                            break;
-                        }
+            Op::Update {
+                predicate,
+                columns,
+                done,
+            } => {
+                let result = retry(&settings, &counters, || async {
+                    let mut update = table.update().only_if(predicate.as_str());
+                    for (column, value) in &columns {
+                        update = update.column(column.as_str(), value.as_str());
                     }
-                }
+                    Ok(update.execute().await?.rows_updated)
+                })
+                .await;
                 dirty = true;
-                let _ = done.send(result.map(|_: u64| total));
+                let _ = done.send(result);
             }
             Op::Shutdown { done } => {
                 let _ = done.send(());
