@@ -39,6 +39,7 @@ bench: setup
 	cargo bench --bench recall
 	cargo bench --bench backfill
 	cargo bench --bench events
+	cargo bench --bench http_guard
 
 lint:
 	cargo fmt --check

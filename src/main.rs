@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
+use scopemem::api::guard;
 use scopemem::config::Config;
 use scopemem::host::PluginHost;
 use scopemem::scope::ScopeMap;
@@ -142,13 +143,19 @@ async fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Serve { config } => {
             init_logging(&level_of(config.as_ref()));
+            // Refuse an open listener (non-loopback, no token) or a bad allowed_hosts entry before
+            // the model loads or the store is opened (which may migrate it).
+            let loaded = Config::load(config.as_deref()).context("loading config")?;
+            guard::check_server(&loaded.config.server).await?;
             let host = Arc::new(
                 PluginHost::start(config.as_deref())
                     .await
                     .context("starting scopemem")?,
             );
+            // Check again on the config the guard enforces, and bind exactly what was checked.
             let addr = host.config().server.http_addr.clone();
-            let listener = tokio::net::TcpListener::bind(&addr)
+            let addrs = guard::check_server(&host.config().server).await?;
+            let listener = tokio::net::TcpListener::bind(addrs.as_slice())
                 .await
                 .with_context(|| format!("cannot listen on server.http_addr '{addr}'"))?;
             // Indexes and the legacy backfill start only once we are accepting requests.

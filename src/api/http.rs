@@ -11,6 +11,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::{json, Value};
 
+use super::guard::{protect, Guard};
 use super::metrics::{render, track, Metrics};
 use crate::host::{PluginError, PluginHost};
 
@@ -95,14 +96,16 @@ impl std::ops::Deref for AppState {
     }
 }
 
+/// Every route, behind the Host and token guard (`guard.rs`; `/healthz` is its only exemption).
 pub fn router(host: Arc<PluginHost>) -> Router {
+    let guard = Arc::new(Guard::for_server(&host.config().server));
     let metrics = Arc::new(Metrics::default());
     let mcp = crate::api::mcp::http_service(host.clone());
     let state = AppState {
         host,
         metrics: metrics.clone(),
     };
-    Router::new()
+    let routes = Router::new()
         .route("/v1/remember", post(remember))
         .route("/v1/recall", post(recall))
         .route("/v1/status", get(status))
@@ -117,7 +120,9 @@ pub fn router(host: Arc<PluginHost>) -> Router {
         .route("/metrics", get(metrics_text))
         .nest_service("/mcp", mcp)
         .route_layer(axum::middleware::from_fn_with_state(metrics, track))
-        .with_state(state)
+        .with_state(state);
+    // Last, so it wraps every route above and the 404 fallback: add new routes before this line.
+    protect(routes, guard)
 }
 
 async fn feedback(

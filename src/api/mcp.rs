@@ -240,16 +240,25 @@ pub async fn serve_stdio(host: Arc<PluginHost>) -> Result<(), McpError> {
 ///
 /// Stateless with plain JSON responses: every call carries its conversation in `_meta`, so a
 /// session adds nothing, and no long-lived SSE stream can hold up the graceful shutdown of
-/// `serve` or pile up per-session state. rmcp's default `Host` check (loopback names only, against
-/// DNS rebinding) stays on.
+/// `serve` or pile up per-session state. rmcp's own `Host` check (against DNS rebinding) stays on
+/// as a second line behind `api::guard`, with the same names: its loopback defaults plus
+/// `server.allowed_hosts` (else a configured name would pass the guard and fail here).
 pub fn http_service(
     host: Arc<PluginHost>,
 ) -> StreamableHttpService<McpServer, NeverSessionManager> {
+    let defaults = StreamableHttpServerConfig::default();
+    let allowed_hosts: Vec<String> = defaults
+        .allowed_hosts
+        .iter()
+        .cloned()
+        .chain(host.config().server.allowed_hosts.iter().cloned())
+        .collect();
     let server = McpServer::new(host);
     StreamableHttpService::new(
         move || Ok(server.clone()),
         Arc::new(NeverSessionManager::default()),
-        StreamableHttpServerConfig::default()
+        defaults
+            .with_allowed_hosts(allowed_hosts)
             .with_legacy_session_mode(false)
             .with_json_response(true)
             .with_sse_keep_alive(None),

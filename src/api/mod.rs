@@ -2,6 +2,7 @@
 //! migrate CLI.
 
 pub mod demo;
+pub mod guard;
 pub mod http;
 pub mod mcp;
 pub mod metrics;
