@@ -128,24 +128,7 @@ async fn forget_scope_deletes_one_scope_after_confirmation() {
         remember(&host, WORK, "work one").await;
         host.shutdown().await;
     }
-    let on_disk = |needle: &str| {
-        let mut stack = vec![db.clone()];
-        while let Some(d) = stack.pop() {
-            for e in std::fs::read_dir(&d).unwrap().flatten() {
-                let p = e.path();
-                if p.is_dir() {
-                    stack.push(p);
-                } else if std::fs::read(&p)
-                    .unwrap()
-                    .windows(needle.len())
-                    .any(|w| w == needle.as_bytes())
-                {
-                    return true;
-                }
-            }
-        }
-        false
-    };
+    let on_disk = |needle: &str| !files_containing(&db, needle).is_empty();
     assert!(on_disk("zanzibarquill"), "the scan sees the text first");
     let cfg = cfg.to_str().unwrap();
     let (code, _, err) = scopemem(&["forget", "--scope", "家人", "--config", cfg]);

@@ -14,25 +14,6 @@ use lancedb::query::{ExecutableQuery, QueryBase, Select};
 use scopemem::config::Config;
 use serde_json::{json, Value};
 
-/// Every file under `dir` whose bytes contain `needle`.
-fn files_containing(dir: &Path, needle: &str) -> Vec<String> {
-    let mut hits = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for entry in std::fs::read_dir(&d).unwrap().flatten() {
-            let path = entry.path();
-            if path.is_dir() {
-                stack.push(path);
-            } else if let Ok(bytes) = std::fs::read(&path) {
-                if bytes.windows(needle.len()).any(|w| w == needle.as_bytes()) {
-                    hits.push(path.display().to_string());
-                }
-            }
-        }
-    }
-    hits
-}
-
 /// Opens the table with a fresh LanceDB connection (as any Lance reader would), checks out
 /// every version it still has, and returns (versions, versions whose rows contain `needle`).
 async fn versions_containing(db_dir: &Path, needle: &str) -> (usize, Vec<u64>) {
