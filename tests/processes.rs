@@ -4,81 +4,11 @@
 
 mod common;
 
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::serve::*;
 use common::*;
 use serde_json::{json, Value};
-
-struct Serve {
-    child: Child,
-    base: String,
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-async fn spawn_serve(dir: &std::path::Path, name: &str) -> Serve {
-    let port = free_port();
-    let cfg = dir.join(format!("{name}.json"));
-    std::fs::write(
-        &cfg,
-        serde_json::to_vec(&json!({
-            "storage": {"db_dir": dir.join("db"), "read_consistency_ms": 500},
-            "server": {"http_addr": format!("127.0.0.1:{port}")},
-            "conversation_scope_map": family_map(),
-            "recall": {"similarity_threshold": -1.0},
-        }))
-        .unwrap(),
-    )
-    .unwrap();
-    // Owned by `Serve` at once, so even a failed start is killed and reaped.
-    let serve = Serve {
-        child: Command::new(env!("CARGO_BIN_EXE_scopemem"))
-            .args(["serve", "--config", cfg.to_str().unwrap()])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-        base: format!("http://127.0.0.1:{port}"),
-    };
-    let client = reqwest::Client::new();
-    for _ in 0..300 {
-        if client
-            .get(format!("{}/healthz", serve.base))
-            .send()
-            .await
-            .is_ok()
-        {
-            return serve;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("{name} did not come up");
-}
-
-async fn post(client: &reqwest::Client, s: &Serve, path: &str, body: Value) -> (u16, Value) {
-    let r = client
-        .post(format!("{}{path}", s.base))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    let status = r.status().as_u16();
-    (status, r.json().await.unwrap_or(Value::Null))
-}
 
 async fn recalled(
     client: &reqwest::Client,
@@ -100,8 +30,8 @@ async fn recalled(
 #[tokio::test]
 async fn two_serve_processes_see_each_others_writes_and_keep_scopes() {
     let dir = tempfile::tempdir().unwrap();
-    let a = spawn_serve(dir.path(), "a").await;
-    let b = spawn_serve(dir.path(), "b").await;
+    let a = spawn_serve(dir.path(), "a", json!({})).await;
+    let b = spawn_serve(dir.path(), "b", json!({})).await;
     let client = reqwest::Client::new();
     let mut delays = Vec::new();
     for i in 0..10 {
@@ -148,14 +78,7 @@ async fn two_serve_processes_see_each_others_writes_and_keep_scopes() {
             }
         }
     }
-    let status: Value = client
-        .get(format!("{}/v1/status", a.base))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let status = status(&client, &a).await;
     assert_eq!(status["rows"], 10, "no row lost or doubled: {status}");
 }
 
@@ -163,8 +86,8 @@ async fn two_serve_processes_see_each_others_writes_and_keep_scopes() {
 async fn jobs_a_killed_process_accepted_are_applied_by_the_next_one() {
     let dir = tempfile::tempdir().unwrap();
     let client = reqwest::Client::new();
-    let mut a = spawn_serve(dir.path(), "a").await;
-    let b = spawn_serve(dir.path(), "b").await;
+    let mut a = spawn_serve(dir.path(), "a", json!({})).await;
+    let b = spawn_serve(dir.path(), "b", json!({})).await;
     let mut jobs = Vec::new();
     for i in 0..20 {
         let (status, r) = post(
@@ -179,20 +102,12 @@ async fn jobs_a_killed_process_accepted_are_applied_by_the_next_one() {
         jobs.push(r["job_id"].as_str().unwrap().to_string());
     }
     // kill -9 right after the 202s: some jobs are applied, the rest only journaled.
-    a.child.kill().unwrap();
-    a.child.wait().unwrap();
+    a.kill9();
     // b is alive and must not take a's jobs behind its back; a restarted process adopts them.
-    let c = spawn_serve(dir.path(), "c").await;
+    let c = spawn_serve(dir.path(), "c", json!({})).await;
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let status: Value = client
-            .get(format!("{}/v1/status", c.base))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let status = status(&client, &c).await;
         if status["rows"] == 20 && status["feedback_queue_depth"] == 0 {
             break;
         }

@@ -2,6 +2,8 @@
 //! and a real LanceDB directory in a tempdir.
 #![allow(dead_code)]
 
+pub mod serve;
+
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};

@@ -1,0 +1,106 @@
+//! A real `scopemem serve` child process for tests that kill, restart or run several of them.
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+/// A running `serve`; killed (kill -9) and reaped on drop.
+pub struct Serve {
+    pub child: Child,
+    pub base: String,
+}
+
+impl Serve {
+    /// Kill -9 and reap.
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Start `serve` on `<dir>/db` with the family map, a free port and `extra` config merged
+/// over the defaults, and wait until it answers `/healthz`.
+pub async fn spawn_serve(dir: &Path, name: &str, extra: Value) -> Serve {
+    let port = free_port();
+    let mut cfg = json!({
+        "storage": {"db_dir": dir.join("db"), "read_consistency_ms": 500},
+        "server": {"http_addr": format!("127.0.0.1:{port}")},
+        "conversation_scope_map": super::family_map(),
+        "recall": {"similarity_threshold": -1.0},
+    });
+    if let (Some(c), Some(e)) = (cfg.as_object_mut(), extra.as_object()) {
+        for (k, v) in e {
+            match (c.get_mut(k), v) {
+                (Some(Value::Object(a)), Value::Object(b)) => a.extend(b.clone()),
+                _ => {
+                    c.insert(k.clone(), v.clone());
+                }
+            }
+        }
+    }
+    let path = dir.join(format!("{name}.json"));
+    std::fs::write(&path, serde_json::to_vec(&cfg).unwrap()).unwrap();
+    // Owned by `Serve` at once, so even a failed start is killed and reaped.
+    let serve = Serve {
+        child: Command::new(env!("CARGO_BIN_EXE_scopemem"))
+            .args(["serve", "--config", path.to_str().unwrap()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+        base: format!("http://127.0.0.1:{port}"),
+    };
+    let client = reqwest::Client::new();
+    for _ in 0..300 {
+        if client
+            .get(format!("{}/healthz", serve.base))
+            .send()
+            .await
+            .is_ok()
+        {
+            return serve;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("{name} did not come up");
+}
+
+/// POST JSON; returns the status and the JSON body (Null when it is not JSON).
+pub async fn post(client: &reqwest::Client, s: &Serve, path: &str, body: Value) -> (u16, Value) {
+    let r = client
+        .post(format!("{}{path}", s.base))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    (status, r.json().await.unwrap_or(Value::Null))
+}
+
+/// `GET /v1/status`.
+pub async fn status(client: &reqwest::Client, s: &Serve) -> Value {
+    client
+        .get(format!("{}/v1/status", s.base))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
