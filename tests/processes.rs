@@ -128,3 +128,47 @@ async fn jobs_a_killed_process_accepted_are_applied_by_the_next_one() {
         assert_eq!(n, 1, "{text} appears {n} times");
     }
 }
+
+#[tokio::test]
+async fn one_process_holds_the_maintenance_lease_and_the_next_takes_over() {
+    let dir = tempfile::tempdir().unwrap();
+    let client = reqwest::Client::new();
+    let mut a = spawn_serve(dir.path(), "a", json!({})).await;
+    let b = spawn_serve(dir.path(), "b", json!({})).await;
+    let (sa, sb) = (status(&client, &a).await, status(&client, &b).await);
+    assert_eq!(sa["maintenance"]["this_process"], true, "{sa}");
+    assert_eq!(sb["maintenance"]["this_process"], false, "{sb}");
+    let a_pid = a.child.id();
+    assert_eq!(sb["maintenance"]["holder"]["pid"], a_pid, "{sb}");
+
+    // Admin commands beside the service say who holds it instead of fighting over the work.
+    let cfg = dir.path().join("b.json");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_scopemem"))
+        .args(["migrate", "status", "--config", cfg.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let s: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(s["maintenance_lease"]["pid"], a_pid, "{s}");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_scopemem"))
+        .args(["migrate", "run", "--config", cfg.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("holds the maintenance lease") && err.contains(&a_pid.to_string()),
+        "{err}"
+    );
+
+    a.kill9();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let s = status(&client, &b).await;
+        if s["maintenance"]["this_process"] == true {
+            assert_eq!(s["maintenance"]["holder"]["pid"], b.child.id(), "{s}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "b never took over: {s}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

@@ -12,6 +12,7 @@ use crate::config::Config;
 use crate::host::{HostError, PluginHost};
 use crate::migrate::backfill::{self, BackfillProgress, CANDIDATES};
 use crate::migrate::{checkpoint, runner, MigrateError};
+use crate::store::lease;
 
 #[derive(Debug, thiserror::Error)]
 pub enum CliError {
@@ -68,6 +69,25 @@ pub async fn status(config: &Config) -> Result<serde_json::Value, CliError> {
         "unscoped_rows": unscoped,
         "migration_mode": config.migration_mode,
         "backfill": cp,
+        "maintenance_lease": lease::current_holder(db, name),
+    }))
+}
+
+/// Refuses when another process holds the maintenance lease: two processes must not run the
+/// backfill (or undo it) at once. The error names the holder.
+fn require_lease(host: &PluginHost, what: &str) -> Result<(), CliError> {
+    if host.memory().is_maintainer() {
+        return Ok(());
+    }
+    let config = host.config();
+    let holder = lease::current_holder(&config.storage.db_dir, &config.storage.table_name);
+    Err(CliError::Other(match holder {
+        Some(h) => format!(
+            "cannot {what}: process {} (instance {}, since {}) holds the maintenance lease and \
+             runs the backfill itself; watch it with `scopemem migrate status`, or stop it first",
+            h.pid, h.instance, h.since
+        ),
+        None => format!("cannot {what}: another process holds the maintenance lease"),
     }))
 }
 
@@ -115,10 +135,14 @@ impl Bar {
 }
 
 /// Applies pending migrations and runs the backfill in the foreground with a progress bar.
-/// Run it while the service is stopped (a running service would backfill too; both are safe,
-/// but the counters of one would not include the other's work).
+/// Refused, naming the holder, while a running service holds the maintenance lease (it runs
+/// the backfill itself).
 pub async fn run(config_path: Option<&Path>) -> Result<BackfillProgress, CliError> {
     let host = PluginHost::start(config_path).await?;
+    if let Err(e) = require_lease(&host, "run the backfill") {
+        host.shutdown().await;
+        return Err(e);
+    }
     host.memory()
         .store()
         .ensure_indexes()
@@ -140,6 +164,10 @@ pub async fn run(config_path: Option<&Path>) -> Result<BackfillProgress, CliErro
 /// Sets every row the backfill filled back to a NULL scope (the downgrade path).
 pub async fn revert(config_path: Option<&Path>, config: &Config) -> Result<u64, CliError> {
     let host = PluginHost::start(config_path).await?;
+    if let Err(e) = require_lease(&host, "revert the backfill") {
+        host.shutdown().await;
+        return Err(e);
+    }
     let path = checkpoint::path_for(&config.storage.db_dir, &config.storage.table_name);
     let n = backfill::revert(host.memory().store(), &path).await?;
     host.shutdown().await;

@@ -18,6 +18,7 @@ use crate::migrate::checkpoint;
 use crate::scope::{
     sql_literal, ConversationId, MapSummary, ResolvedScope, ScopeMap, ScopeResolver,
 };
+use crate::store::lease::{self, Lease};
 use crate::store::{
     LanceSearch, MemoryRecord, ModelInfo, NearestVisible, SearchRequest, Store, WriterSettings,
 };
@@ -84,10 +85,21 @@ pub struct Status {
     pub embedding_model: String,
     pub scope_filter: ScopeFilterMode,
     pub migration: MigrationStatus,
+    /// Whether this process runs the maintenance, and who holds the lease.
+    pub maintenance: MaintenanceStatus,
     pub feedback_queue_depth: usize,
     /// Dead-lettered feedback jobs of the last day (ids, reasons, attempts; no memory text).
     pub feedback_dead_letters: Vec<super::feedback::JobOutcome>,
     pub scope_map: MapSummary,
+}
+
+/// Who does the table's background maintenance (backfill, compaction, pruning, indexes).
+#[derive(Debug, Clone, Serialize)]
+pub struct MaintenanceStatus {
+    /// This process holds the maintenance lease.
+    pub this_process: bool,
+    /// The holder, if any process holds it.
+    pub holder: Option<lease::LeaseHolder>,
 }
 
 /// Migration part of `/v1/status`: the backfill's progress plus whether recall currently
@@ -101,6 +113,8 @@ pub struct MigrationStatus {
 }
 
 pub struct MemoryService {
+    /// Whether this process does the table's background maintenance (one process at a time).
+    lease: Lease,
     store: Store,
     search: Arc<LanceSearch>,
     embedder: Arc<dyn Embedder>,
@@ -145,7 +159,8 @@ impl MemoryService {
                 config.storage.index_threshold_rows,
                 4,
             )
-            .await?,
+            .await?
+            .with_maintainer(store.maintainer().clone()),
         );
         let backfill = BackfillHandle::prepare(
             store.clone(),
@@ -182,7 +197,17 @@ impl MemoryService {
             scopes.clone(),
             backfill.gate().clone(),
         )?;
+        let lease = Lease::new(
+            &config.storage.db_dir,
+            &config.storage.table_name,
+            feedback.instance(),
+            store.maintainer().clone(),
+        );
+        if let Err(e) = lease.try_acquire() {
+            tracing::warn!(error = %e, "could not try the maintenance lease; will retry");
+        }
         Ok(MemoryService {
+            lease,
             store,
             search,
             embedder,
@@ -203,19 +228,38 @@ impl MemoryService {
     pub fn start_background(&self) {
         self.feedback.start();
         self.store.start_pruner(self.settings.keep_versions);
-        let store = self.store.clone();
-        let backfill = self.backfill.clone();
-        let search = self.search.clone();
+        let (lease, store, backfill, search) = (
+            self.lease.clone(),
+            self.store.clone(),
+            self.backfill.clone(),
+            self.search.clone(),
+        );
         tokio::spawn(async move {
-            if let Err(e) = store.ensure_indexes().await {
-                tracing::error!(error = %e, "could not build scalar indexes; recall still works, unindexed");
+            // Maintenance runs in the one process holding the lease; the others take over
+            // when it dies (the OS releases its lock).
+            let mut announced = false;
+            loop {
+                match lease.try_acquire() {
+                    Ok(true) => break,
+                    Ok(false) if !announced => {
+                        announced = true;
+                        tracing::info!(
+                            holder = ?lease::current_holder(store.dir(), store.table().name()),
+                            "another process holds the maintenance lease; this one only serves"
+                        );
+                    }
+                    Ok(false) => {}
+                    Err(e) => tracing::warn!(error = %e, "could not try the maintenance lease"),
+                }
+                tokio::time::sleep(LEASE_RETRY).await;
             }
-            backfill.start();
-            // A large table opened from elsewhere gets its vector index without waiting for a write.
-            if let Err(e) = search.maybe_build_index().await {
-                tracing::warn!(error = %e, "could not check whether a vector index is due");
-            }
+            start_maintenance(&store, &backfill, &search).await;
         });
+    }
+
+    /// Whether this process holds the maintenance lease.
+    pub fn is_maintainer(&self) -> bool {
+        self.lease.is_held()
     }
 
     /// The feedback queue (journaled; its worker runs after `start_background`).
@@ -559,6 +603,10 @@ impl MemoryService {
                 backfill: self.backfill.progress(),
             },
             rows_by_scope: stats.rows_by_scope,
+            maintenance: MaintenanceStatus {
+                this_process: self.lease.is_held(),
+                holder: lease::current_holder(self.store.dir(), self.store.table().name()),
+            },
             feedback_queue_depth: self.feedback.depth(),
             feedback_dead_letters: self.feedback.dead_letters(),
             scope_map: self.scopes.snapshot().summary(),
@@ -571,6 +619,21 @@ impl MemoryService {
         self.feedback.shutdown().await;
         self.backfill.stop().await;
         self.store.shutdown().await;
+    }
+}
+
+/// How often a process without the maintenance lease tries to take it.
+const LEASE_RETRY: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// What the lease holder starts: scalar indexes, the legacy backfill, the vector index of a
+/// large table opened from elsewhere (the writer's compaction and the pruner follow the flag).
+async fn start_maintenance(store: &Store, backfill: &Arc<BackfillHandle>, search: &LanceSearch) {
+    if let Err(e) = store.ensure_indexes().await {
+        tracing::error!(error = %e, "could not build scalar indexes; recall still works, unindexed");
+    }
+    backfill.start();
+    if let Err(e) = search.maybe_build_index().await {
+        tracing::warn!(error = %e, "could not check whether a vector index is due");
     }
 }
 

@@ -3,6 +3,7 @@
 //! Reads go straight to a shared [`lancedb::Table`] clone; every mutation goes through the
 //! [`writer`] task so appends are group-committed and commit conflicts retried in one place.
 
+pub mod lease;
 pub mod record;
 pub mod retention;
 pub mod schema;
@@ -92,6 +93,9 @@ pub struct Store {
     dir: std::path::PathBuf,
     /// Stops the background version pruner.
     pruner_stop: std::sync::Arc<tokio::sync::Notify>,
+    /// Whether this process does the table's maintenance (compaction, pruning, index builds):
+    /// true for a store used alone; a service sharing the directory sets it from its lease.
+    maintainer: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// Counts for `/v1/status`.
@@ -159,7 +163,8 @@ impl Store {
             // Empty table: indexing is instant, and recall is indexed from the first row.
             ensure_scalar_indexes(&table).await?;
         }
-        let writer = writer::spawn(table.clone(), settings);
+        let maintainer = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let writer = writer::spawn(table.clone(), settings, maintainer.clone());
         tracing::info!(
             db_dir = %db_dir.display(),
             table = table_name,
@@ -175,6 +180,7 @@ impl Store {
                 dimension: model.dimension,
                 dir: db_dir.to_path_buf(),
                 pruner_stop: Default::default(),
+                maintainer,
             },
             outcome,
         ))
@@ -203,6 +209,11 @@ impl Store {
 
     pub fn table(&self) -> &Table {
         &self.table
+    }
+
+    /// The database directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
     }
 
     pub fn writer(&self) -> &WriterHandle {
@@ -329,12 +340,24 @@ impl Store {
             .unwrap_or(0)
     }
 
+    /// The flag that says whether this process does the maintenance (shared with the writer,
+    /// the pruner and the index builder; a [`lease::Lease`] sets it).
+    pub fn maintainer(&self) -> &std::sync::Arc<std::sync::atomic::AtomicBool> {
+        &self.maintainer
+    }
+
+    /// Whether this process does the maintenance now.
+    pub fn is_maintainer(&self) -> bool {
+        self.maintainer.load(std::sync::atomic::Ordering::Acquire)
+    }
+
     /// Start pruning versions older than `keep` in the background (routine retention), beside
     /// the writer. Stopped by [`Store::shutdown`].
     pub fn start_pruner(&self, keep: std::time::Duration) {
         tokio::spawn(retention::run_pruner(
             self.table.clone(),
             keep,
+            self.maintainer.clone(),
             self.pruner_stop.clone(),
         ));
     }

@@ -97,15 +97,24 @@ pub fn prune_interval(keep: Duration) -> Duration {
     (keep / 4).clamp(Duration::from_millis(100), Duration::from_secs(600))
 }
 
-/// The routine pruner: removes versions older than `keep` every [`prune_interval`] until
-/// `stop` is notified. Failures are logged and retried at the next tick.
-pub async fn run_pruner(table: Table, keep: Duration, stop: Arc<Notify>) {
+/// The routine pruner: removes versions older than `keep` every [`prune_interval`] while this
+/// process holds the maintenance lease, until `stop` is notified. Failures are logged and
+/// retried at the next tick.
+pub async fn run_pruner(
+    table: Table,
+    keep: Duration,
+    maintainer: Arc<std::sync::atomic::AtomicBool>,
+    stop: Arc<Notify>,
+) {
     let mut tick = tokio::time::interval(prune_interval(keep));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             _ = tick.tick() => {}
             _ = stop.notified() => break,
+        }
+        if !maintainer.load(std::sync::atomic::Ordering::Acquire) {
+            continue; // another process holds the maintenance lease
         }
         let started = Instant::now();
         match prune_versions(&table, keep).await {

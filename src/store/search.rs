@@ -56,6 +56,8 @@ pub struct LanceSearch {
     refine_factor: u32,
     indexed: Arc<AtomicBool>,
     building: Arc<AtomicBool>,
+    /// Index builds run only in the process holding the maintenance lease.
+    maintainer: Arc<AtomicBool>,
 }
 
 impl LanceSearch {
@@ -71,7 +73,14 @@ impl LanceSearch {
             refine_factor,
             indexed: Arc::new(AtomicBool::new(indexed)),
             building: Arc::new(AtomicBool::new(false)),
+            maintainer: Arc::new(AtomicBool::new(true)),
         })
+    }
+
+    /// Build indexes only while `maintainer` is set (see [`super::Store::maintainer`]).
+    pub fn with_maintainer(mut self, maintainer: Arc<AtomicBool>) -> Self {
+        self.maintainer = maintainer;
+        self
     }
 
     /// Whether queries currently go through the vector index.
@@ -82,7 +91,10 @@ impl LanceSearch {
     /// Build the cosine vector index if the table has outgrown flat search. Returns at once;
     /// the build runs on its own task (Lance lets appends commit concurrently with it).
     pub async fn maybe_build_index(&self) -> Result<bool, StoreError> {
-        if self.is_indexed() || self.building.load(Ordering::Relaxed) {
+        if self.is_indexed()
+            || self.building.load(Ordering::Relaxed)
+            || !self.maintainer.load(Ordering::Acquire)
+        {
             return Ok(false);
         }
         let rows = self.table.count_rows(None).await?;

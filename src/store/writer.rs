@@ -2,7 +2,7 @@
 //! into the next commit (group commit: many remembers, one fragment); commit conflicts are
 //! retried here; compaction and index refresh run here on a timer so small writes never pile up.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -217,10 +217,12 @@ impl WriterHandle {
     }
 }
 
-pub fn spawn(table: Table, settings: WriterSettings) -> WriterHandle {
+/// Start the writer. Routine compaction runs only while `maintainer` is set (this process
+/// holds the maintenance lease); erases always purge what they delete.
+pub fn spawn(table: Table, settings: WriterSettings, maintainer: Arc<AtomicBool>) -> WriterHandle {
     let (tx, rx) = mpsc::channel(1024);
     let counters = Arc::new(WriterCounters::default());
-    tokio::spawn(run(table, settings, rx, counters.clone()));
+    tokio::spawn(run(table, settings, rx, counters.clone(), maintainer));
     WriterHandle { tx, counters }
 }
 
@@ -229,7 +231,9 @@ async fn run(
     settings: WriterSettings,
     mut rx: mpsc::Receiver<Op>,
     counters: Arc<WriterCounters>,
+    maintainer: Arc<AtomicBool>,
 ) {
+    let maintains = || maintainer.load(Ordering::Acquire);
     let mut tick = tokio::time::interval(settings.maintenance_interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tick.tick().await; // the first tick fires at once
@@ -244,7 +248,8 @@ async fn run(
                     None => break,
                 },
                 _ = tick.tick() => {
-                    if dirty {
+                    // The lease holder also compacts what other processes appended.
+                    if maintains() && (dirty || others_piled_up(&table, &settings).await) {
                         if let Err(e) = maintain(&table, &settings, &counters, false).await {
                             tracing::warn!(error = %e, "scheduled compaction failed; will retry next interval");
                         } else {
@@ -287,7 +292,7 @@ async fn run(
                         Err(e) => Err(StoreError::Commit(e.to_string())),
                     });
                 }
-                if fragments >= settings.compact_min_fragments {
+                if fragments >= settings.compact_min_fragments && maintains() {
                     match maintain(&table, &settings, &counters, false).await {
                         Ok(_) => dirty = false,
                         Err(e) => tracing::warn!(error = %e, "compaction failed; will retry"),
@@ -357,6 +362,15 @@ async fn run(
         }
     }
     tracing::info!("store writer stopped");
+}
+
+/// Whether enough fragments piled up (from any process) to be worth a compaction.
+async fn others_piled_up(table: &Table, settings: &WriterSettings) -> bool {
+    let fragments = match table.as_native() {
+        Some(native) => native.count_fragments().await.unwrap_or(0),
+        None => 0,
+    };
+    fragments >= (settings.compact_min_fragments / 8).max(2)
 }
 
 async fn commit_group(
