@@ -40,6 +40,7 @@ bench: setup
 	cargo bench --bench backfill
 	cargo bench --bench events
 	cargo bench --bench http_guard
+	cargo bench --bench durability
 
 lint:
 	cargo fmt --check

@@ -174,3 +174,41 @@ async fn kill9_during_a_backfill_resumes_and_fills_each_row_once() {
     let ids = ids_on_disk(&db).await;
     assert_eq!(ids.iter().collect::<HashSet<_>>().len(), 600);
 }
+
+#[tokio::test]
+async fn power_durability_fsyncs_every_acknowledged_write_and_process_does_not() {
+    for (mode, expect_syncs) in [("power", true), ("process", false)] {
+        let dir = tempfile::tempdir().unwrap();
+        let config = scopemem::config::Config::from_value(&json!({
+            "conversation_scope_map": family_map(),
+            "storage": {"db_dir": dir.path().join("db").to_string_lossy(), "durability": mode},
+        }))
+        .unwrap()
+        .config;
+        let host = host(config).await;
+        for i in 0..3 {
+            remember(&host, FAMILY, &format!("durable note {i}")).await;
+        }
+        host.invoke("forget", json!({"conversation_id": WORK}))
+            .await
+            .unwrap();
+        let syncs = host
+            .memory()
+            .store()
+            .writer()
+            .counters()
+            .durable_syncs
+            .load(Ordering::Relaxed);
+        if expect_syncs {
+            assert!(syncs >= 4, "{mode}: {syncs} synced commits");
+        } else {
+            assert_eq!(syncs, 0, "{mode}");
+        }
+        assert_eq!(rows(&host).await, 3);
+        host.shutdown().await;
+    }
+    let bad = scopemem::config::Config::from_value(&json!({"storage": {"durability": "disk"}}))
+        .unwrap_err()
+        .to_string();
+    assert!(bad.contains("storage.durability"), "{bad}");
+}

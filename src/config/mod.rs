@@ -127,6 +127,16 @@ lowercase_enum! {
 }
 
 lowercase_enum! {
+    /// What an acknowledged write survives (`storage.durability`).
+    DurabilityMode {
+        /// Acknowledged after the Lance commit: survives kill -9.
+        Process => "process",
+        /// Also fsyncs the commit's files first: survives power loss.
+        Power => "power",
+    }
+}
+
+lowercase_enum! {
     /// Rollback switch for scope isolation (DESIGN rule 10).
     ScopeFilterMode {
         /// Recall only the current scope and `public`.
@@ -154,6 +164,8 @@ pub struct StorageConfig {
     pub keep_versions_minutes: f64,
     /// How stale a read may be with respect to other processes' commits (0: always checked).
     pub read_consistency_ms: u64,
+    /// What an acknowledged write survives.
+    pub durability: DurabilityMode,
 }
 
 impl StorageConfig {
@@ -422,6 +434,10 @@ impl Config {
                 keep_versions_minutes: storage.float("keep_versions_minutes", 0.0, 525_600.0)?
                     as f64,
                 read_consistency_ms: storage.count("read_consistency_ms", 0)?,
+                durability: DurabilityMode::from_config(
+                    "storage.durability",
+                    storage.string("durability")?,
+                )?,
             },
             embedding: EmbeddingConfig {
                 model_dir: embedding.optional_path("model_dir")?,

@@ -143,6 +143,12 @@ impl MemoryService {
                 .storage
                 .compaction_interval()
                 .max(std::time::Duration::from_secs(1)),
+            durability: match config.storage.durability {
+                crate::config::DurabilityMode::Process => {
+                    crate::store::durability::Durability::Process
+                }
+                crate::config::DurabilityMode::Power => crate::store::durability::Durability::Power,
+            },
             ..WriterSettings::default()
         };
         let (store, outcome) = Store::open_with(

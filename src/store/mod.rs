@@ -3,6 +3,7 @@
 //! Reads go straight to a shared [`lancedb::Table`] clone; every mutation goes through the
 //! [`writer`] task so appends are group-committed and commit conflicts retried in one place.
 
+pub mod durability;
 pub mod lease;
 pub mod record;
 pub mod retention;
@@ -164,6 +165,10 @@ impl Store {
             ensure_scalar_indexes(&table).await?;
         }
         let maintainer = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let settings = WriterSettings {
+            table_dir: Some(db_dir.join(format!("{table_name}.lance"))),
+            ..settings
+        };
         let writer = writer::spawn(table.clone(), settings, maintainer.clone());
         tracing::info!(
             db_dir = %db_dir.display(),

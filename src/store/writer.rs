@@ -25,6 +25,10 @@ pub struct WriterSettings {
     pub compact_min_fragments: usize,
     /// Retries of a conflicting commit before giving up.
     pub max_retries: u32,
+    /// What an acknowledged write survives.
+    pub durability: super::durability::Durability,
+    /// The table's directory, for `Durability::Power` (set by `Store::open`).
+    pub table_dir: Option<std::path::PathBuf>,
 }
 
 impl Default for WriterSettings {
@@ -34,6 +38,8 @@ impl Default for WriterSettings {
             maintenance_interval: Duration::from_secs(60),
             compact_min_fragments: 64,
             max_retries: 6,
+            durability: super::durability::Durability::Process,
+            table_dir: None,
         }
     }
 }
@@ -101,6 +107,8 @@ pub struct WriterCounters {
     pub rows_appended: AtomicU64,
     pub conflicts_retried: AtomicU64,
     pub compactions: AtomicU64,
+    /// Commits whose files were fsynced before the acknowledgement (`Durability::Power`).
+    pub durable_syncs: AtomicU64,
 }
 
 /// Cheap-to-clone handle to the writer task.
@@ -278,7 +286,11 @@ async fn run(
                         Err(_) => break,
                     }
                 }
-                let result = commit_group(&table, &settings, &counters, &mut group).await;
+                let wall = std::time::SystemTime::now();
+                let mut result = commit_group(&table, &settings, &counters, &mut group).await;
+                if result.is_ok() {
+                    result = make_durable(&settings, &counters, wall).await;
+                }
                 if result.is_ok() {
                     dirty = true;
                 }
@@ -300,11 +312,15 @@ async fn run(
                 }
             }
             Op::Delete { predicate, done } => {
-                let result = retry(&settings, &counters, || async {
-                    Ok(table.delete(predicate.as_str()).await?)
+                let wall = std::time::SystemTime::now();
+                let mut result = retry(&settings, &counters, || async {
+                    Ok(table.delete(predicate.as_str()).await?.num_deleted_rows)
                 })
                 .await;
-                let _ = done.send(result.map(|r| r.num_deleted_rows));
+                if let Ok(n) = result {
+                    result = make_durable(&settings, &counters, wall).await.map(|()| n);
+                }
+                let _ = done.send(result);
                 dirty = true;
             }
             Op::Erase { predicate, done } => {
@@ -344,7 +360,8 @@ async fn run(
                 columns,
                 done,
             } => {
-                let result = retry(&settings, &counters, || async {
+                let wall = std::time::SystemTime::now();
+                let mut result = retry(&settings, &counters, || async {
                     let mut update = table.update().only_if(predicate.as_str());
                     for (column, value) in &columns {
                         update = update.column(column.as_str(), value.as_str());
@@ -352,6 +369,9 @@ async fn run(
                     Ok(update.execute().await?.rows_updated)
                 })
                 .await;
+                if let Ok(n) = result {
+                    result = make_durable(&settings, &counters, wall).await.map(|()| n);
+                }
                 dirty = true;
                 let _ = done.send(result);
             }
@@ -362,6 +382,27 @@ async fn run(
         }
     }
     tracing::info!("store writer stopped");
+}
+
+/// With `Durability::Power`, fsync what the commit(s) since `started` wrote before the caller
+/// is answered; a failure fails the write (it may be lost on power loss).
+async fn make_durable(
+    settings: &WriterSettings,
+    counters: &WriterCounters,
+    started: std::time::SystemTime,
+) -> Result<(), StoreError> {
+    if settings.durability != super::durability::Durability::Power {
+        return Ok(());
+    }
+    let Some(dir) = settings.table_dir.clone() else {
+        return Ok(());
+    };
+    tokio::task::spawn_blocking(move || super::durability::sync_since(&dir, started))
+        .await
+        .map_err(|e| StoreError::Commit(format!("fsync task failed: {e}")))?
+        .map_err(|e| StoreError::Commit(format!("fsync after commit failed: {e}")))?;
+    counters.durable_syncs.fetch_add(1, Ordering::Relaxed);
+    Ok(())
 }
 
 /// Whether enough fragments piled up (from any process) to be worth a compaction.
@@ -495,6 +536,7 @@ async fn erase(
     predicate: &str,
 ) -> Result<EraseReport, StoreError> {
     let started = Instant::now();
+    let wall = std::time::SystemTime::now();
     let deleted = retry(settings, counters, || async {
         Ok(table.delete(predicate).await?.num_deleted_rows)
     })
@@ -506,6 +548,9 @@ async fn erase(
         })
         .await?;
     }
+    // Old files go only once the rewritten ones are durable (a power loss in between must
+    // not leave neither).
+    make_durable(settings, counters, wall).await?;
     // Even with nothing deleted now, older versions may still hold rows deleted before.
     let pruned = super::retention::prune_versions(table, Duration::ZERO).await?;
     tracing::info!(
@@ -552,6 +597,7 @@ async fn maintain(
             tail_target(rows)
         };
         let started = Instant::now();
+        let wall = std::time::SystemTime::now();
         retry(settings, counters, || async {
             table
                 .optimize(OptimizeAction::Compact {
@@ -566,6 +612,7 @@ async fn maintain(
         })
         .await?;
         counters.compactions.fetch_add(1, Ordering::Relaxed);
+        make_durable(settings, counters, wall).await?;
         tracing::info!(
             fragments_before = before,
             target_rows = target,
