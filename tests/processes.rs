@@ -172,3 +172,160 @@ async fn one_process_holds_the_maintenance_lease_and_the_next_takes_over() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+/// A real `scopemem mcp` child speaking newline-delimited JSON-RPC on stdio.
+struct Mcp {
+    child: std::process::Child,
+    stdin: std::process::ChildStdin,
+    lines: std::io::Lines<std::io::BufReader<std::process::ChildStdout>>,
+    next_id: u64,
+}
+
+impl Drop for Mcp {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Mcp {
+    fn spawn(config: &std::path::Path) -> Mcp {
+        use std::process::{Command, Stdio};
+        let mut child = Command::new(env!("CARGO_BIN_EXE_scopemem"))
+            .args(["mcp", "--config", config.to_str().unwrap()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let mut m = Mcp {
+            child,
+            stdin,
+            lines: std::io::BufRead::lines(std::io::BufReader::new(stdout)),
+            next_id: 0,
+        };
+        let init = m.request(
+            "initialize",
+            json!({"protocolVersion": "2025-06-18", "capabilities": {},
+                   "clientInfo": {"name": "processes-test", "version": "0"}}),
+        );
+        assert_eq!(init["result"]["serverInfo"]["name"], "scopemem", "{init}");
+        m.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        m
+    }
+
+    fn send(&mut self, msg: Value) {
+        use std::io::Write;
+        writeln!(self.stdin, "{msg}").unwrap();
+        self.stdin.flush().unwrap();
+    }
+
+    fn request(&mut self, method: &str, params: Value) -> Value {
+        self.next_id += 1;
+        let id = self.next_id;
+        self.send(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+        loop {
+            let line = self.lines.next().expect("mcp answered").unwrap();
+            let msg: Value = serde_json::from_str(&line).unwrap();
+            if msg["id"] == json!(id) {
+                return msg;
+            }
+        }
+    }
+
+    /// Call a tool for `conversation`; returns its structured result.
+    fn call(&mut self, tool: &str, conversation: &str, arguments: Value) -> Value {
+        let r = self.request(
+            "tools/call",
+            json!({"name": tool, "arguments": arguments,
+                   "_meta": {"conversation_id": conversation}}),
+        );
+        assert!(r["result"]["isError"] != json!(true), "{r}");
+        r["result"]["structuredContent"].clone()
+    }
+}
+
+#[tokio::test]
+async fn one_serve_and_two_mcp_processes_share_a_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let client = reqwest::Client::new();
+    let serve = spawn_serve(dir.path(), "serve", json!({})).await;
+    let cfg = dir.path().join("serve.json"); // the same db_dir and map
+    let mcps: Vec<Mcp> = (0..2).map(|_| Mcp::spawn(&cfg)).collect();
+    let mcps = std::sync::Arc::new(std::sync::Mutex::new(mcps));
+
+    // Each process writes for both groups; each must see every other's writes within 1 s.
+    let mut written = Vec::new();
+    for round in 0..4 {
+        for (i, conversation) in [FAMILY, WORK].iter().enumerate() {
+            let text = format!("shared note r{round} c{i} from serve");
+            let (status, r) = post(
+                &client,
+                &serve,
+                "/v1/remember",
+                json!({"conversation_id": conversation, "content": text}),
+            )
+            .await;
+            assert_eq!(status, 200, "{r}");
+            written.push((conversation.to_string(), text));
+            for m in 0..2 {
+                let text = format!("shared note r{round} c{i} from mcp{m}");
+                let mcps = mcps.clone();
+                let (c, t) = (conversation.to_string(), text.clone());
+                let r = tokio::task::spawn_blocking(move || {
+                    mcps.lock().unwrap()[m].call("core_memory_remember", &c, json!({"content": t}))
+                })
+                .await
+                .unwrap();
+                assert!(r["memory"]["id"].is_string(), "{r}");
+                written.push((conversation.to_string(), text));
+            }
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    // Visible everywhere it may be, and nowhere it may not.
+    for (conversation, own, other) in [(FAMILY, "家人", WORK), (WORK, "工作", FAMILY)] {
+        let mine: Vec<&String> = written
+            .iter()
+            .filter(|(c, _)| c == conversation)
+            .map(|(_, t)| t)
+            .collect();
+        let hits = recalled(&client, &serve, conversation, "shared note").await;
+        for t in &mine {
+            assert!(
+                hits.iter().any(|m| m["content"] == t.as_str()),
+                "serve does not see {t}"
+            );
+        }
+        for m in 0..2 {
+            let mcps = mcps.clone();
+            let r = tokio::task::spawn_blocking(move || {
+                mcps.lock().unwrap()[m].call(
+                    "core_memory_recall",
+                    conversation,
+                    json!({"query": "shared note", "limit": 100}),
+                )
+            })
+            .await
+            .unwrap();
+            let hits = r["memories"].as_array().cloned().unwrap_or_default();
+            for t in &mine {
+                assert!(
+                    hits.iter().any(|h| h["content"] == t.as_str()),
+                    "mcp{m} does not see {t} within 1 s"
+                );
+            }
+            for h in &hits {
+                let scope = h["memory_scope"].as_str().unwrap_or("");
+                assert!(
+                    scope == own || scope == "public",
+                    "leak into {other}'s view: {h}"
+                );
+            }
+        }
+    }
+    let s = status(&client, &serve).await;
+    assert_eq!(s["rows"], written.len(), "no row lost or doubled: {s}");
+}
