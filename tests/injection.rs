@@ -940,7 +940,33 @@ async fn hostile_memory_ids_never_touch_other_scopes() {
         .take(12)
         .map(|c| c.to_vec())
         .collect();
-    let tags: Vec<&str> = table.iter().map(|x| x.value.as_str()).collect();
+    // Tags within the one set of rules every write path shares (at most 32, each at most 64
+    // characters); over-limit tags are a 400, checked below.
+    let tags: Vec<&str> = table
+        .iter()
+        .map(|x| x.value.as_str())
+        .filter(|t| t.trim().chars().count() <= 64)
+        .take(32)
+        .collect();
+    for over in [
+        json!(table.iter().map(|x| x.value.as_str()).collect::<Vec<_>>()),
+        json!(["x".repeat(65)]),
+    ] {
+        let (code, body) = api
+            .post(
+                "feedback with over-limit tags",
+                "/v1/feedback",
+                &json!({"conversation_id": convs[0].1,
+                        "new_memories": [{"content": "tags over the limit", "tags": over}]}),
+            )
+            .await;
+        assert_eq!(
+            code,
+            400,
+            "over-limit tags are refused, not dropped: {}",
+            short(&body)
+        );
+    }
 
     // One job per conversation, all queued at once (the worker applies them in order).
     struct Job {

@@ -15,7 +15,6 @@ use tokio::sync::{mpsc, Notify};
 
 use super::journal::{PendingJob, Record};
 use super::journal_files::InstanceJournal;
-use super::model::MEMORY_TYPES;
 use super::redact::redact;
 use super::service::derive_scope;
 use super::MemoryError;
@@ -46,19 +45,7 @@ pub struct FeedbackRequest {
     pub merge_groups: Vec<Vec<String>>,
 }
 
-/// A memory proposed by reflection. No scope: it is derived from the conversation.
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct NewMemory {
-    #[serde(alias = "judgment")]
-    pub content: String,
-    #[serde(default)]
-    pub reasoning: Option<String>,
-    #[serde(default)]
-    pub tags: Option<Vec<String>>,
-    #[serde(default)]
-    pub memory_type: Option<String>,
-}
+pub use super::new_memory::NewMemory;
 
 /// A new memory with its id assigned at acceptance (so a replay inserts it at most once).
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -309,39 +296,20 @@ impl FeedbackQueue {
             return Err(invalid("merge_groups", format!("at most {MAX_GROUPS} groups")).into());
         }
         let mut new_memories = Vec::with_capacity(req.new_memories.len());
-        for m in req.new_memories {
-            let content = m.content.trim();
-            if content.is_empty() || content.chars().count() > 4000 {
-                return Err(
-                    invalid("new_memories", "each content must be 1 to 4000 characters").into(),
-                );
-            }
-            let memory_type = match m.memory_type.as_deref().map(str::trim) {
-                None | Some("") => "knowledge".to_string(),
-                Some(t) if MEMORY_TYPES.contains(&t) => t.to_string(),
-                Some(t) => {
-                    return Err(
-                        invalid("new_memories", format!("unknown memory_type '{t}'")).into(),
-                    )
-                }
-            };
-            let mut tags: Vec<String> = Vec::new();
-            for t in m.tags.unwrap_or_default() {
-                let t = redact(t.trim());
-                if !t.is_empty() && t.chars().count() <= 64 && !tags.contains(&t) && tags.len() < 32
-                {
-                    tags.push(t);
-                }
-            }
+        for (i, m) in req.new_memories.into_iter().enumerate() {
+            let m = m.parse().map_err(|e| match e {
+                MemoryError::InvalidInput { field, message } => invalid(
+                    "new_memories",
+                    format!("new_memories[{i}].{field}: {message}"),
+                ),
+                other => other,
+            })?;
             new_memories.push(NewMemoryJob {
                 id: uuid::Uuid::now_v7().to_string(),
-                content: redact(content),
-                reasoning: m
-                    .reasoning
-                    .map(|r| redact(r.trim()))
-                    .filter(|r| !r.is_empty()),
-                tags,
-                memory_type,
+                content: m.content,
+                reasoning: m.reasoning,
+                tags: m.tags,
+                memory_type: m.memory_type,
             });
         }
         let mut merge_groups = Vec::with_capacity(req.merge_groups.len());

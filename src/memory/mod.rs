@@ -6,6 +6,7 @@ pub mod injection;
 pub mod journal;
 pub mod journal_files;
 pub mod model;
+pub mod new_memory;
 pub mod redact;
 pub mod service;
 

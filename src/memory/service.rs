@@ -9,6 +9,7 @@ use serde::Serialize;
 
 use super::chained::{self, ChainedLimits};
 use super::model::*;
+use super::new_memory::{NewMemory, ValidMemory};
 use super::redact::redact;
 use super::MemoryError;
 use crate::config::{Config, MigrationMode, RecallConfig, ScopeFilterMode};
@@ -23,10 +24,7 @@ use crate::store::{
     LanceSearch, MemoryRecord, ModelInfo, NearestVisible, SearchRequest, Store, WriterSettings,
 };
 
-const MAX_CONTENT_CHARS: usize = 4000;
 const MAX_QUERY_CHARS: usize = 2000;
-const MAX_TAGS: usize = 32;
-const MAX_TAG_CHARS: usize = 64;
 const DEFAULT_STRENGTH: i64 = 50;
 const MAX_FORGET_IDS: usize = 100;
 
@@ -302,45 +300,22 @@ impl MemoryService {
     pub async fn remember(&self, req: RememberRequest) -> Result<Memory, MemoryError> {
         let started = Instant::now();
         let conversation = conversation(&req.conversation_id)?;
-        let content = req.content.trim();
-        if content.is_empty() {
-            return Err(invalid("content", "content must not be empty"));
-        }
-        if content.chars().count() > MAX_CONTENT_CHARS {
-            return Err(invalid(
-                "content",
-                format!("content is longer than {MAX_CONTENT_CHARS} characters"),
-            ));
-        }
-        let reasoning = match req.reasoning.as_deref().map(str::trim) {
-            Some(r) if r.chars().count() > MAX_CONTENT_CHARS => {
-                return Err(invalid(
-                    "reasoning",
-                    format!("reasoning is longer than {MAX_CONTENT_CHARS} characters"),
-                ))
-            }
-            Some("") | None => None,
-            Some(r) => Some(redact(r)),
-        };
-        let memory_type = match req.memory_type.as_deref().map(str::trim) {
-            None | Some("") => "knowledge".to_string(),
-            Some(t) if MEMORY_TYPES.contains(&t) => t.to_string(),
-            Some(t) => {
-                return Err(invalid(
-                    "memory_type",
-                    format!(
-                        "unknown memory_type '{t}'; expected one of {}",
-                        MEMORY_TYPES.join(", ")
-                    ),
-                ))
-            }
-        };
         let strength = req.strength.unwrap_or(DEFAULT_STRENGTH);
         if !(1..=100).contains(&strength) {
             return Err(invalid("strength", "strength must be between 1 and 100"));
         }
-        let tags = clean_tags(req.tags.unwrap_or_default())?;
-        let content = redact(content);
+        let ValidMemory {
+            content,
+            reasoning,
+            tags,
+            memory_type,
+        } = NewMemory {
+            content: req.content,
+            reasoning: req.reasoning,
+            tags: req.tags,
+            memory_type: req.memory_type,
+        }
+        .parse()?;
 
         let map = self.scopes.snapshot();
         let scope = derive_scope(&map, &conversation, req.persona.as_deref());
@@ -641,28 +616,4 @@ async fn start_maintenance(store: &Store, backfill: &Arc<BackfillHandle>, search
     if let Err(e) = search.maybe_build_index().await {
         tracing::warn!(error = %e, "could not check whether a vector index is due");
     }
-}
-
-fn clean_tags(tags: Vec<String>) -> Result<Vec<String>, MemoryError> {
-    if tags.len() > MAX_TAGS {
-        return Err(invalid("tags", format!("at most {MAX_TAGS} tags")));
-    }
-    let mut out: Vec<String> = Vec::with_capacity(tags.len());
-    for t in tags {
-        let t = t.trim();
-        if t.is_empty() {
-            continue;
-        }
-        if t.chars().count() > MAX_TAG_CHARS {
-            return Err(invalid(
-                "tags",
-                format!("a tag is longer than {MAX_TAG_CHARS} characters"),
-            ));
-        }
-        let t = redact(t);
-        if !out.contains(&t) {
-            out.push(t);
-        }
-    }
-    Ok(out)
 }
