@@ -10,7 +10,7 @@ export SCOPEMEM_VENV ?= $(HOME)/.cache/scopemem/venv
 export CARGO_TERM_PROGRESS_WHEN ?= never
 PORT ?= 8787
 
-.PHONY: setup mcp-client build release run test bench lint fmt clean-data
+.PHONY: setup mcp-client build release run test bench soak lint fmt clean-data
 
 setup:
 	@bash scripts/setup.sh
@@ -41,6 +41,11 @@ bench: setup
 	cargo bench --bench events
 	cargo bench --bench http_guard
 	cargo bench --bench durability
+
+# Randomized load on two serve processes with hot map reloads, a backfill and kill -9; prints
+# one SOAK summary line and fails on any leak, lost or duplicated write. SOAK_OPS=N to resize.
+soak: build
+	cargo run --example soak
 
 lint:
 	cargo fmt --check
