@@ -21,9 +21,12 @@ use tokio::sync::watch;
 use super::checkpoint::{self, BackfillState, Checkpoint, Damaged};
 use super::MigrateError;
 use crate::config::MigrationMode;
-use crate::scope::ScopeName;
+use crate::scope::{sql_literal, ScopeName, ScopeSource, PUBLIC_SCOPE};
 use crate::store::record::created_at_micros;
-use crate::store::schema::{COL_CREATED_AT, COL_ID, COL_MEMORY_SCOPE, COL_TAGS};
+use crate::store::schema::{COL_CREATED_AT, COL_ID, COL_MEMORY_SCOPE, COL_SCOPE_SOURCE, COL_TAGS};
+
+/// What the backfill writes into `scope_source` (and what revert-backfill looks for).
+const BACKFILL_SOURCE: &str = ScopeSource::Backfill.as_str();
 use crate::store::Store;
 
 /// Rows the backfill is for: no scope yet (a blank string counts as none).
@@ -380,7 +383,17 @@ impl BackfillHandle {
         cancel: &mut watch::Receiver<bool>,
     ) -> Result<bool, MigrateError> {
         let n = ids.len();
-        let filled = self.store.writer().fill_scope(ids).await?;
+        let filled = self
+            .store
+            .writer()
+            .fill_blank(
+                ids,
+                vec![
+                    (COL_MEMORY_SCOPE.to_string(), PUBLIC_SCOPE.to_string()),
+                    (COL_SCOPE_SOURCE.to_string(), BACKFILL_SOURCE.to_string()),
+                ],
+            )
+            .await?;
         cp.filled += filled;
         cp.skipped += n as u64 - filled.min(n as u64);
         cp.updated_at = Utc::now();
@@ -425,7 +438,16 @@ impl BackfillHandle {
 /// `scopemem migrate revert-backfill`: every row the backfill filled goes back to NULL, and the
 /// checkpoint is removed, for operators downgrading to a version without scopes.
 pub async fn revert(store: &Store, checkpoint_path: &std::path::Path) -> Result<u64, MigrateError> {
-    let n = store.writer().revert_backfill().await?;
+    let n = store
+        .writer()
+        .update(
+            format!("{COL_SCOPE_SOURCE} = {}", sql_literal(BACKFILL_SOURCE)),
+            vec![
+                (COL_MEMORY_SCOPE.to_string(), "NULL".to_string()),
+                (COL_SCOPE_SOURCE.to_string(), "NULL".to_string()),
+            ],
+        )
+        .await?;
     checkpoint::remove(checkpoint_path)?;
     Ok(n)
 }

@@ -20,7 +20,7 @@ pub enum ScopeSource {
 
 impl ScopeSource {
     /// Column spelling.
-    pub fn as_str(self) -> &'static str {
+    pub const fn as_str(self) -> &'static str {
         match self {
             ScopeSource::Conversation => "conversation",
             ScopeSource::Persona => "persona",

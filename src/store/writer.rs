@@ -65,11 +65,9 @@ enum Op {
         full: bool,
         done: oneshot::Sender<Result<MaintenanceReport, StoreError>>,
     },
-    FillScope {
+    FillBlank {
         ids: Vec<String>,
-        done: oneshot::Sender<Result<u64, StoreError>>,
-    },
-    RevertBackfill {
+        values: Vec<(String, String)>,
         done: oneshot::Sender<Result<u64, StoreError>>,
     },
     Update {
@@ -169,15 +167,20 @@ impl WriterHandle {
         rx.await.map_err(|_| StoreError::WriterGone)?
     }
 
-    /// Backfill: set `memory_scope = 'public', scope_source = 'backfill'` on these rows if their
-    /// scope is still NULL or blank. Returns how many rows changed.
-    pub async fn fill_scope(&self, ids: Vec<String>) -> Result<u64, StoreError> {
-        if ids.is_empty() {
+    /// Set text columns to literal values on the rows with these ids, only where the first
+    /// column is still NULL or blank (so a row is never changed twice). Patches just those
+    /// columns where Lance allows it instead of rewriting rows. Returns rows changed.
+    pub async fn fill_blank(
+        &self,
+        ids: Vec<String>,
+        values: Vec<(String, String)>,
+    ) -> Result<u64, StoreError> {
+        if ids.is_empty() || values.is_empty() {
             return Ok(0);
         }
         let (done, rx) = oneshot::channel();
         self.tx
-            .send(Op::FillScope { ids, done })
+            .send(Op::FillBlank { ids, values, done })
             .await
             .map_err(|_| StoreError::WriterGone)?;
         rx.await.map_err(|_| StoreError::WriterGone)?
@@ -197,16 +200,6 @@ impl WriterHandle {
                 columns,
                 done,
             })
-            .await
-            .map_err(|_| StoreError::WriterGone)?;
-        rx.await.map_err(|_| StoreError::WriterGone)?
-    }
-
-    /// Undo the backfill: rows it filled go back to a NULL scope.
-    pub async fn revert_backfill(&self) -> Result<u64, StoreError> {
-        let (done, rx) = oneshot::channel();
-        self.tx
-            .send(Op::RevertBackfill { done })
             .await
             .map_err(|_| StoreError::WriterGone)?;
         rx.await.map_err(|_| StoreError::WriterGone)?
@@ -335,23 +328,9 @@ async fn run(
                 }
                 let _ = done.send(result);
             }
-            Op::FillScope { ids, done } => {
-                let result = retry(&settings, &counters, || fill_scope(&table, &ids)).await;
-                dirty = true;
-                let _ = done.send(result);
-            }
-            Op::RevertBackfill { done } => {
-                let result = retry(&settings, &counters, || async {
-                    Ok(table
-                        .update()
-                        .only_if("scope_source = 'backfill'")
-                        .column("memory_scope", "NULL")
-                        .column("scope_source", "NULL")
-                        .execute()
-                        .await?
-                        .rows_updated)
-                })
-                .await;
+            Op::FillBlank { ids, values, done } => {
+                let result =
+                    retry(&settings, &counters, || fill_blank(&table, &ids, &values)).await;
                 dirty = true;
                 let _ = done.send(result);
             }
@@ -449,34 +428,34 @@ async fn commit_group(
     Ok(())
 }
 
-/// A partial-schema merge on the indexed `id` key: Lance patches just the two scope columns
-/// (new column files attached to the fragments) instead of rewriting whole rows and vectors.
-/// The condition re-checks the scope, so a row is never changed twice.
-async fn fill_scope(table: &Table, ids: &[String]) -> Result<u64, StoreError> {
-    use lancedb::arrow::arrow_array::{RecordBatch, RecordBatchIterator, StringArray};
+/// A partial-schema merge on the indexed `id` key: Lance patches just the given columns (new
+/// column files attached to the fragments) instead of rewriting whole rows and vectors. The
+/// condition re-checks the first column, so a row is never changed twice.
+async fn fill_blank(
+    table: &Table,
+    ids: &[String],
+    values: &[(String, String)],
+) -> Result<u64, StoreError> {
+    use lancedb::arrow::arrow_array::{ArrayRef, RecordBatch, RecordBatchIterator, StringArray};
     use lancedb::arrow::arrow_schema::{DataType, Field, Schema};
-    let schema = Arc::new(Schema::new(vec![
-        Field::new("id", DataType::Utf8, false),
-        Field::new("memory_scope", DataType::Utf8, true),
-        Field::new("scope_source", DataType::Utf8, true),
-    ]));
+    let Some((first, _)) = values.first() else {
+        return Ok(0);
+    };
     let n = ids.len();
-    let batch = RecordBatch::try_new(
-        schema.clone(),
-        vec![
-            Arc::new(StringArray::from_iter_values(ids.iter())),
-            Arc::new(StringArray::from_iter_values(std::iter::repeat_n(
-                "public", n,
-            ))),
-            Arc::new(StringArray::from_iter_values(std::iter::repeat_n(
-                "backfill", n,
-            ))),
-        ],
-    )?;
+    let mut fields = vec![Field::new("id", DataType::Utf8, false)];
+    let mut columns: Vec<ArrayRef> = vec![Arc::new(StringArray::from_iter_values(ids.iter()))];
+    for (name, value) in values {
+        fields.push(Field::new(name, DataType::Utf8, true));
+        columns.push(Arc::new(StringArray::from_iter_values(
+            std::iter::repeat_n(value.as_str(), n),
+        )));
+    }
+    let schema = Arc::new(Schema::new(fields));
+    let batch = RecordBatch::try_new(schema.clone(), columns)?;
     let mut merge = table.merge_insert(&["id"]);
-    merge.when_matched_update_all(Some(
-        "target.memory_scope IS NULL OR btrim(target.memory_scope) = ''".to_string(),
-    ));
+    merge.when_matched_update_all(Some(format!(
+        "target.{first} IS NULL OR btrim(target.{first}) = ''"
+    )));
     let reader = RecordBatchIterator::new(vec![Ok(batch)], schema);
     match merge.execute(Box::new(reader)).await {
         Ok(result) => Ok(result.num_updated_rows),
@@ -486,20 +465,17 @@ async fn fill_scope(table: &Table, ids: &[String]) -> Result<u64, StoreError> {
                 return Err(e);
             }
             // Lance refuses the column patch on tables with an unenforced primary key (the
-            // ones scopemem creates); rewrite the rows instead. Same predicate, same result.
+            // ones scopemem creates); rewrite the rows instead. Same condition, same result.
             tracing::debug!(error = %e, "column-patching merge refused; updating whole rows");
             let list: Vec<String> = ids.iter().map(|id| crate::scope::sql_literal(id)).collect();
-            let updated = table
-                .update()
-                .only_if(format!(
-                    "id IN ({}) AND (memory_scope IS NULL OR btrim(memory_scope) = '')",
-                    list.join(", ")
-                ))
-                .column("memory_scope", "'public'")
-                .column("scope_source", "'backfill'")
-                .execute()
-                .await?;
-            Ok(updated.rows_updated)
+            let mut update = table.update().only_if(format!(
+                "id IN ({}) AND ({first} IS NULL OR btrim({first}) = '')",
+                list.join(", ")
+            ));
+            for (name, value) in values {
+                update = update.column(name.as_str(), crate::scope::sql_literal(value));
+            }
+            Ok(update.execute().await?.rows_updated)
         }
     }
 }
