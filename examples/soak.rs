@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use scopemem::embed::{Embedder, FastEmbedder, ModelFiles};
 use scopemem::store::schema::META_SCHEMA_VERSION;
-use scopemem::store::{MemoryRecord, ModelInfo, Store, WriterSettings};
+use scopemem::store::{MemoryRecord, ModelInfo, WriterSettings};
 use serde_json::{json, Value};
 
 const SCOPES: usize = 20;
@@ -116,9 +116,10 @@ async fn legacy_table(db: &Path, embedder: &Arc<dyn Embedder>) {
         id: embedder.model_id().to_string(),
         dimension: embedder.dimension(),
     };
-    let (store, _) = Store::open(db, "memories", &model, WriterSettings::default())
-        .await
-        .expect("store");
+    let (store, _) =
+        scopemem::migrate::open_store(db, "memories", &model, WriterSettings::default())
+            .await
+            .expect("store");
     let texts: Vec<String> = (0..LEGACY_ROWS)
         .map(|i| format!("legacy note {i} about topic {}", i % 37))
         .collect();
@@ -332,9 +333,10 @@ async fn main() {
             dimension: e.dimension(),
         }
     };
-    let (store, _) = Store::open(&db, "memories", &model, WriterSettings::default())
-        .await
-        .expect("store");
+    let (store, _) =
+        scopemem::migrate::open_store(&db, "memories", &model, WriterSettings::default())
+            .await
+            .expect("store");
     let ids = store.ids_where("id IS NOT NULL").await.expect("ids");
     store.shutdown().await;
     let on_disk: HashSet<&String> = ids.iter().collect();

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use common::serve::*;
 use common::*;
-use scopemem::store::{ModelInfo, Store, WriterSettings};
+use scopemem::store::{ModelInfo, WriterSettings};
 use serde_json::json;
 
 /// Every id in the table, read by a fresh store as another process would.
@@ -20,9 +20,10 @@ async fn ids_on_disk(db: &std::path::Path) -> Vec<String> {
         id: embedder().model_id().to_string(),
         dimension: embedder().dimension(),
     };
-    let (store, _) = Store::open(db, "memories", &model, WriterSettings::default())
-        .await
-        .unwrap();
+    let (store, _) =
+        scopemem::migrate::open_store(db, "memories", &model, WriterSettings::default())
+            .await
+            .unwrap();
     let ids = store.ids_where("id IS NOT NULL").await.unwrap();
     store.shutdown().await;
     ids

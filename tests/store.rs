@@ -45,7 +45,7 @@ fn row(i: usize, scope: &str) -> (MemoryRecord, Vec<f32>) {
 }
 
 async fn open(dir: &std::path::Path) -> Store {
-    Store::open(dir, "memories", &model(), WriterSettings::default())
+    scopemem::migrate::open_store(dir, "memories", &model(), WriterSettings::default())
         .await
         .unwrap()
         .0
@@ -101,7 +101,7 @@ async fn concurrent_appends_are_group_committed_and_compaction_folds_fragments()
         compact_min_fragments: usize::MAX,
         ..WriterSettings::default()
     };
-    let (store, _) = Store::open(dir.path(), "memories", &model(), settings)
+    let (store, _) = scopemem::migrate::open_store(dir.path(), "memories", &model(), settings)
         .await
         .unwrap();
     let mut tasks = Vec::new();
@@ -144,7 +144,7 @@ async fn reopening_with_another_dimension_or_model_fails_clearly() {
     let store = open(dir.path()).await;
     store.append(vec![row(1, "public")]).await.unwrap();
     store.shutdown().await;
-    let err = Store::open(
+    let err = scopemem::migrate::open_store(
         dir.path(),
         "memories",
         &ModelInfo {
@@ -166,7 +166,7 @@ async fn reopening_with_another_dimension_or_model_fails_clearly() {
         ),
         "{err}"
     );
-    let err = Store::open(
+    let err = scopemem::migrate::open_store(
         dir.path(),
         "memories",
         &ModelInfo {
@@ -209,7 +209,7 @@ async fn sequential_single_appends_stay_under_the_fragment_cap() {
         compact_min_fragments: 16,
         ..WriterSettings::default()
     };
-    let (store, _) = Store::open(dir.path(), "memories", &model(), settings)
+    let (store, _) = scopemem::migrate::open_store(dir.path(), "memories", &model(), settings)
         .await
         .unwrap();
     for i in 0..100 {

@@ -224,9 +224,10 @@ pub async fn dataset(e: &Arc<dyn Embedder>, n: usize) -> (PathBuf, Store) {
     if !done.exists() {
         let _ = std::fs::remove_dir_all(&dir);
         eprintln!("building the {n}-row dataset (cached in {})", dir.display());
-        let (store, _) = Store::open(&dir, "memories", &model, WriterSettings::default())
-            .await
-            .expect("open");
+        let (store, _) =
+            scopemem::migrate::open_store(&dir, "memories", &model, WriterSettings::default())
+                .await
+                .expect("open");
         let mut rng = Rng(n as u64);
         let texts: Vec<String> = (0..n).map(|_| sentence(&mut rng)).collect();
         let vectors = embed_all(e.as_ref(), texts.clone()).await;
@@ -262,9 +263,10 @@ pub async fn dataset(e: &Arc<dyn Embedder>, n: usize) -> (PathBuf, Store) {
         store.shutdown().await;
         std::fs::write(&done, b"ok").expect("mark complete");
     }
-    let (store, _) = Store::open(&dir, "memories", &model, WriterSettings::default())
-        .await
-        .expect("open");
+    let (store, _) =
+        scopemem::migrate::open_store(&dir, "memories", &model, WriterSettings::default())
+            .await
+            .expect("open");
     (dir, store)
 }
 

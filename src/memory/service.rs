@@ -149,7 +149,7 @@ impl MemoryService {
             },
             ..WriterSettings::default()
         };
-        let (store, outcome) = Store::open_with(
+        let (store, outcome) = crate::migrate::open_store_with(
             &config.storage.db_dir,
             &config.storage.table_name,
             &model,

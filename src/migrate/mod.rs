@@ -10,7 +10,7 @@ pub use backfill::{BackfillHandle, BackfillProgress, BackfillSettings, Migration
 pub use checkpoint::{BackfillState, Checkpoint, Damaged};
 pub use runner::{open_or_create, MigrationOutcome, SchemaStatus};
 
-use crate::store::StoreError;
+use crate::store::{ModelInfo, Store, StoreError, WriterSettings, DEFAULT_READ_CONSISTENCY};
 
 #[derive(Debug, thiserror::Error)]
 pub enum MigrateError {
@@ -26,4 +26,51 @@ impl From<lancedb::Error> for MigrateError {
     fn from(e: lancedb::Error) -> Self {
         MigrateError::Store(StoreError::Lance(e))
     }
+}
+
+/// Open (or create) `table_name` under `db_dir` as a [`Store`]: connect, apply the pending
+/// migrations in `migrations/`, then check the embedding model and start the writer. The one
+/// way the service, the CLI, tests and benches open a table.
+pub async fn open_store(
+    db_dir: &std::path::Path,
+    table_name: &str,
+    model: &ModelInfo,
+    settings: WriterSettings,
+) -> Result<(Store, MigrationOutcome), StoreError> {
+    open_store_with(
+        db_dir,
+        table_name,
+        model,
+        settings,
+        DEFAULT_READ_CONSISTENCY,
+    )
+    .await
+}
+
+/// [`open_store`] with how stale a read may be with respect to other processes' commits.
+pub async fn open_store_with(
+    db_dir: &std::path::Path,
+    table_name: &str,
+    model: &ModelInfo,
+    settings: WriterSettings,
+    read_consistency: std::time::Duration,
+) -> Result<(Store, MigrationOutcome), StoreError> {
+    let started = std::time::Instant::now();
+    let conn = Store::connect(db_dir, read_consistency).await?;
+    let (table, outcome) = open_or_create(&conn, table_name, model.dimension)
+        .await
+        .map_err(|e| match e {
+            MigrateError::Store(s) => s,
+            other => StoreError::Schema(other.to_string()),
+        })?;
+    let store = Store::attach(table, db_dir, model, settings, outcome.created).await?;
+    tracing::info!(
+        db_dir = %db_dir.display(),
+        table = table_name,
+        schema_from = outcome.from,
+        schema_to = outcome.to,
+        ms = started.elapsed().as_millis() as u64,
+        "store opened"
+    );
+    Ok((store, outcome))
 }

@@ -13,7 +13,6 @@ pub mod writer;
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::time::Instant;
 
 use futures::TryStreamExt;
 use lancedb::arrow::arrow_array::{Array, StringArray};
@@ -113,82 +112,53 @@ pub struct StoreStats {
 }
 
 impl Store {
-    /// Open (or create) the table under `db_dir`, applying pending migrations, check it was
-    /// built for `model` and start the writer. Scalar indexes are not built here (that would
-    /// make start-up time grow with the table): call [`Store::ensure_indexes`] in the background.
-    pub async fn open(
+    /// Connect to the database directory (created if missing). A read sees other processes'
+    /// commits at most `read_consistency` late (several processes may share one directory;
+    /// `ZERO` checks on every read). Which table to open, and how to migrate it, is for the
+    /// caller (`migrate::open_store`) to decide.
+    pub async fn connect(
         db_dir: &Path,
-        table_name: &str,
-        model: &ModelInfo,
-        settings: WriterSettings,
-    ) -> Result<(Store, crate::migrate::MigrationOutcome), StoreError> {
-        Store::open_with(
-            db_dir,
-            table_name,
-            model,
-            settings,
-            DEFAULT_READ_CONSISTENCY,
-        )
-        .await
-    }
-
-    /// [`Store::open`] with how stale a read may be with respect to other processes' commits
-    /// (several processes may share one directory; `ZERO` checks on every read).
-    pub async fn open_with(
-        db_dir: &Path,
-        table_name: &str,
-        model: &ModelInfo,
-        settings: WriterSettings,
         read_consistency: std::time::Duration,
-    ) -> Result<(Store, crate::migrate::MigrationOutcome), StoreError> {
-        let started = Instant::now();
+    ) -> Result<lancedb::Connection, StoreError> {
         std::fs::create_dir_all(db_dir)
             .map_err(|e| StoreError::Schema(format!("cannot create {}: {e}", db_dir.display())))?;
-        let uri = db_dir.to_string_lossy();
-        let conn = lancedb::connect(&uri)
+        Ok(lancedb::connect(&db_dir.to_string_lossy())
             .read_consistency_interval(read_consistency)
             .execute()
-            .await?;
-        let (table, outcome) = crate::migrate::open_or_create(&conn, table_name, model.dimension)
-            .await
-            .map_err(|e| match e {
-                crate::migrate::MigrateError::Store(s) => s,
-                other => StoreError::Schema(other.to_string()),
-            })?;
-        if outcome.created {
+            .await?)
+    }
+
+    /// Take an opened (and migrated) table: check it was built for `model` (a new table records
+    /// it, and gets its scalar indexes while it is empty) and start the writer. Scalar indexes
+    /// of an existing table are not built here (start-up would grow with the table): call
+    /// [`Store::ensure_indexes`] in the background.
+    pub async fn attach(
+        table: Table,
+        db_dir: &Path,
+        model: &ModelInfo,
+        settings: WriterSettings,
+        created: bool,
+    ) -> Result<Store, StoreError> {
+        if created {
             write_model_meta(&table, model).await?;
+            ensure_scalar_indexes(&table).await?;
         } else {
             check_model(&table, model).await?;
         }
-        if outcome.created {
-            // Empty table: indexing is instant, and recall is indexed from the first row.
-            ensure_scalar_indexes(&table).await?;
-        }
         let maintainer = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
         let settings = WriterSettings {
-            table_dir: Some(db_dir.join(format!("{table_name}.lance"))),
+            table_dir: Some(db_dir.join(format!("{}.lance", table.name()))),
             ..settings
         };
         let writer = writer::spawn(table.clone(), settings, maintainer.clone());
-        tracing::info!(
-            db_dir = %db_dir.display(),
-            table = table_name,
-            schema_from = outcome.from,
-            schema_to = outcome.to,
-            ms = started.elapsed().as_millis() as u64,
-            "store opened"
-        );
-        Ok((
-            Store {
-                table,
-                writer,
-                dimension: model.dimension,
-                dir: db_dir.to_path_buf(),
-                pruner_stop: Default::default(),
-                maintainer,
-            },
-            outcome,
-        ))
+        Ok(Store {
+            table,
+            writer,
+            dimension: model.dimension,
+            dir: db_dir.to_path_buf(),
+            pruner_stop: Default::default(),
+            maintainer,
+        })
     }
 
     /// Rebuild the `memory_scope` bitmap from scratch. After the backfill rewrote that column

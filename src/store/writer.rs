@@ -27,7 +27,7 @@ pub struct WriterSettings {
     pub max_retries: u32,
     /// What an acknowledged write survives.
     pub durability: super::durability::Durability,
-    /// The table's directory, for `Durability::Power` (set by `Store::open`).
+    /// The table's directory, for `Durability::Power` (set by `Store::attach`).
     pub table_dir: Option<std::path::PathBuf>,
 }
 
