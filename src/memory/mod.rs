@@ -3,13 +3,12 @@
 pub mod chained;
 pub mod feedback;
 pub mod injection;
-pub mod journal;
-pub mod journal_files;
 pub mod model;
 pub mod new_memory;
 pub mod redact;
 pub mod service;
 
+pub use feedback::{journal, journal_files};
 pub use model::*;
 pub use service::{derive_scope, MemoryService, Status};
 

@@ -10,7 +10,7 @@ use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
 
-use super::feedback::{FeedbackJob, FeedbackPlan, JobOutcome};
+use super::{FeedbackJob, FeedbackPlan, JobOutcome};
 
 #[derive(Debug, thiserror::Error)]
 #[error("feedback journal {path}: {message}")]
@@ -329,7 +329,7 @@ mod tests {
             scope_source: "unmapped".into(),
             accepted_at: chrono::Utc::now(),
             useful_memory_ids: vec![],
-            new_memories: vec![super::super::feedback::NewMemoryJob {
+            new_memories: vec![super::super::NewMemoryJob {
                 id: format!("m-{id}"),
                 content: content.into(),
                 reasoning: None,

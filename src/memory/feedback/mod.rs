@@ -1,0 +1,196 @@
+//! The feedback (reflection) write path (DESIGN.md section 6): where most memories are born.
+//! One file per stage:
+//! - [`accept`]: validate, derive the scope once from the conversation id (the same
+//!   [`derive_scope`](crate::memory::derive_scope) as every other write), pre-assign ids;
+//! - [`queue`]: journal the job durably before the 202, queue it, pause for erases, keep outcomes;
+//! - [`worker`]: apply jobs in order, retry a failing one in place, dead-letter it at the end;
+//! - [`plan`]: check ids against what the conversation may see, decide absolute changes;
+//! - [`apply`]: embed, compare-and-set strengths, insert what is missing, delete what merges
+//!   replace;
+//! - [`journal`] / [`journal_files`]: the per-process journal and adoption of dead ones.
+
+mod accept;
+mod apply;
+pub mod journal;
+pub mod journal_files;
+mod plan;
+mod queue;
+mod worker;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+use crate::memory::MemoryError;
+
+pub use queue::{FeedbackPause, FeedbackQueue};
+
+const MAX_IDS: usize = 100;
+const MAX_NEW: usize = 50;
+const MAX_GROUPS: usize = 20;
+const MAX_GROUP_LEN: usize = 20;
+const REINFORCE: i32 = 3;
+const PASSIVE_STRENGTH: i32 = 10;
+
+/// `POST /v1/feedback`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FeedbackRequest {
+    pub conversation_id: String,
+    #[serde(default)]
+    pub persona: Option<String>,
+    #[serde(default)]
+    pub useful_memory_ids: Vec<String>,
+    #[serde(default)]
+    pub new_memories: Vec<NewMemory>,
+    #[serde(default)]
+    pub merge_groups: Vec<Vec<String>>,
+}
+
+pub use super::new_memory::NewMemory;
+
+/// A new memory with its id assigned at acceptance (so a replay inserts it at most once).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct NewMemoryJob {
+    pub id: String,
+    pub content: String,
+    pub reasoning: Option<String>,
+    pub tags: Vec<String>,
+    pub memory_type: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct MergeGroupJob {
+    pub new_id: String,
+    pub ids: Vec<String>,
+}
+
+/// An accepted job as journaled.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct FeedbackJob {
+    pub job_id: String,
+    pub conversation_id: String,
+    pub scope: String,
+    pub scope_source: String,
+    pub accepted_at: DateTime<Utc>,
+    pub useful_memory_ids: Vec<String>,
+    pub new_memories: Vec<NewMemoryJob>,
+    pub merge_groups: Vec<MergeGroupJob>,
+}
+
+/// A merge, fully decided: the merged memory and the rows it replaces.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct MergePlan {
+    pub new_id: String,
+    pub content: String,
+    pub tags: Vec<String>,
+    pub memory_type: String,
+    pub strength: i32,
+    pub is_active: bool,
+    pub memory_scope: String,
+    pub scope_source: String,
+    pub delete_ids: Vec<String>,
+}
+
+/// Absolute changes: replaying a plan gives the same result as applying it once.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct FeedbackPlan {
+    /// (id, new strength).
+    pub reinforce: Vec<(String, i32)>,
+    /// The strength each reinforced row had when the plan was made: a replay only writes where
+    /// it is unchanged, so an old plan never overwrites what a newer job did. (Empty in plans
+    /// journaled by older versions, which apply unconditionally.)
+    #[serde(default)]
+    pub expected_strength: std::collections::BTreeMap<String, i32>,
+    pub new_memories: Vec<NewMemoryJob>,
+    pub merges: Vec<MergePlan>,
+    /// (id or group, why) for everything refused.
+    pub refused: Vec<(String, String)>,
+}
+
+/// How a job ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JobState {
+    /// Applied.
+    Done,
+    /// Dead-lettered after `feedback.max_attempts` failed attempts; never applied later.
+    Failed,
+    /// Dropped unapplied because an erase removed what it would touch.
+    Dropped,
+}
+
+/// What a finished job did, for `GET /v1/feedback/{job_id}` (kept a day, across restarts).
+/// Holds ids and counts, never memory text.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct JobOutcome {
+    pub job_id: String,
+    pub state: JobState,
+    pub reinforced: usize,
+    pub created: Vec<String>,
+    pub merged: Vec<String>,
+    pub refused: Vec<(String, String)>,
+    pub error: Option<String>,
+    /// Attempts it took (failed ones included).
+    pub attempts: u32,
+    pub finished_at: DateTime<Utc>,
+}
+
+impl JobOutcome {
+    fn unapplied(job_id: String, state: JobState, error: String, attempts: u32) -> JobOutcome {
+        JobOutcome {
+            job_id,
+            state,
+            reinforced: 0,
+            created: vec![],
+            merged: vec![],
+            refused: vec![],
+            error: Some(error),
+            attempts,
+            finished_at: Utc::now(),
+        }
+    }
+}
+
+/// Queue size and retry policy (the `feedback` config section).
+#[derive(Debug, Clone, Copy)]
+pub struct QueueSettings {
+    /// Jobs that may wait before new feedback is answered 503.
+    pub capacity: usize,
+    pub retry: RetryPolicy,
+}
+
+/// How failed jobs are retried: in place (later jobs wait, so none overtakes it), with a
+/// backoff doubling from `base` up to `cap`, and dead-lettered after `max_attempts`.
+#[derive(Debug, Clone, Copy)]
+pub struct RetryPolicy {
+    pub max_attempts: u32,
+    pub base: Duration,
+    pub cap: Duration,
+}
+
+impl RetryPolicy {
+    /// The pause before the attempt after `failed` failures.
+    pub fn backoff(&self, failed: u32) -> Duration {
+        let factor = 1u32 << failed.saturating_sub(1).min(16);
+        self.base.saturating_mul(factor).min(self.cap)
+    }
+}
+
+/// Why feedback could not be accepted.
+#[derive(Debug, thiserror::Error)]
+pub enum AcceptError {
+    #[error(transparent)]
+    Invalid(#[from] MemoryError),
+    #[error("the feedback queue is full ({0} jobs waiting); retry later")]
+    QueueFull(usize),
+    #[error("{0}")]
+    Journal(String),
+}
+
+fn invalid(field: &'static str, message: impl Into<String>) -> MemoryError {
+    MemoryError::InvalidInput {
+        field,
+        message: message.into(),
+    }
+}

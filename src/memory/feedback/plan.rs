@@ -1,0 +1,140 @@
+//! Planning a job: check every id against what the conversation may see, and decide the exact
+//! changes as absolute values (journaled, so a replay makes the same ones).
+
+use std::collections::{BTreeSet, HashMap};
+
+use super::queue::Shared;
+use super::*;
+use crate::memory::redact::redact;
+use crate::store::MemoryRecord;
+
+/// Visible to the job's conversation: its own scope, public, and NULL while in migration mode.
+fn visible(job: &FeedbackJob, r: &MemoryRecord, null_visible: bool) -> bool {
+    match r.memory_scope.as_deref() {
+        Some(s) => s == job.scope || s == "public",
+        None => null_visible,
+    }
+}
+
+pub(super) async fn make_plan(
+    shared: &Shared,
+    job: &FeedbackJob,
+) -> Result<FeedbackPlan, MemoryError> {
+    let null_visible = shared.gate.is_on();
+    let mut wanted: BTreeSet<String> = job.useful_memory_ids.iter().cloned().collect();
+    for g in &job.merge_groups {
+        wanted.extend(g.ids.iter().cloned());
+    }
+    let rows = shared
+        .store
+        .get_by_ids(&wanted.into_iter().collect::<Vec<_>>())
+        .await?;
+    let by_id: HashMap<&str, &MemoryRecord> = rows.iter().map(|r| (r.id.as_str(), r)).collect();
+    let mut plan = FeedbackPlan {
+        new_memories: job.new_memories.clone(),
+        ..FeedbackPlan::default()
+    };
+    let mut merged_away: BTreeSet<&str> = BTreeSet::new();
+
+    for g in &job.merge_groups {
+        let label = format!("merge[{}]", g.ids.join(","));
+        let members: Vec<&MemoryRecord> = g
+            .ids
+            .iter()
+            .filter_map(|id| by_id.get(id.as_str()).copied())
+            .collect();
+        if members.len() != g.ids.len() || members.iter().any(|r| !visible(job, r, null_visible)) {
+            plan.refused.push((
+                label,
+                "a memory in the group does not exist or is not visible to this conversation"
+                    .into(),
+            ));
+            continue;
+        }
+        let private: BTreeSet<&str> = members
+            .iter()
+            .filter_map(|r| r.memory_scope.as_deref())
+            .filter(|s| *s != "public")
+            .collect();
+        if private.len() > 1 {
+            plan.refused.push((
+                label,
+                "memories from two different non-public scopes are never merged".into(),
+            ));
+            continue;
+        }
+        // public + private gives private; all public (or legacy NULL) gives public.
+        let (scope, source) = match private.iter().next() {
+            Some(s) => {
+                let src = members
+                    .iter()
+                    .find(|r| r.memory_scope.as_deref() == Some(*s))
+                    .and_then(|r| r.scope_source.clone());
+                (
+                    s.to_string(),
+                    src.unwrap_or_else(|| job.scope_source.clone()),
+                )
+            }
+            None => (
+                "public".to_string(),
+                members
+                    .iter()
+                    .find(|r| r.memory_scope.is_some())
+                    .and_then(|r| r.scope_source.clone())
+                    .unwrap_or_else(|| "unmapped".into()),
+            ),
+        };
+        let mut contents: Vec<&str> = Vec::new();
+        for r in &members {
+            if !contents.contains(&r.content.as_str()) {
+                contents.push(&r.content);
+            }
+        }
+        // Legacy rows (written before redaction, or by another program) may hold personal
+        // data in clear: a merge is a new write, so it is redacted like one.
+        let mut tags: Vec<String> = Vec::new();
+        for r in &members {
+            for t in r.tags.iter().map(|t| redact(t)) {
+                if !tags.contains(&t) && tags.len() < 32 {
+                    tags.push(t);
+                }
+            }
+        }
+        let strongest = members.iter().max_by_key(|r| r.strength).copied();
+        plan.merges.push(MergePlan {
+            new_id: g.new_id.clone(),
+            content: redact(&contents.join("; ")),
+            tags,
+            memory_type: strongest
+                .map(|r| r.memory_type.clone())
+                .unwrap_or_else(|| "knowledge".into()),
+            strength: members
+                .iter()
+                .map(|r| r.strength)
+                .max()
+                .unwrap_or(PASSIVE_STRENGTH)
+                .clamp(1, 100),
+            is_active: members.iter().any(|r| r.is_active),
+            memory_scope: scope,
+            scope_source: source,
+            delete_ids: g.ids.clone(),
+        });
+        merged_away.extend(g.ids.iter().map(String::as_str));
+    }
+    for id in &job.useful_memory_ids {
+        match by_id.get(id.as_str()) {
+            Some(r) if visible(job, r, null_visible) => {
+                if !merged_away.contains(id.as_str()) {
+                    plan.reinforce
+                        .push((id.clone(), (r.strength + REINFORCE).min(100)));
+                    plan.expected_strength.insert(id.clone(), r.strength);
+                }
+            }
+            _ => plan.refused.push((
+                id.clone(),
+                "does not exist or is not visible to this conversation".into(),
+            )),
+        }
+    }
+    Ok(plan)
+}

@@ -1,0 +1,272 @@
+//! The queue: accepted jobs journaled durably, queued for the worker, paused by erases; and
+//! what finished jobs did.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::{mpsc, Notify};
+
+use super::journal::{PendingJob, Record};
+use super::journal_files::InstanceJournal;
+use super::worker::{run_job, Run};
+use super::*;
+use crate::embed::Embedder;
+use crate::migrate::MigrationGate;
+use crate::scope::ScopeResolver;
+use crate::store::Store;
+
+/// What the worker and its stages share.
+pub(super) struct Shared {
+    pub(super) store: Store,
+    pub(super) embedder: Arc<dyn Embedder>,
+    pub(super) gate: MigrationGate,
+    /// This process's journal (and the lock that marks it alive).
+    pub(super) files: InstanceJournal,
+    /// Held by the worker while it applies a job, and by an erase for its whole duration, so an
+    /// erase never races a job that would write back what it erases.
+    pub(super) apply: tokio::sync::Mutex<()>,
+    /// Jobs an erase dropped from the journal; the worker skips them when they come up.
+    pub(super) dropped: Mutex<std::collections::HashSet<String>>,
+    pub(super) outcomes: Mutex<VecDeque<JobOutcome>>,
+    pub(super) retry: RetryPolicy,
+    /// Failed attempts that were retried, for metrics.
+    pub(super) retries: std::sync::atomic::AtomicU64,
+    pub(super) finished: Notify,
+    pub(super) depth: std::sync::atomic::AtomicUsize,
+}
+
+/// The queue + worker. `accept` is safe to call before the worker starts: jobs wait durably.
+pub struct FeedbackQueue {
+    shared: Arc<Shared>,
+    scopes: Arc<ScopeResolver>,
+    tx: mpsc::Sender<FeedbackJob>,
+    rx: Mutex<Option<mpsc::Receiver<FeedbackJob>>>,
+    replay: Mutex<Vec<PendingJob>>,
+    capacity: usize,
+    stop: Arc<Notify>,
+    task: crate::task::TaskSlot,
+}
+
+impl FeedbackQueue {
+    /// Claim this process's journal in `dir` (adopting dead instances' unfinished jobs, which
+    /// the worker replays first) and open the queue.
+    pub fn open(
+        dir: &std::path::Path,
+        table: &str,
+        settings: QueueSettings,
+        store: Store,
+        embedder: Arc<dyn Embedder>,
+        scopes: Arc<ScopeResolver>,
+        gate: MigrationGate,
+    ) -> Result<FeedbackQueue, MemoryError> {
+        let mut files =
+            InstanceJournal::claim(dir, table).map_err(|e| MemoryError::Internal(e.to_string()))?;
+        let pending = std::mem::take(&mut files.pending);
+        tracing::info!(
+            instance = %files.instance,
+            adopted_journals = files.adopted_files,
+            jobs = pending.jobs.len(),
+            corrupt_lines = pending.corrupt_lines,
+            "feedback journal claimed; adopted unfinished jobs are replayed first"
+        );
+        let (tx, rx) = mpsc::channel(settings.capacity.max(1));
+        Ok(FeedbackQueue {
+            shared: Arc::new(Shared {
+                store,
+                embedder,
+                gate,
+                files,
+                apply: tokio::sync::Mutex::new(()),
+                dropped: Mutex::new(Default::default()),
+                outcomes: Mutex::new(VecDeque::new()),
+                retry: settings.retry,
+                retries: Default::default(),
+                finished: Notify::new(),
+                depth: std::sync::atomic::AtomicUsize::new(pending.jobs.len()),
+            }),
+            scopes,
+            tx,
+            rx: Mutex::new(Some(rx)),
+            replay: Mutex::new(pending.jobs),
+            capacity: settings.capacity.max(1),
+            stop: Arc::new(Notify::new()),
+            task: crate::task::TaskSlot::default(),
+        })
+    }
+
+    /// Jobs accepted but not yet finished.
+    pub fn depth(&self) -> usize {
+        self.shared.depth.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    pub fn journal_healthy(&self) -> bool {
+        self.shared.files.journal.healthy()
+    }
+
+    /// Validate, derive the scope, journal durably, queue. Returns the job id.
+    pub fn accept(&self, req: FeedbackRequest) -> Result<String, AcceptError> {
+        let job = super::accept::validate(req, &self.scopes)?;
+        // Reserve a queue slot first: never journal what cannot be queued.
+        let permit = match self.tx.try_reserve() {
+            Ok(p) => p,
+            Err(_) => return Err(AcceptError::QueueFull(self.capacity)),
+        };
+        self.shared
+            .files
+            .journal
+            .append(&Record::Accepted { job: job.clone() })
+            .map_err(|e| AcceptError::Journal(e.to_string()))?;
+        self.shared
+            .depth
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let job_id = job.job_id.clone();
+        tracing::info!(
+            conversation_id = %job.conversation_id,
+            memory_scope = %job.scope,
+            job_id = %job_id,
+            new = job.new_memories.len(),
+            useful = job.useful_memory_ids.len(),
+            merges = job.merge_groups.len(),
+            "feedback accepted"
+        );
+        permit.send(job);
+        Ok(job_id)
+    }
+
+    /// Start the worker: replays unfinished journaled jobs first, then serves the queue.
+    pub fn start(&self) {
+        if self.task.is_set() {
+            return;
+        }
+        let Some(mut rx) = self.rx.lock().ok().and_then(|mut r| r.take()) else {
+            return;
+        };
+        let replay = self
+            .replay
+            .lock()
+            .map(|mut r| std::mem::take(&mut *r))
+            .unwrap_or_default();
+        let shared = self.shared.clone();
+        let stop = self.stop.clone();
+        self.task.spawn_if_idle(async move {
+            for pending in replay {
+                if run_job(&shared, pending, &stop).await == Run::Stopped {
+                    return;
+                }
+            }
+            loop {
+                tokio::select! {
+                    biased;
+                    job = rx.recv() => match job {
+                        Some(job) => {
+                            let pending = PendingJob { job, plan: None, attempts: 0 };
+                            if run_job(&shared, pending, &stop).await == Run::Stopped {
+                                break;
+                            }
+                        }
+                        None => break,
+                    },
+                    _ = stop.notified() => break,
+                }
+            }
+        });
+    }
+
+    /// Wait for the job in flight, then hold the worker off until the guard is dropped. An
+    /// erase holds it while it deletes rows and drops pending jobs.
+    pub async fn pause(&self) -> FeedbackPause<'_> {
+        FeedbackPause(self.shared.apply.lock().await)
+    }
+
+    /// Drop the unfinished jobs that `select` picks (while paused): they are removed from the
+    /// journal, which is rewritten without them and without finished jobs, and the worker will
+    /// skip them. Returns how many were dropped.
+    pub fn drop_pending(
+        &self,
+        _paused: &FeedbackPause<'_>,
+        select: impl Fn(&FeedbackJob, Option<&FeedbackPlan>) -> bool,
+    ) -> Result<usize, MemoryError> {
+        let ids = self
+            .shared
+            .files
+            .journal
+            .compact(select)
+            .map_err(|e| MemoryError::Internal(e.to_string()))?;
+        if let Ok(mut dropped) = self.shared.dropped.lock() {
+            dropped.extend(ids.iter().cloned());
+        }
+        Ok(ids.len())
+    }
+
+    /// Stop after the job in flight (queued jobs stay in the journal for the next start).
+    pub async fn shutdown(&self) {
+        self.stop.notify_one();
+        self.task.join().await;
+        self.shared.files.release_if_drained();
+    }
+
+    /// This process's instance id (names its journal).
+    pub fn instance(&self) -> &str {
+        &self.shared.files.instance
+    }
+
+    /// Kill the worker at once, as a crash would (tests), and wait until it is gone.
+    pub async fn abort(&self) {
+        self.task.kill().await;
+    }
+
+    /// How a finished job ended (this process's recent jobs, then every outcome its journal
+    /// keeps: a day, across restarts and adoption). `None`: pending or unknown.
+    pub fn outcome(&self, job_id: &str) -> Option<JobOutcome> {
+        let recent = self
+            .shared
+            .outcomes
+            .lock()
+            .ok()
+            .and_then(|o| o.iter().find(|o| o.job_id == job_id).cloned());
+        recent.or_else(|| {
+            self.shared
+                .files
+                .journal
+                .finished()
+                .into_iter()
+                .find(|o| o.job_id == job_id)
+        })
+    }
+
+    /// Jobs dead-lettered within the last day, newest last.
+    pub fn dead_letters(&self) -> Vec<JobOutcome> {
+        self.shared
+            .files
+            .journal
+            .finished()
+            .into_iter()
+            .filter(|o| o.state == JobState::Failed)
+            .collect()
+    }
+
+    /// Failed attempts that were retried since start.
+    pub fn retries(&self) -> u64 {
+        self.shared
+            .retries
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Wait until `job_id` has finished (or `timeout`).
+    pub async fn wait_for(&self, job_id: &str, timeout: Duration) -> Option<JobOutcome> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let notified = self.shared.finished.notified();
+            if let Some(o) = self.outcome(job_id) {
+                return Some(o);
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return self.outcome(job_id);
+            }
+        }
+    }
+}
+
+/// Proof that the feedback worker is paused (see [`FeedbackQueue::pause`]).
+pub struct FeedbackPause<'a>(#[allow(dead_code)] tokio::sync::MutexGuard<'a, ()>);
