@@ -246,3 +246,23 @@ async fn sequential_single_appends_stay_under_the_fragment_cap() {
         .expect("scope index");
     assert_eq!(idx.num_unindexed_rows, 0, "{idx:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_inserts_of_the_same_ids_from_two_connections_leave_one_row_each() {
+    let dir = tempfile::tempdir().unwrap();
+    drop(open(dir.path()).await); // create the table (with its primary key)
+    let (a, b) = (open(dir.path()).await, open(dir.path()).await);
+    let rows: Vec<_> = (0..40).map(|i| row(i, "public")).collect();
+    let (ra, rb) = tokio::join!(
+        a.writer().insert_missing(rows.clone()),
+        b.writer().insert_missing(rows.clone())
+    );
+    let inserted = ra.unwrap() + rb.unwrap();
+    assert_eq!(inserted, 40, "each id inserted by exactly one of the two");
+    // Again, after both committed: nothing to insert.
+    assert_eq!(a.writer().insert_missing(rows.clone()).await.unwrap(), 0);
+    let c = open(dir.path()).await;
+    let ids = c.ids_where("id IS NOT NULL").await.unwrap();
+    let unique: std::collections::HashSet<&String> = ids.iter().collect();
+    assert_eq!((ids.len(), unique.len()), (40, 40));
+}

@@ -65,6 +65,10 @@ enum Op {
         full: bool,
         done: oneshot::Sender<Result<MaintenanceReport, StoreError>>,
     },
+    InsertMissing {
+        rows: Rows,
+        done: oneshot::Sender<Result<u64, StoreError>>,
+    },
     FillBlank {
         ids: Vec<String>,
         values: Vec<(String, String)>,
@@ -162,6 +166,21 @@ impl WriterHandle {
         let (done, rx) = oneshot::channel();
         self.tx
             .send(Op::Maintain { full, done })
+            .await
+            .map_err(|_| StoreError::WriterGone)?;
+        rx.await.map_err(|_| StoreError::WriterGone)?
+    }
+
+    /// Insert the rows whose id the table does not hold yet, atomically with respect to other
+    /// writers: a merge on the table's (unenforced) primary key, so two processes inserting the
+    /// same id concurrently leave one row. Returns rows inserted.
+    pub async fn insert_missing(&self, rows: Rows) -> Result<u64, StoreError> {
+        if rows.is_empty() {
+            return Ok(0);
+        }
+        let (done, rx) = oneshot::channel();
+        self.tx
+            .send(Op::InsertMissing { rows, done })
             .await
             .map_err(|_| StoreError::WriterGone)?;
         rx.await.map_err(|_| StoreError::WriterGone)?
@@ -328,6 +347,16 @@ async fn run(
                 }
                 let _ = done.send(result);
             }
+            Op::InsertMissing { rows, done } => {
+                let wall = std::time::SystemTime::now();
+                let mut result =
+                    retry(&settings, &counters, || insert_missing(&table, &rows)).await;
+                if let Ok(n) = result {
+                    result = make_durable(&settings, &counters, wall).await.map(|()| n);
+                }
+                dirty = true;
+                let _ = done.send(result);
+            }
             Op::FillBlank { ids, values, done } => {
                 let result =
                     retry(&settings, &counters, || fill_blank(&table, &ids, &values)).await;
@@ -426,6 +455,16 @@ async fn commit_group(
         "group commit"
     );
     Ok(())
+}
+
+async fn insert_missing(table: &Table, rows: &Rows) -> Result<u64, StoreError> {
+    use lancedb::arrow::arrow_array::RecordBatchIterator;
+    let schema = table.schema().await?;
+    let batch = to_batch(&schema, rows)?;
+    let mut merge = table.merge_insert(&["id"]);
+    merge.when_not_matched_insert_all();
+    let reader = RecordBatchIterator::new(vec![Ok(batch)], schema);
+    Ok(merge.execute(Box::new(reader)).await?.num_inserted_rows)
 }
 
 /// A partial-schema merge on the indexed `id` key: Lance patches just the given columns (new

@@ -64,7 +64,8 @@ pub(super) async fn apply(
     if !records.is_empty() {
         shared
             .store
-            .append(records.into_iter().zip(vectors).collect())
+            .writer()
+            .insert_missing(records.into_iter().zip(vectors).collect())
             .await?;
     }
     for m in &merges {
