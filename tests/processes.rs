@@ -329,3 +329,23 @@ async fn one_serve_and_two_mcp_processes_share_a_directory() {
     let s = status(&client, &serve).await;
     assert_eq!(s["rows"], written.len(), "no row lost or doubled: {s}");
 }
+
+#[tokio::test]
+async fn two_processes_starting_together_on_a_legacy_table_both_come_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    std::fs::create_dir_all(&db).unwrap();
+    make_legacy_table(&db, &legacy_rows(200, "sailing"), false, false).await;
+    // Both open the legacy table and apply the scope migration at the same moment.
+    let (a, b) = tokio::join!(
+        spawn_serve(dir.path(), "a", json!({})),
+        spawn_serve(dir.path(), "b", json!({}))
+    );
+    let client = reqwest::Client::new();
+    for s in [&a, &b] {
+        let st = status(&client, s).await;
+        assert_eq!(st["rows"], 200, "{st}");
+    }
+    let hits = recalled(&client, &b, FAMILY, "sailing").await;
+    assert!(!hits.is_empty(), "legacy rows are recalled while migrating");
+}

@@ -20,6 +20,45 @@ pub struct MigrationOutcome {
     pub backfill_needed: bool,
 }
 
+/// Add the columns the table lacks. Several processes may open a legacy table at once: when
+/// another one's schema change wins the commit, re-read the latest schema and try again, so
+/// every process ends up on the migrated table instead of failing to start.
+async fn add_missing_columns(
+    table: &Table,
+    columns: &[files::Column],
+    dimension: usize,
+) -> Result<(), MigrateError> {
+    let mut attempt = 0;
+    loop {
+        table.checkout_latest().await?;
+        let schema = table.schema().await?;
+        let missing: Vec<_> = columns
+            .iter()
+            .filter(|c| schema.field_with_name(&c.name).is_err())
+            .cloned()
+            .collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let added = table
+            .add_columns()
+            .transform(NewColumnTransform::AllNulls(schema_of(
+                &missing, dimension,
+            )?))
+            .execute()
+            .await;
+        match added {
+            Ok(_) => return Ok(()),
+            Err(e) if attempt < 5 => {
+                attempt += 1;
+                tracing::debug!(error = %e, attempt, "adding columns raced another process; re-checking");
+                tokio::time::sleep(std::time::Duration::from_millis(50 * attempt)).await;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
 /// `scopemem migrate status`.
 #[derive(Debug, Clone, Serialize)]
 pub struct SchemaStatus {
@@ -66,11 +105,27 @@ pub async fn status(table: &Table) -> Result<SchemaStatus, MigrateError> {
     })
 }
 
+/// Record `version` in the table's config; a concurrent process recording it too is fine.
 async fn record_version(table: &Table, version: u32) -> Result<(), MigrateError> {
-    native(table)?
-        .update_config([(META_SCHEMA_VERSION.to_string(), version.to_string())])
-        .await?;
-    Ok(())
+    let mut attempt = 0;
+    loop {
+        let recorded = native(table)?
+            .update_config([(META_SCHEMA_VERSION.to_string(), version.to_string())])
+            .await;
+        match recorded {
+            Ok(_) => return Ok(()),
+            Err(e) if attempt < 5 => {
+                attempt += 1;
+                table.checkout_latest().await?;
+                if current_version(table).await? >= version {
+                    return Ok(());
+                }
+                tracing::debug!(error = %e, attempt, "recording the schema version raced; retrying");
+                tokio::time::sleep(std::time::Duration::from_millis(50 * attempt)).await;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
 }
 
 /// Open `name` (creating it through the migrations if missing) and bring it to the latest
@@ -98,14 +153,25 @@ pub async fn open_or_create(
                 })
             })
             .ok_or_else(|| MigrateError::Definition("0001 must create the table".into()))?;
-        let table = conn
+        match conn
             .create_empty_table(name, schema_of(&create, dimension)?)
             .execute()
-            .await?;
-        table.set_unenforced_primary_key([COL_ID]).await?;
-        record_version(&table, 1).await?;
-        tracing::info!(table = name, "created table at schema v1");
-        (table, 1)
+            .await
+        {
+            Ok(table) => {
+                table.set_unenforced_primary_key([COL_ID]).await?;
+                record_version(&table, 1).await?;
+                tracing::info!(table = name, "created table at schema v1");
+                (table, 1)
+            }
+            // Another process sharing the directory created it first: open theirs.
+            Err(lancedb::Error::TableAlreadyExists { .. }) => {
+                let table = conn.open_table(name).execute().await?;
+                let v = current_version(&table).await?;
+                (table, v)
+            }
+            Err(e) => return Err(e.into()),
+        }
     };
     let has_rows = exists && table.count_rows(None).await? > 0;
     let mut backfill_needed = false;
@@ -115,21 +181,7 @@ pub async fn open_or_create(
             match op {
                 Op::CreateTable { .. } => {}
                 Op::AddColumns { columns } => {
-                    let schema = table.schema().await?;
-                    let missing: Vec<_> = columns
-                        .iter()
-                        .filter(|c| schema.field_with_name(&c.name).is_err())
-                        .cloned()
-                        .collect();
-                    if !missing.is_empty() {
-                        table
-                            .add_columns()
-                            .transform(NewColumnTransform::AllNulls(schema_of(
-                                &missing, dimension,
-                            )?))
-                            .execute()
-                            .await?;
-                    }
+                    add_missing_columns(&table, columns, dimension).await?
                 }
                 Op::BackfillScope { .. } => backfill_needed |= has_rows,
             }
