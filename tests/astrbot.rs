@@ -357,3 +357,97 @@ async fn astrbot_runs_the_plugin_with_scopes_apart_and_survives_an_outage() {
         started.elapsed().as_secs_f64()
     );
 }
+
+/// The plugin's optional supervisor: AstrBot starts `scopemem serve` through the plugin,
+/// the plugin restarts it after a kill -9, and stopping AstrBot stops it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn astrbot_plugin_supervises_scopemem() {
+    let python = astrbot_python();
+    let dir = tempfile::tempdir().unwrap();
+    let port = common::serve::free_port();
+    let base = format!("http://127.0.0.1:{port}");
+    let config = dir.path().join("supervised.json");
+    std::fs::write(
+        &config,
+        serde_json::to_vec(&json!({
+            "storage": {"db_dir": dir.path().join("db")},
+            "server": {"http_addr": format!("127.0.0.1:{port}")},
+            "conversation_scope_map": {FAMILY_UMO: "家人"},
+        }))
+        .unwrap(),
+    )
+    .unwrap();
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let log_path = dir.path().join("astrbot.log");
+    let out = tokio::time::timeout(
+        Duration::from_secs(400),
+        tokio::process::Command::new(&python)
+            .arg(manifest.join("tests/astrbot/scenario.py"))
+            .arg("--root")
+            .arg(dir.path().join("astrbot-root"))
+            .arg("--plugin-src")
+            .arg(manifest.join("integrations/astrbot"))
+            .args([
+                "--scopemem",
+                &base,
+                "--supervise",
+                env!("CARGO_BIN_EXE_scopemem"),
+            ])
+            .arg("--scopemem-config")
+            .arg(&config)
+            .env("HOME", dir.path())
+            .env_remove("ASTRBOT_ROOT")
+            .stdin(Stdio::null())
+            .stderr(std::fs::File::create(&log_path).unwrap())
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("supervision scenario within 400 s")
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let report: Value = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("@@SCENARIO REPORT "))
+        .map(|j| serde_json::from_str(j).unwrap())
+        .unwrap_or_else(|| {
+            panic!(
+                "no report ({}); stdout:\n{stdout}\nAstrBot log tail:\n{}",
+                out.status,
+                tail(&log_path, 80)
+            )
+        });
+    assert!(out.status.success(), "{report}");
+    let first = report["status_first"].as_str().unwrap_or("");
+    assert!(
+        first.contains("UP") && first.contains("scope: 家人"),
+        "{first}"
+    );
+    assert!(
+        report["status_after_kill"]
+            .as_str()
+            .unwrap_or("")
+            .contains("DOWN"),
+        "{report}"
+    );
+    assert!(
+        report["status_restarted"]
+            .as_str()
+            .unwrap_or("")
+            .contains("UP"),
+        "{report}"
+    );
+    assert_ne!(report["pids"][0], report["pids"][1], "{report}");
+    assert_eq!(report["tool_reply"], "Noted.", "{report}");
+    assert_eq!(report["child_gone_after_stop"], true, "{report}");
+    // Nothing listens any more, and the memory written through the restarted child is stored.
+    let client = reqwest::Client::new();
+    assert!(client.get(format!("{base}/healthz")).send().await.is_err());
+    let serve = respawn(dir.path(), "supervised", &base).await;
+    let (scope, hits) = recall(&client, &serve, FAMILY_UMO, "supervised").await;
+    assert_eq!(scope, "家人");
+    assert!(
+        hits.contains(&("家人".into(), "Supervised memory works".into())),
+        "{hits:?}"
+    );
+}

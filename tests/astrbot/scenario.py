@@ -153,7 +153,14 @@ class StubLLM:
 # ---- AstrBot ----------------------------------------------------------------------------
 
 
-def prepare_root(root: str, plugin_src: str, scopemem_url: str, llm_port: int) -> None:
+def prepare_root(
+    root: str,
+    plugin_src: str,
+    scopemem_url: str,
+    llm_port: int,
+    binary: str = "",
+    binary_config: str = "",
+) -> None:
     data = os.path.join(root, "data")
     os.makedirs(os.path.join(data, "plugins"), exist_ok=True)
     os.makedirs(os.path.join(data, "config"), exist_ok=True)
@@ -196,8 +203,8 @@ def prepare_root(root: str, plugin_src: str, scopemem_url: str, llm_port: int) -
         "auth_token": "",
         "request_timeout_secs": 3.0,
         "reflection": "inline",
-        "scopemem_binary": "",
-        "scopemem_config": "",
+        "scopemem_binary": binary,
+        "scopemem_config": binary_config,
     }
     with open(
         os.path.join(data, "config", f"{PLUGIN_DIR}_config.json"), "w", encoding="utf-8"
@@ -385,18 +392,82 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     return report
 
 
+async def run_supervised(args: argparse.Namespace) -> dict[str, Any]:
+    """The plugin launches `scopemem serve` itself, restarts it after a kill -9, and stops it
+    when AstrBot stops."""
+    import signal
+
+    root = os.path.realpath(args.root)
+    llm = StubLLM(Chat.umo("alice", "family-chat"))
+    await llm.start()
+    prepare_root(
+        root, args.plugin_src, args.scopemem, llm.port, args.supervise, args.scopemem_config
+    )
+    os.environ["ASTRBOT_ROOT"] = root
+    os.chdir(root)
+    sys.path.insert(0, root)
+    from astrbot.core import LogBroker, db_helper
+    from astrbot.core.core_lifecycle import AstrBotCoreLifecycle
+
+    lifecycle = AstrBotCoreLifecycle(LogBroker(), db_helper)
+    await lifecycle.initialize()
+    core_task = asyncio.create_task(lifecycle.start(), name="astrbot_core")
+    plugin = next(
+        s for s in lifecycle.plugin_manager.context.get_all_stars() if s.name == PLUGIN_DIR
+    )
+    star = plugin.star_cls
+    chat = Chat()
+    report: dict[str, Any] = {}
+
+    async def wait_up(timeout: float) -> str:
+        deadline = time.monotonic() + timeout
+        text = ""
+        while time.monotonic() < deadline:
+            text = await chat.send("alice", "family-chat", "/scopemem status")
+            if text.startswith("scopemem status: UP"):
+                return text
+            await asyncio.sleep(0.5)
+        raise RuntimeError(f"supervised scopemem never came up: {text}")
+
+    report["status_first"] = await wait_up(120)
+    first_pid = star.supervisor.proc.pid
+    os.kill(first_pid, signal.SIGKILL)
+    await asyncio.sleep(0.3)
+    report["status_after_kill"] = await chat.send("alice", "family-chat", "/scopemem status")
+    report["status_restarted"] = await wait_up(120)
+    second_pid = star.supervisor.proc.pid
+    report["pids"] = [first_pid, second_pid]
+    reply = await chat.send("alice", "family-chat", "TOOL_REMEMBER: Supervised memory works")
+    report["tool_reply"] = reply
+    await lifecycle.stop()
+    core_task.cancel()
+    try:
+        await core_task
+    except BaseException:
+        pass
+    try:
+        os.kill(second_pid, 0)
+        report["child_gone_after_stop"] = False
+    except ProcessLookupError:
+        report["child_gone_after_stop"] = True
+    await llm.stop()
+    return report
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--root", required=True)
     parser.add_argument("--plugin-src", required=True)
     parser.add_argument("--scopemem", required=True)
     parser.add_argument("--latency-runs", type=int, default=50)
+    parser.add_argument("--supervise", default="", help="scopemem binary the plugin runs")
+    parser.add_argument("--scopemem-config", default="")
     args = parser.parse_args()
     args.plugin_src = os.path.realpath(args.plugin_src)
     # AstrBot logs to stdout; keep stdout for the protocol.
     sys.stdout = sys.stderr
     try:
-        report = asyncio.run(run(args))
+        report = asyncio.run(run_supervised(args) if args.supervise else run(args))
     except BaseException:
         traceback.print_exc()
         say("FAILED", traceback.format_exc().splitlines()[-1])
