@@ -1,0 +1,495 @@
+"""scopemem for AstrBot: scope-aware long-term memory over scopemem's HTTP API.
+
+Every call names its conversation with the event's ``unified_msg_origin`` (UMO); scopemem maps
+it to a scope with its own ``conversation_scope_map``. Nothing here (and nothing the LLM says)
+can choose a scope. When scopemem is unreachable, chatting goes on without memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import time
+from collections import deque
+from typing import Any
+
+import aiohttp
+
+from astrbot.api import AstrBotConfig, logger
+from astrbot.api.event import AstrMessageEvent, filter
+from astrbot.api.provider import LLMResponse, ProviderRequest
+from astrbot.api.star import Context, Star, register
+
+PLUGIN_NAME = "astrbot_plugin_scopemem"
+
+# Event extras this plugin sets during one message's pipeline run.
+EXTRA_RECALLED = "_scopemem_recalled_ids"
+EXTRA_PERSONA = "_scopemem_persona"
+EXTRA_REPLY = "_scopemem_bot_reply"
+EXTRA_REFLECTION = "_scopemem_reflection"
+
+REFLECTION_RE = re.compile(r"<memory_reflection>(.*?)</memory_reflection>", re.DOTALL)
+
+REFLECTION_INSTRUCTIONS = """
+<memory_reflection_instructions>
+After your reply you may append ONE block <memory_reflection>{...}</memory_reflection> holding a
+JSON object with any of: "useful_memory_ids" (ids of the memories above that helped),
+"new_memories" (list of {"content", "reasoning"?, "tags"?, "memory_type"?} worth keeping
+long-term; memory_type is knowledge, event, skill, task or emotional). The block is removed
+before the user sees the reply. Leave it out when there is nothing to record.
+</memory_reflection_instructions>
+""".strip()
+
+
+class ScopememDown(Exception):
+    """scopemem could not be reached (or answered 5xx)."""
+
+
+class ScopememClient:
+    """A small JSON client that logs an outage once and its end once."""
+
+    def __init__(self, base_url: str, token: str, timeout_s: float) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.token = token
+        self.timeout = aiohttp.ClientTimeout(total=timeout_s)
+        self.down = False
+        self.last_error = ""
+        self._session: aiohttp.ClientSession | None = None
+
+    def _headers(self) -> dict[str, str]:
+        headers = {"content-type": "application/json"}
+        if self.token:
+            headers["authorization"] = f"Bearer {self.token}"
+        return headers
+
+    async def _get_session(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(timeout=self.timeout)
+        return self._session
+
+    async def close(self) -> None:
+        if self._session is not None and not self._session.closed:
+            await self._session.close()
+
+    def _mark_down(self, error: str) -> None:
+        self.last_error = error
+        if not self.down:
+            self.down = True
+            logger.warning(
+                "[scopemem] %s unreachable (%s): chatting continues without memory "
+                "until it is back (logged once per outage)",
+                self.base_url,
+                error,
+            )
+
+    def _mark_up(self) -> None:
+        if self.down:
+            self.down = False
+            logger.info("[scopemem] %s is reachable again: memory is back", self.base_url)
+
+    async def request(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        """Returns (status, json). Raises ScopememDown on transport errors and 5xx."""
+        try:
+            session = await self._get_session()
+            async with session.request(
+                method,
+                self.base_url + path,
+                headers=self._headers(),
+                data=None if body is None else json.dumps(body),
+            ) as resp:
+                text = await resp.text()
+                status = resp.status
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
+            self._mark_down(type(e).__name__ if not str(e) else f"{type(e).__name__}: {e}")
+            raise ScopememDown(str(e) or type(e).__name__) from e
+        try:
+            payload = json.loads(text) if text else None
+        except ValueError:
+            payload = None
+        if status >= 500:
+            code = _error_code(payload) or f"HTTP {status}"
+            self._mark_down(code)
+            raise ScopememDown(code)
+        self._mark_up()
+        return status, payload
+
+
+def _error_code(payload: Any) -> str:
+    if isinstance(payload, dict) and isinstance(payload.get("error"), dict):
+        return str(payload["error"].get("code", ""))
+    return ""
+
+
+def _whole(v: Any) -> Any:
+    """JSON-schema "number" arguments arrive as floats (50.0); scopemem wants integers."""
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    return v
+
+
+def _persona_of(req: ProviderRequest | None) -> str | None:
+    """The persona AstrBot chose for this conversation, when it names one explicitly."""
+    conv = getattr(req, "conversation", None) if req is not None else None
+    persona = getattr(conv, "persona_id", None) if conv is not None else None
+    if isinstance(persona, str) and persona.strip() and not persona.startswith("[%"):
+        return persona
+    return None
+
+
+def _clean_reflection(raw: Any) -> dict[str, Any] | None:
+    """Keep only the fields scopemem's reflection accepts (it refuses unknown fields)."""
+    if not isinstance(raw, dict):
+        return None
+    out: dict[str, Any] = {}
+    ids = raw.get("useful_memory_ids")
+    if isinstance(ids, list):
+        out["useful_memory_ids"] = [str(i) for i in ids if isinstance(i, (str, int))]
+    news = raw.get("new_memories")
+    if isinstance(news, list):
+        kept = []
+        for m in news:
+            if isinstance(m, str) and m.strip():
+                kept.append({"content": m})
+            elif isinstance(m, dict) and isinstance(m.get("content"), str):
+                item: dict[str, Any] = {"content": m["content"]}
+                if isinstance(m.get("reasoning"), str):
+                    item["reasoning"] = m["reasoning"]
+                if isinstance(m.get("tags"), list):
+                    item["tags"] = [str(t) for t in m["tags"]]
+                if isinstance(m.get("memory_type"), str):
+                    item["memory_type"] = m["memory_type"]
+                kept.append(item)
+        out["new_memories"] = kept
+    groups = raw.get("merge_groups")
+    if isinstance(groups, list):
+        out["merge_groups"] = [
+            [str(i) for i in g] for g in groups if isinstance(g, list)
+        ]
+    return out if any(out.values()) else None
+
+
+def split_reflection(text: str) -> tuple[str, dict[str, Any] | None]:
+    """Remove every reflection block from a reply; return (visible reply, last valid reflection)."""
+    reflection = None
+    for block in REFLECTION_RE.findall(text):
+        try:
+            parsed = _clean_reflection(json.loads(block))
+        except ValueError:
+            parsed = None
+        if parsed is not None:
+            reflection = parsed
+    visible = REFLECTION_RE.sub("", text).strip()
+    return visible, reflection
+
+
+class Supervisor:
+    """Runs `scopemem serve --config FILE` as a child, restarting it with backoff."""
+
+    def __init__(self, binary: str, config_path: str, token: str) -> None:
+        self.binary = binary
+        self.config_path = config_path
+        self.token = token
+        self.proc: asyncio.subprocess.Process | None = None
+        self.task: asyncio.Task | None = None
+        self.stopping = False
+
+    def start(self) -> None:
+        self.task = asyncio.create_task(self._run(), name="scopemem_supervisor")
+
+    async def _run(self) -> None:
+        backoff = 1.0
+        env = dict(os.environ)
+        if self.token:
+            env["SCOPEMEM_AUTH_TOKEN"] = self.token
+        while not self.stopping:
+            started = time.monotonic()
+            try:
+                self.proc = await asyncio.create_subprocess_exec(
+                    self.binary,
+                    "serve",
+                    "--config",
+                    self.config_path,
+                    env=env,
+                    stdin=asyncio.subprocess.DEVNULL,
+                )
+                logger.info("[scopemem] started %s (pid %s)", self.binary, self.proc.pid)
+                code = await self.proc.wait()
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # a missing binary, a bad path, ...
+                code = None
+                logger.error("[scopemem] could not start %s: %s", self.binary, e)
+            if self.stopping:
+                return
+            if time.monotonic() - started > 60:
+                backoff = 1.0
+            logger.warning(
+                "[scopemem] serve exited (code %s); restarting in %.0f s", code, backoff
+            )
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, 30.0)
+
+    async def stop(self) -> None:
+        self.stopping = True
+        proc = self.proc
+        if proc is not None and proc.returncode is None:
+            proc.terminate()  # SIGTERM: scopemem drains and flushes, then exits 0
+            try:
+                await asyncio.wait_for(proc.wait(), timeout=15)
+            except asyncio.TimeoutError:
+                proc.kill()
+                await proc.wait()
+        if self.task is not None:
+            self.task.cancel()
+            try:
+                await self.task
+            except (asyncio.CancelledError, Exception):
+                pass
+
+
+@register(
+    PLUGIN_NAME,
+    "scopemem",
+    "Scope-aware long-term memory: the family group's memories never surface in the work group",
+    "0.1.0",
+)
+class ScopememPlugin(Star):
+    def __init__(self, context: Context, config: AstrBotConfig | None = None) -> None:
+        super().__init__(context)
+        cfg: Any = config if config is not None else {}
+        self.base_url = str(cfg.get("scopemem_url", "http://127.0.0.1:8787"))
+        token = str(cfg.get("auth_token", "") or os.environ.get("SCOPEMEM_AUTH_TOKEN", ""))
+        self.request_timeout = float(cfg.get("request_timeout_secs", 3.0))
+        self.reflection_mode = str(cfg.get("reflection", "inline"))
+        self.client = ScopememClient(self.base_url, token, self.request_timeout)
+        self.supervisor: Supervisor | None = None
+        binary = str(cfg.get("scopemem_binary", "") or "")
+        if binary:
+            self.supervisor = Supervisor(binary, str(cfg.get("scopemem_config", "")), token)
+        # Time spent inside on_llm_request (ms), newest last; shown by /scopemem status.
+        self.hook_latency_ms: deque[float] = deque(maxlen=1000)
+
+    async def initialize(self) -> None:
+        if self.supervisor is not None:
+            self.supervisor.start()
+
+    async def terminate(self) -> None:
+        if self.supervisor is not None:
+            await self.supervisor.stop()
+        await self.client.close()
+
+    # ---- hooks -------------------------------------------------------------------------
+
+    @filter.on_llm_request()
+    async def inject_memories(self, event: AstrMessageEvent, req: ProviderRequest) -> None:
+        """Recall for this conversation and append the <memory_context> to the system prompt."""
+        started = time.perf_counter()
+        try:
+            await self._inject(event, req)
+        except ScopememDown:
+            pass  # already logged once per outage
+        except Exception as e:  # never let memory break a chat
+            logger.warning("[scopemem] on_llm_request skipped: %s", e)
+        finally:
+            self.hook_latency_ms.append((time.perf_counter() - started) * 1000.0)
+
+    async def _inject(self, event: AstrMessageEvent, req: ProviderRequest) -> None:
+        persona = _persona_of(req)
+        body: dict[str, Any] = {
+            "conversation_id": event.unified_msg_origin,
+            "query": req.prompt or event.message_str or "",
+        }
+        if persona:
+            body["persona"] = persona
+        if not body["query"].strip():
+            return
+        status, payload = await self.client.request("POST", "/v1/events/llm_request", body)
+        if status != 200 or not isinstance(payload, dict):
+            logger.warning(
+                "[scopemem] llm_request refused (%s %s)", status, _error_code(payload)
+            )
+            return
+        ids = [str(i) for i in payload.get("memory_ids") or []]
+        event.set_extra(EXTRA_RECALLED, ids)
+        event.set_extra(EXTRA_PERSONA, persona)
+        injection = payload.get("injection") or ""
+        logger.debug(
+            "[scopemem] %s: scope %s, %d memories recalled",
+            event.unified_msg_origin,
+            payload.get("memory_scope"),
+            len(ids),
+        )
+        parts = [req.system_prompt or ""]
+        if injection:
+            parts.append(injection)
+        if self.reflection_mode == "inline":
+            parts.append(REFLECTION_INSTRUCTIONS)
+        req.system_prompt = "\n\n".join(p for p in parts if p)
+
+    @filter.on_llm_response()
+    async def take_reflection(self, event: AstrMessageEvent, resp: LLMResponse) -> None:
+        """Strip the reflection block from the reply (before it is sent) and keep it."""
+        try:
+            if event.get_extra(EXTRA_RECALLED) is None or resp is None:
+                return
+            text = resp.completion_text or ""
+            reflection = None
+            if self.reflection_mode == "inline" and "<memory_reflection>" in text:
+                visible, reflection = split_reflection(text)
+                chain = getattr(resp, "result_chain", None)
+                if chain is not None:
+                    from astrbot.api.event import MessageChain
+
+                    resp.result_chain = MessageChain().message(visible)
+                resp.completion_text = visible
+                text = visible
+            event.set_extra(EXTRA_REPLY, text)
+            if reflection is not None:
+                event.set_extra(EXTRA_REFLECTION, reflection)
+        except Exception as e:
+            logger.warning("[scopemem] on_llm_response skipped: %s", e)
+
+    @filter.after_message_sent()
+    async def send_reflection(self, event: AstrMessageEvent) -> None:
+        """After the reply went out: the reflection path (POST /v1/events/after_message_sent)."""
+        recalled = event.get_extra(EXTRA_RECALLED)
+        if recalled is None or event.get_extra(EXTRA_REPLY) is None:
+            return  # not an LLM turn this plugin saw (a command, or scopemem was down)
+        body: dict[str, Any] = {
+            "conversation_id": event.unified_msg_origin,
+            "user_message": event.message_str or "",
+            "bot_reply": event.get_extra(EXTRA_REPLY) or "",
+            "recalled_memory_ids": recalled,
+        }
+        persona = event.get_extra(EXTRA_PERSONA)
+        if persona:
+            body["persona"] = persona
+        reflection = event.get_extra(EXTRA_REFLECTION)
+        if reflection:
+            body["reflection"] = reflection
+        # Only once per event, even if AstrBot sends the reply in several parts.
+        event.set_extra(EXTRA_REPLY, None)
+        try:
+            status, payload = await self.client.request(
+                "POST", "/v1/events/after_message_sent", body
+            )
+            if status >= 400:
+                logger.warning(
+                    "[scopemem] reflection refused (%s %s)", status, _error_code(payload)
+                )
+        except ScopememDown:
+            pass
+        except Exception as e:
+            logger.warning("[scopemem] after_message_sent skipped: %s", e)
+
+    # ---- tools: the conversation is always the event's UMO, never an argument -------------
+
+    async def _tool(self, event: AstrMessageEvent, name: str, arguments: dict[str, Any]) -> str:
+        body: dict[str, Any] = {
+            "conversation_id": event.unified_msg_origin,
+            "arguments": {k: _whole(v) for k, v in arguments.items() if v is not None},
+        }
+        persona = event.get_extra(EXTRA_PERSONA)
+        if persona:
+            body["persona"] = persona
+        try:
+            status, payload = await self.client.request("POST", f"/v1/tools/{name}", body)
+        except ScopememDown:
+            return "Memory is unavailable right now; continue without it."
+        if status != 200:
+            return f"error: {_error_code(payload) or status}"
+        return json.dumps(payload, ensure_ascii=False)
+
+    @filter.llm_tool(name="core_memory_remember")
+    async def core_memory_remember(
+        self,
+        event: AstrMessageEvent,
+        content: str,
+        reasoning: str | None = None,
+        tags: list | None = None,
+        memory_type: str | None = None,
+        strength: int | None = None,
+        **extra: Any,
+    ) -> str:
+        """Store one long-term memory for this conversation's scope.
+
+        Args:
+            content(string): the memory itself, one self-contained statement
+            reasoning(string): why it is worth remembering (optional)
+            tags(array[string]): short keywords, e.g. names (optional)
+            memory_type(string): knowledge, event, skill, task or emotional (optional)
+            strength(number): importance 1-100 (optional, default 50)
+        """
+        # Extra arguments (e.g. a model trying to name a conversation or scope) are passed on
+        # so that scopemem refuses them; they never choose where the memory goes.
+        args = dict(extra)
+        args.update(
+            content=content,
+            reasoning=reasoning,
+            tags=tags,
+            memory_type=memory_type,
+            strength=strength,
+        )
+        return await self._tool(event, "core_memory_remember", args)
+
+    @filter.llm_tool(name="core_memory_recall")
+    async def core_memory_recall(
+        self, event: AstrMessageEvent, query: str, limit: int | None = None, **extra: Any
+    ) -> str:
+        """Search long-term memory visible to this conversation.
+
+        Args:
+            query(string): what to look for
+            limit(number): most memories to return (optional)
+        """
+        args = dict(extra)
+        args.update(query=query, limit=limit)
+        return await self._tool(event, "core_memory_recall", args)
+
+    # ---- operator command -------------------------------------------------------------
+
+    @filter.command_group("scopemem")
+    def scopemem(self) -> None:
+        """scopemem memory commands."""
+
+    @scopemem.command("status")
+    async def status(self, event: AstrMessageEvent):
+        """Show whether scopemem is up, this chat's UMO and scope, and rows per scope."""
+        yield event.plain_result(await self.status_text(event.unified_msg_origin))
+
+    async def status_text(self, umo: str) -> str:
+        lines = [f"scopemem: {self.base_url}", f"this chat (UMO): {umo}"]
+        try:
+            code, st = await self.client.request("GET", "/v1/status")
+            if code != 200 or not isinstance(st, dict):
+                lines.insert(0, f"scopemem status: error {_error_code(st) or code}")
+                return "\n".join(lines)
+            _, rec = await self.client.request(
+                "POST", "/v1/recall", {"conversation_id": umo, "query": "status", "limit": 1}
+            )
+        except ScopememDown as e:
+            lines.insert(0, "scopemem status: DOWN (chatting continues without memory)")
+            lines.append(f"last error: {e}")
+            return "\n".join(lines)
+        scope = rec.get("memory_scope") if isinstance(rec, dict) else None
+        lines.insert(0, "scopemem status: UP")
+        lines.append(f"this chat's scope: {scope}")
+        lines.append(f"rows: {st.get('rows')}")
+        by_scope = st.get("rows_by_scope") or {}
+        if isinstance(by_scope, dict):
+            for name, n in sorted(by_scope.items()):
+                lines.append(f"  {name}: {n}")
+        summary = st.get("scope_map") or {}
+        if isinstance(summary, dict) and summary:
+            lines.append(
+                "scope map: {} entries, {} ignored, {} failed closed".format(
+                    summary.get("entries"), summary.get("ignored"), summary.get("failed_closed")
+                )
+            )
+        if self.hook_latency_ms:
+            ordered = sorted(self.hook_latency_ms)
+            p50 = ordered[len(ordered) // 2]
+            lines.append(f"on_llm_request p50: {p50:.1f} ms over {len(ordered)} requests")
+        return "\n".join(lines)

@@ -1,0 +1,453 @@
+//! AstrBot integration (integrations/astrbot): a real AstrBot 4.29.0, headless, loads the plugin
+//! through its own plugin manager and talks to a real `scopemem serve`.
+//!
+//! tests/astrbot/scenario.py runs AstrBot's core (AstrBotCoreLifecycle, no dashboard) under a
+//! temp ASTRBOT_ROOT with the plugin copied into data/plugins, and sends messages through
+//! AstrBot's built-in webchat adapter. The LLM is the only stand-in: an OpenAI-compatible stub
+//! that records every prompt. This test seeds memories, answers the scenario's requests to kill
+//! and restart scopemem, and asserts on the prompts the stub received and on scopemem's table.
+//! It needs the venv from scripts/setup-astrbot.sh and fails, rather than skips, without it.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use common::serve::{post, spawn_serve, status, Serve};
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+/// The UMOs AstrBot's webchat adapter gives the scenario's three chats
+/// (`webchat:FriendMessage:webchat!<user>!<conversation>`).
+const FAMILY_UMO: &str = "webchat:FriendMessage:webchat!alice!family-chat";
+const WORK_UMO: &str = "webchat:FriendMessage:webchat!alice!work-chat";
+const PRIVATE_UMO: &str = "webchat:FriendMessage:webchat!bob!private-chat";
+
+fn astrbot_python() -> PathBuf {
+    let venv = std::env::var_os("SCOPEMEM_ASTRBOT_VENV")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").expect("HOME is set"))
+                .join(".cache/scopemem/astrbot-venv")
+        });
+    let python = venv.join("bin/python");
+    assert!(
+        python.exists(),
+        "the AstrBot venv is missing ({}): run scripts/setup-astrbot.sh",
+        python.display()
+    );
+    python
+}
+
+/// Start `serve` again with the config `spawn_serve` wrote, so it comes back on the same port.
+async fn respawn(dir: &Path, name: &str, base: &str) -> Serve {
+    let serve = Serve {
+        child: std::process::Command::new(env!("CARGO_BIN_EXE_scopemem"))
+            .args(["serve", "--config"])
+            .arg(dir.join(format!("{name}.json")))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+        base: base.to_string(),
+    };
+    let client = reqwest::Client::new();
+    for _ in 0..300 {
+        if client.get(format!("{base}/healthz")).send().await.is_ok() {
+            return serve;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("{name} did not come back");
+}
+
+async fn remember(client: &reqwest::Client, s: &Serve, umo: &str, content: &str) {
+    let (code, body) = post(
+        client,
+        s,
+        "/v1/remember",
+        json!({"conversation_id": umo, "content": content}),
+    )
+    .await;
+    assert_eq!(code, 200, "{body}");
+}
+
+/// (scope of the caller, [(memory scope, content)]) of a recall from `umo`.
+async fn recall(
+    client: &reqwest::Client,
+    s: &Serve,
+    umo: &str,
+    query: &str,
+) -> (String, Vec<(String, String)>) {
+    let (code, body) = post(
+        client,
+        s,
+        "/v1/recall",
+        json!({"conversation_id": umo, "query": query, "limit": 100}),
+    )
+    .await;
+    assert_eq!(code, 200, "{body}");
+    let hits = body["memories"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            (
+                m["memory_scope"].as_str().unwrap_or("").to_string(),
+                m["content"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect();
+    (body["memory_scope"].as_str().unwrap().to_string(), hits)
+}
+
+fn step<'a>(report: &'a Value, name: &str) -> &'a Value {
+    let s = &report["steps"][name];
+    assert!(s.is_object(), "scenario step {name} missing: {report}");
+    s
+}
+
+fn prompts(report: &Value, name: &str) -> Vec<String> {
+    step(report, name)["system_prompts"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{name} has no prompts"))
+        .iter()
+        .map(|p| p.as_str().unwrap_or("").to_string())
+        .collect()
+}
+
+fn reply(report: &Value, name: &str) -> String {
+    step(report, name)["reply"]
+        .as_str()
+        .unwrap_or("")
+        .to_string()
+}
+
+fn tail(path: &Path, n: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn astrbot_runs_the_plugin_with_scopes_apart_and_survives_an_outage() {
+    let python = astrbot_python();
+    let started = Instant::now();
+    let dir = tempfile::tempdir().unwrap();
+    let map = json!({FAMILY_UMO: "家人", WORK_UMO: "工作"});
+    let mut serve = spawn_serve(
+        dir.path(),
+        "astrbot",
+        json!({"conversation_scope_map": map}),
+    )
+    .await;
+    let base = serve.base.clone();
+    let client = reqwest::Client::new();
+    remember(&client, &serve, FAMILY_UMO, "Grandma loves orchids").await;
+    remember(
+        &client,
+        &serve,
+        WORK_UMO,
+        "The quarterly report is due Friday",
+    )
+    .await;
+    remember(&client, &serve, PRIVATE_UMO, "The bot is called Angel").await;
+
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let log_path = dir.path().join("astrbot.log");
+    let root = dir.path().join("astrbot-root");
+    let mut child = tokio::process::Command::new(&python)
+        .arg(manifest.join("tests/astrbot/scenario.py"))
+        .arg("--root")
+        .arg(&root)
+        .arg("--plugin-src")
+        .arg(manifest.join("integrations/astrbot"))
+        .args(["--scopemem", &base, "--latency-runs", "50"])
+        // Nothing of the user's: AstrBot's data lives under the temp root, its home too.
+        .env("HOME", dir.path())
+        .env_remove("ASTRBOT_ROOT")
+        .env_remove("http_proxy")
+        .env_remove("https_proxy")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&log_path).unwrap())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut report = Value::Null;
+    let deadline = Instant::now() + Duration::from_secs(400);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let line = match tokio::time::timeout(left, lines.next_line()).await {
+            Ok(Ok(Some(line))) => line,
+            Ok(Ok(None)) => break,
+            Ok(Err(e)) => panic!("reading the scenario: {e}"),
+            Err(_) => panic!(
+                "scenario timed out; AstrBot log tail:\n{}",
+                tail(&log_path, 60)
+            ),
+        };
+        let Some(msg) = line.strip_prefix("@@SCENARIO ") else {
+            continue;
+        };
+        let (kind, payload) = msg.split_once(' ').unwrap_or((msg, ""));
+        match (kind, payload) {
+            ("NEED", "kill_scopemem") => {
+                serve.kill9();
+                stdin.write_all(b"ok\n").await.unwrap();
+            }
+            ("NEED", "start_scopemem") => {
+                serve = respawn(dir.path(), "astrbot", &base).await;
+                stdin.write_all(b"ok\n").await.unwrap();
+            }
+            ("REPORT", json) => report = serde_json::from_str(json).unwrap(),
+            ("FAILED", why) => panic!(
+                "scenario failed: {why}\nAstrBot log tail:\n{}",
+                tail(&log_path, 80)
+            ),
+            other => panic!("unexpected scenario line {other:?}"),
+        }
+    }
+    let exit = child.wait().await.unwrap();
+    assert!(
+        exit.success() && report.is_object(),
+        "scenario exited {exit} without a report; AstrBot log tail:\n{}",
+        tail(&log_path, 80)
+    );
+
+    // AstrBot itself imported the plugin from data/plugins and registered its tools.
+    assert_eq!(
+        report["plugin_module"], "data.plugins.astrbot_plugin_scopemem.main",
+        "{report}"
+    );
+    assert_eq!(report["umos"]["family"], FAMILY_UMO);
+    let tools = report["tools_registered"].to_string();
+    assert!(
+        tools.contains("core_memory_remember") && tools.contains("core_memory_recall"),
+        "{tools}"
+    );
+    let up = reply(&report, "status_up");
+    assert!(
+        up.contains("UP") && up.contains(FAMILY_UMO) && up.contains("scope: 家人"),
+        "{up}"
+    );
+
+    // The family prompt (as the LLM received it) carries family memories; the work prompt
+    // carries work memories and never family ones; the unmapped chat sees only public.
+    let family = prompts(&report, "family_recall").join("\n");
+    assert!(family.contains("<memory_context>"), "{family}");
+    assert!(family.contains("Grandma loves orchids"), "{family}");
+    assert!(family.contains("The bot is called Angel"), "{family}");
+    assert!(!family.contains("quarterly report"), "{family}");
+    let family_facts = ["orchids", "Grandpa", "peanuts"];
+    for name in ["work_recall", "work_tool", "work_sneaky", "down_2"] {
+        for p in prompts(&report, name) {
+            for fact in family_facts {
+                assert!(
+                    !p.contains(fact),
+                    "work chat prompt ({name}) carries family memory {fact}: {p}"
+                );
+            }
+        }
+    }
+    let work = prompts(&report, "work_recall").join("\n");
+    assert!(
+        work.contains("The quarterly report is due Friday"),
+        "{work}"
+    );
+    let private = prompts(&report, "private_recall").join("\n");
+    assert!(private.contains("The bot is called Angel"), "{private}");
+    assert!(
+        !private.contains("orchids") && !private.contains("quarterly"),
+        "{private}"
+    );
+
+    // Tool calls write to the caller's scope, whatever the model puts in the arguments.
+    let tool = step(&report, "family_tool");
+    assert_eq!(tool["llm_calls"], 2, "{tool}");
+    assert!(tool["tool_results"].to_string().contains("家人"), "{tool}");
+    let sneaky = step(&report, "work_sneaky");
+    assert!(
+        sneaky["tool_results"]
+            .to_string()
+            .contains("invalid_arguments"),
+        "{sneaky}"
+    );
+    let (scope, hits) = recall(&client, &serve, FAMILY_UMO, "grandpa birthday").await;
+    assert_eq!(scope, "家人");
+    assert!(
+        hits.contains(&("家人".into(), "Grandpa's birthday is on May 3rd".into())),
+        "{hits:?}"
+    );
+    let (scope, hits) = recall(&client, &serve, WORK_UMO, "standup").await;
+    assert_eq!(scope, "工作");
+    assert!(
+        hits.contains(&("工作".into(), "Standup moved to 10am on Mondays".into())),
+        "{hits:?}"
+    );
+    assert!(
+        hits.iter()
+            .all(|(s, c)| s != "家人" && !c.contains("Grandpa")),
+        "{hits:?}"
+    );
+
+    // The inline reflection is removed from the reply and lands in the family scope.
+    let reflected = reply(&report, "family_reflect");
+    assert_eq!(reflected, "Got it, I will keep that in mind.");
+    let mut landed = false;
+    for _ in 0..100 {
+        let (_, hits) = recall(&client, &serve, FAMILY_UMO, "allergies peanuts").await;
+        if hits.contains(&("家人".into(), "Aunt May is allergic to peanuts".into())) {
+            landed = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(landed, "the reflection never reached scope 家人");
+    for umo in [WORK_UMO, PRIVATE_UMO] {
+        let (_, hits) = recall(&client, &serve, umo, "allergies peanuts").await;
+        assert!(
+            hits.iter().all(|(_, c)| !c.contains("peanuts")),
+            "{umo}: {hits:?}"
+        );
+    }
+    // Every row is where it belongs, and the refused "sneaky" write wrote nothing.
+    let st = status(&client, &serve).await;
+    assert_eq!(
+        st["rows_by_scope"],
+        json!({"家人": 3, "工作": 2, "public": 1}),
+        "{st}"
+    );
+
+    // While scopemem was down AstrBot kept answering (the stub was called, no memory block),
+    // the outage was logged once, and the status command said so.
+    for name in ["down_1", "down_2"] {
+        let s = step(&report, name);
+        assert_eq!(s["llm_calls"], 1, "{s}");
+        assert!(
+            s["reply"].as_str().unwrap_or("").starts_with("echo: "),
+            "{s}"
+        );
+        assert!(!s["system_prompts"].to_string().contains("<memory_context>"));
+    }
+    assert_eq!(report["outage_warnings"], 1, "{report}");
+    let down = reply(&report, "status_down");
+    assert!(down.contains("DOWN") && down.contains(FAMILY_UMO), "{down}");
+
+    // After the restart memory works again.
+    let back = prompts(&report, "back_family").join("\n");
+    assert!(back.contains("Grandma loves orchids"), "{back}");
+    assert_eq!(report["back_logs"], 1, "{report}");
+    assert!(reply(&report, "status_back").contains("UP"));
+    assert_eq!(report["tracebacks"], json!([]), "{report}");
+
+    let lat = &report["latency"];
+    assert_eq!(lat["n"], 50, "{lat}");
+    println!(
+        "RESULT astrbot_on_llm_request p50_ms={:.1} p95_ms={:.1} n={}",
+        lat["p50_ms"].as_f64().unwrap(),
+        lat["p95_ms"].as_f64().unwrap(),
+        lat["n"]
+    );
+    println!(
+        "astrbot scenario wall time {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+}
+
+/// The plugin's optional supervisor: AstrBot starts `scopemem serve` through the plugin,
+/// the plugin restarts it after a kill -9, and stopping AstrBot stops it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn astrbot_plugin_supervises_scopemem() {
+    let python = astrbot_python();
+    let dir = tempfile::tempdir().unwrap();
+    let port = common::serve::free_port();
+    let base = format!("http://127.0.0.1:{port}");
+    let config = dir.path().join("supervised.json");
+    std::fs::write(
+        &config,
+        serde_json::to_vec(&json!({
+            "storage": {"db_dir": dir.path().join("db")},
+            "server": {"http_addr": format!("127.0.0.1:{port}")},
+            "conversation_scope_map": {FAMILY_UMO: "家人"},
+        }))
+        .unwrap(),
+    )
+    .unwrap();
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let log_path = dir.path().join("astrbot.log");
+    let out = tokio::time::timeout(
+        Duration::from_secs(400),
+        tokio::process::Command::new(&python)
+            .arg(manifest.join("tests/astrbot/scenario.py"))
+            .arg("--root")
+            .arg(dir.path().join("astrbot-root"))
+            .arg("--plugin-src")
+            .arg(manifest.join("integrations/astrbot"))
+            .args([
+                "--scopemem",
+                &base,
+                "--supervise",
+                env!("CARGO_BIN_EXE_scopemem"),
+            ])
+            .arg("--scopemem-config")
+            .arg(&config)
+            .env("HOME", dir.path())
+            .env_remove("ASTRBOT_ROOT")
+            .stdin(Stdio::null())
+            .stderr(std::fs::File::create(&log_path).unwrap())
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("supervision scenario within 400 s")
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let report: Value = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("@@SCENARIO REPORT "))
+        .map(|j| serde_json::from_str(j).unwrap())
+        .unwrap_or_else(|| {
+            panic!(
+                "no report ({}); stdout:\n{stdout}\nAstrBot log tail:\n{}",
+                out.status,
+                tail(&log_path, 80)
+            )
+        });
+    assert!(out.status.success(), "{report}");
+    let first = report["status_first"].as_str().unwrap_or("");
+    assert!(
+        first.contains("UP") && first.contains("scope: 家人"),
+        "{first}"
+    );
+    assert!(
+        report["status_after_kill"]
+            .as_str()
+            .unwrap_or("")
+            .contains("DOWN"),
+        "{report}"
+    );
+    assert!(
+        report["status_restarted"]
+            .as_str()
+            .unwrap_or("")
+            .contains("UP"),
+        "{report}"
+    );
+    assert_ne!(report["pids"][0], report["pids"][1], "{report}");
+    assert_eq!(report["tool_reply"], "Noted.", "{report}");
+    assert_eq!(report["child_gone_after_stop"], true, "{report}");
+    // Nothing listens any more, and the memory written through the restarted child is stored.
+    let client = reqwest::Client::new();
+    assert!(client.get(format!("{base}/healthz")).send().await.is_err());
+    let serve = respawn(dir.path(), "supervised", &base).await;
+    let (scope, hits) = recall(&client, &serve, FAMILY_UMO, "supervised").await;
+    assert_eq!(scope, "家人");
+    assert!(
+        hits.contains(&("家人".into(), "Supervised memory works".into())),
+        "{hits:?}"
+    );
+}

@@ -1,0 +1,481 @@
+"""Drive a real AstrBot (headless) with the scopemem plugin loaded by AstrBot's plugin manager.
+
+Run by tests/astrbot.rs with the venv from scripts/setup-astrbot.sh:
+
+    python scenario.py --root DIR --plugin-src integrations/astrbot --scopemem http://127.0.0.1:PORT
+
+AstrBot's own core (AstrBotCoreLifecycle: plugin manager, provider manager, pipeline, event
+bus) runs in this process with its data under --root (ASTRBOT_ROOT); the dashboard server is not
+started. Messages enter through AstrBot's built-in webchat platform adapter exactly as the
+dashboard's chat API puts them (webchat_queue_mgr), and replies come back on its back queue.
+The only stand-in is the LLM: an OpenAI-compatible stub server in this process that records
+every request and answers canned replies and tool calls.
+
+Protocol with the Rust test (stdout lines starting with "@@SCENARIO "):
+    @@SCENARIO NEED <action>   the test performs it (kill_scopemem, start_scopemem) and writes
+                               one line to our stdin when done
+    @@SCENARIO REPORT <json>   everything the test asserts on
+Everything else AstrBot prints goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import shutil
+import sys
+import time
+import traceback
+import uuid
+from typing import Any
+
+PLUGIN_DIR = "astrbot_plugin_scopemem"
+
+
+def say(kind: str, payload: Any = "") -> None:
+    text = payload if isinstance(payload, str) else json.dumps(payload, ensure_ascii=False)
+    sys.__stdout__.write(f"@@SCENARIO {kind} {text}\n")
+    sys.__stdout__.flush()
+
+
+async def need(action: str) -> None:
+    say("NEED", action)
+    line = await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+    if not line.strip():
+        raise RuntimeError(f"test did not confirm {action}")
+
+
+# ---- the stub LLM -----------------------------------------------------------------------
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return ""
+
+
+class StubLLM:
+    """OpenAI chat-completions stub. The scripted behaviour is keyed on the user's message:
+    "TOOL_REMEMBER: x" asks for core_memory_remember(content=x); "TOOL_SNEAKY: x" does the
+    same but also passes a conversation_id naming another chat; "REFLECT: x" replies with an
+    inline <memory_reflection> holding x as a new memory; anything else gets "echo: <msg>"."""
+
+    def __init__(self, family_umo: str) -> None:
+        self.requests: list[dict[str, Any]] = []
+        self.family_umo = family_umo
+        self.port = 0
+        self._runner = None
+
+    async def start(self) -> None:
+        from aiohttp import web
+
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self.handle)
+        self._runner = web.AppRunner(app)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    async def handle(self, request):
+        from aiohttp import web
+
+        body = await request.json()
+        messages = body.get("messages", [])
+        system = "\n".join(_text(m.get("content")) for m in messages if m.get("role") == "system")
+        users = [_text(m.get("content")) for m in messages if m.get("role") == "user"]
+        user = users[-1] if users else ""
+        last = messages[-1] if messages else {}
+        tool_result = _text(last.get("content")) if last.get("role") == "tool" else None
+        tools = [t.get("function", {}).get("name") for t in body.get("tools") or []]
+        self.requests.append(
+            {"system": system, "user": user, "tool_result": tool_result, "tools": tools}
+        )
+        msg: dict[str, Any]
+        finish = "stop"
+        marker = None
+        for m in ("TOOL_REMEMBER:", "TOOL_SNEAKY:", "REFLECT:"):
+            if m in user:
+                marker = m
+                arg = user.split(m, 1)[1].strip()
+        if marker in ("TOOL_REMEMBER:", "TOOL_SNEAKY:") and tool_result is None:
+            args: dict[str, Any] = {"content": arg, "memory_type": "knowledge"}
+            if marker == "TOOL_SNEAKY:":
+                args["conversation_id"] = self.family_umo
+            msg = {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": f"call_{uuid.uuid4().hex[:8]}",
+                        "type": "function",
+                        "function": {
+                            "name": "core_memory_remember",
+                            "arguments": json.dumps(args, ensure_ascii=False),
+                        },
+                    }
+                ],
+            }
+            finish = "tool_calls"
+        elif tool_result is not None:
+            msg = {"role": "assistant", "content": "Noted."}
+        elif marker == "REFLECT:":
+            reflection = {"new_memories": [{"content": arg, "memory_type": "knowledge"}]}
+            msg = {
+                "role": "assistant",
+                "content": "Got it, I will keep that in mind."
+                f"<memory_reflection>{json.dumps(reflection, ensure_ascii=False)}"
+                "</memory_reflection>",
+            }
+        else:
+            msg = {"role": "assistant", "content": f"echo: {user[-80:]}"}
+        return web.json_response(
+            {
+                "id": f"chatcmpl-{uuid.uuid4().hex[:12]}",
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": body.get("model", "stub-model"),
+                "choices": [{"index": 0, "message": msg, "finish_reason": finish}],
+                "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+            }
+        )
+
+
+# ---- AstrBot ----------------------------------------------------------------------------
+
+
+def prepare_root(
+    root: str,
+    plugin_src: str,
+    scopemem_url: str,
+    llm_port: int,
+    binary: str = "",
+    binary_config: str = "",
+) -> None:
+    data = os.path.join(root, "data")
+    os.makedirs(os.path.join(data, "plugins"), exist_ok=True)
+    os.makedirs(os.path.join(data, "config"), exist_ok=True)
+    # What an operator does: drop the plugin folder into data/plugins.
+    dest = os.path.join(data, "plugins", PLUGIN_DIR)
+    shutil.rmtree(dest, ignore_errors=True)
+    shutil.copytree(plugin_src, dest, ignore=shutil.ignore_patterns("__pycache__"))
+    # AstrBot's main config; check_config_integrity fills in every other default.
+    cmd_config = {
+        "dashboard": {"enable": False, "host": "127.0.0.1", "port": 0},
+        "provider": [
+            {
+                "id": "stub",
+                "provider": "openai",
+                "type": "openai_chat_completion",
+                "provider_type": "chat_completion",
+                "enable": True,
+                "key": ["sk-stub"],
+                "api_base": f"http://127.0.0.1:{llm_port}/v1",
+                "model": "stub-model",
+                "timeout": 30,
+                "proxy": "",
+                "custom_headers": {},
+            }
+        ],
+        "provider_settings": {
+            "enable": True,
+            "streaming_response": False,
+            "datetime_system_prompt": False,
+            "web_search": False,
+        },
+        "platform": [],
+        "t2i": False,
+    }
+    with open(os.path.join(data, "cmd_config.json"), "w", encoding="utf-8") as f:
+        json.dump(cmd_config, f, ensure_ascii=False, indent=2)
+    # The plugin's own config (what the dashboard writes from _conf_schema.json).
+    plugin_config = {
+        "scopemem_url": scopemem_url,
+        "auth_token": "",
+        "request_timeout_secs": 3.0,
+        "reflection": "inline",
+        "scopemem_binary": binary,
+        "scopemem_config": binary_config,
+    }
+    with open(
+        os.path.join(data, "config", f"{PLUGIN_DIR}_config.json"), "w", encoding="utf-8"
+    ) as f:
+        json.dump(plugin_config, f)
+
+
+class Chat:
+    """Sends messages through AstrBot's webchat adapter, as the dashboard chat API does."""
+
+    def __init__(self) -> None:
+        from astrbot.core.platform.sources.webchat.webchat_queue_mgr import webchat_queue_mgr
+
+        self.mgr = webchat_queue_mgr
+
+    @staticmethod
+    def umo(username: str, cid: str) -> str:
+        return f"webchat:FriendMessage:webchat!{username}!{cid}"
+
+    async def send(self, username: str, cid: str, text: str, timeout: float = 60) -> str:
+        message_id = uuid.uuid4().hex
+        back = self.mgr.get_or_create_back_queue(message_id, cid)
+        try:
+            await self.mgr.get_or_create_queue(cid).put(
+                (username, cid, {"message": [{"type": "plain", "text": text}],
+                                 "message_id": message_id,
+                                 # Non-streaming replies, so the inline reflection
+                                 # block is removed before anything is sent.
+                                 "flags": {"enable_streaming": False}})
+            )
+            parts: list[str] = []
+            deadline = time.monotonic() + timeout
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"no end of reply for {text!r} within {timeout}s")
+                item = await asyncio.wait_for(back.get(), timeout=left)
+                if item.get("type") == "plain" and item.get("chain_type") not in (
+                    "tool_call", "tool_call_result", "reasoning", "agent_stats"
+                ):
+                    parts.append(str(item.get("data", "")))
+                if item.get("type") == "end":
+                    return "".join(parts)
+        finally:
+            self.mgr.remove_back_queue(message_id)
+
+
+class LogCounter(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(level=logging.DEBUG)
+        self.records: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self.records.append(f"{record.levelname} {record.getMessage()}")
+        except Exception:
+            pass
+
+    def count(self, needle: str, level: str | None = None) -> int:
+        return sum(
+            1 for r in self.records if needle in r and (level is None or r.startswith(level))
+        )
+
+    def errors_with_traceback(self) -> list[str]:
+        return [r for r in self.records if r.startswith(("ERROR", "CRITICAL"))]
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    root = os.path.realpath(args.root)
+    chat_family = ("alice", "family-chat")
+    chat_work = ("alice", "work-chat")
+    chat_private = ("bob", "private-chat")
+    family_umo = Chat.umo(*chat_family)
+
+    llm = StubLLM(family_umo)
+    await llm.start()
+    prepare_root(root, args.plugin_src, args.scopemem, llm.port)
+
+    # AstrBot resolves every path from ASTRBOT_ROOT (default: cwd) and imports plugins as
+    # data.plugins.<dir>.main, so the root goes first on sys.path.
+    os.environ["ASTRBOT_ROOT"] = root
+    os.chdir(root)
+    sys.path.insert(0, root)
+
+    from astrbot.core import LogBroker, db_helper
+    from astrbot.core.core_lifecycle import AstrBotCoreLifecycle
+
+    counter = LogCounter()
+    logging.getLogger("astrbot").addHandler(counter)
+
+    lifecycle = AstrBotCoreLifecycle(LogBroker(), db_helper)
+    await lifecycle.initialize()
+    core_task = asyncio.create_task(lifecycle.start(), name="astrbot_core")
+
+    stars = [s for s in lifecycle.plugin_manager.context.get_all_stars()]
+    plugin = next((s for s in stars if s.name == PLUGIN_DIR), None)
+    if plugin is None:
+        failed = getattr(lifecycle.plugin_manager, "failed_plugin_dict", {})
+        raise RuntimeError(f"AstrBot did not load {PLUGIN_DIR}; failed: {failed}")
+    star = plugin.star_cls
+    # The plugin logs through its dedicated logger (astrbot.plugin.<name>).
+    plugin_log = LogCounter()
+    logging.getLogger(f"astrbot.plugin.{PLUGIN_DIR}").addHandler(plugin_log)
+    tool_names = [t.name for t in lifecycle.provider_manager.llm_tools.func_list]
+
+    chat = Chat()
+    # Wait until the webchat adapter listens on its queue.
+    for _ in range(100):
+        if chat.mgr._listener_callback is not None:
+            break
+        await asyncio.sleep(0.05)
+
+    report: dict[str, Any] = {
+        "umos": {
+            "family": family_umo,
+            "work": Chat.umo(*chat_work),
+            "private": Chat.umo(*chat_private),
+        },
+        "plugin_loaded": True,
+        "plugin_module": plugin.module_path,
+        "tools_registered": tool_names,
+        "steps": {},
+    }
+    steps = report["steps"]
+
+    async def turn(name: str, who: tuple[str, str], text: str) -> dict[str, Any]:
+        before = len(llm.requests)
+        reply = await chat.send(who[0], who[1], text)
+        got = llm.requests[before:]
+        step = {
+            "reply": reply,
+            "llm_calls": len(got),
+            "system_prompts": [r["system"] for r in got],
+            "tool_results": [r["tool_result"] for r in got if r["tool_result"] is not None],
+            "tools_offered": got[0]["tools"] if got else [],
+        }
+        steps[name] = step
+        return step
+
+    steps["status_up"] = {"reply": await chat.send(*chat_family, "/scopemem status")}
+    await turn("family_recall", chat_family, "what flowers does grandma like")
+    await turn("work_recall", chat_work, "what flowers does grandma like")
+    await turn("private_recall", chat_private, "what flowers does grandma like")
+    await turn("family_tool", chat_family, "TOOL_REMEMBER: Grandpa's birthday is on May 3rd")
+    await turn("work_tool", chat_work, "TOOL_REMEMBER: Standup moved to 10am on Mondays")
+    await turn("work_sneaky", chat_work, "TOOL_SNEAKY: the sneaky note about the office safe")
+    await turn("family_reflect", chat_family, "REFLECT: Aunt May is allergic to peanuts")
+
+    # Latency of the hook as AstrBot runs it (the plugin times its own on_llm_request body).
+    star.hook_latency_ms.clear()
+    for i in range(args.latency_runs):
+        who = chat_family if i % 2 == 0 else chat_work
+        await chat.send(*who, f"latency probe {i}: anything about the family or work?")
+    lat = sorted(star.hook_latency_ms)
+    report["latency"] = {
+        "n": len(lat),
+        "p50_ms": lat[len(lat) // 2] if lat else None,
+        "p95_ms": lat[min(len(lat) - 1, int(len(lat) * 0.95))] if lat else None,
+    }
+
+    # Outage: scopemem is killed; AstrBot must keep answering.
+    await need("kill_scopemem")
+    t0 = time.monotonic()
+    await turn("down_1", chat_family, "are you still there?")
+    steps["down_1"]["seconds"] = time.monotonic() - t0
+    await turn("down_2", chat_work, "still answering without memory?")
+    steps["status_down"] = {"reply": await chat.send(*chat_family, "/scopemem status")}
+    report["outage_warnings"] = plugin_log.count("unreachable", "WARNING")
+
+    await need("start_scopemem")
+    await turn("back_family", chat_family, "what flowers does grandma like")
+    steps["status_back"] = {"reply": await chat.send(*chat_family, "/scopemem status")}
+    report["back_logs"] = plugin_log.count("reachable again", "INFO")
+
+    report["tracebacks"] = [
+        r for r in counter.records + plugin_log.records if "Traceback" in r
+    ]
+    await lifecycle.stop()
+    core_task.cancel()
+    try:
+        await core_task
+    except BaseException:
+        pass
+    await llm.stop()
+    return report
+
+
+async def run_supervised(args: argparse.Namespace) -> dict[str, Any]:
+    """The plugin launches `scopemem serve` itself, restarts it after a kill -9, and stops it
+    when AstrBot stops."""
+    import signal
+
+    root = os.path.realpath(args.root)
+    llm = StubLLM(Chat.umo("alice", "family-chat"))
+    await llm.start()
+    prepare_root(
+        root, args.plugin_src, args.scopemem, llm.port, args.supervise, args.scopemem_config
+    )
+    os.environ["ASTRBOT_ROOT"] = root
+    os.chdir(root)
+    sys.path.insert(0, root)
+    from astrbot.core import LogBroker, db_helper
+    from astrbot.core.core_lifecycle import AstrBotCoreLifecycle
+
+    lifecycle = AstrBotCoreLifecycle(LogBroker(), db_helper)
+    await lifecycle.initialize()
+    core_task = asyncio.create_task(lifecycle.start(), name="astrbot_core")
+    plugin = next(
+        s for s in lifecycle.plugin_manager.context.get_all_stars() if s.name == PLUGIN_DIR
+    )
+    star = plugin.star_cls
+    chat = Chat()
+    report: dict[str, Any] = {}
+
+    async def wait_up(timeout: float) -> str:
+        deadline = time.monotonic() + timeout
+        text = ""
+        while time.monotonic() < deadline:
+            text = await chat.send("alice", "family-chat", "/scopemem status")
+            if text.startswith("scopemem status: UP"):
+                return text
+            await asyncio.sleep(0.5)
+        raise RuntimeError(f"supervised scopemem never came up: {text}")
+
+    report["status_first"] = await wait_up(120)
+    first_pid = star.supervisor.proc.pid
+    os.kill(first_pid, signal.SIGKILL)
+    await asyncio.sleep(0.3)
+    report["status_after_kill"] = await chat.send("alice", "family-chat", "/scopemem status")
+    report["status_restarted"] = await wait_up(120)
+    second_pid = star.supervisor.proc.pid
+    report["pids"] = [first_pid, second_pid]
+    reply = await chat.send("alice", "family-chat", "TOOL_REMEMBER: Supervised memory works")
+    report["tool_reply"] = reply
+    await lifecycle.stop()
+    core_task.cancel()
+    try:
+        await core_task
+    except BaseException:
+        pass
+    try:
+        os.kill(second_pid, 0)
+        report["child_gone_after_stop"] = False
+    except ProcessLookupError:
+        report["child_gone_after_stop"] = True
+    await llm.stop()
+    return report
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--root", required=True)
+    parser.add_argument("--plugin-src", required=True)
+    parser.add_argument("--scopemem", required=True)
+    parser.add_argument("--latency-runs", type=int, default=50)
+    parser.add_argument("--supervise", default="", help="scopemem binary the plugin runs")
+    parser.add_argument("--scopemem-config", default="")
+    args = parser.parse_args()
+    args.plugin_src = os.path.realpath(args.plugin_src)
+    # AstrBot logs to stdout; keep stdout for the protocol.
+    sys.stdout = sys.stderr
+    try:
+        report = asyncio.run(run_supervised(args) if args.supervise else run(args))
+    except BaseException:
+        traceback.print_exc()
+        say("FAILED", traceback.format_exc().splitlines()[-1])
+        os._exit(1)
+    say("REPORT", report)
+    sys.__stdout__.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()
