@@ -7,16 +7,21 @@ export ORT_DYLIB_PATH ?= $(SCOPEMEM_ASSETS)/onnxruntime-1.31.1/libonnxruntime.so
 export SCOPEMEM_MODEL_DIR ?= $(SCOPEMEM_ASSETS)/all-MiniLM-L6-v2-int8
 # Python venv with the official MCP SDK, the real client of tests/mcp.rs.
 export SCOPEMEM_VENV ?= $(HOME)/.cache/scopemem/venv
+# Python 3.12 venv with a pinned AstrBot, the real host of tests/astrbot.rs.
+export SCOPEMEM_ASTRBOT_VENV ?= $(HOME)/.cache/scopemem/astrbot-venv
 export CARGO_TERM_PROGRESS_WHEN ?= never
 PORT ?= 8787
 
-.PHONY: setup mcp-client build release run test bench soak lint fmt clean-data
+.PHONY: setup mcp-client astrbot-venv build release run test bench soak lint fmt clean-data
 
 setup:
 	@bash scripts/setup.sh
 
 mcp-client: setup
 	@bash scripts/setup-mcp-client.sh
+
+astrbot-venv: setup
+	@bash scripts/setup-astrbot.sh
 
 # The debug profile shares its build with `make test` (a cold release build of the lancedb tree
 # takes ~45 min on 2 cores); `make release` builds the optimised binary for production.
@@ -32,7 +37,7 @@ run: build
 	@bash scripts/run-demo.sh "$(CARGO_TARGET_DIR)/debug/scopemem" "$(PORT)"
 
 # Unit + integration tests; benches are compiled by `make lint` and run only by `make bench`.
-test: setup mcp-client
+test: setup mcp-client astrbot-venv
 	cargo test --lib --bins --tests --no-fail-fast -- --test-threads=2
 
 bench: setup
