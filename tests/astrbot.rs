@@ -234,6 +234,13 @@ async fn astrbot_runs_the_plugin_with_scopes_apart_and_survives_an_outage() {
         up.contains("UP") && up.contains(FAMILY_UMO) && up.contains("scope: 家人"),
         "{up}"
     );
+    // A non-admin in the work chat sees its own scope and public, never the family scope's
+    // name or row count.
+    let work = reply(&report, "status_work");
+    assert!(
+        work.contains("UP") && work.contains("scope: 工作") && !work.contains("家人"),
+        "{work}"
+    );
 
     // The family prompt (as the LLM received it) carries family memories; the work prompt
     // carries work memories and never family ones; the unmapped chat sees only public.

@@ -456,10 +456,14 @@ class ScopememPlugin(Star):
 
     @scopemem.command("status")
     async def status(self, event: AstrMessageEvent):
-        """Show whether scopemem is up, this chat's UMO and scope, and rows per scope."""
-        yield event.plain_result(await self.status_text(event.unified_msg_origin))
+        """Show whether scopemem is up, this chat's UMO and scope, and rows it can see."""
+        yield event.plain_result(
+            await self.status_text(event.unified_msg_origin, full=event.is_admin())
+        )
 
-    async def status_text(self, umo: str) -> str:
+    async def status_text(self, umo: str, full: bool = False) -> str:
+        """Status for `umo`. Only an AstrBot admin (`full`) sees other scopes' names and counts
+        and the map summary: scope names such as 家人 are themselves private to their chats."""
         lines = [f"scopemem: {self.base_url}", f"this chat (UMO): {umo}"]
         try:
             code, st = await self.client.request("GET", "/v1/status")
@@ -476,13 +480,18 @@ class ScopememPlugin(Star):
         scope = rec.get("memory_scope") if isinstance(rec, dict) else None
         lines.insert(0, "scopemem status: UP")
         lines.append(f"this chat's scope: {scope}")
-        lines.append(f"rows: {st.get('rows')}")
         by_scope = st.get("rows_by_scope") or {}
-        if isinstance(by_scope, dict):
-            for name, n in sorted(by_scope.items()):
-                lines.append(f"  {name}: {n}")
+        if not isinstance(by_scope, dict):
+            by_scope = {}
+        if full:
+            lines.append(f"rows: {st.get('rows')}")
+        else:
+            by_scope = {k: v for k, v in by_scope.items() if k in (scope, "public")}
+            lines.append("rows this chat can see:")
+        for name, n in sorted(by_scope.items()):
+            lines.append(f"  {name}: {n}")
         summary = st.get("scope_map") or {}
-        if isinstance(summary, dict) and summary:
+        if full and isinstance(summary, dict) and summary:
             lines.append(
                 "scope map: {} entries, {} ignored, {} failed closed".format(
                     summary.get("entries"), summary.get("ignored"), summary.get("failed_closed")

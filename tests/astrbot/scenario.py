@@ -345,6 +345,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         return step
 
     steps["status_up"] = {"reply": await chat.send(*chat_family, "/scopemem status")}
+    steps["status_work"] = {"reply": await chat.send(*chat_work, "/scopemem status")}
     await turn("family_recall", chat_family, "what flowers does grandma like")
     await turn("work_recall", chat_work, "what flowers does grandma like")
     await turn("private_recall", chat_private, "what flowers does grandma like")
