@@ -130,6 +130,38 @@ async fn mcp_remember_is_redacted_before_it_is_stored() {
     assert_eq!(stored[0].content, "我的手机号[REDACTED_PHONE]，记住");
 }
 
+/// An incognito conversation's remember over MCP is a normal result saying `"stored": false`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn raw_jsonrpc_incognito_remember_stores_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path(), family_map());
+    cfg.incognito = vec![UNMAPPED.to_string()];
+    let host = Arc::new(host(cfg).await);
+    let mut c = raw_session(host.clone()).await;
+    let r = c
+        .call(
+            "core_memory_remember",
+            json!({"content": "off the record"}),
+            Some(json!({"conversation_id": UNMAPPED})),
+        )
+        .await;
+    assert!(!is_error(&r), "{r}");
+    assert_eq!(
+        r["structuredContent"],
+        json!({"memory": null, "stored": false})
+    );
+    assert_eq!(rows(&host).await, 0);
+    let r = c
+        .call(
+            "core_memory_remember",
+            json!({"content": "on the record"}),
+            Some(json!({"conversation_id": FAMILY})),
+        )
+        .await;
+    assert_eq!(r["structuredContent"]["stored"], true, "{r}");
+    assert_eq!(rows(&host).await, 1);
+}
+
 #[tokio::test]
 async fn raw_jsonrpc_conversation_comes_only_from_meta() {
     let dir = tempfile::tempdir().unwrap();

@@ -130,7 +130,13 @@ async fn feedback(
     body: Result<Json<Value>, JsonRejection>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     let Json(v) = call(&host, "feedback", body).await?;
-    Ok((StatusCode::ACCEPTED, Json(v)))
+    // An incognito conversation's feedback is not queued: nothing was accepted for later.
+    let status = if v["job_id"].is_null() {
+        StatusCode::OK
+    } else {
+        StatusCode::ACCEPTED
+    };
+    Ok((status, Json(v)))
 }
 
 async fn feedback_status(

@@ -293,6 +293,8 @@ pub struct Config {
     pub conversation_scope_map: Value,
     /// Scope of unmapped conversations.
     pub unmapped_scope: UnmappedPolicy,
+    /// Conversation ids and `persona:<name>` keys whose writes are never stored.
+    pub incognito: Vec<String>,
     /// NULL-scope recall mode.
     pub migration_mode: MigrationMode,
     /// Scope isolation switch.
@@ -417,6 +419,7 @@ impl Config {
                 "unmapped_scope",
                 root.string("unmapped_scope")?,
             )?,
+            incognito: root.strings("incognito")?,
             migration_mode: MigrationMode::from_config(
                 "migration_mode",
                 root.string("migration_mode")?,

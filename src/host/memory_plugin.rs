@@ -33,9 +33,14 @@ fn to_json<T: serde::Serialize>(v: &T) -> Result<Value, PluginError> {
     serde_json::to_value(v).map_err(|e| PluginError::internal(e.to_string()))
 }
 
+/// `{"memory", "stored"}`: an incognito conversation gets `{"memory": null, "stored": false}`.
+fn remembered(memory: Option<crate::memory::Memory>) -> Value {
+    json!({ "stored": memory.is_some(), "memory": memory })
+}
+
 fn accept(service: &MemoryService, req: FeedbackRequest) -> Result<Value, PluginError> {
     match service.feedback().accept(req) {
-        Ok(job_id) => Ok(json!({ "job_id": job_id })),
+        Ok(job_id) => Ok(json!({ "job_id": job_id, "stored": job_id.is_some() })),
         Err(AcceptError::Invalid(e)) => Err(e.into()),
         Err(e @ AcceptError::QueueFull(_)) => {
             Err(PluginError::unavailable("queue_full", e.to_string(), 1))
@@ -123,7 +128,7 @@ impl Plugin for MemoryPlugin {
                 "remember" => {
                     let req: RememberRequest = parse(payload)?;
                     let memory = self.service.remember(req).await?;
-                    Ok(json!({ "memory": memory }))
+                    Ok(remembered(memory))
                 }
                 "recall" => {
                     let req: RecallRequest = parse(payload)?;
@@ -170,7 +175,7 @@ impl Plugin for MemoryPlugin {
                             crate::scope::ConversationId::parse(&ev.conversation_id).map_err(
                                 |e| PluginError::from(crate::memory::MemoryError::Scope(e)),
                             )?;
-                            Ok(json!({ "job_id": null }))
+                            Ok(json!({ "job_id": null, "stored": false }))
                         }
                         Some(r) => accept(
                             &self.service,
@@ -209,7 +214,7 @@ impl Plugin for MemoryPlugin {
                         .service
                         .remember(tools::remember_request(ctx, arguments)?)
                         .await?;
-                    Ok(json!({ "memory": memory }))
+                    Ok(remembered(memory))
                 }
                 tools::RECALL => to_json(
                     &self

@@ -29,13 +29,21 @@ const DEFAULT_STRENGTH: i64 = 50;
 const MAX_FORGET_IDS: usize = 100;
 
 /// The one function that decides a memory's scope. Every write path calls it with only what
-/// the request context carries: the conversation id and the persona.
+/// the request context carries: the conversation id and the persona. `None` means the
+/// conversation (or persona) is incognito: the write path stores nothing and says so.
 pub fn derive_scope(
     map: &ScopeMap,
     conversation: &ConversationId,
     persona: Option<&str>,
-) -> ResolvedScope {
-    map.resolve(conversation, persona)
+) -> Option<ResolvedScope> {
+    if map.is_incognito(conversation, persona) {
+        tracing::info!(
+            conversation_id = conversation.as_str(),
+            "incognito conversation: write not stored"
+        );
+        return None;
+    }
+    Some(map.resolve(conversation, persona))
 }
 
 /// Validate a conversation id per rule 5, logging the refusal (not the id's content).
@@ -296,8 +304,9 @@ impl MemoryService {
         self.backfill.gate().is_on()
     }
 
-    /// Write one memory from the remember tool (active, caller-chosen strength).
-    pub async fn remember(&self, req: RememberRequest) -> Result<Memory, MemoryError> {
+    /// Write one memory from the remember tool (active, caller-chosen strength). `None` when
+    /// the conversation is incognito: the input is still validated, nothing is embedded or stored.
+    pub async fn remember(&self, req: RememberRequest) -> Result<Option<Memory>, MemoryError> {
         let started = Instant::now();
         let conversation = conversation(&req.conversation_id)?;
         let strength = req.strength.unwrap_or(DEFAULT_STRENGTH);
@@ -318,7 +327,9 @@ impl MemoryService {
         .parse()?;
 
         let map = self.scopes.snapshot();
-        let scope = derive_scope(&map, &conversation, req.persona.as_deref());
+        let Some(scope) = derive_scope(&map, &conversation, req.persona.as_deref()) else {
+            return Ok(None);
+        };
         let vector = self
             .embedder
             .embed(vec![content.clone()])
@@ -349,7 +360,7 @@ impl MemoryService {
         if let Err(e) = self.search.maybe_build_index().await {
             tracing::warn!(error = %e, "could not check whether a vector index is due");
         }
-        Ok(record.into())
+        Ok(Some(record.into()))
     }
 
     /// Recall what this conversation may see: its scope plus `public` (plus legacy NULL rows
@@ -384,7 +395,8 @@ impl MemoryService {
 
         // One snapshot of the map for both resolving and filtering.
         let map = self.scopes.snapshot();
-        let scope = derive_scope(&map, &conversation, req.persona.as_deref());
+        // Incognito only stops writes: the conversation reads its scope as usual.
+        let scope = map.resolve(&conversation, req.persona.as_deref());
         let migration = self.migration_active();
         let predicate = map.recall_predicate(&scope.scope, migration);
         let vector = self
@@ -486,7 +498,7 @@ impl MemoryService {
             }
         }
         let map = self.scopes.snapshot();
-        let scope = derive_scope(&map, conversation, persona).scope;
+        let scope = map.resolve(conversation, persona).scope;
         let legacy_visible = scope.is_public() && self.migration_active();
         let rows = self.store.get_by_ids(&wanted).await?;
         let deletable: Vec<String> = rows

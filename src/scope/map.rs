@@ -41,6 +41,8 @@ pub struct MapSummary {
     pub failed_closed: usize,
     /// Distinct scopes among applied entries.
     pub distinct_scopes: usize,
+    /// Incognito conversations and personas (writes are never stored).
+    pub incognito: usize,
     /// When this map was built (RFC 3339 in JSON).
     #[serde(serialize_with = "rfc3339")]
     pub loaded_at: DateTime<Utc>,
@@ -69,6 +71,8 @@ pub struct ScopeMap {
     /// Keys named by a broken entry: their requests get a private `c_` scope (fail closed).
     failed_closed: HashSet<String>,
     ignored: Vec<IgnoredEntry>,
+    /// Conversation ids and `persona:<name>` keys whose writes are never stored.
+    incognito: HashSet<String>,
     loaded_at: DateTime<Utc>,
     unmapped: UnmappedPolicy,
     filter: ScopeFilterMode,
@@ -143,6 +147,7 @@ impl ScopeMap {
             entries,
             failed_closed,
             ignored,
+            incognito: HashSet::new(),
             loaded_at: Utc::now(),
             unmapped,
             filter: ScopeFilterMode::Enforce,
@@ -153,6 +158,40 @@ impl ScopeMap {
     pub fn from_config(config: &Config) -> ScopeMap {
         ScopeMap::build(&config.conversation_scope_map, config.unmapped_scope)
             .with_filter_mode(config.scope_filter)
+            .with_incognito(&config.incognito)
+    }
+
+    /// Marks conversations and personas incognito. Keys are checked like map keys; an unusable
+    /// key is ignored with its reason (it could never match a request, so it hides nothing).
+    pub fn with_incognito(mut self, keys: &[String]) -> ScopeMap {
+        for raw_key in keys {
+            match check_key(raw_key) {
+                Ok(key) => {
+                    self.incognito.insert(key);
+                }
+                Err(reason) => {
+                    self.ignored
+                        .push(ignore(raw_key, format!("incognito entry: {reason}"), None))
+                }
+            }
+        }
+        self
+    }
+
+    /// Whether writes from this conversation (or, when given, this persona) must store nothing.
+    pub fn is_incognito(&self, conversation: &ConversationId, persona: Option<&str>) -> bool {
+        let persona = persona.map(str::trim).filter(|p| !p.is_empty());
+        persona.is_some_and(|name| {
+            self.incognito
+                .contains(&format!("{PERSONA_KEY_PREFIX}{name}"))
+        }) || self.incognito.contains(conversation.as_str())
+    }
+
+    /// Incognito keys as loaded (trimmed), sorted for display.
+    pub fn incognito_keys(&self) -> Vec<&str> {
+        let mut keys: Vec<&str> = self.incognito.iter().map(String::as_str).collect();
+        keys.sort_unstable();
+        keys
     }
 
     /// Sets the `scope_filter` switch carried by this snapshot, so a reload can flip it too.
@@ -194,6 +233,7 @@ impl ScopeMap {
             ignored: self.ignored.len(),
             failed_closed: self.failed_closed.len(),
             distinct_scopes: distinct.len(),
+            incognito: self.incognito.len(),
             loaded_at: self.loaded_at,
         }
     }
@@ -208,6 +248,7 @@ impl ScopeMap {
             entries_ignored = s.ignored,
             entries_failed_closed = s.failed_closed,
             distinct_scopes = s.distinct_scopes,
+            incognito = s.incognito,
             unmapped_scope = %self.unmapped,
             scope_filter = %self.filter,
             "scope map loaded"
@@ -597,5 +638,34 @@ mod tests {
         assert_eq!(s["entries"], 2);
         assert_eq!(s["distinct_scopes"], 1);
         assert!(s["loaded_at"].as_str().unwrap().ends_with('Z'));
+    }
+
+    #[test]
+    fn incognito_matches_conversation_or_persona_and_reports_bad_keys() {
+        let c = Config::from_json_str(
+            r#"{"conversation_scope_map": {"default:GroupMessage:12345": "家人"},
+                "incognito": [" default:FriendMessage:7 ", "persona:Ghost", "persona: "]}"#,
+        )
+        .unwrap()
+        .config;
+        let m = ScopeMap::from_config(&c);
+        assert!(m.is_incognito(&conv("default:FriendMessage:7"), None));
+        assert!(m.is_incognito(&conv("default:GroupMessage:12345"), Some(" Ghost ")));
+        assert!(!m.is_incognito(&conv("default:GroupMessage:12345"), None));
+        assert!(!m.is_incognito(&conv("default:GroupMessage:12345"), Some("Alice")));
+        // An incognito persona does not make its conversation incognito for other personas.
+        assert!(!m.is_incognito(&conv("default:FriendMessage:8"), Some("")));
+        assert_eq!(m.summary().incognito, 2);
+        assert_eq!(
+            m.incognito_keys(),
+            ["default:FriendMessage:7", "persona:Ghost"]
+        );
+        assert_eq!(m.ignored().len(), 1);
+        assert!(m.ignored()[0].reason.starts_with("incognito entry"));
+        // Recall still resolves the scope as usual.
+        assert_eq!(
+            m.resolve(&conv("default:FriendMessage:7"), None).scope,
+            ScopeName::public()
+        );
     }
 }

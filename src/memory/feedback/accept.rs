@@ -11,11 +11,12 @@ use crate::memory::service::derive_scope;
 use crate::memory::MemoryError;
 use crate::scope::{ConversationId, ScopeResolver};
 
-/// A validated, journal-ready job for `req`, scoped by `scopes`' current snapshot.
+/// A validated, journal-ready job for `req`, scoped by `scopes`' current snapshot; `None` when
+/// the conversation is incognito (the request is still validated, nothing is journaled).
 pub(super) fn validate(
     req: FeedbackRequest,
     scopes: &ScopeResolver,
-) -> Result<FeedbackJob, AcceptError> {
+) -> Result<Option<FeedbackJob>, AcceptError> {
     let conversation = ConversationId::parse(&req.conversation_id).map_err(|e| {
             tracing::error!(code = "invalid_conversation_id", error = %e, "feedback refused; nothing journaled");
             MemoryError::Scope(e)
@@ -66,7 +67,9 @@ pub(super) fn validate(
         });
     }
     let map = scopes.snapshot();
-    let scope = derive_scope(&map, &conversation, req.persona.as_deref());
+    let Some(scope) = derive_scope(&map, &conversation, req.persona.as_deref()) else {
+        return Ok(None);
+    };
     let job = FeedbackJob {
         job_id: uuid::Uuid::now_v7().to_string(),
         conversation_id: conversation.as_str().to_string(),
@@ -82,5 +85,5 @@ pub(super) fn validate(
         new_memories,
         merge_groups,
     };
-    Ok(job)
+    Ok(Some(job))
 }

@@ -104,9 +104,12 @@ impl FeedbackQueue {
         self.shared.files.journal.healthy()
     }
 
-    /// Validate, derive the scope, journal durably, queue. Returns the job id.
-    pub fn accept(&self, req: FeedbackRequest) -> Result<String, AcceptError> {
-        let job = super::accept::validate(req, &self.scopes)?;
+    /// Validate, derive the scope, journal durably, queue. Returns the job id, or `None` for an
+    /// incognito conversation, whose feedback (even reinforcement) is never stored.
+    pub fn accept(&self, req: FeedbackRequest) -> Result<Option<String>, AcceptError> {
+        let Some(job) = super::accept::validate(req, &self.scopes)? else {
+            return Ok(None);
+        };
         // Reserve a queue slot first: never journal what cannot be queued.
         let permit = match self.tx.try_reserve() {
             Ok(p) => p,
@@ -131,7 +134,7 @@ impl FeedbackQueue {
             "feedback accepted"
         );
         permit.send(job);
-        Ok(job_id)
+        Ok(Some(job_id))
     }
 
     /// Start the worker: replays unfinished journaled jobs first, then serves the queue.
