@@ -98,7 +98,7 @@ function renderStatus(s) {
   } else emptyRow(dead, 3, 'none');
   const idx = $('indexes').tBodies[0];
   if (s.indexes.length) {
-    fill(idx, s.indexes.map((i) => [{ text: i.name, cls: 'mono' }, { text: i.columns.join(', ') },
+    fill(idx, s.indexes.map((i) => [{ text: i.name, cls: 'mono' }, { text: i.columns.join(', '), cls: 'mono' },
       { text: i.index_type }, { text: i.indexed_rows ?? '?', cls: 'num' },
       { text: i.unindexed_rows ?? '?', cls: 'num' }]));
   } else emptyRow(idx, 5, 'no indexes');
@@ -111,7 +111,7 @@ function renderMigration(m) {
   bar.max = 1;
   bar.value = m.state === 'done' || m.state === 'none' ? 1 : (total ? done / total : 0);
   dl($('migration'), [
-    ['state', m.state], ['migration_mode', m.migration_mode],
+    ['state', m.state === 'none' ? 'none (no legacy rows)' : m.state], ['migration_mode', m.migration_mode],
     ['legacy rows visible to recall', m.active ? 'yes' : 'no'],
     ['scanned / filled / skipped', m.scanned + ' / ' + m.filled + ' / ' + m.skipped],
     ['remaining', m.remaining], ['rows/s', Math.round(m.rows_per_sec)],
@@ -181,13 +181,15 @@ function confirmDelete(button, id) {
 async function remove(id) {
   const body = { conversation_id: view.conversation, memory_ids: [id] };
   if (view.persona) body.persona = view.persona;
+  let outcome;
   try {
     const r = await api('POST', '/v1/forget', body);
-    say(r.deleted ? 'Deleted 1 memory (erased from every table version).'
-      : 'Not deleted: this conversation\'s scope does not hold it.', !r.deleted);
-  } catch (e) { say(String(e.message), true); }
+    outcome = r.deleted ? ['Deleted 1 memory (erased from every table version).', false]
+      : ['Not deleted: this conversation\'s scope does not hold it.', true];
+  } catch (e) { outcome = [String(e.message), true]; }
   await show();
   await refresh();
+  say(...outcome);
 }
 
 async function show() {
