@@ -12,7 +12,7 @@ export SCOPEMEM_ASTRBOT_VENV ?= $(HOME)/.cache/scopemem/astrbot-venv
 export CARGO_TERM_PROGRESS_WHEN ?= never
 PORT ?= 8787
 
-.PHONY: setup mcp-client astrbot-venv build release run test bench soak lint fmt clean-data
+.PHONY: setup mcp-client astrbot-venv browser build release run test bench soak lint fmt clean-data
 
 setup:
 	@bash scripts/setup.sh
@@ -22,6 +22,10 @@ mcp-client: setup
 
 astrbot-venv: setup
 	@bash scripts/setup-astrbot.sh
+
+# Debian's chromium (+ a CJK font) and playwright-core for tests/ui_browser.rs.
+browser:
+	@bash scripts/setup-browser.sh
 
 # The debug profile shares its build with `make test` (a cold release build of the lancedb tree
 # takes ~45 min on 2 cores); `make release` builds the optimised binary for production.
@@ -37,7 +41,7 @@ run: build
 	@bash scripts/run-demo.sh "$(CARGO_TARGET_DIR)/debug/scopemem" "$(PORT)"
 
 # Unit + integration tests; benches are compiled by `make lint` and run only by `make bench`.
-test: setup mcp-client astrbot-venv
+test: setup mcp-client astrbot-venv browser
 	cargo test --lib --bins --tests --no-fail-fast -- --test-threads=2
 
 bench: setup

@@ -73,6 +73,21 @@ async fn send(
     auth: Option<&str>,
     body: Option<&Value>,
 ) -> Reply {
+    let json = [("content-type", "application/json")];
+    let extra: &[(&str, &str)] = if body.is_some() { &json } else { &[] };
+    send_with(app, method, path, host, auth, extra, body).await
+}
+
+/// [`send`] with `extra` headers instead of the JSON content type a body otherwise gets.
+async fn send_with(
+    app: &App,
+    method: &str,
+    path: &str,
+    host: Option<&str>,
+    auth: Option<&str>,
+    extra: &[(&str, &str)],
+    body: Option<&Value>,
+) -> Reply {
     let mut req = Request::builder().method(method).uri(path);
     if let Some(h) = host {
         req = req.header("host", h);
@@ -83,10 +98,11 @@ async fn send(
     if path == "/mcp" {
         req = req.header("accept", "application/json, text/event-stream");
     }
+    for (k, v) in extra {
+        req = req.header(*k, *v);
+    }
     let req = match body {
-        Some(b) => req
-            .header("content-type", "application/json")
-            .body(Body::from(b.to_string())),
+        Some(b) => req.body(Body::from(b.to_string())),
         None => req.body(Body::empty()),
     }
     .unwrap();
@@ -115,8 +131,9 @@ fn mcp_remember(content: &str) -> Value {
                    "_meta": {"conversation_id": FAMILY}}})
 }
 
-/// Every kind of route: the JSON API, the tool registry, MCP (a write), metrics, and a path that
-/// is no route yet (the fallback, standing in for a future `/ui`).
+/// Every kind of route: the JSON API (the operator page's read endpoints included), the tool
+/// registry, MCP (a write), metrics, and a path that is no route (the fallback, standing in for
+/// any route added later). The page's static files are covered in tests/ui.rs.
 fn guarded_routes() -> Vec<(&'static str, &'static str, Option<Value>)> {
     vec![
         ("GET", "/v1/status", None),
@@ -139,7 +156,14 @@ fn guarded_routes() -> Vec<(&'static str, &'static str, Option<Value>)> {
         ("GET", "/metrics", None),
         ("POST", "/mcp", Some(mcp_initialize())),
         ("POST", "/mcp", Some(mcp_remember("refused write over MCP"))),
-        ("GET", "/ui", None),
+        ("GET", "/v1/scope_map", None),
+        (
+            "POST",
+            "/v1/memories/browse",
+            Some(json!({"conversation_id": FAMILY})),
+        ),
+        ("GET", "/no-such-route", None),
+        ("GET", "/ui/no-such-file", None),
     ]
 }
 
@@ -635,4 +659,180 @@ async fn serve_on_an_open_address_with_a_token_requires_it() {
         "the 401 is logged: {logs}"
     );
     assert!(!logs.contains(TOKEN), "the logs show the token: {logs}");
+}
+
+/// Every state-changing route: writes over HTTP and MCP, feedback, tools, events and erasure.
+fn state_changing_routes() -> Vec<(&'static str, Value)> {
+    vec![
+        (
+            "/v1/remember",
+            json!({"conversation_id": FAMILY, "content": "cross-site write"}),
+        ),
+        ("/v1/forget", json!({"conversation_id": FAMILY})),
+        (
+            "/v1/feedback",
+            json!({"conversation_id": FAMILY, "new_memories": [{"content": "cross-site feedback"}]}),
+        ),
+        (
+            "/v1/tools/core_memory_remember",
+            json!({"conversation_id": FAMILY, "arguments": {"content": "cross-site tool"}}),
+        ),
+        (
+            "/v1/events/after_message_sent",
+            json!({"conversation_id": FAMILY, "user_message": "", "bot_reply": "",
+                   "recalled_memory_ids": [],
+                   "reflection": {"new_memories": [{"content": "cross-site event"}]}}),
+        ),
+        ("/mcp", mcp_remember("cross-site write over MCP")),
+    ]
+}
+
+/// Header name/value pairs of one request.
+type Headers = Vec<(&'static str, &'static str)>;
+
+/// What a browser adds to a request sent by a page of another origin (a form post, a `fetch`),
+/// and a body a form can send without a CORS preflight.
+fn cross_site_requests() -> Vec<(u16, &'static str, Headers)> {
+    let json = ("content-type", "application/json");
+    vec![
+        (
+            403,
+            "cross_site_request",
+            vec![json, ("origin", "http://evil.example")],
+        ),
+        (
+            403,
+            "cross_site_request",
+            vec![json, ("origin", "http://localhost:3000")],
+        ),
+        (403, "cross_site_request", vec![json, ("origin", "null")]),
+        (
+            403,
+            "cross_site_request",
+            vec![json, ("sec-fetch-site", "cross-site")],
+        ),
+        (
+            403,
+            "cross_site_request",
+            vec![json, ("sec-fetch-site", "same-site")],
+        ),
+        (
+            403,
+            "cross_site_request",
+            vec![
+                ("content-type", "text/plain"),
+                ("origin", "http://evil.example"),
+                ("sec-fetch-site", "cross-site"),
+            ],
+        ),
+        (
+            415,
+            "unsupported_media_type",
+            vec![("content-type", "text/plain")],
+        ),
+        (
+            415,
+            "unsupported_media_type",
+            vec![("content-type", "application/x-www-form-urlencoded")],
+        ),
+        (415, "unsupported_media_type", vec![]),
+    ]
+}
+
+#[tokio::test]
+async fn cross_site_state_changes_are_refused_even_with_the_token_and_change_nothing() {
+    let app = app(json!({"auth_token": TOKEN})).await;
+    let right = format!("Bearer {TOKEN}");
+    let r = send(
+        &app,
+        "POST",
+        "/v1/remember",
+        Some("localhost:8787"),
+        Some(&right),
+        Some(&json!({"conversation_id": FAMILY, "content": "Grandma likes orchids"})),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+
+    for (status, code, headers) in cross_site_requests() {
+        for (path, body) in state_changing_routes() {
+            let r = send_with(
+                &app,
+                "POST",
+                path,
+                Some("localhost:8787"),
+                Some(&right),
+                &headers,
+                Some(&body),
+            )
+            .await;
+            assert_eq!(
+                r.status.as_u16(),
+                status,
+                "POST {path} with {headers:?}: {}",
+                r.body
+            );
+            assert_eq!(r.json()["error"]["code"], code, "{}", r.body);
+        }
+    }
+    // Without the token the same requests are refused just the same (not as 401 first).
+    let evil = [
+        ("content-type", "application/json"),
+        ("origin", "http://evil.example"),
+    ];
+    let (path, body) = &state_changing_routes()[1];
+    let r = send_with(
+        &app,
+        "POST",
+        path,
+        Some("localhost:8787"),
+        None,
+        &evil,
+        Some(body),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "{}", r.body);
+
+    // Nothing was written or erased, and no feedback job was accepted.
+    assert_eq!(rows(&app.host).await, 1);
+    assert_eq!(app.host.memory().feedback().depth(), 0);
+    assert_eq!(
+        family_contents(&app, Some(&right)).await,
+        ["Grandma likes orchids"]
+    );
+
+    // The page's own requests pass: same origin (Origin = Host), JSON, token.
+    let own = [
+        ("content-type", "application/json; charset=UTF-8"),
+        ("origin", "http://localhost:8787"),
+        ("sec-fetch-site", "same-origin"),
+    ];
+    let forget = json!({"conversation_id": FAMILY});
+    let r = send_with(
+        &app,
+        "POST",
+        "/v1/forget",
+        Some("localhost:8787"),
+        Some(&right),
+        &own,
+        Some(&forget),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert_eq!(r.json()["deleted"], 1, "{}", r.body);
+    // Reads are never refused by the rule: a cross-site GET cannot change anything.
+    let r = send_with(
+        &app,
+        "GET",
+        "/v1/status",
+        Some("localhost:8787"),
+        Some(&right),
+        &[
+            ("origin", "http://evil.example"),
+            ("sec-fetch-site", "cross-site"),
+        ],
+        None,
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
 }

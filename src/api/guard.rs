@@ -10,20 +10,30 @@
 //!   case-insensitively (RFC 7235 section 2.1: `bearer`, `BEARER` are the same scheme); the token
 //!   itself is compared exactly, via SHA-256 digests and a constant-time equality, so neither its
 //!   length nor a matching prefix shows in the response time.
+//! - **Same origin** (state-changing methods, i.e. all but GET, HEAD and OPTIONS): a request
+//!   whose `Sec-Fetch-Site` is present and not `same-origin` or `none`, or whose `Origin` is
+//!   present and does not name the request's own `Host` (`null` included), gets 403
+//!   `cross_site_request`; a body that is not `Content-Type: application/json` gets 415. A
+//!   browser only sends such a request cross-origin without a CORS preflight as a form post or a
+//!   "simple" fetch, which always carries one of these signs, so a page on another site cannot
+//!   make the operator's browser erase memories even if it knew the token.
 //! - **Bind**: [`check_bind`] refuses a listen address that is not loopback (`0.0.0.0`, a LAN
 //!   address, a name resolving to one) unless a token is set.
 //!
 //! [`protect`] applies the first two as a layer over a whole router, so a route added later is
 //! covered by default; `/healthz` is the one exemption (supervisors and load balancers probe it
-//! without credentials, and it reveals only health). The token is never logged, never echoed,
+//! without credentials, and it reveals only health). The operator page's static files
+//! ([`super::ui::is_asset`], GET/HEAD only) skip the token but not the Host check: they hold no
+//! data, and the browser cannot attach a bearer token to a page load; every data request the
+//! page makes carries it. The token is never logged, never echoed,
 //! and removed from the request before any handler sees it.
 
 use std::net::{Ipv6Addr, SocketAddr};
 use std::sync::Arc;
 
 use axum::extract::{Request, State};
-use axum::http::header::{AUTHORIZATION, HOST, WWW_AUTHENTICATE};
-use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::http::header::{AUTHORIZATION, CONTENT_TYPE, HOST, ORIGIN, WWW_AUTHENTICATE};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::{Json, Router};
@@ -168,6 +178,10 @@ pub enum Refusal {
     Host { host: String, reason: &'static str },
     /// 401: the bearer token is missing or wrong.
     Token { reason: &'static str },
+    /// 403: a state-changing request sent by a page of another origin.
+    CrossSite { reason: &'static str },
+    /// 415: a state-changing request whose body is not declared as JSON.
+    MediaType { reason: &'static str },
 }
 
 impl Refusal {
@@ -176,6 +190,18 @@ impl Refusal {
         match self {
             Refusal::Host { .. } => "forbidden_host",
             Refusal::Token { .. } => "unauthorized",
+            Refusal::CrossSite { .. } => "cross_site_request",
+            Refusal::MediaType { .. } => "unsupported_media_type",
+        }
+    }
+
+    /// Why, in a few words (safe to log: no header values).
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Refusal::Host { reason, .. }
+            | Refusal::Token { reason }
+            | Refusal::CrossSite { reason }
+            | Refusal::MediaType { reason } => reason,
         }
     }
 }
@@ -209,6 +235,20 @@ impl IntoResponse for Refusal {
                     .headers_mut()
                     .insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
                 response
+            }
+            Refusal::CrossSite { reason } => {
+                let message = format!(
+                    "{reason}: requests that change data must come from this service's own \
+                     origin (the operator page) or from a client that is not a browser"
+                );
+                let body = Json(json!({"error": {"code": code, "message": message}}));
+                (StatusCode::FORBIDDEN, body).into_response()
+            }
+            Refusal::MediaType { reason } => {
+                let message =
+                    format!("{reason}: send the body as JSON with Content-Type: application/json");
+                let body = Json(json!({"error": {"code": code, "message": message}}));
+                (StatusCode::UNSUPPORTED_MEDIA_TYPE, body).into_response()
             }
         }
     }
@@ -367,28 +407,31 @@ impl Guard {
     }
 }
 
-/// Axum middleware: refuse with 403/401 unless the request passes [`Guard::check_host`] and
-/// [`Guard::check_token`]; `/healthz` passes untouched. Refusals are logged at warn with the
+/// Axum middleware: refuse with 403/401/415 unless the request passes [`Guard::check_host`],
+/// [`check_same_origin`] and [`Guard::check_token`] (the page's assets skip the token);
+/// `/healthz` passes untouched. Refusals are logged at warn with the
 /// (truncated) Host and path, never a credential.
 pub async fn enforce(State(guard): State<Arc<Guard>>, mut req: Request, next: Next) -> Response {
     if req.uri().path() == HEALTHZ {
         return next.run(req).await;
     }
+    let asset = is_safe(req.method()) && super::ui::is_asset(req.uri().path());
     let checked = guard
         .check_host(req.headers(), req.uri())
-        .and_then(|()| guard.check_token(req.headers()));
+        .and_then(|()| check_same_origin(req.method(), req.headers()))
+        .and_then(|()| match asset {
+            true => Ok(()),
+            false => guard.check_token(req.headers()),
+        });
     if let Err(refusal) = checked {
         let host = req
             .headers()
             .get(HOST)
             .map(|v| echo(&String::from_utf8_lossy(v.as_bytes())))
             .unwrap_or_default();
-        let reason = match &refusal {
-            Refusal::Host { reason, .. } | Refusal::Token { reason } => *reason,
-        };
         tracing::warn!(
             code = refusal.code(),
-            reason,
+            reason = refusal.reason(),
             host = %host,
             path = %echo(req.uri().path()),
             method = %req.method(),
@@ -399,6 +442,59 @@ pub async fn enforce(State(guard): State<Arc<Guard>>, mut req: Request, next: Ne
     // Handlers (and rmcp, which keeps the request parts) never need the credential.
     req.headers_mut().remove(AUTHORIZATION);
     next.run(req).await
+}
+
+/// Methods that change nothing here (no route answers them with a side effect).
+fn is_safe(method: &Method) -> bool {
+    matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS)
+}
+
+/// The cross-site rule for state-changing requests (see the module docs). Runs after the Host
+/// check, so `Host` is known to be a single, allowed value.
+pub fn check_same_origin(method: &Method, headers: &HeaderMap) -> Result<(), Refusal> {
+    if is_safe(method) {
+        return Ok(());
+    }
+    let cross = |reason| Refusal::CrossSite { reason };
+    if let Some(site) = headers.get("sec-fetch-site") {
+        let site = site.as_bytes();
+        if !site.eq_ignore_ascii_case(b"same-origin") && !site.eq_ignore_ascii_case(b"none") {
+            return Err(cross(
+                "Sec-Fetch-Site says the request comes from another site",
+            ));
+        }
+    }
+    let mut origins = headers.get_all(ORIGIN).iter();
+    if let Some(origin) = origins.next() {
+        if origins.next().is_some() {
+            return Err(cross("more than one Origin header"));
+        }
+        let host = headers.get(HOST).map(HeaderValue::as_bytes);
+        if !host.is_some_and(|h| origin_names_host(origin.as_bytes(), h)) {
+            return Err(cross("Origin is not this service's own origin"));
+        }
+    }
+    let json = headers
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|media| media.trim().eq_ignore_ascii_case("application/json"));
+    if !json {
+        return Err(Refusal::MediaType {
+            reason: "Content-Type is not application/json",
+        });
+    }
+    Ok(())
+}
+
+/// Whether an `Origin` (`http://host[:port]` or `https://…`, no path) names the same authority
+/// as `Host`. Browsers omit the default port from both, so the texts compare directly; `null`
+/// (sandboxed or privacy-sensitive contexts) never matches.
+fn origin_names_host(origin: &[u8], host: &[u8]) -> bool {
+    let authority = origin
+        .strip_prefix(b"http://")
+        .or_else(|| origin.strip_prefix(b"https://"));
+    authority.is_some_and(|a| !a.is_empty() && a.eq_ignore_ascii_case(host))
 }
 
 /// Wrap every route of `router` (and its 404 fallback) in [`enforce`]. Call it last, after all
@@ -618,6 +714,104 @@ mod tests {
             (&AUTHORIZATION, "Bearer s3cret-Token"),
         ]);
         assert!(g.check_token(&two).is_err());
+    }
+
+    fn same_origin(method: Method, pairs: &[(&str, &str)]) -> Result<(), &'static str> {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.append(
+                axum::http::HeaderName::from_bytes(k.as_bytes()).expect("test header name"),
+                HeaderValue::from_str(v).expect("test header"),
+            );
+        }
+        check_same_origin(&method, &h).map_err(|r| r.code())
+    }
+
+    #[test]
+    fn cross_site_rule_for_state_changing_requests() {
+        let json = ("content-type", "application/json");
+        let host = ("host", "127.0.0.1:8787");
+        // Safe methods are never refused by this rule.
+        for m in [Method::GET, Method::HEAD, Method::OPTIONS] {
+            assert_eq!(
+                same_origin(
+                    m,
+                    &[
+                        host,
+                        ("origin", "http://evil.example"),
+                        ("sec-fetch-site", "cross-site")
+                    ]
+                ),
+                Ok(())
+            );
+        }
+        // Non-browser clients (no Origin, no Sec-Fetch-Site) and the page itself pass.
+        assert_eq!(same_origin(Method::POST, &[host, json]), Ok(()));
+        assert_eq!(
+            same_origin(
+                Method::POST,
+                &[host, ("content-type", "Application/JSON; charset=utf-8")]
+            ),
+            Ok(())
+        );
+        for ok in [
+            vec![
+                ("origin", "http://127.0.0.1:8787"),
+                ("sec-fetch-site", "same-origin"),
+            ],
+            vec![("origin", "https://127.0.0.1:8787")],
+            vec![("sec-fetch-site", "none")],
+        ] {
+            let mut pairs = vec![host, json];
+            pairs.extend(ok.iter().copied());
+            assert_eq!(same_origin(Method::POST, &pairs), Ok(()), "{ok:?}");
+        }
+        // Another origin, however close, is refused before anything else is looked at.
+        for bad in [
+            vec![("origin", "http://evil.example")],
+            vec![("origin", "http://127.0.0.1:8788")],
+            vec![("origin", "http://localhost:8787")],
+            vec![("origin", "null")],
+            vec![("origin", "http://127.0.0.1:8787/")],
+            vec![("origin", "127.0.0.1:8787")],
+            vec![
+                ("origin", "http://127.0.0.1:8787"),
+                ("origin", "http://127.0.0.1:8787"),
+            ],
+            vec![("sec-fetch-site", "cross-site")],
+            vec![("sec-fetch-site", "same-site")],
+            vec![
+                ("sec-fetch-site", "cross-site"),
+                ("origin", "http://127.0.0.1:8787"),
+            ],
+        ] {
+            for m in [Method::POST, Method::PUT, Method::DELETE, Method::PATCH] {
+                let mut pairs = vec![host, json];
+                pairs.extend(bad.iter().copied());
+                assert_eq!(
+                    same_origin(m.clone(), &pairs),
+                    Err("cross_site_request"),
+                    "{m} {bad:?}"
+                );
+            }
+        }
+        // A body not declared as JSON (what a form post sends) is refused.
+        for ct in [
+            "text/plain",
+            "application/x-www-form-urlencoded",
+            "multipart/form-data; boundary=x",
+            "application/jsonx",
+        ] {
+            assert_eq!(
+                same_origin(Method::POST, &[host, ("content-type", ct)]),
+                Err("unsupported_media_type"),
+                "{ct}"
+            );
+        }
+        assert_eq!(
+            same_origin(Method::POST, &[host]),
+            Err("unsupported_media_type")
+        );
     }
 
     #[test]

@@ -114,11 +114,14 @@ pub fn router(host: Arc<PluginHost>) -> Router {
         .route("/v1/feedback", post(feedback))
         .route("/v1/feedback/{job_id}", get(feedback_status))
         .route("/v1/forget", post(forget))
+        .route("/v1/memories/browse", post(browse))
+        .route("/v1/scope_map", get(scope_map))
         .route("/v1/events/llm_request", post(llm_request))
         .route("/v1/events/after_message_sent", post(after_message_sent))
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics_text))
         .nest_service("/mcp", mcp)
+        .merge(super::ui::routes())
         .route_layer(axum::middleware::from_fn_with_state(metrics, track))
         .with_state(state);
     // Last, so it wraps every route above and the 404 fallback: add new routes before this line.
@@ -155,6 +158,18 @@ async fn forget(
     body: Result<Json<Value>, JsonRejection>,
 ) -> Result<Json<Value>, ApiError> {
     call(&host, "forget", body).await
+}
+
+/// `{conversation_id, persona?, offset?, limit?}`: what that conversation can see, newest first.
+async fn browse(
+    State(host): State<AppState>,
+    body: Result<Json<Value>, JsonRejection>,
+) -> Result<Json<Value>, ApiError> {
+    call(&host, "browse", body).await
+}
+
+async fn scope_map(State(host): State<AppState>) -> Result<Json<Value>, ApiError> {
+    Ok(Json(host.invoke("scope_map", Value::Null).await?))
 }
 
 async fn llm_request(

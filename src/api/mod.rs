@@ -1,5 +1,5 @@
-//! Entry points for frameworks and operators: HTTP (axum), MCP (rmcp), the demo client, the
-//! migrate CLI.
+//! Entry points for frameworks and operators: HTTP (axum), MCP (rmcp), the operator page, the
+//! demo client, the migrate CLI.
 
 pub mod demo;
 pub mod guard;
@@ -7,3 +7,4 @@ pub mod http;
 pub mod mcp;
 pub mod metrics;
 pub mod migrate_cli;
+pub mod ui;

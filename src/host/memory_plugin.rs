@@ -11,7 +11,8 @@ use serde::Deserialize;
 
 use crate::memory::feedback::{AcceptError, FeedbackRequest};
 use crate::memory::{
-    injection, ForgetRequest, MemoryService, RecallMode, RecallRequest, RememberRequest,
+    injection, BrowseRequest, ForgetRequest, MemoryService, RecallMode, RecallRequest,
+    RememberRequest,
 };
 
 pub struct MemoryPlugin {
@@ -115,6 +116,8 @@ impl Plugin for MemoryPlugin {
             "forget",
             "on_llm_request",
             "after_message_sent",
+            "browse",
+            "scope_map",
         ]
     }
 
@@ -135,6 +138,11 @@ impl Plugin for MemoryPlugin {
                     to_json(&self.service.recall(req).await?)
                 }
                 "status" => to_json(&self.service.status().await?),
+                "browse" => {
+                    let req: BrowseRequest = parse(payload)?;
+                    to_json(&self.service.browse(req).await?)
+                }
+                "scope_map" => to_json(&self.service.scope_map()),
                 "feedback" => accept(&self.service, parse(payload)?),
                 "feedback_status" => {
                     let q: JobQuery = parse(payload)?;

@@ -125,3 +125,28 @@ pub struct ForgetOutcome {
     /// Feedback jobs dropped before they were applied, because they would write what was erased.
     pub pending_feedback_dropped: usize,
 }
+
+/// `POST /v1/memories/browse`: the memories a conversation can see, newest first, without a
+/// query (the operator page's list). Same scope rules as recall.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BrowseRequest {
+    pub conversation_id: String,
+    #[serde(default)]
+    pub persona: Option<String>,
+    #[serde(default)]
+    pub offset: Option<i64>,
+    #[serde(default)]
+    pub limit: Option<i64>,
+}
+
+/// One page of visible memories and how many the conversation can see in all.
+#[derive(Debug, Clone, Serialize)]
+pub struct BrowseResponse {
+    pub memory_scope: String,
+    pub migration_mode: bool,
+    pub total: usize,
+    pub offset: usize,
+    pub limit: usize,
+    pub memories: Vec<Memory>,
+}

@@ -27,6 +27,8 @@ use crate::store::{
 const MAX_QUERY_CHARS: usize = 2000;
 const DEFAULT_STRENGTH: i64 = 50;
 const MAX_FORGET_IDS: usize = 100;
+/// Memories per browse page when the request names no limit (capped by `recall.max_limit`).
+const BROWSE_DEFAULT_LIMIT: usize = 20;
 
 /// The one function that decides a memory's scope. Every write path calls it with only what
 /// the request context carries: the conversation id and the persona. `None` means the
@@ -88,6 +90,8 @@ pub struct Status {
     /// Bytes of every file under `storage.db_dir`.
     pub disk_bytes: u64,
     pub vector_index: bool,
+    /// Every index with the rows it covers (new rows are searched unindexed until refreshed).
+    pub indexes: Vec<crate::store::IndexState>,
     pub embedding_model: String,
     pub scope_filter: ScopeFilterMode,
     pub migration: MigrationStatus,
@@ -453,6 +457,54 @@ impl MemoryService {
         })
     }
 
+    /// List what this conversation may see, newest first: the recall predicate of the same
+    /// snapshot, without a query or a similarity threshold (the operator page's browse).
+    pub async fn browse(&self, req: BrowseRequest) -> Result<BrowseResponse, MemoryError> {
+        let conversation = conversation(&req.conversation_id)?;
+        let offset = req.offset.unwrap_or(0);
+        if offset < 0 {
+            return Err(invalid("offset", "offset must not be negative"));
+        }
+        let max = self.settings.recall.max_limit.max(1);
+        let limit = req.limit.unwrap_or(BROWSE_DEFAULT_LIMIT.min(max) as i64);
+        if limit < 1 || limit > max as i64 {
+            return Err(invalid(
+                "limit",
+                format!("limit must be between 1 and {max}"),
+            ));
+        }
+        let (offset, limit) = (offset as usize, limit as usize);
+        let map = self.scopes.snapshot();
+        // What the conversation reads, incognito or not (incognito only stops writes).
+        let scope = map.resolve(&conversation, req.persona.as_deref());
+        let migration = self.migration_active();
+        let predicate = map.recall_predicate(&scope.scope, migration);
+        let page = self
+            .store
+            .page_newest(predicate.as_deref(), offset, limit)
+            .await?;
+        tracing::debug!(
+            conversation_id = conversation.as_str(),
+            memory_scope = scope.scope.as_str(),
+            total = page.total,
+            rows = page.rows.len(),
+            "browsed"
+        );
+        Ok(BrowseResponse {
+            memory_scope: scope.scope.as_str().to_string(),
+            migration_mode: migration,
+            total: page.total,
+            offset,
+            limit,
+            memories: page.rows.into_iter().map(Memory::from).collect(),
+        })
+    }
+
+    /// The scope map this process applies right now (entries, ignored entries, policies).
+    pub fn scope_map(&self) -> crate::scope::MapView {
+        self.scopes.snapshot().view()
+    }
+
     /// `POST /v1/forget`: erase what the conversation wrote, or the given memories that its
     /// own scope holds (public ones only from a public-scope conversation).
     pub async fn forget(&self, req: ForgetRequest) -> Result<ForgetOutcome, MemoryError> {
@@ -588,6 +640,7 @@ impl MemoryService {
             table_versions: stats.versions,
             disk_bytes: stats.disk_bytes,
             vector_index: self.search.is_indexed(),
+            indexes: self.store.index_states().await?,
             embedding_model: self.embedder.model_id().to_string(),
             scope_filter: self.scopes.snapshot().filter_mode(),
             migration: MigrationStatus {

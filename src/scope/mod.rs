@@ -14,6 +14,7 @@ mod name;
 mod reload;
 mod resolver;
 mod source;
+mod view;
 
 pub use conversation::{ConversationId, MAX_CONVERSATION_ID_BYTES};
 pub use filter::{recall_predicate, sql_literal, SCOPE_COLUMN};
@@ -22,6 +23,7 @@ pub use name::{ScopeName, MAX_SCOPE_NAME_CHARS, PUBLIC_SCOPE};
 pub use reload::{watch_config, ConfigWatcher, DEFAULT_DEBOUNCE};
 pub use resolver::ScopeResolver;
 pub use source::ScopeSource;
+pub use view::{MapEntry, MapView};
 
 /// Errors of scope validation and config watching.
 #[derive(Debug, thiserror::Error)]

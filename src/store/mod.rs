@@ -4,7 +4,9 @@
 //! [`writer`] task so appends are group-committed and commit conflicts retried in one place.
 
 pub mod durability;
+pub mod index_state;
 pub mod lease;
+pub mod page;
 pub mod record;
 pub mod retention;
 pub mod schema;
@@ -21,6 +23,8 @@ use lancedb::index::{Index, IndexType};
 use lancedb::query::{ExecutableQuery, QueryBase, Select};
 use lancedb::Table;
 
+pub use index_state::IndexState;
+pub use page::Page;
 pub use record::MemoryRecord;
 pub use retention::PruneReport;
 use schema::*;
