@@ -1,5 +1,5 @@
 //! Entry points for frameworks and operators: HTTP (axum), MCP (rmcp), the demo client, the
-//! migrate CLI.
+//! migrate and export/import CLIs.
 
 pub mod demo;
 pub mod guard;
@@ -7,3 +7,5 @@ pub mod http;
 pub mod mcp;
 pub mod metrics;
 pub mod migrate_cli;
+pub mod progress;
+pub mod transfer_cli;
