@@ -62,6 +62,8 @@ pub async fn export(
     output: Option<&Path>,
     quiet: bool,
 ) -> Result<ExportReport, TransferCliError> {
+    // A bad filter fails before the model loads.
+    transfer::export::normalize_filter(&options.filter)?;
     let embedder = load_embedder(config).await?;
     let store = transfer::open(config, &model_info(embedder.as_ref()), false).await?;
     let bar = Bar::new(quiet);

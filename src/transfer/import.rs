@@ -6,7 +6,7 @@
 //! that only inserts), so a re-run inserts nothing and an existing row is never overwritten.
 
 use std::collections::HashMap;
-use std::io::BufRead;
+use std::io::{BufRead, Read};
 use std::time::Instant;
 
 use crate::embed::Embedder;
@@ -268,14 +268,57 @@ impl Importer<'_> {
     }
 }
 
-/// Read one line (without its newline) into `buf`; false at end of input.
+/// Read one line (without its newline) into `buf`; false at end of input. At most
+/// `MAX_LINE_BYTES + 1` bytes are kept: the rest of a longer line is skipped, so a hostile file
+/// cannot make the import hold a huge line in memory (the kept prefix is then rejected).
 fn read_line(input: &mut dyn BufRead, buf: &mut Vec<u8>) -> Result<bool, TransferError> {
     buf.clear();
-    if input.read_until(b'\n', buf)? == 0 {
+    let limit = MAX_LINE_BYTES as u64 + 1;
+    if (&mut *input).take(limit).read_until(b'\n', buf)? == 0 {
         return Ok(false);
+    }
+    if buf.last() != Some(&b'\n') && buf.len() as u64 >= limit {
+        skip_rest_of_line(input)?;
     }
     while matches!(buf.last(), Some(b'\n' | b'\r')) {
         buf.pop();
     }
     Ok(true)
+}
+
+fn skip_rest_of_line(input: &mut dyn BufRead) -> Result<(), TransferError> {
+    loop {
+        let chunk = input.fill_buf()?;
+        if chunk.is_empty() {
+            return Ok(());
+        }
+        match chunk.iter().position(|b| *b == b'\n') {
+            Some(i) => {
+                input.consume(i + 1);
+                return Ok(());
+            }
+            None => {
+                let n = chunk.len();
+                input.consume(n);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn overlong_lines_are_cut_and_the_next_line_still_read() {
+        let long = "x".repeat(MAX_LINE_BYTES + 10);
+        let text = format!("{long}\nnext\r\n");
+        let mut input = text.as_bytes();
+        let mut buf = Vec::new();
+        assert!(read_line(&mut input, &mut buf).unwrap());
+        assert_eq!(buf.len(), MAX_LINE_BYTES + 1);
+        assert!(read_line(&mut input, &mut buf).unwrap());
+        assert_eq!(buf, b"next");
+        assert!(!read_line(&mut input, &mut buf).unwrap());
+    }
 }
