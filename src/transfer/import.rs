@@ -189,7 +189,9 @@ impl Importer<'_> {
             Err(reason) => {
                 report.rejected += 1;
                 let rejection = Rejection { line, reason };
-                tracing::warn!(line, reason = %rejection.reason, "import line rejected");
+                // The reason can quote a value from the line (a serde error does), so it goes to
+                // the operator's terminal via `on_reject` and to the log only at debug.
+                tracing::debug!(line, reason = %rejection.reason, "import line rejected");
                 (self.on_reject)(&rejection);
                 None
             }
