@@ -12,3 +12,4 @@ pub mod migrate;
 pub mod scope;
 pub mod store;
 pub mod task;
+pub mod transfer;

@@ -53,6 +53,38 @@ enum Command {
         #[command(subcommand)]
         command: MigrateCommand,
     },
+    /// Write memories as JSON lines (header line first) to stdout or --output; progress on
+    /// stderr. Safe while the service runs.
+    Export {
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Only memories of this scope.
+        #[arg(long)]
+        scope: Option<String>,
+        /// Only memories written from this conversation id.
+        #[arg(long)]
+        conversation: Option<String>,
+        /// Include each memory's vector (an import with the same model then skips embedding).
+        #[arg(long)]
+        vectors: bool,
+        /// Write to this file (atomically: temp file, fsync, rename) instead of stdout.
+        #[arg(long)]
+        output: Option<PathBuf>,
+        /// No progress bar (only the final count line on stderr).
+        #[arg(long)]
+        quiet: bool,
+    },
+    /// Import an export file ('-' for stdin), keeping ids and scopes; existing ids are skipped,
+    /// never overwritten. Exits 2 when lines were rejected. Safe while the service runs.
+    Import {
+        /// The JSON-lines file written by `scopemem export`.
+        file: PathBuf,
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// No progress bar.
+        #[arg(long)]
+        quiet: bool,
+    },
     /// Scope-map tools.
     Scope {
         #[command(subcommand)]
@@ -211,6 +243,47 @@ async fn main() -> anyhow::Result<()> {
                 scope.as_str(),
                 outcome.pending_feedback_dropped
             );
+        }
+        Command::Export {
+            config,
+            scope,
+            conversation,
+            vectors,
+            output,
+            quiet,
+        } => {
+            // Info logs would interleave with the progress bar; RUST_LOG still overrides.
+            init_logging("warn");
+            let loaded = Config::load(config.as_deref()).context("loading config")?;
+            let options = scopemem::transfer::ExportOptions {
+                filter: scopemem::transfer::ExportFilter {
+                    scope,
+                    conversation,
+                },
+                vectors,
+            };
+            scopemem::api::transfer_cli::export(&loaded.config, &options, output.as_deref(), quiet)
+                .await
+                .context("export failed")?;
+        }
+        Command::Import {
+            file,
+            config,
+            quiet,
+        } => {
+            init_logging("warn");
+            let loaded = Config::load(config.as_deref()).context("loading config")?;
+            let report = scopemem::api::transfer_cli::import(&loaded.config, &file, quiet)
+                .await
+                .with_context(|| format!("import of {} failed", file.display()))?;
+            println!("{}", scopemem::api::transfer_cli::summary(&report));
+            if report.rejected > 0 {
+                eprintln!(
+                    "{} lines rejected (listed above by line number); the other lines were imported",
+                    report.rejected
+                );
+                std::process::exit(2);
+            }
         }
         Command::Migrate { command } => match command {
             MigrateCommand::Status { config } => {

@@ -1,5 +1,5 @@
 //! Entry points for frameworks and operators: HTTP (axum), MCP (rmcp), the operator page, the
-//! demo client, the migrate CLI.
+//! demo client, the migrate and export/import CLIs.
 
 pub mod demo;
 pub mod guard;
@@ -7,4 +7,6 @@ pub mod http;
 pub mod mcp;
 pub mod metrics;
 pub mod migrate_cli;
+pub mod progress;
+pub mod transfer_cli;
 pub mod ui;

@@ -15,20 +15,54 @@ use super::schema::*;
 use super::StoreError;
 
 /// A stored memory. `memory_scope` and `scope_source` are `None` only on legacy rows.
-#[derive(Debug, Clone, PartialEq)]
+///
+/// Serde gives every column its column name, so `scopemem export` / `import` (JSON lines)
+/// carry a column added here without further changes; nullable columns default to `None`
+/// when a line from an older export lacks them.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct MemoryRecord {
     pub id: String,
     pub content: String,
+    #[serde(default)]
     pub reasoning: Option<String>,
+    #[serde(default)]
     pub tags: Vec<String>,
     pub memory_type: String,
     pub strength: i32,
     pub is_active: bool,
+    #[serde(default)]
     pub conversation_id: Option<String>,
-    /// `None` only for damaged legacy rows.
+    /// `None` only for damaged legacy rows. RFC 3339 with microseconds in JSON.
+    #[serde(default, with = "rfc3339_micros")]
     pub created_at: Option<DateTime<Utc>>,
+    #[serde(default)]
     pub memory_scope: Option<String>,
+    #[serde(default)]
     pub scope_source: Option<String>,
+}
+
+/// Timestamps as RFC 3339 text with microseconds (the column's precision, so a round trip
+/// through JSON is exact). Written by hand: chrono's `serde` feature would rebuild the arrow
+/// tree that depends on chrono.
+pub mod rfc3339_micros {
+    use chrono::{DateTime, SecondsFormat, Utc};
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(t: &Option<DateTime<Utc>>, s: S) -> Result<S::Ok, S::Error> {
+        match t {
+            Some(t) => s.serialize_str(&t.to_rfc3339_opts(SecondsFormat::Micros, true)),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<DateTime<Utc>>, D::Error> {
+        match Option::<String>::deserialize(d)? {
+            None => Ok(None),
+            Some(text) => DateTime::parse_from_rfc3339(&text)
+                .map(|t| Some(t.with_timezone(&Utc)))
+                .map_err(|e| serde::de::Error::custom(format!("{text:?} is not RFC 3339: {e}"))),
+        }
+    }
 }
 
 /// Build one Arrow batch (one Lance fragment when appended) from records and their vectors,
@@ -282,6 +316,21 @@ mod tests {
         assert!(ts.is_valid(0));
         assert!(!ts.is_valid(1));
         assert!(!ts.is_valid(2));
+    }
+
+    #[test]
+    fn round_trips_through_json() {
+        for r in [record("1", Some("家人")), record("2", None)] {
+            let text = serde_json::to_string(&r).unwrap();
+            assert!(
+                text.contains("\"created_at\":\"2023-11-14T22:13:20.123456Z\""),
+                "{text}"
+            );
+            let back: MemoryRecord = serde_json::from_str(&text).unwrap();
+            assert_eq!(back, r);
+        }
+        let bad = r#"{"id":"1","content":"c","memory_type":"event","strength":1,"is_active":true,"created_at":"yesterday"}"#;
+        assert!(serde_json::from_str::<MemoryRecord>(bad).is_err());
     }
 
     #[test]

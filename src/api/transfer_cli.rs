@@ -1,0 +1,211 @@
+//! `scopemem export` / `scopemem import`: the CLI around [`crate::transfer`]. Data goes to
+//! stdout (or `--output`), progress and rejected lines to stderr.
+
+use std::fs::File;
+use std::io::{BufRead, BufReader, BufWriter, Read};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::config::Config;
+use crate::embed::{EmbedError, Embedder, FastEmbedder, ModelFiles};
+use crate::store::ModelInfo;
+use crate::transfer::{self, ExportOptions, ExportReport, ImportOptions, ImportReport, Importer};
+
+use super::progress::Bar;
+
+#[derive(Debug, thiserror::Error)]
+pub enum TransferCliError {
+    #[error(transparent)]
+    Transfer(#[from] transfer::TransferError),
+    #[error(transparent)]
+    Embed(#[from] EmbedError),
+    #[error("{path}: {source}")]
+    File {
+        path: String,
+        source: std::io::Error,
+    },
+}
+
+fn file_error(path: &Path) -> impl FnOnce(std::io::Error) -> TransferCliError + '_ {
+    move |source| TransferCliError::File {
+        path: path.display().to_string(),
+        source,
+    }
+}
+
+/// Load the configured embedding model (its id decides whether vectors can be reused, and
+/// `migrate::open_store` checks it against the table).
+pub async fn load_embedder(config: &Config) -> Result<Arc<dyn Embedder>, TransferCliError> {
+    let files = ModelFiles::resolve(
+        config.embedding.model_dir.as_deref(),
+        config.embedding.ort_dylib_path.as_deref(),
+    );
+    let batch = config.embedding.batch_size.max(1);
+    let model = tokio::task::spawn_blocking(move || FastEmbedder::load(&files, batch))
+        .await
+        .map_err(|e| EmbedError::Model(format!("model loader panicked: {e}")))??;
+    Ok(Arc::new(model))
+}
+
+fn model_info(embedder: &dyn Embedder) -> ModelInfo {
+    ModelInfo {
+        id: embedder.model_id().to_string(),
+        dimension: embedder.dimension(),
+    }
+}
+
+/// Export to stdout, or to `output` atomically (a temp file beside it, fsynced, renamed), so
+/// an interrupted export never leaves a truncated file under the final name.
+pub async fn export(
+    config: &Config,
+    options: &ExportOptions,
+    output: Option<&Path>,
+    quiet: bool,
+) -> Result<ExportReport, TransferCliError> {
+    // A bad filter fails before the model loads.
+    transfer::export::normalize_filter(&options.filter)?;
+    let embedder = load_embedder(config).await?;
+    let store = transfer::open(config, &model_info(embedder.as_ref()), false).await?;
+    let bar = Bar::new(quiet);
+    let mut progress = |done: u64, total: u64| bar.draw(done, Some(total), "rows");
+    let model = model_info(embedder.as_ref());
+    let result = match output {
+        None => {
+            let mut out = BufWriter::with_capacity(1 << 16, std::io::stdout());
+            transfer::export(&store, &model, options, &mut out, &mut progress)
+                .await
+                .map_err(TransferCliError::from)
+        }
+        Some(path) => export_to_file(&store, &model, options, path, &mut progress).await,
+    };
+    store.shutdown().await;
+    let report = result?;
+    bar.finish(&format!(
+        "exported {} memories{} in {:.1} s ({:.0} rows/s)",
+        report.rows,
+        if options.vectors { " with vectors" } else { "" },
+        report.seconds,
+        report.rows as f64 / report.seconds.max(1e-3)
+    ));
+    Ok(report)
+}
+
+async fn export_to_file(
+    store: &crate::store::Store,
+    model: &ModelInfo,
+    options: &ExportOptions,
+    path: &Path,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<ExportReport, TransferCliError> {
+    let tmp = temp_path(path);
+    let file = File::create(&tmp).map_err(file_error(&tmp))?;
+    let mut out = BufWriter::with_capacity(1 << 16, file);
+    let written = transfer::export(store, model, options, &mut out, progress).await;
+    let finished = written.map_err(TransferCliError::from).and_then(|report| {
+        let file = out
+            .into_inner()
+            .map_err(|e| file_error(&tmp)(e.into_error()))?;
+        file.sync_all().map_err(file_error(&tmp))?;
+        std::fs::rename(&tmp, path).map_err(file_error(path))?;
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            File::open(dir)
+                .and_then(|d| d.sync_all())
+                .map_err(file_error(dir))?;
+        }
+        Ok(report)
+    });
+    if finished.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    finished
+}
+
+fn temp_path(path: &Path) -> PathBuf {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "export".into());
+    path.with_file_name(format!(".{name}.tmp.{}", std::process::id()))
+}
+
+/// Import `input` (a file, or `-` for stdin). Rejected lines are printed on stderr as they
+/// are found; the caller prints the summary and picks the exit code.
+pub async fn import(
+    config: &Config,
+    input: &Path,
+    quiet: bool,
+) -> Result<ImportReport, TransferCliError> {
+    let (mut reader, total): (Box<dyn BufRead>, Option<u64>) = if input == Path::new("-") {
+        (Box::new(BufReader::new(std::io::stdin())), None)
+    } else {
+        let total = count_lines(input)?;
+        let file = File::open(input).map_err(file_error(input))?;
+        (
+            Box::new(BufReader::with_capacity(1 << 16, file)),
+            Some(total),
+        )
+    };
+    let embedder = load_embedder(config).await?;
+    let store = transfer::open(config, &model_info(embedder.as_ref()), true).await?;
+    let bar = Bar::new(quiet);
+    let mut on_progress = |p: transfer::Progress<'_>| {
+        let r = p.report;
+        let detail = format!(
+            "lines  imported {}  present {}  re-embedded {}  rejected {}",
+            r.imported, r.already_present, r.re_embedded, r.rejected
+        );
+        bar.draw(p.line, total, &detail);
+    };
+    let mut on_reject =
+        |r: &transfer::Rejection| bar.println(&format!("line {}: rejected: {}", r.line, r.reason));
+    let mut importer = Importer {
+        store: &store,
+        embedder: embedder.as_ref(),
+        options: ImportOptions {
+            batch_rows: config.storage.write_batch_max.max(1),
+        },
+        on_progress: &mut on_progress,
+        on_reject: &mut on_reject,
+    };
+    let result = importer.run(reader.as_mut()).await;
+    store.shutdown().await;
+    bar.clear();
+    Ok(result?)
+}
+
+/// Lines in the file, for the progress bar's total (a fast byte scan; the data is then in the
+/// page cache for the real read).
+fn count_lines(path: &Path) -> Result<u64, TransferCliError> {
+    let mut file = File::open(path).map_err(file_error(path))?;
+    let mut buf = vec![0u8; 1 << 16];
+    let (mut lines, mut last) = (0u64, b'\n');
+    loop {
+        let n = file.read(&mut buf).map_err(file_error(path))?;
+        if n == 0 {
+            break;
+        }
+        lines += buf[..n].iter().filter(|b| **b == b'\n').count() as u64;
+        last = buf[n - 1];
+    }
+    Ok(lines + u64::from(last != b'\n'))
+}
+
+/// The one-line summary `scopemem import` prints.
+pub fn summary(r: &ImportReport) -> String {
+    let mut s = format!(
+        "imported {}, already present {}, re-embedded {}, rejected {}",
+        r.imported, r.already_present, r.re_embedded, r.rejected
+    );
+    if r.redacted > 0 {
+        s.push_str(&format!("; {} redacted on the way in", r.redacted));
+    }
+    if r.imported == 0 && r.already_present > 0 {
+        s.push_str("; nothing new (existing rows are never overwritten)");
+    }
+    s.push_str(&format!(
+        " ({:.1} s, {:.0} lines/s)",
+        r.seconds,
+        r.lines as f64 / r.seconds.max(1e-3)
+    ));
+    s
+}

@@ -1,0 +1,165 @@
+//! `scopemem export`: stream the table's rows as JSON lines, batch by batch, so memory use does
+//! not grow with the table. Reads only: safe while other processes write (each batch comes from
+//! one consistent table version).
+
+use std::io::Write;
+use std::time::Instant;
+
+use chrono::{SecondsFormat, Utc};
+use futures::TryStreamExt;
+use lancedb::arrow::arrow_array::{Array, FixedSizeListArray, Float32Array, RecordBatch};
+use lancedb::query::{ExecutableQuery, QueryBase, Select};
+
+use crate::scope::{sql_literal, ConversationId, ScopeName};
+use crate::store::schema::{COL_CONVERSATION_ID, COL_MEMORY_SCOPE, COL_VECTOR, RECORD_COLUMNS};
+use crate::store::{record, ModelInfo, Store};
+
+use super::format::{ExportFilter, Header, RowOut, FORMAT_VERSION};
+use super::TransferError;
+
+/// What to export.
+#[derive(Debug, Clone, Default)]
+pub struct ExportOptions {
+    pub filter: ExportFilter,
+    /// Include each row's vector (lets an import with the same model skip re-embedding).
+    pub vectors: bool,
+}
+
+/// What an export wrote.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ExportReport {
+    pub rows: u64,
+    pub seconds: f64,
+}
+
+/// Validate the filter and build its SQL predicate. The conversation id is trimmed as the write
+/// paths trim it before storing, so the filter matches what was stored.
+pub fn normalize_filter(filter: &ExportFilter) -> Result<ExportFilter, TransferError> {
+    let scope = match &filter.scope {
+        Some(s) => Some(ScopeName::parse(s)?.as_str().to_owned()),
+        None => None,
+    };
+    let conversation = match &filter.conversation {
+        Some(c) => Some(ConversationId::parse(c)?.as_str().to_owned()),
+        None => None,
+    };
+    Ok(ExportFilter {
+        scope,
+        conversation,
+    })
+}
+
+fn predicate(filter: &ExportFilter) -> Option<String> {
+    let mut parts = Vec::new();
+    if let Some(s) = &filter.scope {
+        parts.push(format!("{COL_MEMORY_SCOPE} = {}", sql_literal(s)));
+    }
+    if let Some(c) = &filter.conversation {
+        parts.push(format!("{COL_CONVERSATION_ID} = {}", sql_literal(c)));
+    }
+    (!parts.is_empty()).then(|| parts.join(" AND "))
+}
+
+/// Write the header and every matching row to `out`. `progress(done, total)` is called after
+/// each batch; `total` is the count when the export started (rows written meanwhile by other
+/// processes may or may not be included).
+pub async fn export(
+    store: &Store,
+    model: &ModelInfo,
+    options: &ExportOptions,
+    out: &mut dyn Write,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<ExportReport, TransferError> {
+    let started = Instant::now();
+    let filter = normalize_filter(&options.filter)?;
+    let predicate = predicate(&filter);
+    let header = Header {
+        scopemem_export: FORMAT_VERSION,
+        embedding_model: model.id.clone(),
+        dimension: model.dimension,
+        exported_at: Utc::now().to_rfc3339_opts(SecondsFormat::Micros, true),
+        filter,
+        vectors: options.vectors,
+    };
+    write_line(out, &header)?;
+    let total = store.count(predicate.clone()).await? as u64;
+    progress(0, total);
+    let schema = store.table().schema().await?;
+    let mut columns: Vec<&str> = RECORD_COLUMNS
+        .into_iter()
+        .filter(|c| schema.field_with_name(c).is_ok())
+        .collect();
+    if options.vectors {
+        columns.push(COL_VECTOR);
+    }
+    let mut query = store.table().query().select(Select::columns(&columns));
+    if let Some(p) = &predicate {
+        query = query.only_if(p.as_str());
+    }
+    let mut stream = query.execute().await?;
+    let mut rows = 0u64;
+    while let Some(batch) = stream.try_next().await? {
+        rows += write_batch(out, &batch, options.vectors)?;
+        progress(rows, total.max(rows));
+    }
+    out.flush()?;
+    let seconds = started.elapsed().as_secs_f64();
+    tracing::info!(rows, seconds, vectors = options.vectors, "export finished");
+    Ok(ExportReport { rows, seconds })
+}
+
+fn write_batch(
+    out: &mut dyn Write,
+    batch: &RecordBatch,
+    vectors: bool,
+) -> Result<u64, TransferError> {
+    let records = record::from_batch(batch);
+    let column = batch
+        .column_by_name(COL_VECTOR)
+        .and_then(|c| c.as_any().downcast_ref::<FixedSizeListArray>());
+    let values = column.and_then(|c| c.values().as_any().downcast_ref::<Float32Array>());
+    let dim = column.map_or(0, |c| c.value_length() as usize);
+    for (i, record) in records.iter().enumerate() {
+        let vector = match (vectors, column, values) {
+            (true, Some(c), Some(v)) if c.is_valid(i) => {
+                let start = (c.value_offset(i) as usize).min(v.len());
+                let end = (start + dim).min(v.len());
+                Some(&v.values()[start..end])
+            }
+            _ => None,
+        };
+        write_line(out, &RowOut { record, vector })?;
+    }
+    Ok(records.len() as u64)
+}
+
+fn write_line(out: &mut dyn Write, value: &impl serde::Serialize) -> Result<(), TransferError> {
+    serde_json::to_writer(&mut *out, value).map_err(|e| TransferError::Io(e.into()))?;
+    out.write_all(b"\n")?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn filters_are_validated_and_escaped() {
+        let f = normalize_filter(&ExportFilter {
+            scope: Some("家人".into()),
+            conversation: Some("  it's:1 ".into()),
+        })
+        .unwrap();
+        assert_eq!(f.conversation.as_deref(), Some("it's:1"));
+        assert_eq!(
+            predicate(&f).unwrap(),
+            "memory_scope = '家人' AND conversation_id = 'it''s:1'"
+        );
+        assert!(predicate(&ExportFilter::default()).is_none());
+        assert!(normalize_filter(&ExportFilter {
+            scope: Some("x' OR 1=1 --".into()),
+            conversation: None
+        })
+        .is_err());
+    }
+}
