@@ -39,7 +39,11 @@ impl ScopeMap {
         MapView {
             entries,
             ignored: self.ignored().to_vec(),
-            incognito: self.incognito_keys().into_iter().map(String::from).collect(),
+            incognito: self
+                .incognito_keys()
+                .into_iter()
+                .map(String::from)
+                .collect(),
             unmapped_scope: self.unmapped().as_str(),
             scope_filter: self.filter_mode().as_str(),
             summary: self.summary(),

@@ -35,9 +35,57 @@ pub fn free_port() -> u16 {
 }
 
 /// Start `serve` on `<dir>/db` with the family map, a free port and `extra` config merged
-/// over the defaults, and wait until it answers `/healthz`.
+/// over the defaults, and wait until it answers `/healthz`. The service's log goes to
+/// `<dir>/<name>.log`, so a start that fails says why. A port taken between `free_port` and the
+/// bind (another process's ephemeral port) is retried on a new port.
 pub async fn spawn_serve(dir: &Path, name: &str, extra: Value) -> Serve {
-    let port = free_port();
+    for _attempt in 0..3 {
+        let port = free_port();
+        let path = write_config(dir, name, port, &extra);
+        let log_path = dir.join(format!("{name}.log"));
+        let log = std::fs::File::create(&log_path).unwrap();
+        // Owned by `Serve` at once, so even a failed start is killed and reaped.
+        let mut serve = Serve {
+            child: Command::new(env!("CARGO_BIN_EXE_scopemem"))
+                .args(["serve", "--config", path.to_str().unwrap()])
+                .stdout(Stdio::null())
+                .stderr(log)
+                .spawn()
+                .unwrap(),
+            base: format!("http://127.0.0.1:{port}"),
+        };
+        let client = reqwest::Client::new();
+        for _ in 0..600 {
+            if client
+                .get(format!("{}/healthz", serve.base))
+                .send()
+                .await
+                .is_ok()
+            {
+                return serve;
+            }
+            if serve.child.try_wait().ok().flatten().is_some() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+        let exited = serve.child.try_wait().ok().flatten().is_some();
+        if exited && log.contains("Address already in use") {
+            continue;
+        }
+        let tail: Vec<&str> = log.lines().rev().take(30).collect();
+        let tail: Vec<&str> = tail.into_iter().rev().collect();
+        panic!(
+            "{name} did not come up (exited: {exited}); its log ends:\n{}",
+            tail.join("\n")
+        );
+    }
+    panic!("{name}: three free ports in a row were taken before serve could bind them");
+}
+
+/// `<dir>/<name>.json`: the defaults above with `extra` merged over them.
+fn write_config(dir: &Path, name: &str, port: u16, extra: &Value) -> std::path::PathBuf {
     let mut cfg = json!({
         "storage": {"db_dir": dir.join("db"), "read_consistency_ms": 500},
         "server": {"http_addr": format!("127.0.0.1:{port}")},
@@ -56,29 +104,7 @@ pub async fn spawn_serve(dir: &Path, name: &str, extra: Value) -> Serve {
     }
     let path = dir.join(format!("{name}.json"));
     std::fs::write(&path, serde_json::to_vec(&cfg).unwrap()).unwrap();
-    // Owned by `Serve` at once, so even a failed start is killed and reaped.
-    let serve = Serve {
-        child: Command::new(env!("CARGO_BIN_EXE_scopemem"))
-            .args(["serve", "--config", path.to_str().unwrap()])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-        base: format!("http://127.0.0.1:{port}"),
-    };
-    let client = reqwest::Client::new();
-    for _ in 0..300 {
-        if client
-            .get(format!("{}/healthz", serve.base))
-            .send()
-            .await
-            .is_ok()
-        {
-            return serve;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("{name} did not come up");
+    path
 }
 
 /// POST JSON; returns the status and the JSON body (Null when it is not JSON).
