@@ -141,6 +141,8 @@ async fn legacy_table(db: &Path, embedder: &Arc<dyn Embedder>) {
                     created_at: Some(chrono::Utc::now() - chrono::TimeDelta::days(30)),
                     memory_scope: None,
                     scope_source: None,
+                    expires_at: None,
+                    last_recalled_at: None,
                 };
                 (record, v)
             })

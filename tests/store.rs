@@ -39,6 +39,8 @@ fn row(i: usize, scope: &str) -> (MemoryRecord, Vec<f32>) {
             created_at: Some(Utc::now()),
             memory_scope: Some(scope.into()),
             scope_source: Some("conversation".into()),
+            expires_at: None,
+            last_recalled_at: None,
         },
         vector(i),
     )

@@ -114,6 +114,8 @@ async fn source(dir: &Path) -> scopemem::host::PluginHost {
         created_at: Utc.timestamp_micros(1_700_000_000_123_456).single(),
         memory_scope: None,
         scope_source: None,
+        expires_at: None,
+        last_recalled_at: None,
     };
     let v = embedder()
         .embed(vec![legacy.content.clone()])

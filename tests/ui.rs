@@ -313,7 +313,9 @@ async fn status_reports_each_index_and_its_coverage() {
         })
         .collect();
     assert!(
-        columns.contains(&"id") && columns.contains(&"memory_scope"),
+        columns.contains(&"id")
+            && columns.contains(&"memory_scope")
+            && columns.contains(&"expires_at"),
         "{v}"
     );
     for i in indexes {

@@ -251,6 +251,8 @@ pub async fn dataset(e: &Arc<dyn Embedder>, n: usize) -> (PathBuf, Store) {
                         created_at: Some(now),
                         memory_scope: Some(scope),
                         scope_source: Some("conversation".into()),
+                        expires_at: None,
+                        last_recalled_at: None,
                     },
                     v,
                 )

@@ -285,6 +285,15 @@ pub struct FeedbackConfig {
     pub retry_backoff_ms: u64,
 }
 
+/// `retention.*`: how long new memories live, per memory type.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct RetentionConfig {
+    /// Days a new memory of each type lives (0: never expires), keyed by memory type.
+    pub ttl_days: std::collections::BTreeMap<String, u32>,
+    /// How often the maintenance process erases expired rows.
+    pub sweep_interval_secs: u64,
+}
+
 /// The complete, validated configuration.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Config {
@@ -311,6 +320,8 @@ pub struct Config {
     pub backfill: BackfillConfig,
     /// Feedback queue settings.
     pub feedback: FeedbackConfig,
+    /// Memory life cycle.
+    pub retention: RetentionConfig,
     /// Log filter (e.g. `info`).
     pub log_level: String,
 }
@@ -385,6 +396,7 @@ impl Config {
         let recall = root.obj("recall")?;
         let backfill = root.obj("backfill")?;
         let feedback = root.obj("feedback")?;
+        let retention = root.obj("retention")?;
 
         let map_key = "conversation_scope_map";
         let conversation_scope_map = root.get(map_key)?.clone();
@@ -464,6 +476,13 @@ impl Config {
                 queue_capacity: feedback.count("queue_capacity", 1)?,
                 max_attempts: feedback.count("max_attempts", 1)?,
                 retry_backoff_ms: feedback.count("retry_backoff_ms", 0)?,
+            },
+            retention: RetentionConfig {
+                ttl_days: crate::memory::MEMORY_TYPES
+                    .iter()
+                    .map(|t| Ok((t.to_string(), retention.count(&format!("{t}_ttl_days"), 0)?)))
+                    .collect::<Result<_, ConfigError>>()?,
+                sweep_interval_secs: retention.count("sweep_interval_secs", 1)?,
             },
             log_level: root.non_empty("log_level")?.to_owned(),
         })

@@ -31,7 +31,11 @@ pub fn specs() -> Vec<ToolSpec> {
                              "description": "People, places and keywords this memory is about."},
                     "memory_type": {"type": "string", "enum": MEMORY_TYPES, "default": "knowledge"},
                     "strength": {"type": "integer", "minimum": 1, "maximum": 100, "default": 50,
-                                 "description": "How important it is."}
+                                 "description": "How important it is."},
+                    "expires_at": {"type": "string", "format": "date-time",
+                                   "description": "When to forget it (RFC 3339, in the future), \
+                                                   e.g. for a one-off plan; leave out to keep \
+                                                   the default for its type."}
                 }
             }),
         },
@@ -112,6 +116,7 @@ pub fn remember_request(ctx: CallContext, args: Value) -> Result<RememberRequest
         tags: take(&mut map, "tags")?,
         memory_type: take(&mut map, "memory_type")?,
         strength: take(&mut map, "strength")?,
+        expires_at: take(&mut map, "expires_at")?,
     })
 }
 

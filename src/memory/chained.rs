@@ -80,6 +80,7 @@ mod tests {
                 memory_scope: Some("public".into()),
                 scope_source: Some("unmapped".into()),
                 created_at: None,
+                expires_at: None,
             },
             score,
         }

@@ -64,6 +64,7 @@ mod tests {
                 memory_scope: Some("public".into()),
                 scope_source: Some("unmapped".into()),
                 created_at: None,
+                expires_at: None,
             },
             score: 0.9,
         }

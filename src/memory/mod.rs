@@ -6,7 +6,9 @@ pub mod injection;
 pub mod model;
 pub mod new_memory;
 pub mod redact;
+pub mod retention;
 pub mod service;
+pub mod sweeper;
 
 pub use feedback::{journal, journal_files};
 pub use model::*;

@@ -22,6 +22,8 @@ pub struct Memory {
     pub scope_source: Option<String>,
     /// RFC 3339; null only for damaged legacy rows.
     pub created_at: Option<String>,
+    /// RFC 3339; null: never expires.
+    pub expires_at: Option<String>,
 }
 
 impl From<MemoryRecord> for Memory {
@@ -38,6 +40,9 @@ impl From<MemoryRecord> for Memory {
             scope_source: r.scope_source,
             created_at: r
                 .created_at
+                .map(|t| t.to_rfc3339_opts(SecondsFormat::Micros, true)),
+            expires_at: r
+                .expires_at
                 .map(|t| t.to_rfc3339_opts(SecondsFormat::Micros, true)),
         }
     }
@@ -68,6 +73,9 @@ pub struct RememberRequest {
     pub strength: Option<i64>,
     #[serde(default)]
     pub persona: Option<String>,
+    /// RFC 3339; overrides the memory type's TTL (`retention.*_ttl_days`).
+    #[serde(default)]
+    pub expires_at: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]

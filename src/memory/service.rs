@@ -76,6 +76,8 @@ pub struct ServiceSettings {
     pub migration_mode: MigrationMode,
     /// Age after which old table versions are pruned.
     pub keep_versions: std::time::Duration,
+    /// TTLs per memory type and the sweeper's interval.
+    pub retention: super::retention::Retention,
 }
 
 /// `GET /v1/status`.
@@ -207,6 +209,7 @@ impl MemoryService {
                     base: std::time::Duration::from_millis(config.feedback.retry_backoff_ms),
                     cap: std::time::Duration::from_secs(30),
                 },
+                retention: super::retention::Retention::from_config(&config.retention),
             },
             store.clone(),
             embedder.clone(),
@@ -233,6 +236,7 @@ impl MemoryService {
                 scope_filter: config.scope_filter,
                 migration_mode: config.migration_mode,
                 keep_versions: config.storage.keep_versions(),
+                retention: super::retention::Retention::from_config(&config.retention),
             },
             backfill: Arc::new(backfill),
             feedback,
@@ -244,6 +248,10 @@ impl MemoryService {
     pub fn start_background(&self) {
         self.feedback.start();
         self.store.start_pruner(self.settings.keep_versions);
+        tokio::spawn(super::sweeper::run_sweeper(
+            self.store.clone(),
+            self.settings.retention.sweep_interval,
+        ));
         let (lease, store, backfill, search) = (
             self.lease.clone(),
             self.store.clone(),
@@ -329,6 +337,15 @@ impl MemoryService {
             memory_type: req.memory_type,
         }
         .parse()?;
+        let now = Utc::now();
+        let explicit = match req.expires_at.as_deref() {
+            Some(raw) => Some(super::retention::parse_expires_at(raw, now)?),
+            None => None,
+        };
+        let expires_at = self
+            .settings
+            .retention
+            .expires_at(&memory_type, now, explicit);
 
         let map = self.scopes.snapshot();
         let Some(scope) = derive_scope(&map, &conversation, req.persona.as_deref()) else {
@@ -349,9 +366,11 @@ impl MemoryService {
             strength: strength as i32,
             is_active: true,
             conversation_id: Some(conversation.as_str().to_string()),
-            created_at: Some(Utc::now()),
+            created_at: Some(now),
             memory_scope: Some(scope.scope.as_str().to_string()),
             scope_source: Some(scope.source.as_str().to_string()),
+            expires_at,
+            last_recalled_at: None,
         };
         self.store.append(vec![(record.clone(), vector)]).await?;
         tracing::info!(
@@ -402,7 +421,11 @@ impl MemoryService {
         // Incognito only stops writes: the conversation reads its scope as usual.
         let scope = map.resolve(&conversation, req.persona.as_deref());
         let migration = self.migration_active();
-        let predicate = map.recall_predicate(&scope.scope, migration);
+        // Expired rows are never recalled, even before the sweeper erases them.
+        let predicate = Some(super::retention::and_alive(
+            map.recall_predicate(&scope.scope, migration),
+            Utc::now(),
+        ));
         let vector = self
             .embedder
             .embed(vec![redact(query)])
@@ -478,10 +501,11 @@ impl MemoryService {
         // What the conversation reads, incognito or not (incognito only stops writes).
         let scope = map.resolve(&conversation, req.persona.as_deref());
         let migration = self.migration_active();
-        let predicate = map.recall_predicate(&scope.scope, migration);
+        let predicate =
+            super::retention::and_alive(map.recall_predicate(&scope.scope, migration), Utc::now());
         let page = self
             .store
-            .page_newest(predicate.as_deref(), offset, limit)
+            .page_newest(Some(&predicate), offset, limit)
             .await?;
         tracing::debug!(
             conversation_id = conversation.as_str(),

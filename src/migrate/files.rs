@@ -9,7 +9,7 @@ use serde::Deserialize;
 use super::MigrateError;
 use crate::store::schema::{item_field, timestamp_type, vector_type};
 
-const FILES: [(&str, &str); 2] = [
+const FILES: [(&str, &str); 3] = [
     (
         "0001_memories.json",
         include_str!("../../migrations/0001_memories.json"),
@@ -17,6 +17,10 @@ const FILES: [(&str, &str); 2] = [
     (
         "0002_memory_scope.json",
         include_str!("../../migrations/0002_memory_scope.json"),
+    ),
+    (
+        "0003_life_cycle.json",
+        include_str!("../../migrations/0003_life_cycle.json"),
     ),
 ];
 

@@ -7,7 +7,10 @@ use serde::Serialize;
 
 use super::files::{self, schema_of, Op};
 use super::MigrateError;
-use crate::store::schema::{COL_ID, COL_MEMORY_SCOPE, COL_SCOPE_SOURCE, META_SCHEMA_VERSION};
+use crate::store::schema::{
+    COL_EXPIRES_AT, COL_ID, COL_LAST_RECALLED_AT, COL_MEMORY_SCOPE, COL_SCOPE_SOURCE,
+    META_SCHEMA_VERSION,
+};
 
 /// What opening the table did.
 #[derive(Debug, Clone, Serialize)]
@@ -84,11 +87,16 @@ pub async fn current_version(table: &Table) -> Result<u32, MigrateError> {
     // one of them is v1; the add-columns step adds what is missing.
     let schema = table.schema().await?;
     let has = |c: &str| schema.field_with_name(c).is_ok();
-    Ok(if has(COL_MEMORY_SCOPE) && has(COL_SCOPE_SOURCE) {
-        2
-    } else {
-        1
-    })
+    Ok(
+        match (
+            has(COL_MEMORY_SCOPE) && has(COL_SCOPE_SOURCE),
+            has(COL_EXPIRES_AT) && has(COL_LAST_RECALLED_AT),
+        ) {
+            (true, true) => 3,
+            (true, false) => 2,
+            (false, _) => 1,
+        },
+    )
 }
 
 pub async fn status(table: &Table) -> Result<SchemaStatus, MigrateError> {

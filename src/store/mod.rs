@@ -407,8 +407,9 @@ async fn check_model(table: &Table, model: &ModelInfo) -> Result<(), StoreError>
     }
 }
 
-/// The bitmap index on `memory_scope` serves the recall prefilter (`=`, `IN`, `IS NULL`); the
-/// BTree on `id` serves lookups by id and the backfill's column-patching merge.
+/// The bitmap index on `memory_scope` serves the recall prefilter (`=`, `IN`, `IS NULL`), the
+/// BTree on `expires_at` its expiry part; the BTree on `id` serves lookups by id and the
+/// backfill's column-patching merge.
 async fn ensure_scalar_indexes(table: &Table) -> Result<(), StoreError> {
     let indices = table.list_indices().await?;
     if !indices
@@ -434,6 +435,21 @@ async fn ensure_scalar_indexes(table: &Table) -> Result<(), StoreError> {
             .execute()
             .await?;
         tracing::info!(column = COL_MEMORY_SCOPE, "created bitmap index");
+    }
+    // Recall's prefilter also says `expires_at IS NULL OR expires_at > now`: served by an index
+    // instead of a column scan per query.
+    let has_expiry = indices
+        .iter()
+        .any(|i| i.columns.iter().any(|c| c == COL_EXPIRES_AT));
+    if !has_expiry && schema.field_with_name(COL_EXPIRES_AT).is_ok() {
+        table
+            .create_index(
+                &[COL_EXPIRES_AT],
+                Index::BTree(BTreeIndexBuilder::default()),
+            )
+            .execute()
+            .await?;
+        tracing::info!(column = COL_EXPIRES_AT, "created btree index");
     }
     Ok(())
 }

@@ -39,6 +39,12 @@ pub struct MemoryRecord {
     pub memory_scope: Option<String>,
     #[serde(default)]
     pub scope_source: Option<String>,
+    /// When the memory stops being recalled and becomes the sweeper's to erase; `None` never.
+    #[serde(default, with = "rfc3339_micros")]
+    pub expires_at: Option<DateTime<Utc>>,
+    /// The last time a recall returned it (refresh-on-recall and decay start from here).
+    #[serde(default, with = "rfc3339_micros")]
+    pub last_recalled_at: Option<DateTime<Utc>>,
 }
 
 /// Timestamps as RFC 3339 text with microseconds (the column's precision, so a round trip
@@ -129,6 +135,11 @@ pub fn to_batch(
         (COL_VECTOR, Arc::new(vectors)),
         (COL_MEMORY_SCOPE, strings(|r| r.memory_scope.as_deref())),
         (COL_SCOPE_SOURCE, strings(|r| r.scope_source.as_deref())),
+        (COL_EXPIRES_AT, timestamps(rows, |r| r.expires_at)),
+        (
+            COL_LAST_RECALLED_AT,
+            timestamps(rows, |r| r.last_recalled_at),
+        ),
     ];
     let mut columns = Vec::with_capacity(schema.fields().len());
     for field in schema.fields() {
@@ -146,6 +157,17 @@ pub fn to_batch(
         columns.push(column);
     }
     Ok(RecordBatch::try_new(schema.clone(), columns)?)
+}
+
+/// A nullable UTC timestamp column from one optional field of each record.
+fn timestamps(
+    rows: &[(MemoryRecord, Vec<f32>)],
+    field: fn(&MemoryRecord) -> Option<DateTime<Utc>>,
+) -> ArrayRef {
+    let values = rows
+        .iter()
+        .map(|(r, _)| field(r).map(|t| t.timestamp_micros()));
+    Arc::new(TimestampMicrosecondArray::from_iter(values).with_timezone("UTC"))
 }
 
 /// `created_at` as microseconds, whatever type the table stores it as (timestamps of any unit,
@@ -194,6 +216,8 @@ pub fn from_batch(batch: &RecordBatch) -> Vec<MemoryRecord> {
         .and_then(|c| c.as_any().downcast_ref::<BooleanArray>());
     let created = created_at_micros(batch);
     let created = created.as_ref();
+    let expires = timestamp_col(batch, COL_EXPIRES_AT);
+    let recalled = timestamp_col(batch, COL_LAST_RECALLED_AT);
     (0..batch.num_rows())
         .map(|i| MemoryRecord {
             id: opt_str(id, i).unwrap_or_default(),
@@ -229,8 +253,20 @@ pub fn from_batch(batch: &RecordBatch) -> Vec<MemoryRecord> {
                 .and_then(|c| Utc.timestamp_micros(c.value(i)).single()),
             memory_scope: opt_str(scope, i),
             scope_source: opt_str(source, i),
+            expires_at: opt_time(expires, i),
+            last_recalled_at: opt_time(recalled, i),
         })
         .collect()
+}
+
+/// A timestamp column (absent on tables read before migration 0003 ran).
+fn timestamp_col<'a>(batch: &'a RecordBatch, name: &str) -> Option<&'a TimestampMicrosecondArray> {
+    batch.column_by_name(name)?.as_any().downcast_ref()
+}
+
+fn opt_time(col: Option<&TimestampMicrosecondArray>, i: usize) -> Option<DateTime<Utc>> {
+    col.filter(|c| c.is_valid(i))
+        .and_then(|c| Utc.timestamp_micros(c.value(i)).single())
 }
 
 /// The `_distance` column lancedb adds to vector-search results.
@@ -260,6 +296,8 @@ mod tests {
             created_at: Utc.timestamp_micros(1_700_000_000_123_456).single(),
             memory_scope: scope.map(String::from),
             scope_source: scope.map(|_| "conversation".into()),
+            expires_at: Utc.timestamp_micros(1_800_000_000_000_000).single(),
+            last_recalled_at: None,
         }
     }
 

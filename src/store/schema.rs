@@ -4,8 +4,9 @@ use std::sync::Arc;
 
 use lancedb::arrow::arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
 
-/// Schema version written by this build; v1 is the legacy table without scope columns.
-pub const SCHEMA_VERSION: u32 = 2;
+/// Schema version written by this build; v1 is the legacy table without scope columns, v2 added
+/// the scope columns, v3 the life-cycle columns.
+pub const SCHEMA_VERSION: u32 = 3;
 
 /// Table-config keys (Lance manifest config) where we record what the table holds, so a
 /// restart with another embedding model fails loudly instead of mixing vector spaces.
@@ -25,9 +26,11 @@ pub const COL_CREATED_AT: &str = "created_at";
 pub const COL_VECTOR: &str = "vector";
 pub const COL_MEMORY_SCOPE: &str = "memory_scope";
 pub const COL_SCOPE_SOURCE: &str = "scope_source";
+pub const COL_EXPIRES_AT: &str = "expires_at";
+pub const COL_LAST_RECALLED_AT: &str = "last_recalled_at";
 
 /// Every column except the vector: what recall reads back (vectors are never shipped out).
-pub const RECORD_COLUMNS: [&str; 11] = [
+pub const RECORD_COLUMNS: [&str; 13] = [
     COL_ID,
     COL_CONTENT,
     COL_REASONING,
@@ -39,6 +42,8 @@ pub const RECORD_COLUMNS: [&str; 11] = [
     COL_CREATED_AT,
     COL_MEMORY_SCOPE,
     COL_SCOPE_SOURCE,
+    COL_EXPIRES_AT,
+    COL_LAST_RECALLED_AT,
 ];
 
 /// The list item field lancedb uses for tags and vectors.
@@ -54,7 +59,7 @@ pub fn timestamp_type() -> DataType {
     DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()))
 }
 
-/// The current (v2) schema for a model of `dimension`.
+/// The current (v3) schema for a model of `dimension`.
 pub fn memories_schema(dimension: usize) -> SchemaRef {
     Arc::new(Schema::new(vec![
         Field::new(COL_ID, DataType::Utf8, false),
@@ -69,6 +74,8 @@ pub fn memories_schema(dimension: usize) -> SchemaRef {
         Field::new(COL_VECTOR, vector_type(dimension), false),
         Field::new(COL_MEMORY_SCOPE, DataType::Utf8, true),
         Field::new(COL_SCOPE_SOURCE, DataType::Utf8, true),
+        Field::new(COL_EXPIRES_AT, timestamp_type(), true),
+        Field::new(COL_LAST_RECALLED_AT, timestamp_type(), true),
     ]))
 }
 

@@ -7,6 +7,7 @@ use std::collections::BTreeSet;
 use chrono::Utc;
 
 use super::*;
+use crate::memory::retention::Retention;
 use crate::memory::service::derive_scope;
 use crate::memory::MemoryError;
 use crate::scope::{ConversationId, ScopeResolver};
@@ -16,7 +17,9 @@ use crate::scope::{ConversationId, ScopeResolver};
 pub(super) fn validate(
     req: FeedbackRequest,
     scopes: &ScopeResolver,
+    retention: &Retention,
 ) -> Result<Option<FeedbackJob>, AcceptError> {
+    let now = Utc::now();
     let conversation = ConversationId::parse(&req.conversation_id).map_err(|e| {
             tracing::error!(code = "invalid_conversation_id", error = %e, "feedback refused; nothing journaled");
             MemoryError::Scope(e)
@@ -43,6 +46,7 @@ pub(super) fn validate(
             id: uuid::Uuid::now_v7().to_string(),
             content: m.content,
             reasoning: m.reasoning,
+            expires_at: retention.expires_at(&m.memory_type, now, None),
             tags: m.tags,
             memory_type: m.memory_type,
         });
@@ -75,7 +79,7 @@ pub(super) fn validate(
         conversation_id: conversation.as_str().to_string(),
         scope: scope.scope.as_str().to_string(),
         scope_source: scope.source.as_str().to_string(),
-        accepted_at: Utc::now(),
+        accepted_at: now,
         useful_memory_ids: req
             .useful_memory_ids
             .into_iter()

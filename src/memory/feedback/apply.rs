@@ -129,6 +129,8 @@ fn new_memory_record(job: &FeedbackJob, m: &NewMemoryJob) -> MemoryRecord {
         created_at: Some(Utc::now()),
         memory_scope: Some(job.scope.clone()),
         scope_source: Some(job.scope_source.clone()),
+        expires_at: m.expires_at,
+        last_recalled_at: None,
     }
 }
 
@@ -145,5 +147,7 @@ fn merged_record(job: &FeedbackJob, m: &MergePlan) -> MemoryRecord {
         created_at: Some(Utc::now()),
         memory_scope: Some(m.memory_scope.clone()),
         scope_source: Some(m.scope_source.clone()),
+        expires_at: m.expires_at,
+        last_recalled_at: None,
     }
 }

@@ -335,6 +335,7 @@ mod tests {
                 reasoning: None,
                 tags: vec![],
                 memory_type: "knowledge".into(),
+                expires_at: None,
             }],
             merge_groups: vec![],
         }

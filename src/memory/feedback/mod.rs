@@ -57,6 +57,10 @@ pub struct NewMemoryJob {
     pub reasoning: Option<String>,
     pub tags: Vec<String>,
     pub memory_type: String,
+    /// Decided at acceptance from the type's TTL, so a replay writes the same expiry.
+    /// (Absent in jobs journaled by older versions: they never expire.)
+    #[serde(default)]
+    pub expires_at: Option<DateTime<Utc>>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -90,6 +94,10 @@ pub struct MergePlan {
     pub memory_scope: String,
     pub scope_source: String,
     pub delete_ids: Vec<String>,
+    /// The latest expiry among the merged memories, or `None` if any of them never expires:
+    /// a merge never shortens or extends what its members had.
+    #[serde(default)]
+    pub expires_at: Option<DateTime<Utc>>,
 }
 
 /// Absolute changes: replaying a plan gives the same result as applying it once.
@@ -153,11 +161,13 @@ impl JobOutcome {
 }
 
 /// Queue size and retry policy (the `feedback` config section).
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct QueueSettings {
     /// Jobs that may wait before new feedback is answered 503.
     pub capacity: usize,
     pub retry: RetryPolicy,
+    /// TTLs per memory type for the new memories feedback writes.
+    pub retention: crate::memory::retention::Retention,
 }
 
 /// How failed jobs are retried: in place (later jobs wait, so none overtakes it), with a

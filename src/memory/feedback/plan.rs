@@ -9,7 +9,12 @@ use crate::memory::redact::redact;
 use crate::store::MemoryRecord;
 
 /// Visible to the job's conversation: its own scope, public, and NULL while in migration mode.
+/// What recall would show the job's conversation: its scope or public (or a legacy NULL row
+/// while migration mode is on), and not expired.
 fn visible(job: &FeedbackJob, r: &MemoryRecord, null_visible: bool) -> bool {
+    if r.expires_at.is_some_and(|t| t <= chrono::Utc::now()) {
+        return false;
+    }
     match r.memory_scope.as_deref() {
         Some(s) => s == job.scope || s == "public",
         None => null_visible,
@@ -118,6 +123,11 @@ pub(super) async fn make_plan(
             memory_scope: scope,
             scope_source: source,
             delete_ids: g.ids.clone(),
+            expires_at: members
+                .iter()
+                .map(|r| r.expires_at)
+                .collect::<Option<Vec<_>>>()
+                .and_then(|all| all.into_iter().max()),
         });
         merged_away.extend(g.ids.iter().map(String::as_str));
     }

@@ -44,6 +44,8 @@ pub struct FeedbackQueue {
     rx: Mutex<Option<mpsc::Receiver<FeedbackJob>>>,
     replay: Mutex<Vec<PendingJob>>,
     capacity: usize,
+    /// TTLs that give accepted new memories their expiry.
+    retention: crate::memory::retention::Retention,
     stop: Arc<Notify>,
     task: crate::task::TaskSlot,
 }
@@ -90,6 +92,7 @@ impl FeedbackQueue {
             rx: Mutex::new(Some(rx)),
             replay: Mutex::new(pending.jobs),
             capacity: settings.capacity.max(1),
+            retention: settings.retention,
             stop: Arc::new(Notify::new()),
             task: crate::task::TaskSlot::default(),
         })
@@ -107,7 +110,7 @@ impl FeedbackQueue {
     /// Validate, derive the scope, journal durably, queue. Returns the job id, or `None` for an
     /// incognito conversation, whose feedback (even reinforcement) is never stored.
     pub fn accept(&self, req: FeedbackRequest) -> Result<Option<String>, AcceptError> {
-        let Some(job) = super::accept::validate(req, &self.scopes)? else {
+        let Some(job) = super::accept::validate(req, &self.scopes, &self.retention)? else {
             return Ok(None);
         };
         // Reserve a queue slot first: never journal what cannot be queued.

@@ -1,0 +1,164 @@
+//! Memory life cycle: when a new memory expires, and the clause that hides expired rows.
+//!
+//! Expiry is decided once, when a memory is written (from an explicit `expires_at` or the TTL
+//! of its type), and stored in the row. Recall hides a row as soon as its time has passed, in
+//! the same prefilter as the scope, so an expired memory is never recalled even before the
+//! sweeper has erased it.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Duration, SecondsFormat, Utc};
+
+use super::MemoryError;
+use crate::config::RetentionConfig;
+use crate::store::schema::COL_EXPIRES_AT;
+
+/// TTLs per memory type, from `retention.*`.
+#[derive(Debug, Clone, Default)]
+pub struct Retention {
+    ttl: BTreeMap<String, Duration>,
+    /// How often the maintenance process erases expired rows.
+    pub sweep_interval: std::time::Duration,
+}
+
+impl Retention {
+    pub fn from_config(config: &RetentionConfig) -> Retention {
+        let ttl = config
+            .ttl_days
+            .iter()
+            .filter(|(_, days)| **days > 0)
+            .map(|(t, days)| (t.clone(), Duration::days(i64::from(*days))))
+            .collect();
+        Retention {
+            ttl,
+            sweep_interval: std::time::Duration::from_secs(config.sweep_interval_secs.max(1)),
+        }
+    }
+
+    /// When a memory of `memory_type` created at `created_at` expires: `explicit` if given,
+    /// else the type's TTL, else never.
+    pub fn expires_at(
+        &self,
+        memory_type: &str,
+        created_at: DateTime<Utc>,
+        explicit: Option<DateTime<Utc>>,
+    ) -> Option<DateTime<Utc>> {
+        explicit.or_else(|| self.ttl.get(memory_type).map(|ttl| created_at + *ttl))
+    }
+}
+
+/// Parse a caller's `expires_at` (RFC 3339 with an offset); it must lie in the future, since
+/// writing an already expired memory can only be a mistake.
+pub fn parse_expires_at(raw: &str, now: DateTime<Utc>) -> Result<DateTime<Utc>, MemoryError> {
+    let invalid = |message: String| MemoryError::InvalidInput {
+        field: "expires_at",
+        message,
+    };
+    let t = DateTime::parse_from_rfc3339(raw.trim())
+        .map_err(|e| {
+            invalid(format!(
+                "expires_at must be an RFC 3339 time such as 2027-01-31T00:00:00Z: {e}"
+            ))
+        })?
+        .with_timezone(&Utc);
+    if t <= now {
+        return Err(invalid("expires_at must be in the future".into()));
+    }
+    Ok(t)
+}
+
+/// Rows still alive at `now`: NULL never expires.
+pub fn alive_clause(now: DateTime<Utc>) -> String {
+    format!(
+        "({COL_EXPIRES_AT} IS NULL OR {COL_EXPIRES_AT} > {})",
+        timestamp_literal(now)
+    )
+}
+
+/// Rows that expired at or before `now`: what the sweeper erases.
+pub fn expired_clause(now: DateTime<Utc>) -> String {
+    format!(
+        "{COL_EXPIRES_AT} IS NOT NULL AND {COL_EXPIRES_AT} <= {}",
+        timestamp_literal(now)
+    )
+}
+
+/// `predicate AND alive`, or just `alive` when recall has no scope predicate.
+pub fn and_alive(predicate: Option<String>, now: DateTime<Utc>) -> String {
+    match predicate {
+        Some(p) => format!("({p}) AND {}", alive_clause(now)),
+        None => alive_clause(now),
+    }
+}
+
+/// A UTC timestamp literal Lance's SQL filter compares with the microsecond UTC column.
+fn timestamp_literal(t: DateTime<Utc>) -> String {
+    format!(
+        "arrow_cast('{}', 'Timestamp(Microsecond, Some(\"UTC\"))')",
+        t.to_rfc3339_opts(SecondsFormat::Micros, true)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(task: u32) -> RetentionConfig {
+        RetentionConfig {
+            ttl_days: [("task".to_string(), task), ("knowledge".to_string(), 0)]
+                .into_iter()
+                .collect(),
+            sweep_interval_secs: 60,
+        }
+    }
+
+    #[test]
+    fn ttl_per_type_and_explicit_wins() {
+        let r = Retention::from_config(&config(30));
+        let t0 = DateTime::parse_from_rfc3339("2026-01-01T00:00:00Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        assert_eq!(
+            r.expires_at("task", t0, None),
+            Some(t0 + Duration::days(30))
+        );
+        assert_eq!(r.expires_at("knowledge", t0, None), None);
+        assert_eq!(r.expires_at("event", t0, None), None);
+        let later = t0 + Duration::days(2);
+        assert_eq!(r.expires_at("task", t0, Some(later)), Some(later));
+        assert_eq!(r.expires_at("knowledge", t0, Some(later)), Some(later));
+    }
+
+    #[test]
+    fn expires_at_must_be_a_future_rfc3339_time() {
+        let now = Utc::now();
+        assert!(parse_expires_at("2999-01-01T00:00:00+08:00", now).is_ok());
+        for bad in ["2000-01-01T00:00:00Z", "tomorrow", "2999-01-01", ""] {
+            let err = parse_expires_at(bad, now).unwrap_err();
+            assert!(
+                matches!(
+                    err,
+                    MemoryError::InvalidInput {
+                        field: "expires_at",
+                        ..
+                    }
+                ),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn clauses_name_the_column_and_a_utc_literal() {
+        let now = DateTime::parse_from_rfc3339("2026-11-22T10:00:00Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        let alive = and_alive(Some("memory_scope = 'public'".into()), now);
+        assert_eq!(
+            alive,
+            "(memory_scope = 'public') AND (expires_at IS NULL OR expires_at > \
+             arrow_cast('2026-11-22T10:00:00.000000Z', 'Timestamp(Microsecond, Some(\"UTC\"))'))"
+        );
+        assert!(expired_clause(now).starts_with("expires_at IS NOT NULL AND expires_at <= "));
+    }
+}
