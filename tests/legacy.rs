@@ -367,3 +367,33 @@ async fn revert_backfill_restores_nulls_for_a_downgrade() {
         1
     );
 }
+
+/// The migration itself declares the backfill, before any column appears: a second process
+/// that opens the table once the scope columns exist (so it runs no migration of its own)
+/// still finds the checkpoint, starts in migration mode and keeps legacy rows visible. Without
+/// this, a process starting beside the migrating one hid every legacy row until the backfill
+/// ended.
+#[tokio::test]
+async fn the_migration_declares_the_backfill_before_adding_columns() {
+    let dir = tempfile::tempdir().unwrap();
+    make_legacy_table(dir.path(), &legacy_rows(30, "tennis"), false, false).await;
+    let checkpoint = scopemem::migrate::checkpoint::path_for(dir.path(), "memories");
+    let conn = lancedb::connect(dir.path().to_str().unwrap())
+        .execute()
+        .await
+        .unwrap();
+    let (_, outcome) =
+        scopemem::migrate::runner::open_or_create(&conn, "memories", 384, &checkpoint)
+            .await
+            .unwrap();
+    assert!(outcome.backfill_needed);
+    let cp = scopemem::migrate::checkpoint::load(&checkpoint).unwrap();
+    assert!(cp.is_some(), "the runner wrote the checkpoint");
+
+    // A process opening now sees the columns, applies nothing, and still starts in migration
+    // mode with the legacy rows visible.
+    let host = start(dir.path(), "auto").await;
+    assert!(host.memory().migration_active());
+    let (_, hits) = recall(&host, FAMILY, "tennis").await;
+    assert_eq!(hits.len(), 30);
+}

@@ -90,9 +90,14 @@ pub fn load(path: &Path) -> Result<Option<Checkpoint>, MigrateError> {
     }
 }
 
+/// Write atomically (temp file, fsync, rename). The temp name is unique per process and call:
+/// two processes migrating one table at once both save, and must not rename each other's file.
 pub fn save(path: &Path, checkpoint: &Checkpoint) -> Result<(), MigrateError> {
     use std::io::Write;
-    let tmp = path.with_extension("json.tmp");
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    let seq = SEQ.fetch_add(1, Ordering::Relaxed);
+    let tmp = path.with_extension(format!("json.{}.{seq}.tmp", std::process::id()));
     let bytes = serde_json::to_vec_pretty(checkpoint).map_err(|e| err(path, e))?;
     let mut f = std::fs::File::create(&tmp).map_err(|e| err(&tmp, e))?;
     f.write_all(&bytes).map_err(|e| err(&tmp, e))?;

@@ -57,7 +57,8 @@ pub async fn open_store_with(
 ) -> Result<(Store, MigrationOutcome), StoreError> {
     let started = std::time::Instant::now();
     let conn = Store::connect(db_dir, read_consistency).await?;
-    let (table, outcome) = open_or_create(&conn, table_name, model.dimension)
+    let checkpoint = checkpoint::path_for(db_dir, table_name);
+    let (table, outcome) = open_or_create(&conn, table_name, model.dimension, &checkpoint)
         .await
         .map_err(|e| match e {
             MigrateError::Store(s) => s,

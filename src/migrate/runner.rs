@@ -136,13 +136,27 @@ async fn record_version(table: &Table, version: u32) -> Result<(), MigrateError>
     }
 }
 
+/// Durably mark the backfill pending, unless a checkpoint (this process's earlier start, or
+/// another process) already exists.
+fn declare_backfill(path: &std::path::Path) -> Result<(), MigrateError> {
+    if super::checkpoint::load(path)?.is_none() {
+        let fresh = super::checkpoint::Checkpoint::new();
+        super::checkpoint::save(path, &fresh)?;
+        tracing::info!(migration_start = %fresh.migration_start, "legacy rows found; backfill pending");
+    }
+    Ok(())
+}
+
 /// Open `name` (creating it through the migrations if missing) and bring it to the latest
 /// version. Never rewrites data: new columns are added as all-NULL, which Lance records in
-/// metadata only.
+/// metadata only. A migration that declares a backfill writes its checkpoint (`checkpoint`)
+/// before it adds a column, so another process that finds the new columns also finds the
+/// backfill pending and keeps legacy rows visible.
 pub async fn open_or_create(
     conn: &Connection,
     name: &str,
     dimension: usize,
+    checkpoint: &std::path::Path,
 ) -> Result<(Table, MigrationOutcome), MigrateError> {
     let all = files::all()?;
     let names = conn.table_names().execute().await?;
@@ -185,13 +199,23 @@ pub async fn open_or_create(
     let mut backfill_needed = false;
     let mut to = from;
     for m in all.iter().filter(|m| m.version > from) {
+        // Before any column appears: a process that sees the new columns (or infers the
+        // version from them) must also find the backfill pending.
+        let declares = m
+            .ops
+            .iter()
+            .any(|op| matches!(op, Op::BackfillScope { .. }));
+        if declares && has_rows {
+            backfill_needed = true;
+            declare_backfill(checkpoint)?;
+        }
         for op in &m.ops {
             match op {
                 Op::CreateTable { .. } => {}
                 Op::AddColumns { columns } => {
                     add_missing_columns(&table, columns, dimension).await?
                 }
-                Op::BackfillScope { .. } => backfill_needed |= has_rows,
+                Op::BackfillScope { .. } => {}
             }
         }
         record_version(&table, m.version).await?;

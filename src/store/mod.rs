@@ -402,7 +402,39 @@ async fn check_model(table: &Table, model: &ModelInfo) -> Result<(), StoreError>
                 dimension = dim,
                 "table has no recorded embedding model; adopting it because the dimension matches"
             );
-            write_model_meta(table, model).await
+            adopt_model(table, model).await
+        }
+    }
+}
+
+/// Record the model on a table that has none. Two processes adopting the same table at once
+/// make one config commit conflict: the loser re-reads and accepts the winner's record when it
+/// names the same model (a different one is the usual mismatch error).
+async fn adopt_model(table: &Table, model: &ModelInfo) -> Result<(), StoreError> {
+    let mut attempt: u64 = 0;
+    loop {
+        let err = match write_model_meta(table, model).await {
+            Ok(()) => return Ok(()),
+            Err(e) if attempt >= 5 => return Err(e),
+            Err(e) => e,
+        };
+        attempt += 1;
+        table.checkout_latest().await?;
+        let native = table
+            .as_native()
+            .ok_or_else(|| StoreError::Schema("only local tables are supported".into()))?;
+        match native.manifest().await?.config.get(META_MODEL_ID) {
+            Some(id) if id == &model.id => return Ok(()),
+            Some(id) => {
+                return Err(StoreError::ModelMismatch {
+                    table: id.clone(),
+                    model: model.id.clone(),
+                })
+            }
+            None => {
+                tracing::debug!(error = %err, attempt, "recording the model raced; retrying");
+                tokio::time::sleep(std::time::Duration::from_millis(50 * attempt)).await;
+            }
         }
     }
 }

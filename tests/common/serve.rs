@@ -74,7 +74,9 @@ pub async fn spawn_serve(dir: &Path, name: &str, extra: Value) -> Serve {
         if exited && log.contains("Address already in use") {
             continue;
         }
-        let tail: Vec<&str> = log.lines().rev().take(30).collect();
+        // The error and its causes, not the backtrace after them.
+        let head = log.split("Stack backtrace:").next().unwrap_or_default();
+        let tail: Vec<&str> = head.lines().rev().take(30).collect();
         let tail: Vec<&str> = tail.into_iter().rev().collect();
         panic!(
             "{name} did not come up (exited: {exited}); its log ends:\n{}",
