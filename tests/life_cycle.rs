@@ -65,6 +65,13 @@ async fn expired_memories_are_never_recalled_and_the_sweeper_erases_them() {
     let contents: Vec<&str> = hits.iter().map(|(_, c)| c.as_str()).collect();
     assert_eq!(contents, [KEEP], "expired, though not swept yet");
     assert_eq!(rows(&host).await, 2, "the row is still on disk");
+    assert!(
+        all_rows(&host)
+            .await
+            .iter()
+            .all(|r| r.last_recalled_at.is_none()),
+        "recalls are not written back unless decay or refresh-on-recall is on"
+    );
     let browsed = host
         .invoke("browse", json!({"conversation_id": FAMILY}))
         .await
@@ -206,5 +213,114 @@ async fn an_older_table_gains_the_life_cycle_columns_as_all_null() {
     assert!(rows.iter().all(|r| r.expires_at.is_none()));
     let (_, hits) = recall(&host, FAMILY, "sailing").await;
     assert!(!hits.is_empty());
+    host.shutdown().await;
+}
+
+/// Ranking by strength (recall.strength_weight) and the write-back of recalls: last_recalled_at
+/// is recorded and, with refresh_on_recall, a recalled task's expiry moves out to now + TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn strength_ranks_and_recalls_refresh_expiry() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = life_config(
+        dir.path(),
+        json!({"task_ttl_days": 1, "refresh_on_recall": true}),
+    );
+    config.recall.strength_weight = 0.5;
+    let host = host(config).await;
+    host.start_background();
+    let text = "The team offsite is in Hangzhou";
+    let mut ids = Vec::new();
+    for strength in [5, 100] {
+        let r = host
+            .invoke(
+                "remember",
+                json!({"conversation_id": FAMILY, "content": text, "strength": strength}),
+            )
+            .await
+            .unwrap();
+        ids.push(r["memory"]["id"].as_str().unwrap().to_string());
+    }
+    let task = host
+        .invoke(
+            "remember",
+            json!({"conversation_id": FAMILY, "content": "Book the offsite train tickets",
+                   "memory_type": "task"}),
+        )
+        .await
+        .unwrap();
+    let first_expiry = time(&task["memory"]["expires_at"]).unwrap();
+
+    let r = host
+        .invoke(
+            "recall",
+            json!({"conversation_id": FAMILY, "query": "team offsite", "limit": 3}),
+        )
+        .await
+        .unwrap();
+    let got: Vec<(&str, f64)> = r["memories"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| (m["id"].as_str().unwrap(), m["score"].as_f64().unwrap()))
+        .collect();
+    let pos = |id: &str| got.iter().position(|(g, _)| *g == id).unwrap();
+    assert!(
+        pos(&ids[1]) < pos(&ids[0]),
+        "the strong twin ranks first: {got:?}"
+    );
+    let gap = got[pos(&ids[1])].1 - got[pos(&ids[0])].1;
+    assert!((gap - 0.475).abs() < 1e-3, "0.5 * (100 - 5) / 100: {gap}");
+
+    // Written back in a batch, off the request path (one update per kind).
+    let mut rows_now = Vec::new();
+    for _ in 0..100 {
+        rows_now = all_rows(&host).await;
+        let refreshed = rows_now
+            .iter()
+            .any(|r| r.memory_type == "task" && r.expires_at.unwrap() > first_expiry);
+        if refreshed && rows_now.iter().all(|r| r.last_recalled_at.is_some()) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        rows_now.iter().all(|r| r.last_recalled_at.is_some()),
+        "{rows_now:?}"
+    );
+    let task_row = rows_now.iter().find(|r| r.memory_type == "task").unwrap();
+    assert!(task_row.expires_at.unwrap() > first_expiry, "refreshed");
+    assert!(
+        rows_now
+            .iter()
+            .filter(|r| r.memory_type != "task")
+            .all(|r| r.expires_at.is_none()),
+        "types without a TTL keep no expiry"
+    );
+    host.shutdown().await;
+}
+
+/// The alive clause must hold once `expires_at` is indexed: rows with a NULL expiry (never
+/// expires) and rows with a future one are recalled, expired ones are not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recall_is_right_when_the_expiry_column_is_indexed() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = host(life_config(dir.path(), json!({"task_ttl_days": 30}))).await;
+    remember(&host, FAMILY, "Grandma likes orchids").await;
+    host.invoke(
+        "remember",
+        json!({"conversation_id": FAMILY, "content": "Water the orchids on Sunday", "memory_type": "task"}),
+    )
+    .await
+    .unwrap();
+    let store = host.memory().store();
+    store.ensure_indexes().await.unwrap();
+    store.writer().maintain_with(true).await.unwrap();
+    let indexes = store.table().list_indices().await.unwrap();
+    assert!(
+        indexes.iter().any(|i| i.columns == ["expires_at"]),
+        "{indexes:?}"
+    );
+    let (_, hits) = recall(&host, FAMILY, "orchids").await;
+    assert_eq!(hits.len(), 2, "{hits:?}");
     host.shutdown().await;
 }

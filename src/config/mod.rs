@@ -256,6 +256,10 @@ pub struct RecallConfig {
     pub per_type_limit: usize,
     /// Chained recall: total memories returned (at least 1).
     pub final_limit: usize,
+    /// Weight of effective strength in the ranking score, in [0, 1] (0: similarity only).
+    pub strength_weight: f32,
+    /// Days for effective strength to halve without a recall (0: no decay).
+    pub decay_half_life_days: f32,
 }
 
 /// `backfill.*`: pacing of the legacy-row backfill.
@@ -292,6 +296,8 @@ pub struct RetentionConfig {
     pub ttl_days: std::collections::BTreeMap<String, u32>,
     /// How often the maintenance process erases expired rows.
     pub sweep_interval_secs: u64,
+    /// Recalls push returned memories' expiry out to now + their type's TTL.
+    pub refresh_on_recall: bool,
 }
 
 /// The complete, validated configuration.
@@ -412,6 +418,8 @@ impl Config {
             default_limit: recall.count("default_limit", 1)?,
             max_limit: recall.count("max_limit", 1)?,
             similarity_threshold: recall.float("similarity_threshold", -1.0, 1.0)?,
+            strength_weight: recall.float("strength_weight", 0.0, 1.0)?,
+            decay_half_life_days: recall.float("decay_half_life_days", 0.0, 36_500.0)?,
             pool_size: recall.count("pool_size", 1)?,
             per_entity: recall.count("per_entity", 0)?,
             per_type_limit: recall.count("per_type_limit", 0)?,
@@ -483,6 +491,7 @@ impl Config {
                     .map(|t| Ok((t.to_string(), retention.count(&format!("{t}_ttl_days"), 0)?)))
                     .collect::<Result<_, ConfigError>>()?,
                 sweep_interval_secs: retention.count("sweep_interval_secs", 1)?,
+                refresh_on_recall: retention.boolean("refresh_on_recall")?,
             },
             log_level: root.non_empty("log_level")?.to_owned(),
         })
@@ -544,6 +553,15 @@ impl<'a> Obj<'a> {
         value.as_str().ok_or_else(|| ConfigError::InvalidType {
             key: self.path(key),
             expected: "string".into(),
+            got: schema::describe(value),
+        })
+    }
+
+    fn boolean(&self, key: &str) -> Result<bool, ConfigError> {
+        let value = self.get(key)?;
+        value.as_bool().ok_or_else(|| ConfigError::InvalidType {
+            key: self.path(key),
+            expected: "bool".into(),
             got: schema::describe(value),
         })
     }

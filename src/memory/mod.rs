@@ -5,10 +5,12 @@ pub mod feedback;
 pub mod injection;
 pub mod model;
 pub mod new_memory;
+pub mod ranking;
 pub mod redact;
 pub mod retention;
 pub mod service;
 pub mod sweeper;
+pub mod touch;
 
 pub use feedback::{journal, journal_files};
 pub use model::*;

@@ -19,6 +19,8 @@ pub struct Retention {
     ttl: BTreeMap<String, Duration>,
     /// How often the maintenance process erases expired rows.
     pub sweep_interval: std::time::Duration,
+    /// Recalls push returned memories' expiry out to now + their type's TTL.
+    pub refresh_on_recall: bool,
 }
 
 impl Retention {
@@ -32,7 +34,13 @@ impl Retention {
         Retention {
             ttl,
             sweep_interval: std::time::Duration::from_secs(config.sweep_interval_secs.max(1)),
+            refresh_on_recall: config.refresh_on_recall,
         }
+    }
+
+    /// Memory types with a TTL, and the TTL.
+    pub fn ttls(&self) -> impl Iterator<Item = (&str, Duration)> + '_ {
+        self.ttl.iter().map(|(t, d)| (t.as_str(), *d))
     }
 
     /// When a memory of `memory_type` created at `created_at` expires: `explicit` if given,
@@ -92,7 +100,7 @@ pub fn and_alive(predicate: Option<String>, now: DateTime<Utc>) -> String {
 }
 
 /// A UTC timestamp literal Lance's SQL filter compares with the microsecond UTC column.
-fn timestamp_literal(t: DateTime<Utc>) -> String {
+pub fn timestamp_literal(t: DateTime<Utc>) -> String {
     format!(
         "arrow_cast('{}', 'Timestamp(Microsecond, Some(\"UTC\"))')",
         t.to_rfc3339_opts(SecondsFormat::Micros, true)
@@ -109,6 +117,7 @@ mod tests {
                 .into_iter()
                 .collect(),
             sweep_interval_secs: 60,
+            refresh_on_recall: false,
         }
     }
 

@@ -136,6 +136,8 @@ pub struct MemoryService {
     backfill: Arc<BackfillHandle>,
     /// The journaled feedback queue and its worker.
     feedback: super::feedback::FeedbackQueue,
+    /// Records what recalls returned, when decay ranking or refresh-on-recall needs it.
+    touches: std::sync::OnceLock<super::touch::RecallTouches>,
 }
 
 impl MemoryService {
@@ -240,6 +242,7 @@ impl MemoryService {
             },
             backfill: Arc::new(backfill),
             feedback,
+            touches: std::sync::OnceLock::new(),
         })
     }
 
@@ -252,6 +255,12 @@ impl MemoryService {
             self.store.clone(),
             self.settings.retention.sweep_interval,
         ));
+        if self.records_recalls() {
+            let _ = self.touches.set(super::touch::RecallTouches::spawn(
+                self.store.clone(),
+                self.settings.retention.clone(),
+            ));
+        }
         let (lease, store, backfill, search) = (
             self.lease.clone(),
             self.store.clone(),
@@ -279,6 +288,16 @@ impl MemoryService {
             }
             start_maintenance(&store, &backfill, &search).await;
         });
+    }
+
+    /// Whether recalls are written back (`last_recalled_at`, refreshed expiry): only when decay
+    /// ranking or refresh-on-recall uses them, since each is a row update.
+    fn records_recalls(&self) -> bool {
+        self.ranking().weighs_strength() || self.settings.retention.refresh_on_recall
+    }
+
+    fn ranking(&self) -> super::ranking::Ranking {
+        super::ranking::Ranking::from_config(&self.settings.recall)
     }
 
     /// Whether this process holds the maintenance lease.
@@ -432,7 +451,10 @@ impl MemoryService {
             .await?
             .pop()
             .ok_or_else(|| MemoryError::Internal("embedder returned no vector".into()))?;
+        let ranking = self.ranking();
         let k = match req.mode {
+            // Strength can lift a candidate past closer ones: rank a wider pool.
+            RecallMode::Comprehensive if ranking.weighs_strength() => limit * 4,
             RecallMode::Comprehensive => limit,
             RecallMode::Chained => cfg.pool_size.max(1).max(limit),
         };
@@ -445,14 +467,21 @@ impl MemoryService {
             })
             .await?;
         let threshold = cfg.similarity_threshold;
-        let scored: Vec<ScoredMemory> = hits
+        let now = Utc::now();
+        let mut scored: Vec<ScoredMemory> = hits
             .into_iter()
             .filter(|h| h.similarity() >= threshold)
             .map(|h| ScoredMemory {
-                score: h.similarity(),
+                score: ranking.score(h.similarity(), &h.record, now),
                 memory: h.record.into(),
             })
             .collect();
+        if ranking.weighs_strength() {
+            scored.sort_by(|a, b| b.score.total_cmp(&a.score));
+            if req.mode == RecallMode::Comprehensive {
+                scored.truncate(limit);
+            }
+        }
         let memories = match req.mode {
             RecallMode::Comprehensive => scored,
             RecallMode::Chained => chained::select(
@@ -465,6 +494,9 @@ impl MemoryService {
                 },
             ),
         };
+        if let Some(touches) = self.touches.get() {
+            touches.record(memories.iter().map(|m| m.memory.id.clone()).collect());
+        }
         tracing::info!(
             conversation_id = conversation.as_str(),
             memory_scope = scope.scope.as_str(),

@@ -91,6 +91,7 @@ pub(super) async fn apply(
 
 /// Set the planned strengths, only where a row still has the strength the plan saw (or
 /// already has the new one): an old plan replayed late never overwrites a newer job's work.
+/// A useful memory was just used: its decay clock (`last_recalled_at`) restarts too.
 async fn reinforce(shared: &Shared, plan: &FeedbackPlan) -> Result<usize, MemoryError> {
     let mut groups: std::collections::BTreeMap<(Option<i32>, i32), Vec<String>> =
         Default::default();
@@ -110,7 +111,16 @@ async fn reinforce(shared: &Shared, plan: &FeedbackPlan) -> Result<usize, Memory
         changed += shared
             .store
             .writer()
-            .update(predicate, vec![("strength".into(), new.to_string())])
+            .update(
+                predicate,
+                vec![
+                    ("strength".into(), new.to_string()),
+                    (
+                        crate::store::schema::COL_LAST_RECALLED_AT.into(),
+                        crate::memory::retention::timestamp_literal(Utc::now()),
+                    ),
+                ],
+            )
             .await? as usize;
     }
     Ok(changed)
