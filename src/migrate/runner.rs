@@ -115,25 +115,15 @@ pub async fn status(table: &Table) -> Result<SchemaStatus, MigrateError> {
 
 /// Record `version` in the table's config; a concurrent process recording it too is fine.
 async fn record_version(table: &Table, version: u32) -> Result<(), MigrateError> {
-    let mut attempt = 0;
-    loop {
-        let recorded = native(table)?
-            .update_config([(META_SCHEMA_VERSION.to_string(), version.to_string())])
-            .await;
-        match recorded {
-            Ok(_) => return Ok(()),
-            Err(e) if attempt < 5 => {
-                attempt += 1;
-                table.checkout_latest().await?;
-                if current_version(table).await? >= version {
-                    return Ok(());
-                }
-                tracing::debug!(error = %e, attempt, "recording the schema version raced; retrying");
-                tokio::time::sleep(std::time::Duration::from_millis(50 * attempt)).await;
-            }
-            Err(e) => return Err(e.into()),
-        }
-    }
+    let entries = [(META_SCHEMA_VERSION.to_string(), version.to_string())];
+    crate::store::update_config_settled(table, &entries, |config| {
+        let recorded = config
+            .get(META_SCHEMA_VERSION)
+            .and_then(|v| v.parse::<u32>().ok());
+        Ok(recorded.is_some_and(|v| v >= version))
+    })
+    .await?;
+    Ok(())
 }
 
 /// Durably mark the backfill pending, unless a checkpoint (this process's earlier start, or

@@ -408,34 +408,50 @@ async fn check_model(table: &Table, model: &ModelInfo) -> Result<(), StoreError>
 }
 
 /// Record the model on a table that has none. Two processes adopting the same table at once
-/// make one config commit conflict: the loser re-reads and accepts the winner's record when it
-/// names the same model (a different one is the usual mismatch error).
+/// make one config commit conflict: the loser accepts the winner's record when it names the
+/// same model (a different one is the usual mismatch error).
 async fn adopt_model(table: &Table, model: &ModelInfo) -> Result<(), StoreError> {
+    let entries = [
+        (META_MODEL_ID.to_string(), model.id.clone()),
+        (META_DIMENSION.to_string(), model.dimension.to_string()),
+    ];
+    update_config_settled(table, &entries, |config| match config.get(META_MODEL_ID) {
+        Some(id) if id == &model.id => Ok(true),
+        Some(id) => Err(StoreError::ModelMismatch {
+            table: id.clone(),
+            model: model.id.clone(),
+        }),
+        None => Ok(false),
+    })
+    .await
+}
+
+/// Merge `entries` into the table's config (the Lance manifest). Another process committing
+/// config at the same moment makes one of the two commits conflict; the loser re-reads the
+/// latest config and `settled` decides: `Ok(true)` it already holds what we wanted, `Ok(false)`
+/// try again (up to 5 times, with a growing pause), `Err` give up with that error.
+pub async fn update_config_settled(
+    table: &Table,
+    entries: &[(String, String)],
+    settled: impl Fn(&std::collections::HashMap<String, String>) -> Result<bool, StoreError>,
+) -> Result<(), StoreError> {
+    let native = table
+        .as_native()
+        .ok_or_else(|| StoreError::Schema("only local tables are supported".into()))?;
     let mut attempt: u64 = 0;
     loop {
-        let err = match write_model_meta(table, model).await {
-            Ok(()) => return Ok(()),
-            Err(e) if attempt >= 5 => return Err(e),
+        let err = match native.update_config(entries.iter().cloned()).await {
+            Ok(_) => return Ok(()),
+            Err(e) if attempt >= 5 => return Err(e.into()),
             Err(e) => e,
         };
         attempt += 1;
         table.checkout_latest().await?;
-        let native = table
-            .as_native()
-            .ok_or_else(|| StoreError::Schema("only local tables are supported".into()))?;
-        match native.manifest().await?.config.get(META_MODEL_ID) {
-            Some(id) if id == &model.id => return Ok(()),
-            Some(id) => {
-                return Err(StoreError::ModelMismatch {
-                    table: id.clone(),
-                    model: model.id.clone(),
-                })
-            }
-            None => {
-                tracing::debug!(error = %err, attempt, "recording the model raced; retrying");
-                tokio::time::sleep(std::time::Duration::from_millis(50 * attempt)).await;
-            }
+        if settled(&native.manifest().await?.config)? {
+            return Ok(());
         }
+        tracing::debug!(error = %err, attempt, "a config commit raced another process; retrying");
+        tokio::time::sleep(std::time::Duration::from_millis(50 * attempt)).await;
     }
 }
 
