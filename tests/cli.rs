@@ -9,18 +9,6 @@ use std::time::Duration;
 use common::*;
 use serde_json::{json, Value};
 
-fn scopemem(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_scopemem"))
-        .args(args)
-        .output()
-        .expect("run scopemem");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
 #[tokio::test]
 async fn migrate_status_run_and_revert_on_a_legacy_table() {
     let dir = tempfile::tempdir().unwrap();

@@ -40,85 +40,51 @@ async fn incognito_writes_store_nothing_and_say_so() {
     assert_eq!((code, &public["stored"]), (200, &json!(true)), "{public}");
 
     // Every write path from the incognito conversation or persona: 200, stored false.
-    let (code, r) = post(
-        &c,
-        &s,
-        "/v1/remember",
-        json!({"conversation_id": PRIVATE, "content": SECRET}),
-    )
-    .await;
-    assert_eq!(
-        (code, r.clone()),
-        (200, json!({"memory": null, "stored": false}))
-    );
-    let (code, r) = post(
-        &c,
-        &s,
-        "/v1/remember",
-        json!({"conversation_id": FAMILY,
-        "persona": GHOST, "content": SECRET}),
-    )
-    .await;
-    assert_eq!(
-        (code, r.clone()),
-        (200, json!({"memory": null, "stored": false}))
-    );
-    let (code, r) = post(
-        &c,
-        &s,
-        "/v1/tools/core_memory_remember",
-        json!({"conversation_id": PRIVATE, "arguments": {"content": SECRET}}),
-    )
-    .await;
-    assert_eq!(
-        (code, r.clone()),
-        (200, json!({"memory": null, "stored": false}))
-    );
-    let (code, r) = post(
-        &c,
-        &s,
-        "/v1/feedback",
-        json!({"conversation_id": PRIVATE,
-        "useful_memory_ids": [public["memory"]["id"]],
-        "new_memories": [{"content": SECRET}]}),
-    )
-    .await;
-    assert_eq!(
-        (code, r.clone()),
-        (200, json!({"job_id": null, "stored": false}))
-    );
-    let (code, r) = post(
-        &c,
-        &s,
-        "/v1/events/after_message_sent",
-        json!({
-        "conversation_id": PRIVATE, "user_message": SECRET, "bot_reply": "ok",
-        "recalled_memory_ids": [], "reflection": {"new_memories": [{"content": SECRET}]}}),
-    )
-    .await;
-    assert_eq!(
-        (code, r.clone()),
-        (200, json!({"job_id": null, "stored": false}))
-    );
+    let not_stored = json!({"memory": null, "stored": false});
+    let no_job = json!({"job_id": null, "stored": false});
+    let writes = [
+        (
+            "/v1/remember",
+            json!({"conversation_id": PRIVATE, "content": SECRET}),
+            &not_stored,
+        ),
+        (
+            "/v1/remember",
+            json!({"conversation_id": FAMILY, "persona": GHOST, "content": SECRET}),
+            &not_stored,
+        ),
+        (
+            "/v1/tools/core_memory_remember",
+            json!({"conversation_id": PRIVATE, "arguments": {"content": SECRET}}),
+            &not_stored,
+        ),
+        (
+            "/v1/feedback",
+            json!({"conversation_id": PRIVATE, "useful_memory_ids": [public["memory"]["id"]],
+                   "new_memories": [{"content": SECRET}]}),
+            &no_job,
+        ),
+        (
+            "/v1/events/after_message_sent",
+            json!({"conversation_id": PRIVATE, "user_message": SECRET, "bot_reply": "ok",
+                   "recalled_memory_ids": [],
+                   "reflection": {"new_memories": [{"content": SECRET}]}}),
+            &no_job,
+        ),
+    ];
+    for (path, body, expected) in writes {
+        let (code, r) = post(&c, &s, path, body).await;
+        assert_eq!((code, &r), (200, expected), "{path}");
+    }
 
     // Input is still validated: a bad request is a 400, not a silent "stored": false.
-    let (code, _) = post(
-        &c,
-        &s,
-        "/v1/remember",
+    for body in [
         json!({"conversation_id": PRIVATE, "content": "  "}),
-    )
-    .await;
-    assert_eq!(code, 400);
-    let (code, _) = post(
-        &c,
-        &s,
-        "/v1/remember",
-        json!({"conversation_id": PRIVATE,
-        "content": "x", "memory_scope": "家人"}),
-    )
-    .await;
-    assert_eq!(code, 400);
+        json!({"conversation_id": PRIVATE, "content": "x", "memory_scope": "家人"}),
+    ] {
+        let (code, _) = post(&c, &s, "/v1/remember", body).await;
+        assert_eq!(code, 400);
+    }
 
     // Recall works as usual: the private chat sees public memories, the family group its own.
     let (code, r) = post(

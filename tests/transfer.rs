@@ -5,7 +5,6 @@
 mod common;
 
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use chrono::{TimeZone, Utc};
@@ -345,18 +344,6 @@ async fn personal_data_in_an_imported_line_is_redacted_and_re_embedded() {
     dst.shutdown().await;
     assert!(files_containing(b.path(), "13812345678").is_empty());
     assert!(files_containing(b.path(), "bob@example.com").is_empty());
-}
-
-fn scopemem(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_scopemem"))
-        .args(args)
-        .output()
-        .expect("run scopemem");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 #[tokio::test]

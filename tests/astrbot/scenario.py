@@ -272,6 +272,16 @@ class LogCounter(logging.Handler):
         return [r for r in self.records if r.startswith(("ERROR", "CRITICAL"))]
 
 
+async def stop_astrbot(lifecycle: Any, core_task: asyncio.Task) -> None:
+    """Stop AstrBot's core as its own shutdown does, then reap the task that ran it."""
+    await lifecycle.stop()
+    core_task.cancel()
+    try:
+        await core_task
+    except BaseException:
+        pass
+
+
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     root = os.path.realpath(args.root)
     chat_family = ("alice", "family-chat")
@@ -383,12 +393,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     report["tracebacks"] = [
         r for r in counter.records + plugin_log.records if "Traceback" in r
     ]
-    await lifecycle.stop()
-    core_task.cancel()
-    try:
-        await core_task
-    except BaseException:
-        pass
+    await stop_astrbot(lifecycle, core_task)
     await llm.stop()
     return report
 
@@ -440,12 +445,7 @@ async def run_supervised(args: argparse.Namespace) -> dict[str, Any]:
     report["pids"] = [first_pid, second_pid]
     reply = await chat.send("alice", "family-chat", "TOOL_REMEMBER: Supervised memory works")
     report["tool_reply"] = reply
-    await lifecycle.stop()
-    core_task.cancel()
-    try:
-        await core_task
-    except BaseException:
-        pass
+    await stop_astrbot(lifecycle, core_task)
     try:
         os.kill(second_pid, 0)
         report["child_gone_after_stop"] = False

@@ -318,3 +318,16 @@ pub async fn wait_backfill_done(host: &PluginHost, timeout: Duration) -> bool {
     }
     false
 }
+
+/// Run the real `scopemem` binary; returns (exit code, stdout, stderr).
+pub fn scopemem(args: &[&str]) -> (i32, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_scopemem"))
+        .args(args)
+        .output()
+        .expect("run scopemem");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
