@@ -127,6 +127,18 @@ lowercase_enum! {
 }
 
 lowercase_enum! {
+    /// Which searches a recall runs (`recall.search`, or a request's `search`).
+    SearchKind {
+        /// Vector and full-text search, fused by reciprocal rank.
+        Hybrid => "hybrid",
+        /// Nearest neighbours of the query embedding only.
+        Vector => "vector",
+        /// BM25 full-text search only.
+        Keyword => "keyword",
+    }
+}
+
+lowercase_enum! {
     /// What an acknowledged write survives (`storage.durability`).
     DurabilityMode {
         /// Acknowledged after the Lance commit: survives kill -9.
@@ -260,6 +272,8 @@ pub struct RecallConfig {
     pub strength_weight: f32,
     /// Days for effective strength to halve without a recall (0: no decay).
     pub decay_half_life_days: f32,
+    /// Searches a recall runs unless the request names one.
+    pub search: SearchKind,
 }
 
 /// `backfill.*`: pacing of the legacy-row backfill.
@@ -424,6 +438,7 @@ impl Config {
             per_entity: recall.count("per_entity", 0)?,
             per_type_limit: recall.count("per_type_limit", 0)?,
             final_limit: recall.count("final_limit", 1)?,
+            search: SearchKind::from_config("recall.search", recall.string("search")?)?,
         };
         if recall.default_limit > recall.max_limit {
             return Err(ConfigError::InvalidValue {

@@ -164,6 +164,7 @@ impl Plugin for MemoryPlugin {
                             persona: ev.persona,
                             query: ev.query,
                             limit: None,
+                            search: None,
                             mode: RecallMode::Chained,
                             entities: ev.entities,
                         })

@@ -49,7 +49,9 @@ pub fn specs() -> Vec<ToolSpec> {
                 "properties": {
                     "query": {"type": "string", "minLength": 1, "maxLength": 2000,
                               "description": "What to look for, in natural language."},
-                    "limit": {"type": "integer", "minimum": 1, "maximum": 100, "default": 5}
+                    "limit": {"type": "integer", "minimum": 1, "maximum": 100, "default": 5},
+                    "search": {"type": "string", "enum": ["hybrid", "vector", "keyword"],
+                               "description": "keyword finds exact words (names, codes, room numbers); vector finds meaning; hybrid (the usual default) fuses both."}
                 }
             }),
         },
@@ -129,6 +131,7 @@ pub fn recall_request(ctx: CallContext, args: Value) -> Result<RecallRequest, Pl
         persona: ctx.persona,
         query,
         limit: take(&mut map, "limit")?,
+        search: take(&mut map, "search")?,
         mode: RecallMode::Comprehensive,
         entities: Vec::new(),
     })

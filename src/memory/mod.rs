@@ -2,6 +2,7 @@
 
 pub mod chained;
 pub mod feedback;
+pub mod hybrid;
 pub mod injection;
 pub mod model;
 pub mod new_memory;

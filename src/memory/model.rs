@@ -96,6 +96,9 @@ pub struct RecallRequest {
     pub limit: Option<i64>,
     #[serde(default)]
     pub mode: RecallMode,
+    /// Which searches to run; `recall.search` when absent.
+    #[serde(default)]
+    pub search: Option<crate::config::SearchKind>,
     #[serde(default)]
     pub entities: Vec<String>,
     #[serde(default)]

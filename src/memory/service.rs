@@ -8,11 +8,12 @@ use chrono::Utc;
 use serde::Serialize;
 
 use super::chained::{self, ChainedLimits};
+use super::hybrid::{CandidateQuery, Searchers};
 use super::model::*;
 use super::new_memory::{NewMemory, ValidMemory};
 use super::redact::redact;
 use super::MemoryError;
-use crate::config::{Config, MigrationMode, RecallConfig, ScopeFilterMode};
+use crate::config::{Config, MigrationMode, RecallConfig, ScopeFilterMode, SearchKind};
 use crate::embed::Embedder;
 use crate::migrate::backfill::{BackfillHandle, BackfillProgress, BackfillSettings};
 use crate::migrate::checkpoint;
@@ -20,9 +21,7 @@ use crate::scope::{
     sql_literal, ConversationId, MapSummary, ResolvedScope, ScopeMap, ScopeResolver,
 };
 use crate::store::lease::{self, Lease};
-use crate::store::{
-    LanceSearch, MemoryRecord, ModelInfo, NearestVisible, SearchRequest, Store, WriterSettings,
-};
+use crate::store::{LanceSearch, MemoryRecord, ModelInfo, Store, WriterSettings};
 
 const MAX_QUERY_CHARS: usize = 2000;
 const DEFAULT_STRENGTH: i64 = 50;
@@ -59,6 +58,23 @@ fn conversation(raw: &str) -> Result<ConversationId, MemoryError> {
         );
         MemoryError::Scope(e)
     })
+}
+
+/// The request's limit, or the mode's default; within 1..=`recall.max_limit`.
+fn recall_limit(cfg: &RecallConfig, req: &RecallRequest) -> Result<usize, MemoryError> {
+    let max = cfg.max_limit.max(1);
+    let default = match req.mode {
+        RecallMode::Comprehensive => cfg.default_limit,
+        RecallMode::Chained => cfg.final_limit,
+    };
+    let limit = req.limit.unwrap_or(default as i64);
+    if limit < 1 || limit > max as i64 {
+        return Err(invalid(
+            "limit",
+            format!("limit must be between 1 and {max}"),
+        ));
+    }
+    Ok(limit as usize)
 }
 
 fn invalid(field: &'static str, message: impl Into<String>) -> MemoryError {
@@ -129,6 +145,8 @@ pub struct MemoryService {
     lease: Lease,
     store: Store,
     search: Arc<LanceSearch>,
+    /// BM25 search on the full-text indexes (keyword and hybrid recall).
+    keywords: crate::store::FulltextSearch,
     embedder: Arc<dyn Embedder>,
     scopes: Arc<ScopeResolver>,
     settings: ServiceSettings,
@@ -229,6 +247,7 @@ impl MemoryService {
         }
         Ok(MemoryService {
             lease,
+            keywords: crate::store::FulltextSearch::new(store.table().clone()),
             store,
             search,
             embedder,
@@ -421,19 +440,7 @@ impl MemoryService {
             ));
         }
         let cfg = &self.settings.recall;
-        let max = cfg.max_limit.max(1);
-        let default = match req.mode {
-            RecallMode::Comprehensive => cfg.default_limit,
-            RecallMode::Chained => cfg.final_limit,
-        };
-        let limit = req.limit.unwrap_or(default as i64);
-        if limit < 1 || limit > max as i64 {
-            return Err(invalid(
-                "limit",
-                format!("limit must be between 1 and {max}"),
-            ));
-        }
-        let limit = limit as usize;
+        let limit = recall_limit(cfg, &req)?;
 
         // One snapshot of the map for both resolving and filtering.
         let map = self.scopes.snapshot();
@@ -445,12 +452,6 @@ impl MemoryService {
             map.recall_predicate(&scope.scope, migration),
             Utc::now(),
         ));
-        let vector = self
-            .embedder
-            .embed(vec![redact(query)])
-            .await?
-            .pop()
-            .ok_or_else(|| MemoryError::Internal("embedder returned no vector".into()))?;
         let ranking = self.ranking();
         let k = match req.mode {
             // Strength can lift a candidate past closer ones: rank a wider pool.
@@ -458,25 +459,31 @@ impl MemoryService {
             RecallMode::Comprehensive => limit,
             RecallMode::Chained => cfg.pool_size.max(1).max(limit),
         };
-        let hits = self
-            .search
-            .nearest(&SearchRequest {
-                vector,
+        let search = req.search.unwrap_or(cfg.search);
+        let searchers = Searchers {
+            embedder: self.embedder.as_ref(),
+            vectors: self.search.as_ref(),
+            keywords: &self.keywords,
+        };
+        let candidates = searchers
+            .candidates(&CandidateQuery {
+                text: &redact(query),
                 predicate,
                 k,
+                threshold: cfg.similarity_threshold,
+                kind: search,
             })
             .await?;
-        let threshold = cfg.similarity_threshold;
         let now = Utc::now();
-        let mut scored: Vec<ScoredMemory> = hits
+        let mut scored: Vec<ScoredMemory> = candidates
             .into_iter()
-            .filter(|h| h.similarity() >= threshold)
-            .map(|h| ScoredMemory {
-                score: ranking.score(h.similarity(), &h.record, now),
-                memory: h.record.into(),
+            .map(|c| ScoredMemory {
+                score: ranking.score(c.relevance, &c.record, now),
+                memory: c.record.into(),
             })
             .collect();
-        if ranking.weighs_strength() {
+        // Fused lists can hold up to two pools; a vector-only list is already at most `k`.
+        if ranking.weighs_strength() || search != SearchKind::Vector {
             scored.sort_by(|a, b| b.score.total_cmp(&a.score));
             if req.mode == RecallMode::Comprehensive {
                 scored.truncate(limit);
@@ -501,6 +508,7 @@ impl MemoryService {
             conversation_id = conversation.as_str(),
             memory_scope = scope.scope.as_str(),
             migration_mode = migration,
+            search = search.as_str(),
             rows = memories.len(),
             ms = started.elapsed().as_millis() as u64,
             "recalled"

@@ -4,6 +4,7 @@
 //! [`writer`] task so appends are group-committed and commit conflicts retried in one place.
 
 pub mod durability;
+pub mod fulltext;
 pub mod index_state;
 pub mod lease;
 pub mod page;
@@ -23,6 +24,7 @@ use lancedb::index::{Index, IndexType};
 use lancedb::query::{ExecutableQuery, QueryBase, Select};
 use lancedb::Table;
 
+pub use fulltext::{FulltextSearch, KeywordHit, KeywordRequest};
 pub use index_state::IndexState;
 pub use page::Page;
 pub use record::MemoryRecord;
@@ -180,8 +182,9 @@ impl Store {
         Ok(())
     }
 
-    /// Build missing scalar indexes: the bitmap on `memory_scope` (recall prefilter) and a
-    /// BTree on `id` (lets the backfill patch scope columns without rewriting rows).
+    /// Build missing scalar indexes: the bitmap on `memory_scope` (recall prefilter), a BTree
+    /// on `id` (lets the backfill patch scope columns without rewriting rows), the BTree on
+    /// `expires_at` and the full-text indexes of keyword recall.
     pub async fn ensure_indexes(&self) -> Result<(), StoreError> {
         ensure_scalar_indexes(&self.table).await
     }
@@ -499,5 +502,5 @@ async fn ensure_scalar_indexes(table: &Table) -> Result<(), StoreError> {
             .await?;
         tracing::info!(column = COL_EXPIRES_AT, "created btree index");
     }
-    Ok(())
+    fulltext::ensure_fulltext_indexes(table).await
 }

@@ -271,8 +271,17 @@ fn opt_time(col: Option<&TimestampMicrosecondArray>, i: usize) -> Option<DateTim
 
 /// The `_distance` column lancedb adds to vector-search results.
 pub fn distances(batch: &RecordBatch) -> Vec<Option<f32>> {
+    float_column(batch, "_distance")
+}
+
+/// The BM25 score Lance adds to full-text search results (`_score`), per row.
+pub fn scores(batch: &RecordBatch) -> Vec<Option<f32>> {
+    float_column(batch, "_score")
+}
+
+fn float_column(batch: &RecordBatch, name: &str) -> Vec<Option<f32>> {
     let col = batch
-        .column_by_name("_distance")
+        .column_by_name(name)
         .and_then(|c| c.as_any().downcast_ref::<Float32Array>());
     (0..batch.num_rows())
         .map(|i| col.filter(|c| c.is_valid(i)).map(|c| c.value(i)))
