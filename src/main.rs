@@ -259,8 +259,10 @@ async fn main() -> anyhow::Result<()> {
                 filter: scopemem::transfer::ExportFilter {
                     scope,
                     conversation,
+                    visible_to: None,
                 },
                 vectors,
+                visibility: None,
             };
             scopemem::api::transfer_cli::export(&loaded.config, &options, output.as_deref(), quiet)
                 .await

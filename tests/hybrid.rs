@@ -298,7 +298,12 @@ async fn crowded(host: &PluginHost) {
         )
         .await;
     }
-    remember(host, WORK, "公司的密码箱编号统一记在一楼前台的登记本上，需要时找行政同事查询").await;
+    remember(
+        host,
+        WORK,
+        "公司的密码箱编号统一记在一楼前台的登记本上，需要时找行政同事查询",
+    )
+    .await;
 }
 
 #[tokio::test]

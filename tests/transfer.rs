@@ -27,7 +27,11 @@ fn model() -> ModelInfo {
 
 async fn export_text(store: &Store, vectors: bool, filter: ExportFilter) -> (String, u64) {
     let mut out = Vec::new();
-    let options = ExportOptions { filter, vectors };
+    let options = ExportOptions {
+        filter,
+        vectors,
+        visibility: None,
+    };
     let mut calls = 0;
     let report = transfer::export(store, &model(), &options, &mut out, &mut |_, _| calls += 1)
         .await
@@ -186,6 +190,7 @@ async fn scope_and_conversation_filters() {
     let only = |scope: Option<&str>, conversation: Option<&str>| ExportFilter {
         scope: scope.map(String::from),
         conversation: conversation.map(String::from),
+        visible_to: None,
     };
     let (text, n) = export_text(store, false, only(Some("家人"), None)).await;
     assert_eq!(n, 2);
@@ -207,6 +212,7 @@ async fn scope_and_conversation_filters() {
     let bad = ExportOptions {
         filter: only(Some("家' OR '1'='1"), None),
         vectors: false,
+        visibility: None,
     };
     let e = transfer::export(store, &model(), &bad, &mut sink, &mut |_, _| {})
         .await

@@ -1,6 +1,6 @@
 //! The operator page's server side: its static files (security headers, Host check, no token
-//! needed for the files themselves) and its read-only endpoints `GET /v1/scope_map` and
-//! `POST /v1/memories/browse`, on the real router over a real LanceDB dir and the real model.
+//! needed for the files themselves) and its read-only endpoints `GET /v1/scope_map`,
+//! `POST /v1/memories/browse` and `GET /v1/export`, on the real router over a real LanceDB dir and the real model.
 //! The page itself is driven in a real browser by tests/ui_browser.rs.
 
 mod common;
@@ -329,4 +329,80 @@ async fn status_reports_each_index_and_its_coverage() {
         );
     }
     assert_eq!(v["vector_index"], false);
+}
+
+#[tokio::test]
+async fn export_over_http_holds_exactly_what_the_conversation_may_recall() {
+    let app = app(json!({})).await;
+    for (conversation, content) in [
+        (FAMILY, "Grandma's birthday is on 12 May"),
+        (FAMILY, "Dad parks in spot 42"),
+        (WORK, "The quarterly report is due Friday"),
+        (PRIVATE, "The office closes at six"),
+    ] {
+        remember(&app.host, conversation, content).await;
+    }
+    let lines = |text: &str| -> Vec<Value> {
+        text.lines()
+            .map(|l| serde_json::from_str(l).expect("json line"))
+            .collect()
+    };
+    let path = |conversation: &str, extra: &str| {
+        format!(
+            "/v1/export?conversation_id={}{extra}",
+            urlencode(conversation)
+        )
+    };
+    let (status, headers, text) = send(&app, "GET", &path(FAMILY, ""), true, None).await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    assert!(headers["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("application/x-ndjson"));
+    let family = lines(&text);
+    assert_eq!(family[0]["filter"]["visible_to"], FAMILY, "{text}");
+    assert_eq!(family[0]["vectors"], false);
+    let mut scopes: Vec<&str> = family[1..]
+        .iter()
+        .map(|r| r["memory_scope"].as_str().unwrap())
+        .collect();
+    scopes.sort();
+    assert_eq!(scopes, ["public", "家人", "家人"], "{text}");
+    assert!(!text.contains("quarterly") && !text.contains("\"vector\""));
+
+    let (_, _, text) = send(&app, "GET", &path(WORK, "&vectors=true"), true, None).await;
+    let work = lines(&text);
+    assert_eq!(work.len(), 3, "header, 工作, public: {text}");
+    assert!(!text.contains("Grandma") && !text.contains("spot 42"));
+    assert_eq!(work[1]["vector"].as_array().map(Vec::len), Some(384));
+
+    for (bad, code) in [
+        ("/v1/export".to_string(), "invalid_query"),
+        (path(FAMILY, "&scope=public"), "invalid_query"),
+        (
+            "/v1/export?conversation_id=%20".to_string(),
+            "invalid_conversation_id",
+        ),
+    ] {
+        let (status, _, text) = send(&app, "GET", &bad, true, None).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}: {text}");
+        assert!(text.contains(code), "{bad}: {text}");
+    }
+    let (status, _, _) = send(&app, "GET", &path(FAMILY, ""), false, None).await;
+    assert_eq!(
+        status,
+        StatusCode::UNAUTHORIZED,
+        "the token guards the export"
+    );
+}
+
+fn urlencode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
 }

@@ -3,8 +3,8 @@
 
 use std::sync::Arc;
 
-use axum::extract::rejection::{JsonRejection, PathRejection};
-use axum::extract::State;
+use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
+use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -70,6 +70,17 @@ impl From<JsonRejection> for ApiError {
     }
 }
 
+impl From<QueryRejection> for ApiError {
+    fn from(e: QueryRejection) -> Self {
+        ApiError {
+            status: StatusCode::BAD_REQUEST,
+            code: "invalid_query",
+            message: e.body_text(),
+            retry_after: None,
+        }
+    }
+}
+
 /// A path segment that does not decode (e.g. `%FF`, not UTF-8) is bad input like a bad body:
 /// the same JSON error shape, not axum's plain-text rejection.
 impl From<PathRejection> for ApiError {
@@ -116,6 +127,7 @@ pub fn router(host: Arc<PluginHost>) -> Router {
         .route("/v1/forget", post(forget))
         .route("/v1/memories/browse", post(browse))
         .route("/v1/scope_map", get(scope_map))
+        .route("/v1/export", get(export))
         .route("/v1/events/llm_request", post(llm_request))
         .route("/v1/events/after_message_sent", post(after_message_sent))
         .route("/healthz", get(healthz))
@@ -166,6 +178,32 @@ async fn browse(
     body: Result<Json<Value>, JsonRejection>,
 ) -> Result<Json<Value>, ApiError> {
     call(&host, "browse", body).await
+}
+
+/// `GET /v1/export?conversation_id=…[&persona=…][&vectors=true]`.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ExportParams {
+    conversation_id: String,
+    #[serde(default)]
+    persona: Option<String>,
+    #[serde(default)]
+    vectors: bool,
+}
+
+async fn export(
+    State(host): State<AppState>,
+    params: Result<Query<ExportParams>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let Query(p) = params?;
+    let body = host
+        .export_visible(&p.conversation_id, p.persona.as_deref(), p.vectors)
+        .await?;
+    let ndjson = [(
+        axum::http::header::CONTENT_TYPE,
+        "application/x-ndjson; charset=utf-8",
+    )];
+    Ok((ndjson, body).into_response())
 }
 
 async fn scope_map(State(host): State<AppState>) -> Result<Json<Value>, ApiError> {

@@ -270,6 +270,48 @@ impl PluginHost {
         self.plugins.iter().map(|p| p.name()).collect()
     }
 
+    /// Export, as JSON lines in the `scopemem export` format, what one conversation may read:
+    /// the recall predicate of its scope (`GET /v1/export`). Buffered: a conversation's view
+    /// is bounded by what it can recall, and a half-sent export would look complete.
+    pub async fn export_visible(
+        &self,
+        conversation_id: &str,
+        persona: Option<&str>,
+        vectors: bool,
+    ) -> Result<Vec<u8>, PluginError> {
+        let visible = self.memory.visible_to(conversation_id, persona)?;
+        let embedder = self.memory.embedder();
+        let model = crate::store::ModelInfo {
+            id: embedder.model_id().to_string(),
+            dimension: embedder.dimension(),
+        };
+        let options = crate::transfer::ExportOptions {
+            filter: crate::transfer::ExportFilter {
+                visible_to: Some(conversation_id.to_string()),
+                ..Default::default()
+            },
+            vectors,
+            visibility: Some(visible.predicate),
+        };
+        let mut out = Vec::new();
+        let report = crate::transfer::export(
+            self.memory.store(),
+            &model,
+            &options,
+            &mut out,
+            &mut |_, _| {},
+        )
+        .await
+        .map_err(|e| PluginError::internal(e.to_string()))?;
+        tracing::info!(
+            conversation_id,
+            memory_scope = visible.memory_scope.as_str(),
+            rows = report.rows,
+            "exported a conversation's view"
+        );
+        Ok(out)
+    }
+
     pub fn memory(&self) -> &Arc<MemoryService> {
         &self.memory
     }

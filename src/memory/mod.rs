@@ -15,7 +15,7 @@ pub mod touch;
 
 pub use feedback::{journal, journal_files};
 pub use model::*;
-pub use service::{derive_scope, MemoryService, Status};
+pub use service::{derive_scope, MemoryService, Status, Visibility};
 
 use crate::embed::EmbedError;
 use crate::scope::ScopeError;

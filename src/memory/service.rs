@@ -140,6 +140,15 @@ pub struct MigrationStatus {
     pub backfill: BackfillProgress,
 }
 
+/// What one conversation may read (see [`MemoryService::visible_to`]).
+#[derive(Debug, Clone)]
+pub struct Visibility {
+    /// SQL predicate over the table's columns.
+    pub predicate: String,
+    pub memory_scope: String,
+    pub migration_mode: bool,
+}
+
 pub struct MemoryService {
     /// Whether this process does the table's background maintenance (one process at a time).
     lease: Lease,
@@ -520,6 +529,28 @@ impl MemoryService {
         })
     }
 
+    /// What a conversation may read, as a predicate: its scope and `public` (plus NULL-scope
+    /// rows while migration mode is on), unexpired; the recall predicate of one map snapshot.
+    /// Incognito conversations read as usual (incognito only stops writes).
+    pub fn visible_to(
+        &self,
+        conversation_id: &str,
+        persona: Option<&str>,
+    ) -> Result<Visibility, MemoryError> {
+        let conversation = conversation(conversation_id)?;
+        let map = self.scopes.snapshot();
+        let scope = map.resolve(&conversation, persona);
+        let migration = self.migration_active();
+        Ok(Visibility {
+            predicate: super::retention::and_alive(
+                map.recall_predicate(&scope.scope, migration),
+                Utc::now(),
+            ),
+            memory_scope: scope.scope.as_str().to_string(),
+            migration_mode: migration,
+        })
+    }
+
     /// List what this conversation may see, newest first: the recall predicate of the same
     /// snapshot, without a query or a similarity threshold (the operator page's browse).
     pub async fn browse(&self, req: BrowseRequest) -> Result<BrowseResponse, MemoryError> {
@@ -537,26 +568,21 @@ impl MemoryService {
             ));
         }
         let (offset, limit) = (offset as usize, limit as usize);
-        let map = self.scopes.snapshot();
-        // What the conversation reads, incognito or not (incognito only stops writes).
-        let scope = map.resolve(&conversation, req.persona.as_deref());
-        let migration = self.migration_active();
-        let predicate =
-            super::retention::and_alive(map.recall_predicate(&scope.scope, migration), Utc::now());
+        let visible = self.visible_to(&req.conversation_id, req.persona.as_deref())?;
         let page = self
             .store
-            .page_newest(Some(&predicate), offset, limit)
+            .page_newest(Some(&visible.predicate), offset, limit)
             .await?;
         tracing::debug!(
             conversation_id = conversation.as_str(),
-            memory_scope = scope.scope.as_str(),
+            memory_scope = visible.memory_scope.as_str(),
             total = page.total,
             rows = page.rows.len(),
             "browsed"
         );
         Ok(BrowseResponse {
-            memory_scope: scope.scope.as_str().to_string(),
-            migration_mode: migration,
+            memory_scope: visible.memory_scope,
+            migration_mode: visible.migration_mode,
             total: page.total,
             offset,
             limit,

@@ -23,6 +23,9 @@ pub struct ExportOptions {
     pub filter: ExportFilter,
     /// Include each row's vector (lets an import with the same model skip re-embedding).
     pub vectors: bool,
+    /// A predicate ANDed to the filter's: what `filter.visible_to` may read, computed by the
+    /// memory service from its scope map (the export itself knows rows, not scopes).
+    pub visibility: Option<String>,
 }
 
 /// What an export wrote.
@@ -43,9 +46,14 @@ pub fn normalize_filter(filter: &ExportFilter) -> Result<ExportFilter, TransferE
         Some(c) => Some(ConversationId::parse(c)?.as_str().to_owned()),
         None => None,
     };
+    let visible_to = match &filter.visible_to {
+        Some(c) => Some(ConversationId::parse(c)?.as_str().to_owned()),
+        None => None,
+    };
     Ok(ExportFilter {
         scope,
         conversation,
+        visible_to,
     })
 }
 
@@ -63,16 +71,26 @@ fn predicate(filter: &ExportFilter) -> Option<String> {
 /// Write the header and every matching row to `out`. `progress(done, total)` is called after
 /// each batch; `total` is the count when the export started (rows written meanwhile by other
 /// processes may or may not be included).
-pub async fn export(
+///
+/// Generic over the writer and the callback so the future is `Send` exactly when they are (an
+/// HTTP handler needs that; the CLI's progress bar is not `Sync`).
+pub async fn export<W, P>(
     store: &Store,
     model: &ModelInfo,
     options: &ExportOptions,
-    out: &mut dyn Write,
-    progress: &mut dyn FnMut(u64, u64),
-) -> Result<ExportReport, TransferError> {
+    out: &mut W,
+    progress: &mut P,
+) -> Result<ExportReport, TransferError>
+where
+    W: Write + ?Sized,
+    P: FnMut(u64, u64) + ?Sized,
+{
     let started = Instant::now();
     let filter = normalize_filter(&options.filter)?;
-    let predicate = predicate(&filter);
+    let predicate = match (predicate(&filter), &options.visibility) {
+        (Some(p), Some(v)) => Some(format!("({p}) AND ({v})")),
+        (p, v) => p.or_else(|| v.clone()),
+    };
     let header = Header {
         scopemem_export: FORMAT_VERSION,
         embedding_model: model.id.clone(),
@@ -108,8 +126,8 @@ pub async fn export(
     Ok(ExportReport { rows, seconds })
 }
 
-fn write_batch(
-    out: &mut dyn Write,
+fn write_batch<W: Write + ?Sized>(
+    out: &mut W,
     batch: &RecordBatch,
     vectors: bool,
 ) -> Result<u64, TransferError> {
@@ -133,7 +151,10 @@ fn write_batch(
     Ok(records.len() as u64)
 }
 
-fn write_line(out: &mut dyn Write, value: &impl serde::Serialize) -> Result<(), TransferError> {
+fn write_line<W: Write + ?Sized>(
+    out: &mut W,
+    value: &impl serde::Serialize,
+) -> Result<(), TransferError> {
     serde_json::to_writer(&mut *out, value).map_err(|e| TransferError::Io(e.into()))?;
     out.write_all(b"\n")?;
     Ok(())
@@ -148,6 +169,7 @@ mod tests {
         let f = normalize_filter(&ExportFilter {
             scope: Some("家人".into()),
             conversation: Some("  it's:1 ".into()),
+            visible_to: None,
         })
         .unwrap();
         assert_eq!(f.conversation.as_deref(), Some("it's:1"));
@@ -158,7 +180,7 @@ mod tests {
         assert!(predicate(&ExportFilter::default()).is_none());
         assert!(normalize_filter(&ExportFilter {
             scope: Some("x' OR 1=1 --".into()),
-            conversation: None
+            ..ExportFilter::default()
         })
         .is_err());
     }

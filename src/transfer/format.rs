@@ -27,6 +27,10 @@ pub struct ExportFilter {
     /// Only rows written from this conversation id.
     #[serde(default)]
     pub conversation: Option<String>,
+    /// Only rows this conversation may recall (`GET /v1/export`): its scope, `public`, and
+    /// NULL-scope rows while migration mode is on; expired rows are left out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub visible_to: Option<String>,
 }
 
 /// Line 1 of every export.
