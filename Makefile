@@ -50,6 +50,7 @@ bench: setup
 	cargo bench --bench events
 	cargo bench --bench http_guard
 	cargo bench --bench durability
+	cargo bench --bench hybrid
 
 # Randomized load on two serve processes with hot map reloads, a backfill and kill -9; prints
 # one SOAK summary line and fails on any leak, lost or duplicated write. SOAK_OPS=N to resize.

@@ -10,14 +10,14 @@
 //! Env: SCOPEMEM_BACKFILL_SIZES (default 100000,1000000), SCOPEMEM_BACKFILL_BATCH (300),
 //! SCOPEMEM_BACKFILL_PAUSE_MS (100).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 mod common;
 
-use common::{bench_root, Rng};
+use common::{bench_root, copy_dir, du, Rng};
 use lancedb::arrow::arrow_array::builder::{ListBuilder, StringBuilder};
 use lancedb::arrow::arrow_array::{
     ArrayRef, BooleanArray, FixedSizeListArray, Float32Array, Int32Array, RecordBatch, StringArray,
@@ -34,34 +34,6 @@ fn env_or<T: std::str::FromStr>(key: &str, default: T) -> T {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
-}
-
-fn du(path: &Path) -> u64 {
-    let mut total = 0;
-    if let Ok(entries) = std::fs::read_dir(path) {
-        for e in entries.flatten() {
-            match e.metadata() {
-                Ok(m) if m.is_dir() => total += du(&e.path()),
-                Ok(m) => total += m.len(),
-                Err(_) => {}
-            }
-        }
-    }
-    total
-}
-
-fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
-    std::fs::create_dir_all(to)?;
-    for e in std::fs::read_dir(from)? {
-        let e = e?;
-        let target = to.join(e.file_name());
-        if e.file_type()?.is_dir() {
-            copy_dir(&e.path(), &target)?;
-        } else {
-            std::fs::copy(e.path(), target)?;
-        }
-    }
-    Ok(())
 }
 
 /// A v1 table (no scope columns) of `n` rows, as the upstream Python plugin would leave it.

@@ -253,7 +253,9 @@ async fn strength_ranks_and_recalls_refresh_expiry() {
     let r = host
         .invoke(
             "recall",
-            json!({"conversation_id": FAMILY, "query": "team offsite", "limit": 3}),
+            // Vector search: the identical twins get the same similarity, so the score gap is
+            // the strength term alone (fused ranks would differ by their rank).
+            json!({"conversation_id": FAMILY, "query": "team offsite", "limit": 3, "search": "vector"}),
         )
         .await
         .unwrap();

@@ -273,6 +273,8 @@ pub async fn dataset(e: &Arc<dyn Embedder>, n: usize) -> (PathBuf, Store) {
 }
 
 pub struct Query {
+    /// The question as a user would type it (keyword search uses the text).
+    pub text: String,
     pub vector: Vec<f32>,
     pub predicate: String,
 }
@@ -280,12 +282,14 @@ pub struct Query {
 pub async fn queries(e: &dyn Embedder) -> Vec<Query> {
     let mut rng = Rng(0xC0FFEE);
     let texts: Vec<String> = (0..QUERIES).map(|_| question(&mut rng)).collect();
-    let vectors = e.embed(texts).await.expect("embed queries");
-    vectors
+    let vectors = e.embed(texts.clone()).await.expect("embed queries");
+    texts
         .into_iter()
-        .map(|vector| {
+        .zip(vectors)
+        .map(|(text, vector)| {
             let scope = format!("scope_{:02}", rng.next() % SCOPES as u64);
             Query {
+                text,
                 vector,
                 predicate: format!("memory_scope IN ('{scope}', 'public')"),
             }
@@ -307,4 +311,34 @@ pub async fn host_on(
     }
     let config: Config = Config::from_value(&cfg).expect("config").config;
     PluginHost::start_with(config, None, e).await.expect("host")
+}
+
+/// Bytes under `path`, recursively.
+pub fn du(path: &std::path::Path) -> u64 {
+    let mut total = 0;
+    if let Ok(entries) = std::fs::read_dir(path) {
+        for e in entries.flatten() {
+            match e.metadata() {
+                Ok(m) if m.is_dir() => total += du(&e.path()),
+                Ok(m) => total += m.len(),
+                Err(_) => {}
+            }
+        }
+    }
+    total
+}
+
+/// Copy a directory tree (a cached table into a scratch dir the run may change).
+pub fn copy_dir(from: &std::path::Path, to: &std::path::Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for e in std::fs::read_dir(from)? {
+        let e = e?;
+        let target = to.join(e.file_name());
+        if e.file_type()?.is_dir() {
+            copy_dir(&e.path(), &target)?;
+        } else {
+            std::fs::copy(e.path(), target)?;
+        }
+    }
+    Ok(())
 }

@@ -691,6 +691,7 @@ mod tests {
         assert_eq!(c.recall.default_limit, 5);
         assert_eq!(c.recall.max_limit, 100);
         assert_eq!(c.recall.similarity_threshold, 0.5);
+        assert_eq!(c.recall.search, SearchKind::Hybrid);
         assert_eq!(c.recall.pool_size, 100);
         assert_eq!(c.recall.per_entity, 3);
         assert_eq!(c.recall.per_type_limit, 7);

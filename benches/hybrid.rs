@@ -1,0 +1,193 @@
+//! Hybrid recall and the expiry sweeper at 100k rows (issue 10).
+//!
+//! On the cached dataset of real model embeddings (50 scopes + 30% public, current scope +
+//! public prefilter, k = 10) it prints:
+//! - search-only p50/p95/p99 of the vector search (cosine IVF_HNSW_SQ, refine x4), the BM25
+//!   keyword search, and both run concurrently and fused by reciprocal rank (hybrid);
+//! - recall end to end through the service (query embedding included) with `search` vector,
+//!   keyword and hybrid;
+//! - the sweeper's cost on a copy of the table: a pass with nothing due, and a pass erasing 1%
+//!   of the rows (delete, fragment rewrite, pruning of every older version).
+//!
+//! Env: SCOPEMEM_BENCH_SIZES (default 100000).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+mod common;
+
+use common::*;
+use scopemem::embed::{Embedder, FastEmbedder, ModelFiles};
+use scopemem::memory::hybrid::fuse;
+use scopemem::memory::retention::timestamp_literal;
+use scopemem::memory::sweeper::sweep_once;
+use scopemem::store::search::{build_vector_index, has_vector_index};
+use scopemem::store::{FulltextSearch, KeywordRequest, LanceSearch, NearestVisible, SearchRequest};
+use serde_json::json;
+
+fn report(label: &str, times: Vec<Duration>, extra: &str) {
+    let (p50, p95, p99) = percentiles(times);
+    println!("RESULT {label:<46} p50 {p50:>8.2} ms  p95 {p95:>8.2} ms  p99 {p99:>8.2} ms  {extra}");
+}
+
+/// Search-only latencies of the vector, keyword and fused searches.
+async fn searches(vector: &LanceSearch, keywords: &FulltextSearch, qs: &[Query], n: usize) {
+    let vector_req = |q: &Query| SearchRequest {
+        vector: q.vector.clone(),
+        predicate: Some(q.predicate.clone()),
+        k: K,
+    };
+    let keyword_req = |q: &Query| KeywordRequest {
+        text: q.text.clone(),
+        predicate: Some(q.predicate.clone()),
+        k: K,
+    };
+    let (mut tv, mut tk, mut th) = (Vec::new(), Vec::new(), Vec::new());
+    let mut keyword_hits = 0;
+    for q in qs {
+        let t = Instant::now();
+        vector.nearest(&vector_req(q)).await.expect("vector");
+        tv.push(t.elapsed());
+        let t = Instant::now();
+        keyword_hits += keywords
+            .matching(&keyword_req(q))
+            .await
+            .expect("keyword")
+            .len();
+        tk.push(t.elapsed());
+        let (vr, kr) = (vector_req(q), keyword_req(q));
+        let t = Instant::now();
+        let (v, k) = futures::join!(vector.nearest(&vr), keywords.matching(&kr));
+        let v = v.expect("vector").into_iter().map(|h| h.record).collect();
+        let k = k.expect("keyword").into_iter().map(|h| h.record).collect();
+        std::hint::black_box(fuse(&[v, k]));
+        th.push(t.elapsed());
+    }
+    report(&format!("{n} rows: search only, vector (index)"), tv, "");
+    report(
+        &format!("{n} rows: search only, keyword (BM25)"),
+        tk,
+        &format!("{:.1} hits/query", keyword_hits as f64 / qs.len() as f64),
+    );
+    report(
+        &format!("{n} rows: search only, hybrid (both + RRF)"),
+        th,
+        "",
+    );
+}
+
+/// Recall through the service, query embedding included, for each `search`.
+fn end_to_end(rt: &tokio::runtime::Runtime, dir: &std::path::Path, e: Arc<dyn Embedder>, n: usize) {
+    let host = rt.block_on(host_on(
+        dir,
+        e,
+        json!({"conversation_scope_map": {"bench:conv": "scope_07"}, "recall": {"similarity_threshold": 0.0}}),
+    ));
+    for search in ["vector", "keyword", "hybrid"] {
+        let mut rng = Rng(7);
+        let mut times = Vec::new();
+        for _ in 0..QUERIES {
+            let q = question(&mut rng);
+            let t = Instant::now();
+            rt.block_on(host.invoke(
+                "recall",
+                json!({"conversation_id": "bench:conv", "query": q, "limit": K, "search": search}),
+            ))
+            .expect("recall");
+            times.push(t.elapsed());
+        }
+        report(
+            &format!("{n} rows: recall end to end, search={search}"),
+            times,
+            "",
+        );
+    }
+    rt.block_on(host.shutdown());
+}
+
+/// One sweep with nothing due, then one erasing 1% of the rows, on a scratch copy.
+fn sweeper(rt: &tokio::runtime::Runtime, dir: &std::path::Path, e: &Arc<dyn Embedder>, n: usize) {
+    let scratch = tempfile::tempdir().expect("tempdir");
+    copy_dir(dir, scratch.path()).expect("copy dataset");
+    let model = scopemem::store::ModelInfo {
+        id: e.model_id().into(),
+        dimension: e.dimension(),
+    };
+    let (store, _) = rt
+        .block_on(scopemem::migrate::open_store(
+            scratch.path(),
+            "memories",
+            &model,
+            scopemem::store::WriterSettings::default(),
+        ))
+        .expect("open copy");
+    let t = Instant::now();
+    let none = rt.block_on(sweep_once(&store)).expect("sweep");
+    println!(
+        "RESULT {n} rows: sweeper pass with nothing due: {:.1} ms ({none} rows)",
+        t.elapsed().as_secs_f64() * 1000.0
+    );
+    // Conversations bench:0..4 hold 1% of the rows (rows are spread over 500).
+    let due: Vec<String> = (0..5).map(|i| format!("'bench:{i}'")).collect();
+    let past = timestamp_literal(chrono::Utc::now() - chrono::Duration::days(1));
+    rt.block_on(
+        store
+            .table()
+            .update()
+            .only_if(format!("conversation_id IN ({})", due.join(", ")))
+            .column("expires_at", past)
+            .execute(),
+    )
+    .expect("expire 1%");
+    // Leave only the expiry's own versions for the sweep to prune: measure the sweep, not the
+    // history of building the dataset.
+    rt.block_on(store.writer().maintain()).expect("maintain");
+    let before = du(scratch.path());
+    let t = Instant::now();
+    let erased = rt.block_on(sweep_once(&store)).expect("sweep");
+    let ms = t.elapsed().as_secs_f64() * 1000.0;
+    let after = du(scratch.path());
+    println!(
+        "RESULT {n} rows: sweeper pass erasing 1%: {ms:.0} ms for {erased} rows, table {:.1} MB -> {:.1} MB",
+        before as f64 / 1e6,
+        after as f64 / 1e6
+    );
+    rt.block_on(store.shutdown());
+}
+
+fn main() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let embedder: Arc<dyn Embedder> = Arc::new(
+        FastEmbedder::load(&ModelFiles::resolve(None, None), 32).expect("model (run `make setup`)"),
+    );
+    let sizes: Vec<usize> = std::env::var("SCOPEMEM_BENCH_SIZES")
+        .ok()
+        .map(|s| s.split(',').filter_map(|x| x.trim().parse().ok()).collect())
+        .unwrap_or_else(|| vec![100_000]);
+    let qs = rt.block_on(queries(embedder.as_ref()));
+    for &n in &sizes {
+        let (dir, store) = rt.block_on(dataset(&embedder, n));
+        // A dataset cached before full-text search existed gets its indexes now.
+        rt.block_on(store.ensure_indexes()).expect("indexes");
+        rt.block_on(store.writer().maintain())
+            .expect("fold rows into the indexes");
+        if !rt
+            .block_on(has_vector_index(store.table()))
+            .expect("list indexes")
+        {
+            rt.block_on(build_vector_index(store.table()))
+                .expect("vector index");
+        }
+        let vector = rt
+            .block_on(LanceSearch::new(store.table().clone(), 0, 4))
+            .expect("search");
+        let keywords = FulltextSearch::new(store.table().clone());
+        rt.block_on(searches(&vector, &keywords, &qs, n));
+        rt.block_on(store.shutdown());
+        end_to_end(&rt, &dir, embedder.clone(), n);
+        sweeper(&rt, &dir, &embedder, n);
+    }
+}
