@@ -123,14 +123,22 @@ pub async fn render(metrics: &Metrics, host: &PluginHost) -> String {
     if let Ok(stats) = memory.store().stats().await {
         let _ = writeln!(
             out,
-            "# HELP scopemem_rows Rows in the memories table by scope."
+            "# HELP scopemem_rows Rows in the memories table by scope: the {METRIC_SCOPES} largest scopes, the rest summed as (other), NULL scope as \"\"."
         );
         let _ = writeln!(out, "# TYPE scopemem_rows gauge");
-        for (scope, n) in &stats.rows_by_scope {
+        let (top, other) = top_scopes(&stats.rows_by_scope, METRIC_SCOPES);
+        for (scope, n) in top {
             let _ = writeln!(
                 out,
                 "scopemem_rows{{memory_scope=\"{}\"}} {n}",
                 label(scope)
+            );
+        }
+        if let Some((scopes, rows)) = other {
+            let _ = writeln!(out, "scopemem_rows{{memory_scope=\"(other)\"}} {rows}");
+            let _ = writeln!(
+                out,
+                "# HELP scopemem_other_scopes Scopes summed into memory_scope=\"(other)\".\n# TYPE scopemem_other_scopes gauge\nscopemem_other_scopes {scopes}"
             );
         }
         let _ = writeln!(
@@ -215,4 +223,48 @@ pub async fn render(metrics: &Metrics, host: &PluginHost) -> String {
         c.compactions.load(Relaxed)
     );
     out
+}
+
+/// Scopes with their own `scopemem_rows` series. With `unmapped_scope: conversation` every chat
+/// is a scope, and one series per chat would grow without bound; `(other)` cannot be a scope
+/// name, so it never collides with one.
+pub const METRIC_SCOPES: usize = 20;
+
+/// `(scopes, rows)` of the scopes summed into `(other)`.
+type Rest = Option<(usize, usize)>;
+
+/// The `n` largest scopes (ties by name), and the count and rows of the rest, if any.
+fn top_scopes(
+    rows_by_scope: &std::collections::BTreeMap<String, usize>,
+    n: usize,
+) -> (Vec<(&String, usize)>, Rest) {
+    let mut all: Vec<(&String, usize)> = rows_by_scope.iter().map(|(s, n)| (s, *n)).collect();
+    all.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(b.0)));
+    let rest = all.split_off(n.min(all.len()));
+    let other = (!rest.is_empty()).then(|| (rest.len(), rest.iter().map(|(_, n)| n).sum()));
+    (all, other)
+}
+
+#[cfg(test)]
+mod top_scope_tests {
+    use super::*;
+
+    #[test]
+    fn the_largest_scopes_keep_their_series_and_the_rest_are_summed() {
+        let counts: std::collections::BTreeMap<String, usize> =
+            [("a", 5), ("b", 9), ("c", 1), ("d", 5)]
+                .into_iter()
+                .map(|(s, n)| (s.to_string(), n))
+                .collect();
+        let (top, other) = top_scopes(&counts, 2);
+        assert_eq!(top, [(&"b".to_string(), 9), (&"a".to_string(), 5)]);
+        assert_eq!(other, Some((2, 6)));
+        let (top, other) = top_scopes(&counts, 10);
+        assert_eq!(top.len(), 4);
+        assert_eq!(other, None);
+        assert!(
+            crate::scope::ScopeName::parse("(other)").is_err(),
+            "(other) must not be a possible scope name"
+        );
+    }
 }

@@ -94,6 +94,9 @@ pub struct ServiceSettings {
     pub keep_versions: std::time::Duration,
     /// TTLs per memory type and the sweeper's interval.
     pub retention: super::retention::Retention,
+    /// How often the maintainer checks whether the vector index is due, whatever wrote the
+    /// rows (remember checks at once; feedback, imports and other processes do not).
+    pub index_check: std::time::Duration,
 }
 
 /// `GET /v1/status`.
@@ -266,6 +269,10 @@ impl MemoryService {
                 scope_filter: config.scope_filter,
                 migration_mode: config.migration_mode,
                 keep_versions: config.storage.keep_versions(),
+                index_check: config
+                    .storage
+                    .compaction_interval()
+                    .max(std::time::Duration::from_secs(1)),
                 retention: super::retention::Retention::from_config(&config.retention),
             },
             backfill: Arc::new(backfill),
@@ -295,6 +302,7 @@ impl MemoryService {
             self.backfill.clone(),
             self.search.clone(),
         );
+        let index_check = self.settings.index_check;
         tokio::spawn(async move {
             // Maintenance runs in the one process holding the lease; the others take over
             // when it dies (the OS releases its lock).
@@ -315,6 +323,12 @@ impl MemoryService {
                 tokio::time::sleep(LEASE_RETRY).await;
             }
             start_maintenance(&store, &backfill, &search).await;
+            while !store.writer().is_stopped() {
+                tokio::time::sleep(index_check).await;
+                if let Err(e) = search.maybe_build_index().await {
+                    tracing::warn!(error = %e, "could not check whether a vector index is due");
+                }
+            }
         });
     }
 

@@ -11,6 +11,7 @@ pub mod page;
 pub mod record;
 pub mod retention;
 pub mod schema;
+pub mod scope_counts;
 pub mod search;
 pub mod writer;
 
@@ -99,6 +100,10 @@ pub struct Store {
     dir: std::path::PathBuf,
     /// Stops the background version pruner.
     pruner_stop: std::sync::Arc<tokio::sync::Notify>,
+    /// Rows per scope, kept from the writer's appends and reconciled in the background.
+    scope_counts: std::sync::Arc<scope_counts::ScopeCounts>,
+    /// Stops the counts' background reconciliation.
+    counts_stop: std::sync::Arc<tokio::sync::Notify>,
     /// Whether this process does the table's maintenance (compaction, pruning, index builds):
     /// true for a store used alone; a service sharing the directory sets it from its lease.
     maintainer: std::sync::Arc<std::sync::atomic::AtomicBool>,
@@ -156,13 +161,27 @@ impl Store {
             table_dir: Some(db_dir.join(format!("{}.lance", table.name()))),
             ..settings
         };
-        let writer = writer::spawn(table.clone(), settings, maintainer.clone());
+        let scope_counts = std::sync::Arc::new(scope_counts::ScopeCounts::default());
+        let counts_stop = std::sync::Arc::new(tokio::sync::Notify::new());
+        scope_counts.clone().reconcile_every(
+            table.clone(),
+            std::time::Duration::from_secs(5),
+            counts_stop.clone(),
+        );
+        let writer = writer::spawn(
+            table.clone(),
+            settings,
+            maintainer.clone(),
+            scope_counts.clone(),
+        );
         Ok(Store {
             table,
             writer,
             dimension: model.dimension,
             dir: db_dir.to_path_buf(),
             pruner_stop: Default::default(),
+            scope_counts,
+            counts_stop,
             maintainer,
         })
     }
@@ -257,39 +276,25 @@ impl Store {
         Ok(ids)
     }
 
+    /// The rows-per-scope cache (its scan counter shows whether status calls scan).
+    pub fn scope_counts(&self) -> &scope_counts::ScopeCounts {
+        &self.scope_counts
+    }
+
     pub async fn count(&self, filter: Option<String>) -> Result<usize, StoreError> {
         Ok(self.table.count_rows(filter).await?)
     }
 
-    /// Row counts by scope. Reads only the `memory_scope` column.
+    /// Row counts by scope (O(scopes) while only this process's appends changed the table;
+    /// see [`scope_counts`]), fragments, versions and bytes on disk.
     pub async fn stats(&self) -> Result<StoreStats, StoreError> {
-        let mut stats = StoreStats::default();
-        let mut stream = self
-            .table
-            .query()
-            .select(Select::columns(&[COL_MEMORY_SCOPE]))
-            .execute()
-            .await?;
-        while let Some(batch) = stream.try_next().await? {
-            stats.rows += batch.num_rows();
-            let Some(col) = batch
-                .column_by_name(COL_MEMORY_SCOPE)
-                .and_then(|c| c.as_any().downcast_ref::<StringArray>())
-            else {
-                stats.null_scope_rows += batch.num_rows();
-                continue;
-            };
-            for i in 0..col.len() {
-                if col.is_valid(i) {
-                    *stats
-                        .rows_by_scope
-                        .entry(col.value(i).to_string())
-                        .or_default() += 1;
-                } else {
-                    stats.null_scope_rows += 1;
-                }
-            }
-        }
+        let counts = self.scope_counts.current(&self.table).await?;
+        let mut stats = StoreStats {
+            rows: counts.rows,
+            rows_by_scope: counts.rows_by_scope,
+            null_scope_rows: counts.null_scope_rows,
+            ..StoreStats::default()
+        };
         if let Some(native) = self.table.as_native() {
             stats.fragments = native.count_fragments().await?;
         }
@@ -347,6 +352,7 @@ impl Store {
     /// Stop the pruner and the writer, after the writer has committed everything queued so far.
     pub async fn shutdown(&self) {
         self.pruner_stop.notify_one();
+        self.counts_stop.notify_one();
         self.writer.shutdown().await;
     }
 }

@@ -11,6 +11,7 @@ use lancedb::Table;
 use tokio::sync::{mpsc, oneshot};
 
 use super::record::{to_batch, MemoryRecord};
+use super::scope_counts::ScopeCounts;
 use super::StoreError;
 
 /// Tunables for the writer (from the `storage` config section).
@@ -232,6 +233,11 @@ impl WriterHandle {
         }
     }
 
+    /// Whether the writer task has stopped (after shutdown): background loops end with it.
+    pub fn is_stopped(&self) -> bool {
+        self.tx.is_closed()
+    }
+
     pub fn counters(&self) -> &WriterCounters {
         &self.counters
     }
@@ -239,20 +245,37 @@ impl WriterHandle {
 
 /// Start the writer. Routine compaction runs only while `maintainer` is set (this process
 /// holds the maintenance lease); erases always purge what they delete.
-pub fn spawn(table: Table, settings: WriterSettings, maintainer: Arc<AtomicBool>) -> WriterHandle {
+pub fn spawn(
+    table: Table,
+    settings: WriterSettings,
+    maintainer: Arc<AtomicBool>,
+    scope_counts: Arc<ScopeCounts>,
+) -> WriterHandle {
     let (tx, rx) = mpsc::channel(1024);
     let counters = Arc::new(WriterCounters::default());
-    tokio::spawn(run(table, settings, rx, counters.clone(), maintainer));
+    let shared = Shared {
+        counters: counters.clone(),
+        scope_counts,
+    };
+    tokio::spawn(run(table, settings, rx, shared, maintainer));
     WriterHandle { tx, counters }
+}
+
+/// What the writer task shares with readers.
+struct Shared {
+    counters: Arc<WriterCounters>,
+    /// Told what each append added, at the version it committed.
+    scope_counts: Arc<ScopeCounts>,
 }
 
 async fn run(
     table: Table,
     settings: WriterSettings,
     mut rx: mpsc::Receiver<Op>,
-    counters: Arc<WriterCounters>,
+    shared: Shared,
     maintainer: Arc<AtomicBool>,
 ) {
+    let counters = &shared.counters;
     let maintains = || maintainer.load(Ordering::Acquire);
     let mut tick = tokio::time::interval(settings.maintenance_interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -270,7 +293,7 @@ async fn run(
                 _ = tick.tick() => {
                     // The lease holder also compacts what other processes appended.
                     if maintains() && (dirty || others_piled_up(&table, &settings).await) {
-                        if let Err(e) = maintain(&table, &settings, &counters, false).await {
+                        if let Err(e) = maintain(&table, &settings, counters, false).await {
                             tracing::warn!(error = %e, "scheduled compaction failed; will retry next interval");
                         } else {
                             dirty = false;
@@ -299,9 +322,16 @@ async fn run(
                     }
                 }
                 let wall = std::time::SystemTime::now();
-                let mut result = commit_group(&table, &settings, &counters, &mut group).await;
+                let mut result = commit_group(
+                    &table,
+                    &settings,
+                    counters,
+                    &shared.scope_counts,
+                    &mut group,
+                )
+                .await;
                 if result.is_ok() {
-                    result = make_durable(&settings, &counters, wall).await;
+                    result = make_durable(&settings, counters, wall).await;
                 }
                 if result.is_ok() {
                     dirty = true;
@@ -317,7 +347,7 @@ async fn run(
                     });
                 }
                 if fragments >= settings.compact_min_fragments && maintains() {
-                    match maintain(&table, &settings, &counters, false).await {
+                    match maintain(&table, &settings, counters, false).await {
                         Ok(_) => dirty = false,
                         Err(e) => tracing::warn!(error = %e, "compaction failed; will retry"),
                     }
@@ -325,23 +355,23 @@ async fn run(
             }
             Op::Delete { predicate, done } => {
                 let wall = std::time::SystemTime::now();
-                let mut result = retry(&settings, &counters, || async {
+                let mut result = retry(&settings, counters, || async {
                     Ok(table.delete(predicate.as_str()).await?.num_deleted_rows)
                 })
                 .await;
                 if let Ok(n) = result {
-                    result = make_durable(&settings, &counters, wall).await.map(|()| n);
+                    result = make_durable(&settings, counters, wall).await.map(|()| n);
                 }
                 let _ = done.send(result);
                 dirty = true;
             }
             Op::Erase { predicate, done } => {
-                let result = erase(&table, &settings, &counters, &predicate).await;
+                let result = erase(&table, &settings, counters, &predicate).await;
                 dirty = true;
                 let _ = done.send(result);
             }
             Op::Maintain { full, done } => {
-                let result = maintain(&table, &settings, &counters, full).await;
+                let result = maintain(&table, &settings, counters, full).await;
                 if result.is_ok() {
                     dirty = false;
                 }
@@ -349,17 +379,15 @@ async fn run(
             }
             Op::InsertMissing { rows, done } => {
                 let wall = std::time::SystemTime::now();
-                let mut result =
-                    retry(&settings, &counters, || insert_missing(&table, &rows)).await;
+                let mut result = retry(&settings, counters, || insert_missing(&table, &rows)).await;
                 if let Ok(n) = result {
-                    result = make_durable(&settings, &counters, wall).await.map(|()| n);
+                    result = make_durable(&settings, counters, wall).await.map(|()| n);
                 }
                 dirty = true;
                 let _ = done.send(result);
             }
             Op::FillBlank { ids, values, done } => {
-                let result =
-                    retry(&settings, &counters, || fill_blank(&table, &ids, &values)).await;
+                let result = retry(&settings, counters, || fill_blank(&table, &ids, &values)).await;
                 dirty = true;
                 let _ = done.send(result);
             }
@@ -369,7 +397,7 @@ async fn run(
                 done,
             } => {
                 let wall = std::time::SystemTime::now();
-                let mut result = retry(&settings, &counters, || async {
+                let mut result = retry(&settings, counters, || async {
                     let mut update = table.update().only_if(predicate.as_str());
                     for (column, value) in &columns {
                         update = update.column(column.as_str(), value.as_str());
@@ -378,7 +406,7 @@ async fn run(
                 })
                 .await;
                 if let Ok(n) = result {
-                    result = make_durable(&settings, &counters, wall).await.map(|()| n);
+                    result = make_durable(&settings, counters, wall).await.map(|()| n);
                 }
                 dirty = true;
                 let _ = done.send(result);
@@ -426,6 +454,7 @@ async fn commit_group(
     table: &Table,
     settings: &WriterSettings,
     counters: &WriterCounters,
+    scope_counts: &ScopeCounts,
     group: &mut [(Rows, AppendReply)],
 ) -> Result<(), StoreError> {
     let started = Instant::now();
@@ -436,14 +465,16 @@ async fn commit_group(
         .collect();
     let batch = to_batch(&schema, &rows)?;
     let n = batch.num_rows();
-    retry(settings, counters, || {
+    let version = retry(settings, counters, || {
         let batch = batch.clone();
-        async move {
-            table.add(batch).execute().await?;
-            Ok(())
-        }
+        async move { Ok(table.add(batch).execute().await?.version) }
     })
     .await?;
+    let mut added: std::collections::BTreeMap<Option<String>, usize> = Default::default();
+    for (record, _) in &rows {
+        *added.entry(record.memory_scope.clone()).or_default() += 1;
+    }
+    scope_counts.appended(version, added);
     counters.commits.fetch_add(1, Ordering::Relaxed);
     counters
         .rows_appended
