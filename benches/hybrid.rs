@@ -7,10 +7,13 @@
 //! - recall end to end through the service (query embedding included) with `search` vector,
 //!   keyword and hybrid;
 //! - the sweeper's cost on a copy of the table: a pass with nothing due, and a pass erasing 1%
-//!   of the rows (delete, fragment rewrite, pruning of every older version).
+//!   of the rows (delete, fragment rewrite, pruning of every older version), with the latency
+//!   of single-row appends while that pass runs against their latency when idle (the rewrite
+//!   and prune run beside the writer, so appends should not wait for them).
 //!
 //! Env: SCOPEMEM_BENCH_SIZES (default 100000).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -143,16 +146,79 @@ fn sweeper(rt: &tokio::runtime::Runtime, dir: &std::path::Path, e: &Arc<dyn Embe
     // history of building the dataset.
     rt.block_on(store.writer().maintain()).expect("maintain");
     let before = du(scratch.path());
+    let idle = rt.block_on(appends(&store, e, 100, None));
+    let running = AtomicBool::new(true);
     let t = Instant::now();
-    let erased = rt.block_on(sweep_once(&store)).expect("sweep");
+    let (erased, during) = rt.block_on(async {
+        let sweep = async {
+            let r = sweep_once(&store).await;
+            running.store(false, Ordering::Release);
+            r
+        };
+        futures::join!(sweep, appends(&store, e, 0, Some(&running)))
+    });
+    let erased = erased.expect("sweep");
     let ms = t.elapsed().as_secs_f64() * 1000.0;
     let after = du(scratch.path());
+    report(&format!("{n} rows: single-row append, idle"), idle, "");
+    let appended = during.len();
+    report(
+        &format!("{n} rows: single-row append during the sweep"),
+        during,
+        &format!("{appended} appends"),
+    );
     println!(
         "RESULT {n} rows: sweeper pass erasing 1%: {ms:.0} ms for {erased} rows, table {:.1} MB -> {:.1} MB",
         before as f64 / 1e6,
         after as f64 / 1e6
     );
     rt.block_on(store.shutdown());
+}
+
+/// Single-row appends, one after another: `count` of them, or while `running` is set.
+async fn appends(
+    store: &scopemem::store::Store,
+    e: &Arc<dyn Embedder>,
+    count: usize,
+    running: Option<&AtomicBool>,
+) -> Vec<Duration> {
+    let vector = e
+        .embed(vec!["an appended note".into()])
+        .await
+        .expect("embed")
+        .remove(0);
+    let mut times = Vec::new();
+    for i in 0.. {
+        let more = match running {
+            Some(flag) => flag.load(Ordering::Acquire),
+            None => i < count,
+        };
+        if !more {
+            break;
+        }
+        let record = scopemem::store::MemoryRecord {
+            id: uuid::Uuid::now_v7().to_string(),
+            content: format!("appended note {i}"),
+            reasoning: None,
+            tags: vec![],
+            memory_type: "knowledge".into(),
+            strength: 10,
+            is_active: true,
+            conversation_id: Some("bench:append".into()),
+            created_at: Some(chrono::Utc::now()),
+            memory_scope: Some("public".into()),
+            scope_source: Some("unmapped".into()),
+            expires_at: None,
+            last_recalled_at: None,
+        };
+        let t = Instant::now();
+        store
+            .append(vec![(record, vector.clone())])
+            .await
+            .expect("append");
+        times.push(t.elapsed());
+    }
+    times
 }
 
 fn main() {

@@ -214,17 +214,20 @@ async fn sequential_single_appends_stay_under_the_fragment_cap() {
     let (store, _) = scopemem::migrate::open_store(dir.path(), "memories", &model(), settings)
         .await
         .unwrap();
+    let mut most = 0;
     for i in 0..100 {
         store.append(vec![row(i, "public")]).await.unwrap();
-        // The reply precedes the post-commit compaction, so the cap itself can be observed;
-        // the next append waits behind the compaction.
+        // Reaching the cap starts a compaction beside the writer; appends do not wait for it,
+        // so a few more fragments can land while it runs, but never a pile.
         let fragments = store.stats().await.unwrap().fragments;
+        most = most.max(fragments);
         assert!(
-            fragments <= 16,
+            fragments <= 32,
             "after {} appends: {fragments} fragments",
             i + 1
         );
     }
+    println!("most fragments seen: {most}");
     assert_eq!(store.count(None).await.unwrap(), 100);
     let compactions = store
         .writer()

@@ -2,10 +2,12 @@
 //! the offline ONNX model on a dedicated thread, batching concurrent requests.
 
 pub mod fastembed_model;
+pub mod query_cache;
 
 use futures::future::BoxFuture;
 
 pub use fastembed_model::{FastEmbedder, ModelFiles};
+pub use query_cache::QueryCache;
 
 #[derive(Debug, thiserror::Error)]
 pub enum EmbedError {

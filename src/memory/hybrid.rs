@@ -13,7 +13,7 @@
 use std::collections::HashMap;
 
 use crate::config::SearchKind;
-use crate::embed::Embedder;
+use crate::embed::{Embedder, QueryCache};
 use crate::store::{FulltextSearch, KeywordRequest, MemoryRecord, NearestVisible, SearchRequest};
 
 use super::MemoryError;
@@ -48,6 +48,8 @@ pub struct CandidateQuery<'a> {
 /// The searchers a recall can use.
 pub struct Searchers<'a> {
     pub embedder: &'a dyn Embedder,
+    /// Recent query embeddings (a repeated query skips the model).
+    pub queries: &'a QueryCache,
     pub vectors: &'a dyn NearestVisible,
     pub keywords: &'a FulltextSearch,
 }
@@ -69,16 +71,11 @@ impl Searchers<'_> {
 
     /// Nearest neighbours at or above the threshold, relevance = similarity.
     async fn by_vector(&self, q: &CandidateQuery<'_>) -> Result<Vec<Candidate>, MemoryError> {
-        let vector = self
-            .embedder
-            .embed(vec![q.text.to_string()])
-            .await?
-            .pop()
-            .ok_or_else(|| MemoryError::Internal("embedder returned no vector".into()))?;
+        let vector = self.queries.embed(self.embedder, q.text).await?;
         let hits = self
             .vectors
             .nearest(&SearchRequest {
-                vector,
+                vector: vector.as_ref().clone(),
                 predicate: q.predicate.clone(),
                 k: q.k,
             })

@@ -2,7 +2,7 @@
 //! exactly one place, [`derive_scope`], from the conversation id (and persona) alone.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use chrono::Utc;
 use serde::Serialize;
@@ -76,6 +76,9 @@ fn recall_limit(cfg: &RecallConfig, req: &RecallRequest) -> Result<usize, Memory
     }
     Ok(limit as usize)
 }
+
+/// How often the index-check loop looks whether the service has stopped.
+const INDEX_CHECK_STEP: Duration = Duration::from_millis(500);
 
 fn invalid(field: &'static str, message: impl Into<String>) -> MemoryError {
     MemoryError::InvalidInput {
@@ -159,6 +162,8 @@ pub struct MemoryService {
     search: Arc<LanceSearch>,
     /// BM25 search on the full-text indexes (keyword and hybrid recall).
     keywords: crate::store::FulltextSearch,
+    /// Embeddings of recent recall queries.
+    queries: crate::embed::QueryCache,
     embedder: Arc<dyn Embedder>,
     scopes: Arc<ScopeResolver>,
     settings: ServiceSettings,
@@ -260,6 +265,7 @@ impl MemoryService {
         Ok(MemoryService {
             lease,
             keywords: crate::store::FulltextSearch::new(store.table().clone()),
+            queries: Default::default(),
             store,
             search,
             embedder,
@@ -323,8 +329,18 @@ impl MemoryService {
                 tokio::time::sleep(LEASE_RETRY).await;
             }
             start_maintenance(&store, &backfill, &search).await;
+            // This task must not keep the lease (a clone holds the lock) once the service is
+            // gone: the next process waits for it.
+            drop(lease);
+            drop(backfill);
+            let mut waited = Duration::ZERO;
             while !store.writer().is_stopped() {
-                tokio::time::sleep(index_check).await;
+                tokio::time::sleep(INDEX_CHECK_STEP).await;
+                waited += INDEX_CHECK_STEP;
+                if waited < index_check {
+                    continue;
+                }
+                waited = Duration::ZERO;
                 if let Err(e) = search.maybe_build_index().await {
                     tracing::warn!(error = %e, "could not check whether a vector index is due");
                 }
@@ -485,6 +501,7 @@ impl MemoryService {
         let search = req.search.unwrap_or(cfg.search);
         let searchers = Searchers {
             embedder: self.embedder.as_ref(),
+            queries: &self.queries,
             vectors: self.search.as_ref(),
             keywords: &self.keywords,
         };

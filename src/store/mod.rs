@@ -7,6 +7,7 @@ pub mod durability;
 pub mod fulltext;
 pub mod index_state;
 pub mod lease;
+pub mod maintenance;
 pub mod page;
 pub mod record;
 pub mod retention;

@@ -1,15 +1,17 @@
 //! The one writer task per table. Appends that arrive while a commit is in flight are merged
 //! into the next commit (group commit: many remembers, one fragment); commit conflicts are
-//! retried here; compaction and index refresh run here on a timer so small writes never pile up.
+//! retried here. Compaction, the index refresh and the rewrite half of an erase run beside it
+//! (`maintenance`), so no write waits for them.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lancedb::table::{CompactionOptions, OptimizeAction, OptimizeOptions};
 use lancedb::Table;
 use tokio::sync::{mpsc, oneshot};
 
+use super::maintenance::Maintenance;
+pub use super::maintenance::MaintenanceReport;
 use super::record::{to_batch, MemoryRecord};
 use super::scope_counts::ScopeCounts;
 use super::StoreError;
@@ -58,14 +60,6 @@ enum Op {
         predicate: String,
         done: oneshot::Sender<Result<u64, StoreError>>,
     },
-    Erase {
-        predicate: String,
-        done: oneshot::Sender<Result<EraseReport, StoreError>>,
-    },
-    Maintain {
-        full: bool,
-        done: oneshot::Sender<Result<MaintenanceReport, StoreError>>,
-    },
     InsertMissing {
         rows: Rows,
         done: oneshot::Sender<Result<u64, StoreError>>,
@@ -83,13 +77,6 @@ enum Op {
     Shutdown {
         done: oneshot::Sender<()>,
     },
-}
-
-/// What a maintenance pass did.
-#[derive(Debug, Clone, Default)]
-pub struct MaintenanceReport {
-    pub fragments_before: usize,
-    pub fragments_after: usize,
 }
 
 /// What an erase did: rows deleted, and the old versions and bytes that went with them.
@@ -119,6 +106,7 @@ pub struct WriterCounters {
 pub struct WriterHandle {
     tx: mpsc::Sender<Op>,
     counters: Arc<WriterCounters>,
+    maintenance: Arc<Maintenance>,
 }
 
 impl WriterHandle {
@@ -147,16 +135,29 @@ impl WriterHandle {
     /// Delete rows matching a SQL predicate so that nothing on disk still holds them: rewrite
     /// the fragments they were in, then remove every older table version (and its files).
     /// When this returns, only the latest version exists and it does not reference them.
+    /// The delete goes through the writer (ordered with every other write); the rewrite and the
+    /// prune run beside it, so appends keep committing meanwhile.
     pub async fn erase(&self, predicate: String) -> Result<EraseReport, StoreError> {
-        let (done, rx) = oneshot::channel();
-        self.tx
-            .send(Op::Erase { predicate, done })
-            .await
-            .map_err(|_| StoreError::WriterGone)?;
-        rx.await.map_err(|_| StoreError::WriterGone)?
+        let started = Instant::now();
+        let wall = std::time::SystemTime::now();
+        let deleted = self.delete(predicate).await?;
+        let pruned = self.maintenance.purge_and_prune(deleted, wall).await?;
+        tracing::info!(
+            rows = deleted,
+            versions = pruned.versions_removed,
+            bytes = pruned.bytes_removed,
+            ms = started.elapsed().as_millis() as u64,
+            "erased rows and pruned old versions"
+        );
+        Ok(EraseReport {
+            deleted,
+            versions_removed: pruned.versions_removed,
+            bytes_removed: pruned.bytes_removed,
+        })
     }
 
-    /// Compact fragments and fold new rows into indexes now (also runs on a timer).
+    /// Compact fragments and fold new rows into indexes now (also runs on a timer, beside the
+    /// writer).
     pub async fn maintain(&self) -> Result<MaintenanceReport, StoreError> {
         self.maintain_with(false).await
     }
@@ -164,12 +165,10 @@ impl WriterHandle {
     /// Like [`maintain`](Self::maintain), but `full` merges every fragment below Lance's
     /// default target (1M rows): once, after a whole-table rewrite such as the backfill.
     pub async fn maintain_with(&self, full: bool) -> Result<MaintenanceReport, StoreError> {
-        let (done, rx) = oneshot::channel();
-        self.tx
-            .send(Op::Maintain { full, done })
-            .await
-            .map_err(|_| StoreError::WriterGone)?;
-        rx.await.map_err(|_| StoreError::WriterGone)?
+        if self.is_stopped() {
+            return Err(StoreError::WriterGone);
+        }
+        self.maintenance.run(full).await
     }
 
     /// Insert the rows whose id the table does not hold yet, atomically with respect to other
@@ -227,6 +226,7 @@ impl WriterHandle {
 
     /// Commit everything queued so far, then stop.
     pub async fn shutdown(&self) {
+        self.maintenance.stop();
         let (done, rx) = oneshot::channel();
         if self.tx.send(Op::Shutdown { done }).await.is_ok() {
             let _ = rx.await;
@@ -253,12 +253,24 @@ pub fn spawn(
 ) -> WriterHandle {
     let (tx, rx) = mpsc::channel(1024);
     let counters = Arc::new(WriterCounters::default());
+    let maintenance = Maintenance::new(
+        table.clone(),
+        settings.clone(),
+        counters.clone(),
+        maintainer,
+    );
+    maintenance.clone().spawn_loop();
     let shared = Shared {
         counters: counters.clone(),
         scope_counts,
+        maintenance: maintenance.clone(),
     };
-    tokio::spawn(run(table, settings, rx, shared, maintainer));
-    WriterHandle { tx, counters }
+    tokio::spawn(run(table, settings, rx, shared));
+    WriterHandle {
+        tx,
+        counters,
+        maintenance,
+    }
 }
 
 /// What the writer task shares with readers.
@@ -266,41 +278,19 @@ struct Shared {
     counters: Arc<WriterCounters>,
     /// Told what each append added, at the version it committed.
     scope_counts: Arc<ScopeCounts>,
+    /// Told about every write, so it compacts when due.
+    maintenance: Arc<Maintenance>,
 }
 
-async fn run(
-    table: Table,
-    settings: WriterSettings,
-    mut rx: mpsc::Receiver<Op>,
-    shared: Shared,
-    maintainer: Arc<AtomicBool>,
-) {
+async fn run(table: Table, settings: WriterSettings, mut rx: mpsc::Receiver<Op>, shared: Shared) {
     let counters = &shared.counters;
-    let maintains = || maintainer.load(Ordering::Acquire);
-    let mut tick = tokio::time::interval(settings.maintenance_interval);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    tick.tick().await; // the first tick fires at once
-    let mut dirty = false;
     let mut pending: Option<Op> = None;
     loop {
         let op = match pending.take() {
             Some(op) => op,
-            None => tokio::select! {
-                op = rx.recv() => match op {
-                    Some(op) => op,
-                    None => break,
-                },
-                _ = tick.tick() => {
-                    // The lease holder also compacts what other processes appended.
-                    if maintains() && (dirty || others_piled_up(&table, &settings).await) {
-                        if let Err(e) = maintain(&table, &settings, counters, false).await {
-                            tracing::warn!(error = %e, "scheduled compaction failed; will retry next interval");
-                        } else {
-                            dirty = false;
-                        }
-                    }
-                    continue;
-                }
+            None => match rx.recv().await {
+                Some(op) => op,
+                None => break,
             },
         };
         match op {
@@ -333,9 +323,6 @@ async fn run(
                 if result.is_ok() {
                     result = make_durable(&settings, counters, wall).await;
                 }
-                if result.is_ok() {
-                    dirty = true;
-                }
                 let fragments = match table.as_native() {
                     Some(native) => native.count_fragments().await.unwrap_or(0),
                     None => 0,
@@ -346,12 +333,7 @@ async fn run(
                         Err(e) => Err(StoreError::Commit(e.to_string())),
                     });
                 }
-                if fragments >= settings.compact_min_fragments && maintains() {
-                    match maintain(&table, &settings, counters, false).await {
-                        Ok(_) => dirty = false,
-                        Err(e) => tracing::warn!(error = %e, "compaction failed; will retry"),
-                    }
-                }
+                shared.maintenance.wrote(fragments);
             }
             Op::Delete { predicate, done } => {
                 let wall = std::time::SystemTime::now();
@@ -363,19 +345,7 @@ async fn run(
                     result = make_durable(&settings, counters, wall).await.map(|()| n);
                 }
                 let _ = done.send(result);
-                dirty = true;
-            }
-            Op::Erase { predicate, done } => {
-                let result = erase(&table, &settings, counters, &predicate).await;
-                dirty = true;
-                let _ = done.send(result);
-            }
-            Op::Maintain { full, done } => {
-                let result = maintain(&table, &settings, counters, full).await;
-                if result.is_ok() {
-                    dirty = false;
-                }
-                let _ = done.send(result);
+                shared.maintenance.wrote(0);
             }
             Op::InsertMissing { rows, done } => {
                 let wall = std::time::SystemTime::now();
@@ -383,12 +353,12 @@ async fn run(
                 if let Ok(n) = result {
                     result = make_durable(&settings, counters, wall).await.map(|()| n);
                 }
-                dirty = true;
+                shared.maintenance.wrote(0);
                 let _ = done.send(result);
             }
             Op::FillBlank { ids, values, done } => {
                 let result = retry(&settings, counters, || fill_blank(&table, &ids, &values)).await;
-                dirty = true;
+                shared.maintenance.wrote(0);
                 let _ = done.send(result);
             }
             Op::Update {
@@ -408,7 +378,7 @@ async fn run(
                 if let Ok(n) = result {
                     result = make_durable(&settings, counters, wall).await.map(|()| n);
                 }
-                dirty = true;
+                shared.maintenance.wrote(0);
                 let _ = done.send(result);
             }
             Op::Shutdown { done } => {
@@ -422,7 +392,7 @@ async fn run(
 
 /// With `Durability::Power`, fsync what the commit(s) since `started` wrote before the caller
 /// is answered; a failure fails the write (it may be lost on power loss).
-async fn make_durable(
+pub(super) async fn make_durable(
     settings: &WriterSettings,
     counters: &WriterCounters,
     started: std::time::SystemTime,
@@ -439,15 +409,6 @@ async fn make_durable(
         .map_err(|e| StoreError::Commit(format!("fsync after commit failed: {e}")))?;
     counters.durable_syncs.fetch_add(1, Ordering::Relaxed);
     Ok(())
-}
-
-/// Whether enough fragments piled up (from any process) to be worth a compaction.
-async fn others_piled_up(table: &Table, settings: &WriterSettings) -> bool {
-    let fragments = match table.as_native() {
-        Some(native) => native.count_fragments().await.unwrap_or(0),
-        None => 0,
-    };
-    fragments >= (settings.compact_min_fragments / 8).max(2)
 }
 
 async fn commit_group(
@@ -550,7 +511,7 @@ async fn fill_blank(
     }
 }
 
-async fn retry<T, F, Fut>(
+pub(super) async fn retry<T, F, Fut>(
     settings: &WriterSettings,
     counters: &WriterCounters,
     mut f: F,
@@ -572,112 +533,4 @@ where
             other => return other,
         }
     }
-}
-
-/// Delete, purge the deleted rows from the data files, then prune every older version.
-async fn erase(
-    table: &Table,
-    settings: &WriterSettings,
-    counters: &WriterCounters,
-    predicate: &str,
-) -> Result<EraseReport, StoreError> {
-    let started = Instant::now();
-    let wall = std::time::SystemTime::now();
-    let deleted = retry(settings, counters, || async {
-        Ok(table.delete(predicate).await?.num_deleted_rows)
-    })
-    .await?;
-    if deleted > 0 {
-        let rows = table.count_rows(None).await?;
-        retry(settings, counters, || {
-            super::retention::purge_deleted_rows(table, tail_target(rows))
-        })
-        .await?;
-    }
-    // Old files go only once the rewritten ones are durable (a power loss in between must
-    // not leave neither).
-    make_durable(settings, counters, wall).await?;
-    // Even with nothing deleted now, older versions may still hold rows deleted before.
-    let pruned = super::retention::prune_versions(table, Duration::ZERO).await?;
-    tracing::info!(
-        rows = deleted,
-        versions = pruned.versions_removed,
-        bytes = pruned.bytes_removed,
-        ms = started.elapsed().as_millis() as u64,
-        "erased rows and pruned old versions"
-    );
-    Ok(EraseReport {
-        deleted,
-        versions_removed: pruned.versions_removed,
-        bytes_removed: pruned.bytes_removed,
-    })
-}
-
-/// Compaction target that merges only the small tail of a table of `rows` rows: rows/16, at
-/// least 1024 (see [`maintain`]).
-fn tail_target(rows: usize) -> usize {
-    (rows / 16).clamp(1024, 1024 * 1024)
-}
-
-/// Compact small fragments, then fold unindexed rows into the existing indexes.
-///
-/// Lance merges every adjacent fragment smaller than `target_rows_per_fragment`. With the
-/// default (1M rows) each compaction would rewrite the whole growing table; a target of
-/// rows/16 (at least 1024) leaves the big fragments alone and merges only the small tail, so
-/// each row is rewritten a logarithmic number of times as the table grows.
-async fn maintain(
-    table: &Table,
-    settings: &WriterSettings,
-    counters: &WriterCounters,
-    full: bool,
-) -> Result<MaintenanceReport, StoreError> {
-    let native = table
-        .as_native()
-        .ok_or_else(|| StoreError::Schema("only local tables are supported".into()))?;
-    let before = native.count_fragments().await?;
-    if before >= 2 {
-        let rows = table.count_rows(None).await?;
-        let target = if full {
-            CompactionOptions::default().target_rows_per_fragment
-        } else {
-            tail_target(rows)
-        };
-        let started = Instant::now();
-        let wall = std::time::SystemTime::now();
-        retry(settings, counters, || async {
-            table
-                .optimize(OptimizeAction::Compact {
-                    options: CompactionOptions {
-                        target_rows_per_fragment: target,
-                        ..CompactionOptions::default()
-                    },
-                    remap_options: None,
-                })
-                .await?;
-            Ok(())
-        })
-        .await?;
-        counters.compactions.fetch_add(1, Ordering::Relaxed);
-        make_durable(settings, counters, wall).await?;
-        tracing::info!(
-            fragments_before = before,
-            target_rows = target,
-            ms = started.elapsed().as_millis() as u64,
-            "compacted"
-        );
-    }
-    if !table.list_indices().await?.is_empty() {
-        retry(settings, counters, || async {
-            table
-                .optimize(OptimizeAction::Index(OptimizeOptions::default()))
-                .await?;
-            Ok(())
-        })
-        .await?;
-    }
-    let after = native.count_fragments().await?;
-    Ok(MaintenanceReport {
-        fragments_before: before,
-        fragments_after: after,
-    })
 }

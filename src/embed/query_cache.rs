@@ -1,0 +1,136 @@
+//! The embeddings of recent recall queries. Chained recall, the framework hook and a recall
+//! tool call often send the same text within seconds; a hit skips the model (milliseconds on
+//! two cores). Bounded and least-recently-used, keyed by the exact text; only queries go here,
+//! never memory content.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use super::{EmbedError, Embedder};
+
+/// Query texts kept.
+pub const QUERY_CACHE_ENTRIES: usize = 256;
+
+#[derive(Default)]
+struct Entries {
+    /// Text → (last use, vector).
+    map: HashMap<String, (u64, Arc<Vec<f32>>)>,
+    clock: u64,
+}
+
+/// A small LRU in front of an embedder, for query texts.
+#[derive(Default)]
+pub struct QueryCache {
+    entries: Mutex<Entries>,
+}
+
+impl QueryCache {
+    /// The vector for `text`, from the cache or the model.
+    pub async fn embed(
+        &self,
+        embedder: &dyn Embedder,
+        text: &str,
+    ) -> Result<Arc<Vec<f32>>, EmbedError> {
+        if let Some(v) = self.get(text) {
+            return Ok(v);
+        }
+        let vector = embedder
+            .embed(vec![text.to_string()])
+            .await?
+            .pop()
+            .ok_or_else(|| EmbedError::Model("embedder returned no vector".into()))?;
+        let vector = Arc::new(vector);
+        self.put(text, vector.clone());
+        Ok(vector)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Entries> {
+        // The map holds only finished entries: a panic elsewhere cannot leave one half-written.
+        self.entries.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn get(&self, text: &str) -> Option<Arc<Vec<f32>>> {
+        let mut entries = self.lock();
+        entries.clock += 1;
+        let now = entries.clock;
+        let (used, vector) = entries.map.get_mut(text)?;
+        *used = now;
+        Some(vector.clone())
+    }
+
+    fn put(&self, text: &str, vector: Arc<Vec<f32>>) {
+        let mut entries = self.lock();
+        entries.clock += 1;
+        let now = entries.clock;
+        if entries.map.len() >= QUERY_CACHE_ENTRIES && !entries.map.contains_key(text) {
+            let oldest = entries
+                .map
+                .iter()
+                .min_by_key(|(_, (used, _))| *used)
+                .map(|(k, _)| k.clone());
+            if let Some(oldest) = oldest {
+                entries.map.remove(&oldest);
+            }
+        }
+        entries.map.insert(text.to_string(), (now, vector));
+    }
+
+    pub fn len(&self) -> usize {
+        self.lock().map.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::future::BoxFuture;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// Counts model runs; the vector encodes the text's length.
+    #[derive(Default)]
+    struct Counting(AtomicUsize);
+
+    impl Embedder for Counting {
+        fn model_id(&self) -> &str {
+            "counting"
+        }
+        fn dimension(&self) -> usize {
+            1
+        }
+        fn embed(&self, texts: Vec<String>) -> BoxFuture<'_, Result<Vec<Vec<f32>>, EmbedError>> {
+            self.0.fetch_add(1, Ordering::Relaxed);
+            Box::pin(async move { Ok(texts.iter().map(|t| vec![t.len() as f32]).collect()) })
+        }
+    }
+
+    #[tokio::test]
+    async fn repeated_queries_skip_the_model_and_the_oldest_goes_first() {
+        let model = Counting::default();
+        let cache = QueryCache::default();
+        let a = cache.embed(&model, "where is 4B会议室").await.unwrap();
+        let again = cache.embed(&model, "where is 4B会议室").await.unwrap();
+        assert_eq!(a, again);
+        assert_eq!(model.0.load(Ordering::Relaxed), 1);
+        for i in 0..QUERY_CACHE_ENTRIES {
+            cache.embed(&model, &format!("q{i}")).await.unwrap();
+            if i == 10 {
+                // Keep the first query in use: it must outlive older entries.
+                cache.embed(&model, "where is 4B会议室").await.unwrap();
+            }
+        }
+        assert_eq!(cache.len(), QUERY_CACHE_ENTRIES);
+        let runs = model.0.load(Ordering::Relaxed);
+        cache.embed(&model, "where is 4B会议室").await.unwrap();
+        assert_eq!(model.0.load(Ordering::Relaxed), runs, "recently used: kept");
+        cache.embed(&model, "q0").await.unwrap();
+        assert_eq!(
+            model.0.load(Ordering::Relaxed),
+            runs + 1,
+            "least recently used: evicted"
+        );
+    }
+}

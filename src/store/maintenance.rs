@@ -1,0 +1,214 @@
+//! Table maintenance beside the writer: compaction, the index refresh, and the rewrite-and-prune
+//! half of an erase. Appends keep committing while these run: Lance commits a compaction or an
+//! index refresh on top of appends that landed meanwhile, and a commit that does conflict (a
+//! delete in a fragment being rewritten) is retried. One pass runs at a time, so an erase's
+//! prune never removes files a compaction is still reading.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use lancedb::table::{CompactionOptions, OptimizeAction, OptimizeOptions};
+use lancedb::Table;
+use tokio::sync::{Mutex, Notify};
+
+use super::retention::{prune_versions, purge_deleted_rows, PruneReport};
+use super::writer::{make_durable, retry, WriterCounters, WriterSettings};
+use super::StoreError;
+
+/// What a maintenance pass did.
+#[derive(Debug, Clone, Default)]
+pub struct MaintenanceReport {
+    pub fragments_before: usize,
+    pub fragments_after: usize,
+}
+
+/// The maintenance of one table, shared by the writer (which reports its writes), the handle
+/// (explicit passes, erases) and the background loop.
+pub struct Maintenance {
+    table: Table,
+    settings: WriterSettings,
+    counters: Arc<WriterCounters>,
+    /// Only the process holding the maintenance lease compacts on its own schedule.
+    maintainer: Arc<AtomicBool>,
+    /// One pass at a time.
+    pass: Mutex<()>,
+    /// Writes happened since the last pass.
+    dirty: AtomicBool,
+    /// Wakes the loop before its interval (fragments piled up, or stop).
+    wake: Notify,
+    stopped: AtomicBool,
+}
+
+impl Maintenance {
+    pub fn new(
+        table: Table,
+        settings: WriterSettings,
+        counters: Arc<WriterCounters>,
+        maintainer: Arc<AtomicBool>,
+    ) -> Arc<Self> {
+        Arc::new(Maintenance {
+            table,
+            settings,
+            counters,
+            maintainer,
+            pass: Mutex::new(()),
+            dirty: AtomicBool::new(false),
+            wake: Notify::new(),
+            stopped: AtomicBool::new(false),
+        })
+    }
+
+    /// The writer committed something; with `fragments` at the compaction threshold, compact
+    /// now rather than at the next interval, so single writes never pile up hundreds of
+    /// fragments. Returns at once: the pass runs on the maintenance task.
+    pub fn wrote(&self, fragments: usize) {
+        self.dirty.store(true, Ordering::Release);
+        if fragments >= self.settings.compact_min_fragments {
+            self.wake.notify_one();
+        }
+    }
+
+    /// One pass now (and wait for it): compact, then fold new rows into the indexes.
+    pub async fn run(&self, full: bool) -> Result<MaintenanceReport, StoreError> {
+        let _pass = self.pass.lock().await;
+        self.dirty.store(false, Ordering::Release);
+        let result = maintain(&self.table, &self.settings, &self.counters, full).await;
+        if result.is_err() {
+            self.dirty.store(true, Ordering::Release);
+        }
+        result
+    }
+
+    /// After a delete committed at `since`: rewrite the fragments that held the deleted rows,
+    /// make that durable, and remove every older version, so no file keeps them.
+    pub async fn purge_and_prune(
+        &self,
+        deleted: u64,
+        since: std::time::SystemTime,
+    ) -> Result<PruneReport, StoreError> {
+        let _pass = self.pass.lock().await;
+        if deleted > 0 {
+            let rows = self.table.count_rows(None).await?;
+            retry(&self.settings, &self.counters, || {
+                purge_deleted_rows(&self.table, tail_target(rows))
+            })
+            .await?;
+        }
+        // Old files go only once the rewritten ones are durable (a power loss in between must
+        // not leave neither).
+        make_durable(&self.settings, &self.counters, since).await?;
+        // Even with nothing deleted now, older versions may still hold rows deleted before.
+        prune_versions(&self.table, std::time::Duration::ZERO).await
+    }
+
+    /// End the background loop.
+    pub fn stop(&self) {
+        self.stopped.store(true, Ordering::Release);
+        self.wake.notify_one();
+    }
+
+    /// Compact on a timer and when woken, in the lease holder only, until [`Self::stop`].
+    pub fn spawn_loop(self: Arc<Self>) {
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = tokio::time::sleep(self.settings.maintenance_interval) => {}
+                    _ = self.wake.notified() => {}
+                }
+                if self.stopped.load(Ordering::Acquire) {
+                    return;
+                }
+                if !self.maintainer.load(Ordering::Acquire) {
+                    continue;
+                }
+                // The lease holder also compacts what other processes appended.
+                let due = self.dirty.load(Ordering::Acquire)
+                    || others_piled_up(&self.table, &self.settings).await;
+                if due {
+                    if let Err(e) = self.run(false).await {
+                        tracing::warn!(error = %e, "compaction failed; will retry next interval");
+                    }
+                }
+            }
+        });
+    }
+}
+
+/// Compact small fragments, then fold unindexed rows into the existing indexes.
+///
+/// Lance merges every adjacent fragment smaller than `target_rows_per_fragment`. With the
+/// default (1M rows) each compaction would rewrite the whole growing table; a target of
+/// rows/16 (at least 1024) leaves the big fragments alone and merges only the small tail, so
+/// each row is rewritten a logarithmic number of times as the table grows.
+async fn maintain(
+    table: &Table,
+    settings: &WriterSettings,
+    counters: &WriterCounters,
+    full: bool,
+) -> Result<MaintenanceReport, StoreError> {
+    let native = table
+        .as_native()
+        .ok_or_else(|| StoreError::Schema("only local tables are supported".into()))?;
+    let before = native.count_fragments().await?;
+    if before >= 2 {
+        let rows = table.count_rows(None).await?;
+        let target = if full {
+            CompactionOptions::default().target_rows_per_fragment
+        } else {
+            tail_target(rows)
+        };
+        let started = Instant::now();
+        let wall = std::time::SystemTime::now();
+        retry(settings, counters, || async {
+            table
+                .optimize(OptimizeAction::Compact {
+                    options: CompactionOptions {
+                        target_rows_per_fragment: target,
+                        ..CompactionOptions::default()
+                    },
+                    remap_options: None,
+                })
+                .await?;
+            Ok(())
+        })
+        .await?;
+        counters.compactions.fetch_add(1, Ordering::Relaxed);
+        make_durable(settings, counters, wall).await?;
+        tracing::info!(
+            fragments_before = before,
+            target_rows = target,
+            ms = started.elapsed().as_millis() as u64,
+            "compacted"
+        );
+    }
+    if !table.list_indices().await?.is_empty() {
+        retry(settings, counters, || async {
+            table
+                .optimize(OptimizeAction::Index(OptimizeOptions::default()))
+                .await?;
+            Ok(())
+        })
+        .await?;
+    }
+    let after = native.count_fragments().await?;
+    Ok(MaintenanceReport {
+        fragments_before: before,
+        fragments_after: after,
+    })
+}
+
+/// Compaction target that merges only the small tail of a table of `rows` rows: rows/16, at
+/// least 1024 (see [`maintain`]).
+fn tail_target(rows: usize) -> usize {
+    (rows / 16).clamp(1024, 1024 * 1024)
+}
+
+/// Whether enough fragments piled up (from any process) to be worth a compaction.
+async fn others_piled_up(table: &Table, settings: &WriterSettings) -> bool {
+    let fragments = match table.as_native() {
+        Some(native) => native.count_fragments().await.unwrap_or(0),
+        None => 0,
+    };
+    fragments >= (settings.compact_min_fragments / 8).max(2)
+}
