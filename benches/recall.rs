@@ -17,7 +17,6 @@ mod common;
 
 use common::*;
 use criterion::Criterion;
-use scopemem::embed::{Embedder, FastEmbedder, ModelFiles};
 use scopemem::store::search::build_vector_index;
 use scopemem::store::{Hit, LanceSearch, NearestVisible, SearchRequest};
 use serde_json::json;
@@ -59,17 +58,9 @@ fn report(label: &str, times: Vec<Duration>, extra: &str) {
 }
 
 fn main() {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let embedder: Arc<dyn Embedder> = Arc::new(
-        FastEmbedder::load(&ModelFiles::resolve(None, None), 32).expect("model (run `make setup`)"),
-    );
-    let sizes: Vec<usize> = std::env::var("SCOPEMEM_BENCH_SIZES")
-        .ok()
-        .map(|s| s.split(',').filter_map(|x| x.trim().parse().ok()).collect())
-        .unwrap_or_else(|| vec![10_000, 100_000]);
+    let rt = runtime();
+    let embedder = model();
+    let sizes = sizes(&[10_000, 100_000]);
     let qs = rt.block_on(queries(embedder.as_ref()));
     let mut criterion = Criterion::default()
         .configure_from_args()

@@ -10,6 +10,25 @@ use common::*;
 use scopemem::store::{MemoryRecord, ModelInfo, WriterSettings};
 use serde_json::{json, Value};
 
+/// A row of the work chat's scope, as a write path other than remember would add it.
+fn work_record(id: String, content: String) -> MemoryRecord {
+    MemoryRecord {
+        id,
+        content,
+        reasoning: None,
+        tags: vec![],
+        memory_type: "knowledge".into(),
+        strength: 50,
+        is_active: true,
+        conversation_id: Some(WORK.into()),
+        created_at: Some(chrono::Utc::now()),
+        memory_scope: Some("工作".into()),
+        scope_source: Some("conversation".into()),
+        expires_at: None,
+        last_recalled_at: None,
+    }
+}
+
 async fn by_scope(host: &scopemem::host::PluginHost) -> Value {
     host.invoke("status", json!(null)).await.unwrap()["rows_by_scope"].clone()
 }
@@ -66,21 +85,10 @@ async fn status_counts_follow_writes_without_a_scan_per_call() {
     )
     .await
     .unwrap();
-    let record = MemoryRecord {
-        id: "from-another-process".into(),
-        content: "written by another process".into(),
-        reasoning: None,
-        tags: vec![],
-        memory_type: "knowledge".into(),
-        strength: 50,
-        is_active: true,
-        conversation_id: Some(WORK.into()),
-        created_at: Some(chrono::Utc::now()),
-        memory_scope: Some("工作".into()),
-        scope_source: Some("conversation".into()),
-        expires_at: None,
-        last_recalled_at: None,
-    };
+    let record = work_record(
+        "from-another-process".into(),
+        "written by another process".into(),
+    );
     let v = e.embed(vec![record.content.clone()]).await.unwrap();
     other.append(vec![(record, v[0].clone())]).await.unwrap();
     other.shutdown().await;
@@ -160,21 +168,7 @@ async fn rows_from_any_write_path_trigger_the_vector_index() {
                 })
                 .collect();
             let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
-            let record = MemoryRecord {
-                id: format!("imported-{i:04}"),
-                content: format!("imported note {i}"),
-                reasoning: None,
-                tags: vec![],
-                memory_type: "knowledge".into(),
-                strength: 50,
-                is_active: true,
-                conversation_id: Some(WORK.into()),
-                created_at: Some(chrono::Utc::now()),
-                memory_scope: Some("工作".into()),
-                scope_source: Some("conversation".into()),
-                expires_at: None,
-                last_recalled_at: None,
-            };
+            let record = work_record(format!("imported-{i:04}"), format!("imported note {i}"));
             (record, v.iter().map(|x| x / norm).collect())
         })
         .collect();

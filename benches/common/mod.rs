@@ -342,3 +342,27 @@ pub fn copy_dir(from: &std::path::Path, to: &std::path::Path) -> std::io::Result
     }
     Ok(())
 }
+
+/// The multi-threaded runtime every bench drives its async work on.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+/// The offline model from the set-up cache.
+pub fn model() -> Arc<dyn Embedder> {
+    Arc::new(
+        scopemem::embed::FastEmbedder::load(&scopemem::embed::ModelFiles::resolve(None, None), 32)
+            .expect("model (run `make setup`)"),
+    )
+}
+
+/// Table sizes from `SCOPEMEM_BENCH_SIZES` (comma-separated), else `default`.
+pub fn sizes(default: &[usize]) -> Vec<usize> {
+    std::env::var("SCOPEMEM_BENCH_SIZES")
+        .ok()
+        .map(|s| s.split(',').filter_map(|x| x.trim().parse().ok()).collect())
+        .unwrap_or_else(|| default.to_vec())
+}

@@ -39,6 +39,8 @@ pub async fn purge_deleted_rows(table: &Table, target_rows: usize) -> Result<(),
                 materialize_deletions: true,
                 // Zero: any deleted row makes its fragment a rewrite candidate.
                 materialize_deletions_threshold: 0.0,
+                // One core for the rewrite, the rest for requests (it runs beside the writer).
+                num_threads: Some(1),
                 ..CompactionOptions::default()
             },
             remap_options: None,

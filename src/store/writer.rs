@@ -259,7 +259,6 @@ pub fn spawn(
         counters.clone(),
         maintainer,
     );
-    maintenance.clone().spawn_loop();
     let shared = Shared {
         counters: counters.clone(),
         scope_counts,
