@@ -89,18 +89,7 @@ fn end_to_end(rt: &tokio::runtime::Runtime, dir: &std::path::Path, e: Arc<dyn Em
     // Other questions per mode: the query-embedding cache must not serve one mode's queries
     // to the next.
     for (seed, search) in [(7, "vector"), (8, "keyword"), (9, "hybrid")] {
-        let mut rng = Rng(seed);
-        let mut times = Vec::new();
-        for _ in 0..QUERIES {
-            let q = question(&mut rng);
-            let t = Instant::now();
-            rt.block_on(host.invoke(
-                "recall",
-                json!({"conversation_id": "bench:conv", "query": q, "limit": K, "search": search}),
-            ))
-            .expect("recall");
-            times.push(t.elapsed());
-        }
+        let times = timed_recalls(rt, &host, seed, Some(search));
         report(
             &format!("{n} rows: recall end to end, search={search}"),
             times,

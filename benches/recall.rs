@@ -138,18 +138,7 @@ fn main() {
             embedder.clone(),
             json!({"conversation_scope_map": {"bench:conv": "scope_07"}, "recall": {"similarity_threshold": 0.0}}),
         ));
-        let mut rng = Rng(7);
-        let mut times = Vec::new();
-        for _ in 0..QUERIES {
-            let q = question(&mut rng);
-            let t = Instant::now();
-            rt.block_on(host.invoke(
-                "recall",
-                json!({"conversation_id": "bench:conv", "query": q, "limit": K}),
-            ))
-            .expect("recall");
-            times.push(t.elapsed());
-        }
+        let times = timed_recalls(&rt, &host, 7, None);
         report(&format!("{n} rows: recall with query embedding"), times, "");
         rt.block_on(host.shutdown());
     }

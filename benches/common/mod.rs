@@ -366,3 +366,26 @@ pub fn sizes(default: &[usize]) -> Vec<usize> {
         .map(|s| s.split(',').filter_map(|x| x.trim().parse().ok()).collect())
         .unwrap_or_else(|| default.to_vec())
 }
+
+/// `QUERIES` recalls of generated questions (from `seed`) as `bench:conv`, each timed end to
+/// end; `search` sets the request's `search` field.
+pub fn timed_recalls(
+    rt: &tokio::runtime::Runtime,
+    host: &PluginHost,
+    seed: u64,
+    search: Option<&str>,
+) -> Vec<Duration> {
+    let mut rng = Rng(seed);
+    let mut times = Vec::with_capacity(QUERIES);
+    for _ in 0..QUERIES {
+        let mut body =
+            json!({"conversation_id": "bench:conv", "query": question(&mut rng), "limit": K});
+        if let Some(search) = search {
+            body["search"] = json!(search);
+        }
+        let t = Instant::now();
+        rt.block_on(host.invoke("recall", body)).expect("recall");
+        times.push(t.elapsed());
+    }
+    times
+}
