@@ -10,9 +10,7 @@ use std::time::{Duration, Instant};
 use chrono::{TimeZone, Utc};
 use common::serve::{post, spawn_serve};
 use common::*;
-use futures::TryStreamExt;
 use lancedb::arrow::arrow_array::{Array, FixedSizeListArray, Float32Array};
-use lancedb::query::ExecutableQuery;
 use scopemem::store::{MemoryRecord, ModelInfo, Store};
 use scopemem::transfer::{self, ExportFilter, ExportOptions, ImportReport, Importer, Rejection};
 use serde_json::{json, Value};
@@ -75,15 +73,7 @@ async fn fresh_store(dir: &Path) -> Store {
 
 /// Every row with its vector, sorted by id.
 async fn rows_of(store: &Store) -> Vec<(MemoryRecord, Vec<f32>)> {
-    let batches: Vec<_> = store
-        .table()
-        .query()
-        .execute()
-        .await
-        .unwrap()
-        .try_collect()
-        .await
-        .unwrap();
+    let batches = all_batches(store).await;
     let mut out = Vec::new();
     for b in &batches {
         let vectors = b

@@ -481,16 +481,7 @@ impl MemoryService {
         let cfg = &self.settings.recall;
         let limit = recall_limit(cfg, &req)?;
 
-        // One snapshot of the map for both resolving and filtering.
-        let map = self.scopes.snapshot();
-        // Incognito only stops writes: the conversation reads its scope as usual.
-        let scope = map.resolve(&conversation, req.persona.as_deref());
-        let migration = self.migration_active();
-        // Expired rows are never recalled, even before the sweeper erases them.
-        let predicate = Some(super::retention::and_alive(
-            map.recall_predicate(&scope.scope, migration),
-            Utc::now(),
-        ));
+        let visible = self.visibility(&conversation, req.persona.as_deref());
         let ranking = self.ranking();
         let k = match req.mode {
             // Strength can lift a candidate past closer ones: rank a wider pool.
@@ -508,7 +499,7 @@ impl MemoryService {
         let candidates = searchers
             .candidates(&CandidateQuery {
                 text: &redact(query),
-                predicate,
+                predicate: Some(visible.predicate),
                 k,
                 threshold: cfg.similarity_threshold,
                 kind: search,
@@ -546,16 +537,16 @@ impl MemoryService {
         }
         tracing::info!(
             conversation_id = conversation.as_str(),
-            memory_scope = scope.scope.as_str(),
-            migration_mode = migration,
+            memory_scope = visible.memory_scope.as_str(),
+            migration_mode = visible.migration_mode,
             search = search.as_str(),
             rows = memories.len(),
             ms = started.elapsed().as_millis() as u64,
             "recalled"
         );
         Ok(RecallResponse {
-            memory_scope: scope.scope.as_str().to_string(),
-            migration_mode: migration,
+            memory_scope: visible.memory_scope,
+            migration_mode: visible.migration_mode,
             memories,
         })
     }
@@ -568,18 +559,23 @@ impl MemoryService {
         conversation_id: &str,
         persona: Option<&str>,
     ) -> Result<Visibility, MemoryError> {
-        let conversation = conversation(conversation_id)?;
+        Ok(self.visibility(&conversation(conversation_id)?, persona))
+    }
+
+    /// [`Self::visible_to`] for a parsed conversation id. One map snapshot serves both the
+    /// resolving and the filtering; expired rows are excluded even before the sweeper runs.
+    fn visibility(&self, conversation: &ConversationId, persona: Option<&str>) -> Visibility {
         let map = self.scopes.snapshot();
-        let scope = map.resolve(&conversation, persona);
+        let scope = map.resolve(conversation, persona);
         let migration = self.migration_active();
-        Ok(Visibility {
+        Visibility {
             predicate: super::retention::and_alive(
                 map.recall_predicate(&scope.scope, migration),
                 Utc::now(),
             ),
             memory_scope: scope.scope.as_str().to_string(),
             migration_mode: migration,
-        })
+        }
     }
 
     /// List what this conversation may see, newest first: the recall predicate of the same
@@ -599,7 +595,7 @@ impl MemoryService {
             ));
         }
         let (offset, limit) = (offset as usize, limit as usize);
-        let visible = self.visible_to(&req.conversation_id, req.persona.as_deref())?;
+        let visible = self.visibility(&conversation, req.persona.as_deref());
         let page = self
             .store
             .page_newest(Some(&visible.predicate), offset, limit)

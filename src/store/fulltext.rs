@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use futures::TryStreamExt;
 use lancedb::index::scalar::{FtsIndexBuilder, FullTextSearchQuery};
-use lancedb::index::{Index, IndexType};
+use lancedb::index::{Index, IndexConfig, IndexType};
 use lancedb::query::{ExecutableQuery, QueryBase, Select};
 use lancedb::Table;
 
@@ -41,10 +41,7 @@ pub async fn ensure_fulltext_indexes(table: &Table) -> Result<(), StoreError> {
     let indices = table.list_indices().await?;
     let schema = table.schema().await?;
     for column in FULLTEXT_COLUMNS {
-        let has = indices
-            .iter()
-            .any(|i| i.index_type == IndexType::FTS && i.columns.iter().any(|c| c == column));
-        if has || schema.field_with_name(column).is_err() {
+        if has_fulltext(&indices, column) || schema.field_with_name(column).is_err() {
             continue;
         }
         table
@@ -56,13 +53,17 @@ pub async fn ensure_fulltext_indexes(table: &Table) -> Result<(), StoreError> {
     Ok(())
 }
 
+fn has_fulltext(indices: &[IndexConfig], column: &str) -> bool {
+    indices
+        .iter()
+        .any(|i| i.index_type == IndexType::FTS && i.columns.iter().any(|c| c == column))
+}
+
 async fn has_fulltext_indexes(table: &Table) -> Result<bool, StoreError> {
     let indices = table.list_indices().await?;
-    Ok(FULLTEXT_COLUMNS.iter().all(|column| {
-        indices
-            .iter()
-            .any(|i| i.index_type == IndexType::FTS && i.columns.iter().any(|c| c == column))
-    }))
+    Ok(FULLTEXT_COLUMNS
+        .iter()
+        .all(|column| has_fulltext(&indices, column)))
 }
 
 /// One keyword search: the text as the user wrote it, the scope predicate (None = no scope
@@ -107,14 +108,7 @@ impl FulltextSearch {
             }
             self.ready.store(true, Ordering::Release);
         }
-        // An erase prunes older versions: retry from the latest, as the vector search does.
-        let mut attempt = 0;
-        loop {
-            match self.search_once(req).await {
-                Err(e) if attempt < 3 && e.is_vanished_file() => attempt += 1,
-                other => return other,
-            }
-        }
+        super::read_retrying(|| self.search_once(req)).await
     }
 
     async fn search_once(&self, req: &KeywordRequest) -> Result<Vec<KeywordHit>, StoreError> {

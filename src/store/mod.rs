@@ -358,6 +358,22 @@ impl Store {
     }
 }
 
+/// Run a read again (up to three times) when an erase pruned the version it started on: it
+/// finds its files gone, and succeeds from the latest version.
+pub(crate) async fn read_retrying<T, F, Fut>(mut read: F) -> Result<T, StoreError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, StoreError>>,
+{
+    let mut attempt = 0;
+    loop {
+        match read().await {
+            Err(e) if attempt < 3 && e.is_vanished_file() => attempt += 1,
+            other => return other,
+        }
+    }
+}
+
 /// A file that vanished between listing and reading (removed by a concurrent prune).
 fn is_not_found(e: &lance_core::Error) -> bool {
     match e {

@@ -169,17 +169,7 @@ impl NearestVisible for LanceSearch {
         &'a self,
         req: &'a SearchRequest,
     ) -> BoxFuture<'a, Result<Vec<Hit>, StoreError>> {
-        Box::pin(async move {
-            // An erase prunes every older version at once: a search that started on one of
-            // them finds its files gone, and succeeds when it starts again on the latest.
-            let mut attempt = 0;
-            loop {
-                match self.search_once(req).await {
-                    Err(e) if attempt < 3 && e.is_vanished_file() => attempt += 1,
-                    other => return other,
-                }
-            }
-        })
+        Box::pin(super::read_retrying(|| self.search_once(req)))
     }
 }
 

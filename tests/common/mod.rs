@@ -270,13 +270,13 @@ pub async fn make_legacy_table(
     ids
 }
 
-/// Every row of the table (vectors excluded).
-pub async fn all_rows(host: &PluginHost) -> Vec<scopemem::store::MemoryRecord> {
+/// Every batch of the table's latest version, all columns.
+pub async fn all_batches(
+    store: &scopemem::store::Store,
+) -> Vec<lancedb::arrow::arrow_array::RecordBatch> {
     use futures::TryStreamExt;
     use lancedb::query::ExecutableQuery;
-    let batches: Vec<_> = host
-        .memory()
-        .store()
+    store
         .table()
         .query()
         .execute()
@@ -284,8 +284,13 @@ pub async fn all_rows(host: &PluginHost) -> Vec<scopemem::store::MemoryRecord> {
         .unwrap()
         .try_collect()
         .await
-        .unwrap();
-    batches
+        .unwrap()
+}
+
+/// Every row of the table (vectors excluded).
+pub async fn all_rows(host: &PluginHost) -> Vec<scopemem::store::MemoryRecord> {
+    all_batches(host.memory().store())
+        .await
         .iter()
         .flat_map(scopemem::store::record::from_batch)
         .collect()
