@@ -69,6 +69,7 @@ async fn prefilter_returns_k_rows_of_a_rare_scope() {
         .nearest(&SearchRequest {
             vector: vector(3),
             predicate: Some("memory_scope = 'rare'".into()),
+            rows: None,
             k: 10,
         })
         .await

@@ -274,6 +274,8 @@ pub struct RecallConfig {
     pub decay_half_life_days: f32,
     /// Searches a recall runs unless the request names one.
     pub search: SearchKind,
+    /// Tables up to this many rows are searched in memory (0: always LanceDB).
+    pub resident_max_rows: usize,
 }
 
 /// `backfill.*`: pacing of the legacy-row backfill.
@@ -439,6 +441,7 @@ impl Config {
             per_type_limit: recall.count("per_type_limit", 0)?,
             final_limit: recall.count("final_limit", 1)?,
             search: SearchKind::from_config("recall.search", recall.string("search")?)?,
+            resident_max_rows: recall.count("resident_max_rows", 0)?,
         };
         if recall.default_limit > recall.max_limit {
             return Err(ConfigError::InvalidValue {

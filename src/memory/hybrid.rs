@@ -14,7 +14,9 @@ use std::collections::HashMap;
 
 use crate::config::SearchKind;
 use crate::embed::{Embedder, QueryCache};
-use crate::store::{FulltextSearch, KeywordRequest, MemoryRecord, NearestVisible, SearchRequest};
+use crate::store::{
+    FulltextSearch, KeywordRequest, MemoryRecord, NearestVisible, RowFilter, SearchRequest,
+};
 
 use super::MemoryError;
 
@@ -40,6 +42,8 @@ pub struct Candidate {
 pub struct CandidateQuery<'a> {
     pub text: &'a str,
     pub predicate: Option<String>,
+    /// The same filter in column terms (the resident search runs no SQL).
+    pub rows: Option<RowFilter>,
     pub k: usize,
     pub threshold: f32,
     pub kind: SearchKind,
@@ -77,6 +81,7 @@ impl Searchers<'_> {
             .nearest(&SearchRequest {
                 vector: vector.as_ref().clone(),
                 predicate: q.predicate.clone(),
+                rows: q.rows.clone(),
                 k: q.k,
             })
             .await?;

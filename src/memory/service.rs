@@ -21,7 +21,7 @@ use crate::scope::{
     sql_literal, ConversationId, MapSummary, ResolvedScope, ScopeMap, ScopeResolver,
 };
 use crate::store::lease::{self, Lease};
-use crate::store::{LanceSearch, MemoryRecord, ModelInfo, Store, WriterSettings};
+use crate::store::{LanceSearch, MemoryRecord, ModelInfo, RowFilter, Store, WriterSettings};
 
 const MAX_QUERY_CHARS: usize = 2000;
 const DEFAULT_STRENGTH: i64 = 50;
@@ -114,6 +114,8 @@ pub struct Status {
     /// Bytes of every file under `storage.db_dir`.
     pub disk_bytes: u64,
     pub vector_index: bool,
+    /// The in-memory vector search: rows held, and searches it answered or left to LanceDB.
+    pub resident_search: crate::store::resident::ResidentStats,
     /// Every index with the rows it covers (new rows are searched unindexed until refreshed).
     pub indexes: Vec<crate::store::IndexState>,
     pub embedding_model: String,
@@ -151,6 +153,8 @@ pub struct MigrationStatus {
 pub struct Visibility {
     /// SQL predicate over the table's columns.
     pub predicate: String,
+    /// The same filter in column terms, for the resident search.
+    pub rows: RowFilter,
     pub memory_scope: String,
     pub migration_mode: bool,
 }
@@ -160,6 +164,8 @@ pub struct MemoryService {
     lease: Lease,
     store: Store,
     search: Arc<LanceSearch>,
+    /// The vector search recalls use: resident in memory, LanceDB when it cannot answer.
+    vectors: crate::store::resident::ResidentSearch,
     /// BM25 search on the full-text indexes (keyword and hybrid recall).
     keywords: crate::store::FulltextSearch,
     /// Embeddings of recent recall queries.
@@ -262,8 +268,15 @@ impl MemoryService {
         if let Err(e) = lease.try_acquire() {
             tracing::warn!(error = %e, "could not try the maintenance lease; will retry");
         }
+        store.resident().limit_rows(config.recall.resident_max_rows);
+        let vectors = crate::store::resident::ResidentSearch::new(
+            store.table().clone(),
+            store.resident().clone(),
+            search.clone(),
+        );
         Ok(MemoryService {
             lease,
+            vectors,
             keywords: crate::store::FulltextSearch::new(store.table().clone()),
             queries: Default::default(),
             store,
@@ -493,13 +506,14 @@ impl MemoryService {
         let searchers = Searchers {
             embedder: self.embedder.as_ref(),
             queries: &self.queries,
-            vectors: self.search.as_ref(),
+            vectors: &self.vectors,
             keywords: &self.keywords,
         };
         let candidates = searchers
             .candidates(&CandidateQuery {
                 text: &redact(query),
                 predicate: Some(visible.predicate),
+                rows: Some(visible.rows),
                 k,
                 threshold: cfg.similarity_threshold,
                 kind: search,
@@ -568,11 +582,16 @@ impl MemoryService {
         let map = self.scopes.snapshot();
         let scope = map.resolve(conversation, persona);
         let migration = self.migration_active();
+        let now = Utc::now();
         Visibility {
             predicate: super::retention::and_alive(
                 map.recall_predicate(&scope.scope, migration),
-                Utc::now(),
+                now,
             ),
+            rows: RowFilter {
+                scopes: map.recall_scopes(&scope.scope, migration),
+                alive_at: Some(now),
+            },
             memory_scope: scope.scope.as_str().to_string(),
             migration_mode: migration,
         }
@@ -757,6 +776,7 @@ impl MemoryService {
             table_versions: stats.versions,
             disk_bytes: stats.disk_bytes,
             vector_index: self.search.is_indexed(),
+            resident_search: self.store.resident().stats(),
             indexes: self.store.index_states().await?,
             embedding_model: self.embedder.model_id().to_string(),
             scope_filter: self.scopes.snapshot().filter_mode(),

@@ -3,6 +3,7 @@
 use crate::config::ScopeFilterMode;
 
 use super::ScopeName;
+use crate::store::ScopeSet;
 
 /// Column holding a row's scope.
 pub const SCOPE_COLUMN: &str = "memory_scope";
@@ -23,32 +24,48 @@ pub fn sql_literal(s: &str) -> String {
     out
 }
 
-/// The DataFusion filter LanceDB applies as a prefilter for a recall in `current`.
-///
-/// `None` means no filter (the `disabled` rollback switch). `public` sees only `public`; any
-/// other scope sees itself and `public`; migration mode also admits legacy NULL-scope rows.
+/// The scopes a recall in `current` may read: `public` sees only `public`; any other scope
+/// sees itself and `public`; migration mode also admits legacy NULL-scope rows. `None` means
+/// no filter (the `disabled` rollback switch). [`recall_predicate`] is this set as SQL.
+pub fn recall_scopes(
+    current: &ScopeName,
+    migration_mode_on: bool,
+    filter: ScopeFilterMode,
+) -> Option<ScopeSet> {
+    if filter == ScopeFilterMode::Disabled {
+        return None;
+    }
+    let mut names = vec![current.as_str().to_owned()];
+    if !current.is_public() {
+        names.push(ScopeName::public().as_str().to_owned());
+    }
+    Some(ScopeSet {
+        names,
+        null: migration_mode_on,
+    })
+}
+
+/// The DataFusion filter LanceDB applies as a prefilter for a recall in `current`:
+/// [`recall_scopes`] written as SQL.
 pub fn recall_predicate(
     current: &ScopeName,
     migration_mode_on: bool,
     filter: ScopeFilterMode,
 ) -> Option<String> {
-    if filter == ScopeFilterMode::Disabled {
-        return None;
-    }
-    let public = sql_literal(ScopeName::public().as_str());
-    let visible = if current.is_public() {
-        format!("{SCOPE_COLUMN} = {public}")
-    } else {
-        format!(
-            "{SCOPE_COLUMN} IN ({}, {public})",
-            sql_literal(current.as_str())
-        )
+    recall_scopes(current, migration_mode_on, filter).map(|set| scope_set_sql(&set))
+}
+
+fn scope_set_sql(set: &ScopeSet) -> String {
+    let listed: Vec<String> = set.names.iter().map(|n| sql_literal(n)).collect();
+    let visible = match listed.as_slice() {
+        [one] => format!("{SCOPE_COLUMN} = {one}"),
+        many => format!("{SCOPE_COLUMN} IN ({})", many.join(", ")),
     };
-    Some(if migration_mode_on {
+    if set.null {
         format!("({visible} OR {SCOPE_COLUMN} IS NULL)")
     } else {
         visible
-    })
+    }
 }
 
 #[cfg(test)]

@@ -302,6 +302,15 @@ impl ScopeMap {
     pub fn recall_predicate(&self, current: &ScopeName, migration_mode_on: bool) -> Option<String> {
         recall_predicate(current, migration_mode_on, self.filter)
     }
+
+    /// The same filter as [`Self::recall_predicate`], as a set of scopes.
+    pub fn recall_scopes(
+        &self,
+        current: &ScopeName,
+        migration_mode_on: bool,
+    ) -> Option<crate::store::ScopeSet> {
+        super::filter::recall_scopes(current, migration_mode_on, self.filter)
+    }
 }
 
 /// `c_` + the first 16 lowercase hex chars of sha256(key): the private scope of an unmapped

@@ -17,7 +17,7 @@ mod source;
 mod view;
 
 pub use conversation::{ConversationId, MAX_CONVERSATION_ID_BYTES};
-pub use filter::{recall_predicate, sql_literal, SCOPE_COLUMN};
+pub use filter::{recall_predicate, recall_scopes, sql_literal, SCOPE_COLUMN};
 pub use map::{IgnoredEntry, MapSummary, ResolvedScope, ScopeMap, PERSONA_KEY_PREFIX};
 pub use name::{ScopeName, MAX_SCOPE_NAME_CHARS, PUBLIC_SCOPE};
 pub use reload::{watch_config, ConfigWatcher, DEFAULT_DEBOUNCE};

@@ -10,6 +10,7 @@ pub mod lease;
 pub mod maintenance;
 pub mod page;
 pub mod record;
+pub mod resident;
 pub mod retention;
 pub mod schema;
 pub mod scope_counts;
@@ -32,7 +33,7 @@ pub use page::Page;
 pub use record::MemoryRecord;
 pub use retention::PruneReport;
 use schema::*;
-pub use search::{Hit, LanceSearch, NearestVisible, SearchRequest};
+pub use search::{Hit, LanceSearch, NearestVisible, RowFilter, ScopeSet, SearchRequest};
 pub use writer::{EraseReport, WriterHandle, WriterSettings};
 
 /// Store failures. Lance errors are kept as text plus a retry hint: callers only need to know
@@ -103,6 +104,8 @@ pub struct Store {
     pruner_stop: std::sync::Arc<tokio::sync::Notify>,
     /// Rows per scope, kept from the writer's appends and reconciled in the background.
     scope_counts: std::sync::Arc<scope_counts::ScopeCounts>,
+    /// Every row in memory for the resident search, once a search asks for it.
+    resident: std::sync::Arc<resident::ResidentVectors>,
     /// Stops the counts' background reconciliation.
     counts_stop: std::sync::Arc<tokio::sync::Notify>,
     /// Whether this process does the table's maintenance (compaction, pruning, index builds):
@@ -169,11 +172,12 @@ impl Store {
             std::time::Duration::from_secs(5),
             counts_stop.clone(),
         );
+        let resident = std::sync::Arc::new(resident::ResidentVectors::new(model.dimension));
         let writer = writer::spawn(
             table.clone(),
             settings,
             maintainer.clone(),
-            scope_counts.clone(),
+            vec![scope_counts.clone(), resident.clone()],
         );
         Ok(Store {
             table,
@@ -184,6 +188,7 @@ impl Store {
             scope_counts,
             counts_stop,
             maintainer,
+            resident,
         })
     }
 
@@ -278,6 +283,10 @@ impl Store {
     }
 
     /// The rows-per-scope cache (its scan counter shows whether status calls scan).
+    pub fn resident(&self) -> &std::sync::Arc<resident::ResidentVectors> {
+        &self.resident
+    }
+
     pub fn scope_counts(&self) -> &scope_counts::ScopeCounts {
         &self.scope_counts
     }

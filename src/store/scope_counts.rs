@@ -68,7 +68,7 @@ impl ScopeCounts {
     }
 
     /// The writer committed `version` by appending rows of these scopes (`None`: NULL scope).
-    pub fn appended(&self, version: u64, added: BTreeMap<Option<String>, usize>) {
+    pub fn appended_scopes(&self, version: u64, added: BTreeMap<Option<String>, usize>) {
         let mut inner = self.lock();
         inner.appends.insert(version, added);
         while inner.appends.len() > MAX_KNOWN_APPENDS {
@@ -186,6 +186,16 @@ async fn scan(table: &Table) -> Result<Counts, StoreError> {
     }
 }
 
+impl super::writer::AppendObserver for ScopeCounts {
+    fn appended(&self, version: u64, rows: &[(super::record::MemoryRecord, Vec<f32>)]) {
+        let mut added: BTreeMap<Option<String>, usize> = BTreeMap::new();
+        for (record, _) in rows {
+            *added.entry(record.memory_scope.clone()).or_default() += 1;
+        }
+        self.appended_scopes(version, added);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -211,8 +221,8 @@ mod tests {
     #[test]
     fn known_appends_advance_the_counts_without_a_scan() {
         let c = seeded(5);
-        c.appended(6, added(&[(Some("家人"), 2)]));
-        c.appended(7, added(&[(Some("public"), 1), (None, 4)]));
+        c.appended_scopes(6, added(&[(Some("家人"), 2)]));
+        c.appended_scopes(7, added(&[(Some("public"), 1), (None, 4)]));
         let now = c.advance(7).expect("advanced");
         assert_eq!(now.version, 7);
         assert_eq!(now.rows, 10);
@@ -227,7 +237,7 @@ mod tests {
     fn an_unknown_commit_breaks_the_chain() {
         let c = seeded(5);
         // Version 6 was someone else's (a delete, a compaction, another process).
-        c.appended(7, added(&[(Some("家人"), 2)]));
+        c.appended_scopes(7, added(&[(Some("家人"), 2)]));
         assert_eq!(c.advance(7), None);
         assert_eq!(
             c.advance(4),

@@ -22,7 +22,50 @@ use super::StoreError;
 pub struct SearchRequest {
     pub vector: Vec<f32>,
     pub predicate: Option<String>,
+    /// The same filter in column terms, for searches that run no SQL (the resident search).
+    /// `None`: not given, so such a search defers to LanceDB.
+    pub rows: Option<RowFilter>,
     pub k: usize,
+}
+
+/// Which rows a search may return, in column terms: built beside the SQL predicate from the
+/// same inputs (see `scope::filter`), so the resident search and LanceDB admit the same rows.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RowFilter {
+    /// `None`: every scope (the filter is disabled).
+    pub scopes: Option<ScopeSet>,
+    /// Rows whose `expires_at` is at or before this time are hidden.
+    pub alive_at: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+/// Admitted `memory_scope` values.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScopeSet {
+    pub names: Vec<String>,
+    /// Whether rows with no scope (legacy, NULL) are admitted.
+    pub null: bool,
+}
+
+impl RowFilter {
+    /// Whether a row with this scope and expiry passes.
+    pub fn admits(&self, scope: Option<&str>, expires_at_micros: Option<i64>) -> bool {
+        self.admits_scope(scope) && self.admits_expiry(expires_at_micros)
+    }
+
+    pub fn admits_scope(&self, scope: Option<&str>) -> bool {
+        match (&self.scopes, scope) {
+            (None, _) => true,
+            (Some(set), None) => set.null,
+            (Some(set), Some(s)) => set.names.iter().any(|n| n == s),
+        }
+    }
+
+    pub fn admits_expiry(&self, expires_at_micros: Option<i64>) -> bool {
+        match (self.alive_at, expires_at_micros) {
+            (Some(now), Some(t)) => t > now.timestamp_micros(),
+            _ => true,
+        }
+    }
 }
 
 /// A row with its cosine distance to the query.

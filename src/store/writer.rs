@@ -13,8 +13,13 @@ use tokio::sync::{mpsc, oneshot};
 use super::maintenance::Maintenance;
 pub use super::maintenance::MaintenanceReport;
 use super::record::{to_batch, MemoryRecord};
-use super::scope_counts::ScopeCounts;
 use super::StoreError;
+
+/// Told what each of the writer's appends added, at the version it committed, so caches of
+/// the table (scope counts, resident vectors) follow appends without reading them back.
+pub trait AppendObserver: Send + Sync {
+    fn appended(&self, version: u64, rows: &[(MemoryRecord, Vec<f32>)]);
+}
 
 /// Tunables for the writer (from the `storage` config section).
 #[derive(Debug, Clone)]
@@ -249,7 +254,7 @@ pub fn spawn(
     table: Table,
     settings: WriterSettings,
     maintainer: Arc<AtomicBool>,
-    scope_counts: Arc<ScopeCounts>,
+    observers: Vec<Arc<dyn AppendObserver>>,
 ) -> WriterHandle {
     let (tx, rx) = mpsc::channel(1024);
     let counters = Arc::new(WriterCounters::default());
@@ -261,7 +266,7 @@ pub fn spawn(
     );
     let shared = Shared {
         counters: counters.clone(),
-        scope_counts,
+        observers,
         maintenance: maintenance.clone(),
     };
     tokio::spawn(run(table, settings, rx, shared));
@@ -276,7 +281,7 @@ pub fn spawn(
 struct Shared {
     counters: Arc<WriterCounters>,
     /// Told what each append added, at the version it committed.
-    scope_counts: Arc<ScopeCounts>,
+    observers: Vec<Arc<dyn AppendObserver>>,
     /// Told about every write, so it compacts when due.
     maintenance: Arc<Maintenance>,
 }
@@ -311,14 +316,8 @@ async fn run(table: Table, settings: WriterSettings, mut rx: mpsc::Receiver<Op>,
                     }
                 }
                 let wall = std::time::SystemTime::now();
-                let mut result = commit_group(
-                    &table,
-                    &settings,
-                    counters,
-                    &shared.scope_counts,
-                    &mut group,
-                )
-                .await;
+                let mut result =
+                    commit_group(&table, &settings, counters, &shared.observers, &mut group).await;
                 if result.is_ok() {
                     result = make_durable(&settings, counters, wall).await;
                 }
@@ -414,7 +413,7 @@ async fn commit_group(
     table: &Table,
     settings: &WriterSettings,
     counters: &WriterCounters,
-    scope_counts: &ScopeCounts,
+    observers: &[Arc<dyn AppendObserver>],
     group: &mut [(Rows, AppendReply)],
 ) -> Result<(), StoreError> {
     let started = Instant::now();
@@ -430,11 +429,9 @@ async fn commit_group(
         async move { Ok(table.add(batch).execute().await?.version) }
     })
     .await?;
-    let mut added: std::collections::BTreeMap<Option<String>, usize> = Default::default();
-    for (record, _) in &rows {
-        *added.entry(record.memory_scope.clone()).or_default() += 1;
+    for observer in observers {
+        observer.appended(version, &rows);
     }
-    scope_counts.appended(version, added);
     counters.commits.fetch_add(1, Ordering::Relaxed);
     counters
         .rows_appended

@@ -1,0 +1,305 @@
+//! The resident (in-memory) vector search against a real LanceDB directory: it returns what
+//! LanceDB's exact prefiltered search returns for every filter, follows the writer's appends
+//! without re-reading the table, and leaves a search to LanceDB whenever it is behind (a
+//! delete, an update). Then through the whole service with the real model: recalls are served
+//! from memory and the scopes still never leak.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::Utc;
+use scopemem::config::ScopeFilterMode;
+use scopemem::memory::retention::and_alive;
+use scopemem::scope::{recall_predicate, recall_scopes, ScopeName};
+use scopemem::store::resident::ResidentSearch;
+use scopemem::store::{
+    Hit, LanceSearch, MemoryRecord, ModelInfo, NearestVisible, RowFilter, SearchRequest, Store,
+    WriterSettings,
+};
+
+const DIM: usize = 32;
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E3779B97F4A7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58476D1CE4E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D049BB133111EB);
+        z ^ (z >> 31)
+    }
+    fn vector(&mut self) -> Vec<f32> {
+        (0..DIM)
+            .map(|_| (self.next() % 2001) as f32 / 1000.0 - 1.0)
+            .collect()
+    }
+}
+
+fn row(
+    id: String,
+    scope: Option<&str>,
+    vector: Vec<f32>,
+    expired: bool,
+) -> (MemoryRecord, Vec<f32>) {
+    let now = Utc::now();
+    (
+        MemoryRecord {
+            id,
+            content: "x".into(),
+            reasoning: None,
+            tags: vec![],
+            memory_type: "knowledge".into(),
+            strength: 10,
+            is_active: true,
+            conversation_id: None,
+            created_at: Some(now),
+            memory_scope: scope.map(String::from),
+            scope_source: scope.map(|_| "conversation".to_string()),
+            expires_at: Some(if expired {
+                now - chrono::Duration::seconds(5)
+            } else {
+                now + chrono::Duration::days(1)
+            }),
+            last_recalled_at: None,
+        },
+        vector,
+    )
+}
+
+async fn open(dir: &std::path::Path) -> Store {
+    let model = ModelInfo {
+        id: "test-model".into(),
+        dimension: DIM,
+    };
+    scopemem::migrate::open_store(dir, "memories", &model, WriterSettings::default())
+        .await
+        .unwrap()
+        .0
+}
+
+/// 300 rows: two scopes, public, legacy NULL rows, and expired rows in each.
+fn table_rows(rng: &mut Rng) -> Vec<(MemoryRecord, Vec<f32>)> {
+    let scopes = [Some("家人"), Some("工作"), Some("public"), None];
+    (0..300)
+        .map(|i| {
+            let scope = scopes[i % scopes.len()];
+            row(format!("r{i}"), scope, rng.vector(), i % 7 == 0)
+        })
+        .collect()
+}
+
+/// The request a recall in `scope` makes, in both forms.
+fn request(
+    vector: Vec<f32>,
+    scope: &str,
+    migration: bool,
+    filter: ScopeFilterMode,
+) -> SearchRequest {
+    let now = Utc::now();
+    let scope = ScopeName::parse(scope).unwrap();
+    SearchRequest {
+        vector,
+        predicate: Some(and_alive(recall_predicate(&scope, migration, filter), now)),
+        rows: Some(RowFilter {
+            scopes: recall_scopes(&scope, migration, filter),
+            alive_at: Some(now),
+        }),
+        k: 10,
+    }
+}
+
+fn ids(hits: &[Hit]) -> Vec<String> {
+    hits.iter().map(|h| h.record.id.clone()).collect()
+}
+
+async fn searches(store: &Store) -> (ResidentSearch, Arc<LanceSearch>) {
+    let lance = Arc::new(
+        LanceSearch::new(store.table().clone(), usize::MAX, 0)
+            .await
+            .unwrap(),
+    );
+    let resident = ResidentSearch::new(
+        store.table().clone(),
+        store.resident().clone(),
+        lance.clone(),
+    );
+    (resident, lance)
+}
+
+async fn loaded(store: &Store) {
+    let resident = store.resident().clone();
+    assert!(
+        common::eventually(Duration::from_secs(20), || resident.stats().loads > 0).await,
+        "the resident snapshot loads in the background"
+    );
+}
+
+#[tokio::test]
+async fn returns_what_lancedb_returns_for_every_filter() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path()).await;
+    let mut rng = Rng(7);
+    store.append(table_rows(&mut rng)).await.unwrap();
+    let (resident, lance) = searches(&store).await;
+    loaded(&store).await;
+    let cases = [
+        ("家人", false, ScopeFilterMode::Enforce),
+        ("家人", true, ScopeFilterMode::Enforce),
+        ("public", false, ScopeFilterMode::Enforce),
+        ("public", true, ScopeFilterMode::Enforce),
+        ("工作", false, ScopeFilterMode::Disabled),
+    ];
+    for (scope, migration, filter) in cases {
+        for _ in 0..10 {
+            let req = request(rng.vector(), scope, migration, filter);
+            let served = store.resident().stats().served;
+            let got = resident.nearest(&req).await.unwrap();
+            assert_eq!(
+                store.resident().stats().served,
+                served + 1,
+                "answered from memory"
+            );
+            let want = lance.nearest(&req).await.unwrap();
+            assert_eq!(got.len(), want.len(), "{scope} {migration} {filter:?}");
+            for (g, w) in got.iter().zip(&want) {
+                // Same rows in the same order; a swap is allowed only between rows whose
+                // distances tie to within the f16 copies' rounding.
+                assert!(
+                    g.record.id == w.record.id || (g.distance - w.distance).abs() < 1e-3,
+                    "{scope} {migration} {filter:?}: {:?} vs {:?}",
+                    ids(&got),
+                    ids(&want)
+                );
+                assert!((g.distance - w.distance).abs() < 1e-3);
+            }
+            for h in &got {
+                assert!(h.record.expires_at.unwrap() > Utc::now(), "no expired row");
+                assert!(req
+                    .rows
+                    .as_ref()
+                    .unwrap()
+                    .admits_scope(h.record.memory_scope.as_deref()));
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn follows_appends_and_defers_to_lancedb_after_a_delete() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path()).await;
+    let mut rng = Rng(11);
+    store.append(table_rows(&mut rng)).await.unwrap();
+    let (resident, _) = searches(&store).await;
+    loaded(&store).await;
+    let loads = store.resident().stats().loads;
+
+    // A new row is found at once, from memory, without reading the table again.
+    let fresh = rng.vector();
+    store
+        .append(vec![row(
+            "fresh".into(),
+            Some("家人"),
+            fresh.clone(),
+            false,
+        )])
+        .await
+        .unwrap();
+    let before = store.resident().stats();
+    let hits = resident
+        .nearest(&request(
+            fresh.clone(),
+            "家人",
+            false,
+            ScopeFilterMode::Enforce,
+        ))
+        .await
+        .unwrap();
+    assert_eq!(hits[0].record.id, "fresh");
+    let after = store.resident().stats();
+    assert_eq!(after.served, before.served + 1);
+    assert_eq!(after.loads, loads, "appends need no reload");
+    // ...and never in another scope.
+    let hits = resident
+        .nearest(&request(
+            fresh.clone(),
+            "工作",
+            false,
+            ScopeFilterMode::Enforce,
+        ))
+        .await
+        .unwrap();
+    assert!(hits.iter().all(|h| h.record.id != "fresh"));
+
+    // A delete is not an append: the next search goes to LanceDB, which no longer has it.
+    store.writer().delete("id = 'fresh'".into()).await.unwrap();
+    let before = store.resident().stats();
+    let hits = resident
+        .nearest(&request(
+            fresh.clone(),
+            "家人",
+            false,
+            ScopeFilterMode::Enforce,
+        ))
+        .await
+        .unwrap();
+    assert!(hits.iter().all(|h| h.record.id != "fresh"));
+    assert_eq!(store.resident().stats().deferred, before.deferred + 1);
+
+    // The reload it scheduled catches up, and memory answers again, still without the row.
+    let r = store.resident().clone();
+    assert!(common::eventually(Duration::from_secs(20), || r.stats().loads > loads).await);
+    let served = store.resident().stats().served;
+    let hits = resident
+        .nearest(&request(fresh, "家人", false, ScopeFilterMode::Enforce))
+        .await
+        .unwrap();
+    assert!(hits.iter().all(|h| h.record.id != "fresh"));
+    assert_eq!(store.resident().stats().served, served + 1);
+}
+
+#[tokio::test]
+async fn recalls_are_served_from_memory_and_scopes_do_not_leak() {
+    use common::*;
+    let dir = tempfile::tempdir().unwrap();
+    let host = host(config(dir.path(), family_map())).await;
+    remember(
+        &host,
+        FAMILY,
+        "Grandma's birthday dinner is at the lake house",
+    )
+    .await;
+    remember(&host, WORK, "The quarterly report is due on Friday").await;
+    remember(&host, PRIVATE, "The office is closed on public holidays").await;
+    let store = host.memory().store().clone();
+    loaded(&store).await;
+    // Rows remembered after the load come through the writer's chain.
+    remember(&host, FAMILY, "Grandpa plants tomatoes every spring").await;
+    remember(&host, WORK, "The deploy freeze starts on Thursday").await;
+    let served = store.resident().stats().served;
+    for _ in 0..3 {
+        let (scope, hits) = recall(&host, FAMILY, "what is happening").await;
+        assert_eq!(scope, "家人");
+        assert_eq!(hits.len(), 3, "{hits:?}");
+        assert!(hits
+            .iter()
+            .all(|(s, _)| matches!(s.as_deref(), Some("家人" | "public"))));
+        let (scope, hits) = recall(&host, WORK, "what is happening").await;
+        assert_eq!(scope, "工作");
+        assert_eq!(hits.len(), 3, "{hits:?}");
+        assert!(hits
+            .iter()
+            .all(|(s, _)| matches!(s.as_deref(), Some("工作" | "public"))));
+    }
+    let status = host
+        .invoke("status", serde_json::json!(null))
+        .await
+        .unwrap();
+    assert!(
+        status["resident_search"]["served"].as_u64().unwrap() >= served + 6,
+        "{status}"
+    );
+    assert_eq!(status["resident_search"]["rows"], 5);
+}
