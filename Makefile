@@ -12,7 +12,7 @@ export SCOPEMEM_ASTRBOT_VENV ?= $(HOME)/.cache/scopemem/astrbot-venv
 export CARGO_TERM_PROGRESS_WHEN ?= never
 PORT ?= 8787
 
-.PHONY: setup mcp-client astrbot-venv browser build release run test bench soak lint fmt clean-data
+.PHONY: setup mcp-client astrbot-venv browser build release run test bench bench-compare soak lint fmt clean-data
 
 setup:
 	@bash scripts/setup.sh
@@ -51,6 +51,13 @@ bench: setup
 	cargo bench --bench http_guard
 	cargo bench --bench durability
 	cargo bench --bench hybrid
+
+# scopemem's search beside ChromaDB and Python LanceDB (pinned, from PyPI, in their own venv) on
+# the same workloads, one system after the other; prints one table per workload.
+# COMPARE_N=100000,1000000 adds the 1M-row run (the realistic one embeds every row once).
+bench-compare: setup
+	@bash scripts/setup-bench-venv.sh
+	@COMPARE_N=$${COMPARE_N:-100000} bash scripts/bench-compare.sh
 
 # Randomized load on two serve processes with hot map reloads, a backfill and kill -9; prints
 # one SOAK summary line and fails on any leak, lost or duplicated write. SOAK_OPS=N to resize.

@@ -38,6 +38,7 @@ async fn searches(vector: &LanceSearch, keywords: &FulltextSearch, qs: &[Query],
     let vector_req = |q: &Query| SearchRequest {
         vector: q.vector.clone(),
         predicate: Some(q.predicate.clone()),
+        rows: None,
         k: K,
     };
     let keyword_req = |q: &Query| KeywordRequest {

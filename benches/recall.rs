@@ -28,6 +28,7 @@ async fn run_all(search: &dyn NearestVisible, qs: &[Query]) -> (Vec<Duration>, V
         let req = SearchRequest {
             vector: q.vector.clone(),
             predicate: Some(q.predicate.clone()),
+            rows: None,
             k: K,
         };
         let t = Instant::now();
@@ -88,6 +89,7 @@ fn main() {
                 rt.block_on(flat.nearest(&SearchRequest {
                     vector: q.vector.clone(),
                     predicate: Some(q.predicate.clone()),
+                    rows: None,
                     k: K,
                 }))
                 .expect("search")
@@ -121,6 +123,7 @@ fn main() {
                         rt.block_on(indexed.nearest(&SearchRequest {
                             vector: q.vector.clone(),
                             predicate: Some(q.predicate.clone()),
+                            rows: None,
                             k: K,
                         }))
                         .expect("search")

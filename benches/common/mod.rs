@@ -6,6 +6,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+pub mod workload;
+
 use scopemem::config::Config;
 use scopemem::embed::Embedder;
 use scopemem::host::PluginHost;
