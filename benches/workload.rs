@@ -4,7 +4,9 @@
 //!   SCOPEMEM_WORKLOAD=DIR cargo bench --bench workload
 //!
 //! With `SCOPEMEM_WORKLOAD_GENERATE=realistic|uniform` (and `SCOPEMEM_WORKLOAD_N`, default
-//! 100000; `SCOPEMEM_WORKLOAD_Q`, default 500) a missing DIR is generated first.
+//! 100000; `SCOPEMEM_WORKLOAD_Q`, default 500) a missing DIR is generated first;
+//! `SCOPEMEM_WORKLOAD_GENERATE_ONLY=1` stops there (generating is not timed, so it may run
+//! beside other work).
 //!
 //! It loads 95% of the rows into a fresh table through the writer, lets maintenance finish
 //! (compaction, scalar indexes, the cosine IVF_HNSW_SQ index), then appends the last 5% (rows
@@ -173,6 +175,9 @@ fn report(w: &Workload, label: &str, m: &Measured) -> (f64, f64, f64) {
 fn main() {
     let rt = runtime();
     let w = workload(&rt);
+    if std::env::var_os("SCOPEMEM_WORKLOAD_GENERATE_ONLY").is_some() {
+        return;
+    }
     assert_eq!(w.dim, DIM, "workload vectors must have {DIM} dimensions");
     let (n, q) = (w.n(), w.q());
     eprintln!(
