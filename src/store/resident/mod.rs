@@ -165,7 +165,7 @@ impl ResidentVectors {
         }
     }
 
-    /// Tables larger than this stay on LanceDB search (memory is ~1.2 KB a row plus the
+    /// Tables larger than this stay on LanceDB search (memory is ~1.5 KB a row plus the
     /// record's text); 0 turns the resident search off.
     pub fn limit_rows(&self, max_rows: usize) {
         self.max_rows.store(max_rows, Ordering::Relaxed);
