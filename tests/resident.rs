@@ -114,6 +114,12 @@ fn ids(hits: &[Hit]) -> Vec<String> {
     hits.iter().map(|h| h.record.id.clone()).collect()
 }
 
+/// A recall's vector search from `scope` (migration off), as row ids best first.
+async fn ids_in(resident: &ResidentSearch, vector: &[f32], scope: &str) -> Vec<String> {
+    let req = request(vector.to_vec(), scope, false, ScopeFilterMode::Enforce);
+    ids(&resident.nearest(&req).await.unwrap())
+}
+
 async fn searches(store: &Store) -> (ResidentSearch, Arc<LanceSearch>) {
     let lance = Arc::new(
         LanceSearch::new(store.table().clone(), usize::MAX, 0)
@@ -208,55 +214,28 @@ async fn follows_appends_and_defers_to_lancedb_after_a_delete() {
         .await
         .unwrap();
     let before = store.resident().stats();
-    let hits = resident
-        .nearest(&request(
-            fresh.clone(),
-            "家人",
-            false,
-            ScopeFilterMode::Enforce,
-        ))
-        .await
-        .unwrap();
-    assert_eq!(hits[0].record.id, "fresh");
+    let hits = ids_in(&resident, &fresh, "家人").await;
+    assert_eq!(hits[0], "fresh");
     let after = store.resident().stats();
     assert_eq!(after.served, before.served + 1);
     assert_eq!(after.loads, loads, "appends need no reload");
     // ...and never in another scope.
-    let hits = resident
-        .nearest(&request(
-            fresh.clone(),
-            "工作",
-            false,
-            ScopeFilterMode::Enforce,
-        ))
-        .await
-        .unwrap();
-    assert!(hits.iter().all(|h| h.record.id != "fresh"));
+    let hits = ids_in(&resident, &fresh, "工作").await;
+    assert!(hits.iter().all(|id| id != "fresh"));
 
     // A delete is not an append: the next search goes to LanceDB, which no longer has it.
     store.writer().delete("id = 'fresh'".into()).await.unwrap();
     let before = store.resident().stats();
-    let hits = resident
-        .nearest(&request(
-            fresh.clone(),
-            "家人",
-            false,
-            ScopeFilterMode::Enforce,
-        ))
-        .await
-        .unwrap();
-    assert!(hits.iter().all(|h| h.record.id != "fresh"));
+    let hits = ids_in(&resident, &fresh, "家人").await;
+    assert!(hits.iter().all(|id| id != "fresh"));
     assert_eq!(store.resident().stats().deferred, before.deferred + 1);
 
     // The reload it scheduled catches up, and memory answers again, still without the row.
     let r = store.resident().clone();
     assert!(common::eventually(Duration::from_secs(20), || r.stats().loads > loads).await);
     let served = store.resident().stats().served;
-    let hits = resident
-        .nearest(&request(fresh, "家人", false, ScopeFilterMode::Enforce))
-        .await
-        .unwrap();
-    assert!(hits.iter().all(|h| h.record.id != "fresh"));
+    let hits = ids_in(&resident, &fresh, "家人").await;
+    assert!(hits.iter().all(|id| id != "fresh"));
     assert_eq!(store.resident().stats().served, served + 1);
 }
 

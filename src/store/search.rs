@@ -47,11 +47,6 @@ pub struct ScopeSet {
 }
 
 impl RowFilter {
-    /// Whether a row with this scope and expiry passes.
-    pub fn admits(&self, scope: Option<&str>, expires_at_micros: Option<i64>) -> bool {
-        self.admits_scope(scope) && self.admits_expiry(expires_at_micros)
-    }
-
     pub fn admits_scope(&self, scope: Option<&str>) -> bool {
         match (&self.scopes, scope) {
             (None, _) => true,

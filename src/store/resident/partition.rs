@@ -86,8 +86,27 @@ impl Partition {
         self.fine.extend(unit.iter().map(|x| f16::from_f32(*x)));
     }
 
-    /// Offer every admitted row's approximate similarity to `top`.
+    /// Offer every admitted row's approximate similarity to `top`. The CPU check runs once
+    /// per scan, so the AVX2 build inlines the dot product into the row loop.
     pub fn scan(&self, partition: usize, q: &Query, rows: &RowFilter, top: &mut TopN) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::is_x86_feature_detected!("avx2") {
+                // SAFETY: the CPU supports AVX2, checked just above.
+                return unsafe { self.scan_avx2(partition, q, rows, top) };
+            }
+        }
+        self.scan_rows(partition, q, rows, top)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    fn scan_avx2(&self, partition: usize, q: &Query, rows: &RowFilter, top: &mut TopN) {
+        self.scan_rows(partition, q, rows, top)
+    }
+
+    #[inline(always)]
+    fn scan_rows(&self, partition: usize, q: &Query, rows: &RowFilter, top: &mut TopN) {
         let dim = self.dim;
         for (row, code) in self.codes.chunks_exact(dim).enumerate() {
             if !rows.admits_expiry(self.expires[row]) {
@@ -200,31 +219,13 @@ fn quantise(unit: &[f32]) -> (Vec<i8>, f32) {
     (codes, max / 127.0)
 }
 
-/// Integer dot product. Written so the compiler vectorises it; on x86_64 the AVX2 build of
-/// the same loop is chosen at run time (the default target only assumes SSE2).
-fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if std::is_x86_feature_detected!("avx2") {
-            // SAFETY: the CPU supports AVX2, checked just above.
-            return unsafe { dot_i8_avx2(a, b) };
-        }
-    }
-    dot_i8_portable(a, b)
-}
-
+/// Integer dot product, written so the compiler vectorises it (see [`Partition::scan`]).
 #[inline(always)]
-fn dot_i8_portable(a: &[i8], b: &[i8]) -> i32 {
+fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
     a.iter()
         .zip(b)
         .map(|(x, y)| i32::from(*x) * i32::from(*y))
         .sum()
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-fn dot_i8_avx2(a: &[i8], b: &[i8]) -> i32 {
-    dot_i8_portable(a, b)
 }
 
 #[cfg(test)]
@@ -295,9 +296,23 @@ mod tests {
     }
 
     #[test]
-    fn dot_matches_the_portable_loop() {
-        let a: Vec<i8> = (0..384).map(|i| ((i * 37) % 255) as i8).collect();
-        let b: Vec<i8> = (0..384).map(|i| ((i * 91 + 7) % 251) as i8).collect();
-        assert_eq!(dot_i8(&a, &b), dot_i8_portable(&a, &b));
+    fn the_avx2_scan_ranks_like_the_portable_one() {
+        let mut p = Partition::new(384);
+        for i in 0..50 {
+            let v: Vec<f32> = (0..384)
+                .map(|d| (((i * 37 + d * 91) % 255) as f32) - 127.0)
+                .collect();
+            p.push(record(&format!("r{i}")), &v);
+        }
+        let q = Query::new(
+            &(0..384)
+                .map(|d| ((d * 13 % 97) as f32) - 48.0)
+                .collect::<Vec<_>>(),
+        );
+        let (mut a, mut b) = (TopN::new(10), TopN::new(10));
+        p.scan(0, &q, &all(), &mut a);
+        p.scan_rows(0, &q, &all(), &mut b);
+        let rows = |t: TopN| t.into_sorted().iter().map(|s| s.row).collect::<Vec<_>>();
+        assert_eq!(rows(a), rows(b));
     }
 }
