@@ -482,3 +482,68 @@ async fn a_journal_from_an_older_version_is_adopted() {
         .exists());
     host.shutdown().await;
 }
+
+#[tokio::test]
+async fn queued_jobs_apply_as_one_batch_with_the_effect_of_one_at_a_time() {
+    let dir = tempfile::tempdir().unwrap();
+    // The worker starts only after every job is queued, so they wait together.
+    let host = host(config(dir.path(), family_map())).await;
+    let weak = host
+        .invoke(
+            "remember",
+            json!({"conversation_id": FAMILY, "content": "Grandpa walks every morning", "strength": 1}),
+        )
+        .await
+        .unwrap()["memory"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let work = remember(&host, WORK, "The standup moved to ten").await["memory"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let mut jobs = Vec::new();
+    for i in 0..30 {
+        jobs.push(
+            submit(
+                &host,
+                json!({"conversation_id": FAMILY, "useful_memory_ids": [weak, work],
+                       "new_memories": [{"content": format!("family note number {i}")}]}),
+            )
+            .await,
+        );
+    }
+    assert_eq!(
+        host.memory().feedback().depth(),
+        30,
+        "all queued, none applied"
+    );
+    host.start_background();
+    let mut created = Vec::new();
+    for job in &jobs {
+        let o = finish(&host, job).await;
+        assert_eq!(o.reinforced, 1, "{o:?}");
+        assert_eq!(o.refused.len(), 1, "the work memory is refused: {o:?}");
+        created.extend(o.created);
+    }
+    assert_eq!(
+        host.memory().feedback().batches(),
+        1,
+        "30 queued jobs, one batch"
+    );
+    assert_eq!(
+        by_id(&host, &weak).await.unwrap().strength,
+        1 + 30 * 3,
+        "every job's reinforcement counted once, none lost"
+    );
+    assert_eq!(by_id(&host, &work).await.unwrap().strength, 50);
+    assert_eq!(created.len(), 30);
+    for id in &created {
+        let r = by_id(&host, id).await.expect("created row exists");
+        assert_eq!(r.memory_scope.as_deref(), Some("家人"));
+        assert_eq!(r.strength, 10);
+    }
+    let rows = host.memory().store().count(None).await.unwrap();
+    assert_eq!(rows, 32, "no row written twice");
+    host.shutdown().await;
+}

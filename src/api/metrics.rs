@@ -181,6 +181,11 @@ pub async fn render(metrics: &Metrics, host: &PluginHost) -> String {
         "# HELP scopemem_feedback_retries_total Failed feedback attempts that were retried.\n# TYPE scopemem_feedback_retries_total counter\nscopemem_feedback_retries_total {}",
         memory.feedback().retries()
     );
+    let _ = writeln!(
+        out,
+        "# HELP scopemem_feedback_batches_total Batches of feedback jobs applied together.\n# TYPE scopemem_feedback_batches_total counter\nscopemem_feedback_batches_total {}",
+        memory.feedback().batches()
+    );
     let p = memory.backfill().progress();
     let _ = writeln!(
         out,

@@ -91,42 +91,84 @@ pub(super) async fn apply(
 
 /// Set the planned strengths, only where a row still has the strength the plan saw (or
 /// already has the new one): an old plan replayed late never overwrites a newer job's work.
-/// A useful memory was just used: its decay clock (`last_recalled_at`) restarts too.
 async fn reinforce(shared: &Shared, plan: &FeedbackPlan) -> Result<usize, MemoryError> {
-    let mut groups: std::collections::BTreeMap<(Option<i32>, i32), Vec<String>> =
-        Default::default();
-    for (id, new) in &plan.reinforce {
-        let expected = plan.expected_strength.get(id).copied();
-        groups
-            .entry((expected, *new))
-            .or_default()
-            .push(sql_literal(id));
-    }
-    let mut changed = 0;
-    for ((expected, new), ids) in groups {
-        let mut predicate = format!("id IN ({})", ids.join(", "));
-        if let Some(old) = expected {
-            predicate.push_str(&format!(" AND strength = {old}"));
-        }
-        changed += shared
-            .store
-            .writer()
-            .update(
-                predicate,
-                vec![
-                    ("strength".into(), new.to_string()),
-                    (
-                        crate::store::schema::COL_LAST_RECALLED_AT.into(),
-                        crate::memory::retention::timestamp_literal(Utc::now()),
-                    ),
-                ],
-            )
-            .await? as usize;
-    }
-    Ok(changed)
+    let changes: Vec<StrengthChange> = plan
+        .reinforce
+        .iter()
+        .map(|(id, new)| StrengthChange {
+            id: id.clone(),
+            expected: plan.expected_strength.get(id).copied(),
+            new: *new,
+        })
+        .collect();
+    Ok(set_strengths(shared, &changes).await? as usize)
 }
 
-fn new_memory_record(job: &FeedbackJob, m: &NewMemoryJob) -> MemoryRecord {
+/// A compare-and-set of one row's strength: written only where the row still has `expected`
+/// (any strength when `None`, for plans journaled by older versions).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct StrengthChange {
+    pub(super) id: String,
+    pub(super) expected: Option<i32>,
+    pub(super) new: i32,
+}
+
+/// Write strength changes in one commit, however many rows and values: each row gets its own
+/// new strength where it still has the expected one. A useful memory was just used, so its
+/// decay clock (`last_recalled_at`) restarts too. Returns rows changed.
+pub(super) async fn set_strengths(
+    shared: &Shared,
+    changes: &[StrengthChange],
+) -> Result<u64, MemoryError> {
+    let Some((predicate, value)) = strength_update(changes) else {
+        return Ok(0);
+    };
+    Ok(shared
+        .store
+        .writer()
+        .update(
+            predicate,
+            vec![
+                ("strength".into(), value),
+                (
+                    crate::store::schema::COL_LAST_RECALLED_AT.into(),
+                    crate::memory::retention::timestamp_literal(Utc::now()),
+                ),
+            ],
+        )
+        .await?)
+}
+
+/// The predicate and the `strength` expression of [`set_strengths`]'s one update. Rows are
+/// grouped by (expected, new), each group an `id IN (…)` term of both; Lance's SQL has no
+/// CASE, so the value is `strength + Σ CAST(id IN group AS INT) * (new - strength)`, which is
+/// each row's group's new strength (a row is in one group).
+fn strength_update(changes: &[StrengthChange]) -> Option<(String, String)> {
+    let mut groups: std::collections::BTreeMap<(Option<i32>, i32), Vec<String>> =
+        Default::default();
+    for c in changes {
+        groups
+            .entry((c.expected, c.new))
+            .or_default()
+            .push(sql_literal(&c.id));
+    }
+    if groups.is_empty() {
+        return None;
+    }
+    let mut predicate: Vec<String> = Vec::new();
+    let mut value = String::from("strength");
+    for ((expected, new), ids) in &groups {
+        let rows = format!("id IN ({})", ids.join(", "));
+        predicate.push(match expected {
+            Some(old) => format!("({rows} AND strength = {old})"),
+            None => format!("({rows})"),
+        });
+        value.push_str(&format!(" + CAST({rows} AS INT) * ({new} - strength)"));
+    }
+    Some((predicate.join(" OR "), value))
+}
+
+pub(super) fn new_memory_record(job: &FeedbackJob, m: &NewMemoryJob) -> MemoryRecord {
     MemoryRecord {
         id: m.id.clone(),
         content: m.content.clone(),

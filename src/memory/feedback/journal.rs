@@ -198,9 +198,21 @@ impl Journal {
 
     /// Append and fsync: when this returns Ok the record survives a crash.
     pub fn append(&self, record: &Record) -> Result<(), JournalError> {
+        self.append_all(std::slice::from_ref(record))
+    }
+
+    /// Append several records with one fsync (a batch of jobs): all of them survive a crash
+    /// once this returns Ok.
+    pub fn append_all(&self, records: &[Record]) -> Result<(), JournalError> {
+        if records.is_empty() {
+            return Ok(());
+        }
         let mut state = self.lock()?;
         let len = state.file.metadata().map_err(|e| err(&self.path, e))?.len();
-        let written = write_line(&mut state.file, record).and_then(|()| state.file.sync_data());
+        let written = records
+            .iter()
+            .try_for_each(|r| write_line(&mut state.file, r))
+            .and_then(|()| state.file.sync_data());
         if let Err(e) = written {
             // A partial line (disk full, I/O error) would glue the next record onto it: cut it
             // off so the file still ends with a complete record.
@@ -214,7 +226,9 @@ impl Journal {
             finished: std::mem::take(&mut state.finished),
             corrupt_lines: 0,
         };
-        content.apply(record.clone());
+        for record in records {
+            content.apply(record.clone());
+        }
         state.pending = content.jobs;
         state.finished = content.finished;
         Ok(())

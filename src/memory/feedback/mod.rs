@@ -4,6 +4,8 @@
 //!   [`derive_scope`](crate::memory::derive_scope) as every other write), pre-assign ids;
 //! - [`queue`]: journal the job durably before the 202, queue it, pause for erases, keep outcomes;
 //! - [`worker`]: apply jobs in order, retry a failing one in place, dead-letter it at the end;
+//! - [`batch`]: apply the jobs waiting together (one lookup, embedding, insert, update, two
+//!   fsyncs), falling back to one at a time when a batch fails;
 //! - [`plan`]: check ids against what the conversation may see, decide absolute changes;
 //! - [`apply`]: embed, compare-and-set strengths, insert what is missing, delete what merges
 //!   replace;
@@ -11,6 +13,7 @@
 
 mod accept;
 mod apply;
+mod batch;
 pub mod journal;
 pub mod journal_files;
 mod plan;

@@ -21,20 +21,36 @@ fn visible(job: &FeedbackJob, r: &MemoryRecord, null_visible: bool) -> bool {
     }
 }
 
-pub(super) async fn make_plan(
-    shared: &Shared,
-    job: &FeedbackJob,
-) -> Result<FeedbackPlan, MemoryError> {
-    let null_visible = shared.gate.is_on();
+/// The ids a job's plan reads.
+pub(super) fn ids_read(job: &FeedbackJob) -> BTreeSet<String> {
     let mut wanted: BTreeSet<String> = job.useful_memory_ids.iter().cloned().collect();
     for g in &job.merge_groups {
         wanted.extend(g.ids.iter().cloned());
     }
+    wanted
+}
+
+pub(super) async fn make_plan(
+    shared: &Shared,
+    job: &FeedbackJob,
+) -> Result<FeedbackPlan, MemoryError> {
+    let wanted = ids_read(job);
     let rows = shared
         .store
         .get_by_ids(&wanted.into_iter().collect::<Vec<_>>())
         .await?;
-    let by_id: HashMap<&str, &MemoryRecord> = rows.iter().map(|r| (r.id.as_str(), r)).collect();
+    let by_id: HashMap<String, MemoryRecord> =
+        rows.into_iter().map(|r| (r.id.clone(), r)).collect();
+    Ok(plan_from(job, &by_id, shared.gate.is_on()))
+}
+
+/// Plan a job against the rows it reads (`by_id`: the table as it stands, or as the earlier
+/// jobs of a batch leave it).
+pub(super) fn plan_from(
+    job: &FeedbackJob,
+    by_id: &HashMap<String, MemoryRecord>,
+    null_visible: bool,
+) -> FeedbackPlan {
     let mut plan = FeedbackPlan {
         new_memories: job.new_memories.clone(),
         ..FeedbackPlan::default()
@@ -46,7 +62,7 @@ pub(super) async fn make_plan(
         let members: Vec<&MemoryRecord> = g
             .ids
             .iter()
-            .filter_map(|id| by_id.get(id.as_str()).copied())
+            .filter_map(|id| by_id.get(id.as_str()))
             .collect();
         if members.len() != g.ids.len() || members.iter().any(|r| !visible(job, r, null_visible)) {
             plan.refused.push((
@@ -146,5 +162,5 @@ pub(super) async fn make_plan(
             )),
         }
     }
-    Ok(plan)
+    plan
 }

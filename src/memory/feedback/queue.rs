@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, Notify};
 
+use super::batch;
 use super::journal::{PendingJob, Record};
 use super::journal_files::InstanceJournal;
 use super::worker::{run_job, Run};
@@ -32,6 +33,8 @@ pub(super) struct Shared {
     pub(super) retry: RetryPolicy,
     /// Failed attempts that were retried, for metrics.
     pub(super) retries: std::sync::atomic::AtomicU64,
+    /// Batches applied whole, for metrics.
+    pub(super) batches: std::sync::atomic::AtomicU64,
     pub(super) finished: Notify,
     pub(super) depth: std::sync::atomic::AtomicUsize,
 }
@@ -84,6 +87,7 @@ impl FeedbackQueue {
                 outcomes: Mutex::new(VecDeque::new()),
                 retry: settings.retry,
                 retries: Default::default(),
+                batches: Default::default(),
                 finished: Notify::new(),
                 depth: std::sync::atomic::AtomicUsize::new(pending.jobs.len()),
             }),
@@ -166,8 +170,7 @@ impl FeedbackQueue {
                     biased;
                     job = rx.recv() => match job {
                         Some(job) => {
-                            let pending = PendingJob { job, plan: None, attempts: 0 };
-                            if run_job(&shared, pending, &stop).await == Run::Stopped {
+                            if serve(&shared, job, &mut rx, &stop).await == Run::Stopped {
                                 break;
                             }
                         }
@@ -259,6 +262,13 @@ impl FeedbackQueue {
             .load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    /// Batches of jobs applied whole (one commit for all their strength changes) since start.
+    pub fn batches(&self) -> u64 {
+        self.shared
+            .batches
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Wait until `job_id` has finished (or `timeout`).
     pub async fn wait_for(&self, job_id: &str, timeout: Duration) -> Option<JobOutcome> {
         let deadline = tokio::time::Instant::now() + timeout;
@@ -271,6 +281,54 @@ impl FeedbackQueue {
                 return self.outcome(job_id);
             }
         }
+    }
+}
+
+/// Apply `first` and the batchable jobs queued behind it as one batch; a job with merges
+/// (and the rest of the queue after it) waits for the next turn, so order is kept.
+async fn serve(
+    shared: &Shared,
+    first: FeedbackJob,
+    rx: &mut mpsc::Receiver<FeedbackJob>,
+    stop: &Notify,
+) -> Run {
+    if !batch::batchable(&first) {
+        let pending = PendingJob {
+            job: first,
+            plan: None,
+            attempts: 0,
+        };
+        return run_job(shared, pending, stop).await;
+    }
+    let mut new_memories = first.new_memories.len();
+    let mut jobs = vec![first];
+    let mut held = None;
+    while jobs.len() < batch::MAX_JOBS && new_memories < batch::MAX_NEW {
+        match rx.try_recv() {
+            Ok(job) if batch::batchable(&job) => {
+                new_memories += job.new_memories.len();
+                jobs.push(job);
+            }
+            Ok(job) => {
+                held = Some(job);
+                break;
+            }
+            Err(_) => break,
+        }
+    }
+    if batch::run_batch(shared, jobs, stop).await == Run::Stopped {
+        return Run::Stopped;
+    }
+    match held {
+        Some(job) => {
+            let pending = PendingJob {
+                job,
+                plan: None,
+                attempts: 0,
+            };
+            run_job(shared, pending, stop).await
+        }
+        None => Run::Next,
     }
 }
 

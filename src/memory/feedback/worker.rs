@@ -106,7 +106,7 @@ async fn attempt(shared: &Shared, pending: &mut PendingJob) -> Result<JobOutcome
 }
 
 /// Count the job as finished and publish its outcome (journaled, so it survives a restart).
-fn finish(shared: &Shared, outcome: JobOutcome) {
+pub(super) fn finish(shared: &Shared, outcome: JobOutcome) {
     if outcome.state != JobState::Done {
         let record = Record::Finished {
             outcome: outcome.clone(),

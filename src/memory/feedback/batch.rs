@@ -1,0 +1,371 @@
+//! Batches: the jobs waiting in the queue applied together, so N jobs cost one lookup, one
+//! embedding call, one insert, one strength update and two journal fsyncs instead of N of each.
+//!
+//! Jobs are planned in acceptance order against the rows as the earlier jobs of the batch leave
+//! them, so the net effect is the one applying them one by one would have had. Every plan is
+//! journaled before anything is written: after a crash each job replays alone from its plan,
+//! and replays are idempotent (insert-if-missing by id, compare-and-set strengths). A batch
+//! whose writes fail is not replayed: each of its jobs is planned again and applied alone.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use chrono::Utc;
+use tokio::sync::Notify;
+
+use super::apply::{new_memory_record, set_strengths, StrengthChange};
+use super::journal::{PendingJob, Record};
+use super::plan::{ids_read, plan_from};
+use super::queue::Shared;
+use super::worker::{finish, run_job, Run};
+use super::*;
+use crate::store::MemoryRecord;
+
+/// Most jobs in one batch.
+pub(super) const MAX_JOBS: usize = 64;
+/// Most new memories (texts to embed) in one batch.
+pub(super) const MAX_NEW: usize = 256;
+
+/// Whether a job may join a batch. A merge deletes rows that an earlier job of the same batch
+/// may have created; replaying that earlier job after a crash would bring them back. Merges
+/// are rare, so a job with merges runs alone.
+pub(super) fn batchable(job: &FeedbackJob) -> bool {
+    job.merge_groups.is_empty()
+}
+
+/// Apply a batch of batchable jobs. If any step fails, nothing is lost: the jobs are applied
+/// one by one from their journaled plans, each with its own retries and dead-lettering.
+pub(super) async fn run_batch(shared: &Shared, jobs: Vec<FeedbackJob>, stop: &Notify) -> Run {
+    let applying = shared.apply.lock().await;
+    let jobs = skip_dropped(shared, jobs);
+    if jobs.is_empty() {
+        return Run::Next;
+    }
+    let started = std::time::Instant::now();
+    let error = match apply_batch(shared, &jobs).await {
+        Ok(outcomes) => {
+            shared
+                .batches
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            tracing::debug!(
+                jobs = outcomes.len(),
+                ms = started.elapsed().as_millis() as u64,
+                "feedback batch applied"
+            );
+            for outcome in outcomes {
+                for (what, why) in &outcome.refused {
+                    tracing::warn!(job_id = %outcome.job_id, target = %what, reason = %why, "feedback refused a memory it cannot touch");
+                }
+                finish(shared, outcome);
+            }
+            return Run::Next;
+        }
+        Err(e) => e,
+    };
+    tracing::warn!(jobs = jobs.len(), error = %error.error, "feedback batch failed; applying its jobs one at a time");
+    // The batch was every job's first attempt: it counts towards each one's dead-lettering (a
+    // job still gets one attempt of its own, so a failure of its neighbour never kills it).
+    let message = error.error.to_string();
+    let attempts: Vec<Record> = jobs
+        .iter()
+        .map(|job| Record::Attempt {
+            job_id: job.job_id.clone(),
+            attempts: 1,
+            error: message.clone(),
+        })
+        .collect();
+    if let Err(e) = shared.files.journal.append_all(&attempts) {
+        tracing::error!(error = %e, "could not journal a failed batch attempt");
+    }
+    shared
+        .retries
+        .fetch_add(jobs.len() as u64, std::sync::atomic::Ordering::Relaxed);
+    drop(applying);
+    for (job, plan) in jobs.into_iter().zip(error.plans) {
+        let pending = PendingJob {
+            job,
+            plan,
+            attempts: 1,
+        };
+        if run_job(shared, pending, stop).await == Run::Stopped {
+            return Run::Stopped;
+        }
+    }
+    Run::Next
+}
+
+/// A failed batch: the error, and each job's plan if the batch's writes were all done (the
+/// one-by-one replay of those changes nothing); `None` plans the job again.
+struct BatchError {
+    error: MemoryError,
+    plans: Vec<Option<FeedbackPlan>>,
+}
+
+/// Finish the jobs an erase dropped while they waited; return the others.
+fn skip_dropped(shared: &Shared, jobs: Vec<FeedbackJob>) -> Vec<FeedbackJob> {
+    let Ok(mut dropped) = shared.dropped.lock() else {
+        return jobs;
+    };
+    let mut kept = Vec::with_capacity(jobs.len());
+    for job in jobs {
+        if dropped.remove(&job.job_id) {
+            let why = "dropped: the memories it would touch were erased first".to_string();
+            let outcome = JobOutcome::unapplied(job.job_id, JobState::Dropped, why, 0);
+            finish(shared, outcome);
+        } else {
+            kept.push(job);
+        }
+    }
+    kept
+}
+
+async fn apply_batch(shared: &Shared, jobs: &[FeedbackJob]) -> Result<Vec<JobOutcome>, BatchError> {
+    let unplanned = |error: MemoryError| BatchError {
+        error,
+        plans: vec![None; jobs.len()],
+    };
+    let mut wanted: BTreeSet<String> = BTreeSet::new();
+    for job in jobs {
+        wanted.extend(ids_read(job));
+        wanted.extend(job.new_memories.iter().map(|m| m.id.clone()));
+    }
+    let rows = shared
+        .store
+        .get_by_ids(&wanted.into_iter().collect::<Vec<_>>())
+        .await
+        .map_err(|e| unplanned(e.into()))?;
+    let net = plan_batch(jobs, rows, shared.gate.is_on());
+    let planned: Vec<Record> = jobs
+        .iter()
+        .zip(&net.plans)
+        .map(|(job, plan)| Record::Planned {
+            job_id: job.job_id.clone(),
+            plan: plan.clone(),
+        })
+        .collect();
+    shared
+        .files
+        .journal
+        .append_all(&planned)
+        .map_err(|e| unplanned(MemoryError::Internal(e.to_string())))?;
+    // Later plans assume the earlier jobs applied: if the writes fail, every job is planned
+    // again on its own (its new rows are inserted only if missing; the strengths are one
+    // commit, so none of them was written).
+    write_net(shared, &net).await.map_err(unplanned)?;
+    let failed = |error: MemoryError| BatchError {
+        error,
+        plans: net.plans.iter().cloned().map(Some).collect(),
+    };
+    let outcomes: Vec<JobOutcome> = jobs
+        .iter()
+        .zip(&net.plans)
+        .zip(&net.reinforced)
+        .map(|((job, plan), reinforced)| JobOutcome {
+            job_id: job.job_id.clone(),
+            state: JobState::Done,
+            reinforced: *reinforced,
+            created: plan.new_memories.iter().map(|m| m.id.clone()).collect(),
+            merged: Vec::new(),
+            refused: plan.refused.clone(),
+            error: None,
+            attempts: 1,
+            finished_at: Utc::now(),
+        })
+        .collect();
+    let finished: Vec<Record> = outcomes
+        .iter()
+        .map(|o| Record::Finished { outcome: o.clone() })
+        .collect();
+    // The writes are done: a failure here replays the jobs one by one, which changes nothing.
+    shared
+        .files
+        .journal
+        .append_all(&finished)
+        .map_err(|e| failed(MemoryError::Internal(e.to_string())))?;
+    Ok(outcomes)
+}
+
+/// What a batch writes, net of all its jobs, and what each job did.
+#[derive(Debug, Default)]
+struct NetEffect {
+    plans: Vec<FeedbackPlan>,
+    /// Rows each job reinforced.
+    reinforced: Vec<usize>,
+    /// New rows, with the strength they are inserted with.
+    inserts: Vec<MemoryRecord>,
+    /// Final strength per row, compare-and-set against the strength it has in the table.
+    strengths: Vec<StrengthChange>,
+}
+
+/// Plan every job in order against `rows` as the earlier jobs leave them, and sum up the
+/// writes: new memories inserted once, each row's strength set once to its final value.
+fn plan_batch(jobs: &[FeedbackJob], rows: Vec<MemoryRecord>, null_visible: bool) -> NetEffect {
+    let mut state: HashMap<String, MemoryRecord> =
+        rows.into_iter().map(|r| (r.id.clone(), r)).collect();
+    // The strength each changed row has in the table (or is inserted with).
+    let mut before: BTreeMap<String, i32> = BTreeMap::new();
+    let mut net = NetEffect::default();
+    for job in jobs {
+        let plan = plan_from(job, &state, null_visible);
+        for m in &plan.new_memories {
+            if !state.contains_key(&m.id) {
+                let record = new_memory_record(job, m);
+                net.inserts.push(record.clone());
+                state.insert(m.id.clone(), record);
+            }
+        }
+        let mut reinforced = 0;
+        for (id, new) in &plan.reinforce {
+            let Some(row) = state.get_mut(id) else {
+                continue;
+            };
+            if plan
+                .expected_strength
+                .get(id)
+                .is_some_and(|e| *e != row.strength)
+            {
+                continue;
+            }
+            before.entry(id.clone()).or_insert(row.strength);
+            row.strength = *new;
+            reinforced += 1;
+        }
+        net.reinforced.push(reinforced);
+        net.plans.push(plan);
+    }
+    net.strengths = before
+        .into_iter()
+        .filter_map(|(id, expected)| {
+            let new = state.get(&id)?.strength;
+            Some(StrengthChange {
+                id,
+                expected: Some(expected),
+                new,
+            })
+        })
+        .collect();
+    net
+}
+
+/// Embed first (the step most likely to fail leaves nothing behind), insert the new rows, then
+/// set the strengths (after the insert: a row created and reinforced in one batch exists).
+async fn write_net(shared: &Shared, net: &NetEffect) -> Result<(), MemoryError> {
+    if !net.inserts.is_empty() {
+        let vectors = shared
+            .embedder
+            .embed(net.inserts.iter().map(|r| r.content.clone()).collect())
+            .await?;
+        shared
+            .store
+            .writer()
+            .insert_missing(net.inserts.iter().cloned().zip(vectors).collect())
+            .await?;
+    }
+    let changed = set_strengths(shared, &net.strengths).await?;
+    if changed as usize != net.strengths.len() {
+        // Another process changed some of these rows since they were read: its write stands.
+        tracing::info!(
+            rows = net.strengths.len(),
+            changed,
+            "some reinforcements found a strength changed by another writer"
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(id: &str, scope: &str, strength: i32) -> MemoryRecord {
+        MemoryRecord {
+            id: id.into(),
+            content: format!("memory {id}"),
+            reasoning: None,
+            tags: vec![],
+            memory_type: "knowledge".into(),
+            strength,
+            is_active: false,
+            conversation_id: None,
+            created_at: None,
+            memory_scope: Some(scope.into()),
+            scope_source: Some("mapped".into()),
+            expires_at: None,
+            last_recalled_at: None,
+        }
+    }
+
+    fn job(id: &str, useful: &[&str], new: &[&str]) -> FeedbackJob {
+        FeedbackJob {
+            job_id: id.into(),
+            conversation_id: "c".into(),
+            scope: "family".into(),
+            scope_source: "mapped".into(),
+            accepted_at: Utc::now(),
+            useful_memory_ids: useful.iter().map(|s| s.to_string()).collect(),
+            new_memories: new
+                .iter()
+                .map(|id| NewMemoryJob {
+                    id: id.to_string(),
+                    content: format!("new {id}"),
+                    reasoning: None,
+                    tags: vec![],
+                    memory_type: "knowledge".into(),
+                    expires_at: None,
+                })
+                .collect(),
+            merge_groups: vec![],
+        }
+    }
+
+    #[test]
+    fn later_jobs_see_what_earlier_ones_did_and_each_row_is_written_once() {
+        let rows = vec![row("a", "family", 50), row("b", "public", 99)];
+        let jobs = [
+            job("j1", &["a", "b"], &["n1"]),
+            job("j2", &["a", "n1"], &[]),
+            job("j3", &["b"], &[]),
+        ];
+        let net = plan_batch(&jobs, rows, false);
+        assert_eq!(net.reinforced, vec![2, 2, 1]);
+        // j2 planned against j1's result, j3 against j1's capped one.
+        assert_eq!(net.plans[1].expected_strength.get("a"), Some(&53));
+        assert_eq!(
+            net.plans[1].expected_strength.get("n1"),
+            Some(&PASSIVE_STRENGTH)
+        );
+        assert_eq!(net.plans[2].reinforce, vec![("b".to_string(), 100)]);
+        assert_eq!(net.inserts.len(), 1);
+        assert_eq!(
+            net.inserts[0].strength, PASSIVE_STRENGTH,
+            "inserted as created"
+        );
+        let change = |id: &str, expected: i32, new: i32| StrengthChange {
+            id: id.into(),
+            expected: Some(expected),
+            new,
+        };
+        assert_eq!(
+            net.strengths,
+            vec![
+                change("a", 50, 56),
+                change("b", 99, 100),
+                change("n1", PASSIVE_STRENGTH, PASSIVE_STRENGTH + REINFORCE)
+            ]
+        );
+    }
+
+    #[test]
+    fn a_batch_never_touches_rows_its_conversation_cannot_see() {
+        let rows = vec![row("x", "work", 50), row("p", "public", 20)];
+        let net = plan_batch(&[job("j1", &["x", "p", "missing"], &[])], rows, false);
+        assert_eq!(net.reinforced, vec![1]);
+        assert_eq!(net.strengths.len(), 1);
+        assert_eq!(net.strengths[0].id, "p");
+        let refused: Vec<&str> = net.plans[0]
+            .refused
+            .iter()
+            .map(|(w, _)| w.as_str())
+            .collect();
+        assert_eq!(refused, vec!["x", "missing"]);
+    }
+}
