@@ -240,6 +240,109 @@ async fn follows_appends_and_defers_to_lancedb_after_a_delete() {
 }
 
 #[tokio::test]
+async fn follows_compaction_and_strength_sets_without_a_reload() {
+    use scopemem::store::{StrengthChange, StrengthSet};
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path()).await;
+    let mut rng = Rng(12);
+    // Several appends (several fragments), so a full maintenance pass has work to do.
+    for round in 0..3 {
+        let mut rows = table_rows(&mut rng);
+        for (r, _) in &mut rows {
+            r.id = format!("{round}-{}", r.id);
+        }
+        store.append(rows).await.unwrap();
+    }
+    let (resident, lance) = searches(&store).await;
+    loaded(&store).await;
+    let loads = store.resident().stats().loads;
+    let version = store.table().version().await.unwrap();
+
+    // Compaction and the index builds commit new versions that leave every row as it was:
+    // their transactions say so, and the snapshot only moves its version.
+    store.writer().maintain_with(true).await.unwrap();
+    assert!(
+        store.table().version().await.unwrap() > version,
+        "maintenance committed"
+    );
+    let probe = rng.vector();
+    let before = store.resident().stats();
+    let got = ids_in(&resident, &probe, "家人").await;
+    let after = store.resident().stats();
+    assert_eq!(after.served, before.served + 1, "served from memory");
+    assert_eq!(after.deferred, before.deferred);
+    assert_eq!(after.loads, loads, "no reload after compaction");
+    let want = ids(&lance
+        .nearest(&request(
+            probe.clone(),
+            "家人",
+            false,
+            ScopeFilterMode::Enforce,
+        ))
+        .await
+        .unwrap());
+    assert_eq!(got, want, "still LanceDB's answer");
+
+    // A strength set that changed every row it lists is patched into memory.
+    let hits = resident
+        .nearest(&request(
+            probe.clone(),
+            "家人",
+            false,
+            ScopeFilterMode::Enforce,
+        ))
+        .await
+        .unwrap();
+    let (a, b) = (hits[0].record.id.clone(), hits[1].record.id.clone());
+    let set = StrengthSet::new(
+        vec![
+            StrengthChange {
+                id: a.clone(),
+                expected: Some(10),
+                new: 77,
+            },
+            StrengthChange {
+                id: b.clone(),
+                expected: None,
+                new: 5,
+            },
+        ],
+        Utc::now(),
+    );
+    assert_eq!(store.writer().set_strengths(set).await.unwrap(), 2);
+    let before = store.resident().stats();
+    let hits = resident
+        .nearest(&request(
+            probe.clone(),
+            "家人",
+            false,
+            ScopeFilterMode::Enforce,
+        ))
+        .await
+        .unwrap();
+    assert_eq!(store.resident().stats().served, before.served + 1);
+    let from_lance = store.get_by_ids(&[a.clone(), b.clone()]).await.unwrap();
+    for h in hits.iter().filter(|h| h.record.id == a || h.record.id == b) {
+        let stored = from_lance.iter().find(|r| r.id == h.record.id).unwrap();
+        assert_eq!(h.record.strength, stored.strength);
+        assert_eq!(h.record.last_recalled_at, stored.last_recalled_at);
+    }
+    assert_eq!(hits[0].record.strength, 77);
+
+    // A set that misses a row (compare-and-set failed) is not reported: LanceDB answers.
+    let set = StrengthSet::new(
+        vec![StrengthChange {
+            id: a.clone(),
+            expected: Some(10),
+            new: 99,
+        }],
+        Utc::now(),
+    );
+    assert_eq!(store.writer().set_strengths(set).await.unwrap(), 0);
+    assert_eq!(store.resident().stats().loads, loads, "no reload so far");
+}
+
+#[tokio::test]
 async fn recalls_are_served_from_memory_and_scopes_do_not_leak() {
     use common::*;
     let dir = tempfile::tempdir().unwrap();

@@ -15,6 +15,7 @@ pub mod retention;
 pub mod schema;
 pub mod scope_counts;
 pub mod search;
+pub mod strengths;
 pub mod writer;
 
 use std::collections::BTreeMap;
@@ -34,6 +35,7 @@ pub use record::MemoryRecord;
 pub use retention::PruneReport;
 use schema::*;
 pub use search::{Hit, LanceSearch, NearestVisible, RowFilter, ScopeSet, SearchRequest};
+pub use strengths::{StrengthChange, StrengthSet};
 pub use writer::{EraseReport, WriterHandle, WriterSettings};
 
 /// Store failures. Lance errors are kept as text plus a retry hint: callers only need to know

@@ -186,7 +186,7 @@ async fn scan(table: &Table) -> Result<Counts, StoreError> {
     }
 }
 
-impl super::writer::AppendObserver for ScopeCounts {
+impl super::writer::CommitObserver for ScopeCounts {
     fn appended(&self, version: u64, rows: &[(super::record::MemoryRecord, Vec<f32>)]) {
         let mut added: BTreeMap<Option<String>, usize> = BTreeMap::new();
         for (record, _) in rows {

@@ -13,12 +13,15 @@ use tokio::sync::{mpsc, oneshot};
 use super::maintenance::Maintenance;
 pub use super::maintenance::MaintenanceReport;
 use super::record::{to_batch, MemoryRecord};
+use super::strengths::StrengthSet;
 use super::StoreError;
 
-/// Told what each of the writer's appends added, at the version it committed, so caches of
-/// the table (scope counts, resident vectors) follow appends without reading them back.
-pub trait AppendObserver: Send + Sync {
+/// Told what the writer's commits changed, at the version each created, so caches of the
+/// table (scope counts, resident vectors) follow them without reading them back.
+pub trait CommitObserver: Send + Sync {
     fn appended(&self, version: u64, rows: &[(MemoryRecord, Vec<f32>)]);
+    /// A strength set that changed every row it lists (one that missed a row is not reported).
+    fn strengths_set(&self, _version: u64, _set: &Arc<StrengthSet>) {}
 }
 
 /// Tunables for the writer (from the `storage` config section).
@@ -77,6 +80,10 @@ enum Op {
     Update {
         predicate: String,
         columns: Vec<(String, String)>,
+        done: oneshot::Sender<Result<u64, StoreError>>,
+    },
+    SetStrengths {
+        set: Arc<StrengthSet>,
         done: oneshot::Sender<Result<u64, StoreError>>,
     },
     Shutdown {
@@ -229,6 +236,23 @@ impl WriterHandle {
         rx.await.map_err(|_| StoreError::WriterGone)?
     }
 
+    /// Set many rows' strengths in one commit, each compare-and-set (see [`StrengthSet`]).
+    /// Returns rows changed.
+    pub async fn set_strengths(&self, set: StrengthSet) -> Result<u64, StoreError> {
+        if set.changes.is_empty() {
+            return Ok(0);
+        }
+        let (done, rx) = oneshot::channel();
+        self.tx
+            .send(Op::SetStrengths {
+                set: Arc::new(set),
+                done,
+            })
+            .await
+            .map_err(|_| StoreError::WriterGone)?;
+        rx.await.map_err(|_| StoreError::WriterGone)?
+    }
+
     /// Commit everything queued so far, then stop.
     pub async fn shutdown(&self) {
         self.maintenance.stop();
@@ -254,7 +278,7 @@ pub fn spawn(
     table: Table,
     settings: WriterSettings,
     maintainer: Arc<AtomicBool>,
-    observers: Vec<Arc<dyn AppendObserver>>,
+    observers: Vec<Arc<dyn CommitObserver>>,
 ) -> WriterHandle {
     let (tx, rx) = mpsc::channel(1024);
     let counters = Arc::new(WriterCounters::default());
@@ -281,7 +305,7 @@ pub fn spawn(
 struct Shared {
     counters: Arc<WriterCounters>,
     /// Told what each append added, at the version it committed.
-    observers: Vec<Arc<dyn AppendObserver>>,
+    observers: Vec<Arc<dyn CommitObserver>>,
     /// Told about every write, so it compacts when due.
     maintenance: Arc<Maintenance>,
 }
@@ -365,14 +389,33 @@ async fn run(table: Table, settings: WriterSettings, mut rx: mpsc::Receiver<Op>,
                 done,
             } => {
                 let wall = std::time::SystemTime::now();
-                let mut result = retry(&settings, counters, || async {
-                    let mut update = table.update().only_if(predicate.as_str());
-                    for (column, value) in &columns {
-                        update = update.column(column.as_str(), value.as_str());
+                let mut result =
+                    retry(&settings, counters, || update(&table, &predicate, &columns))
+                        .await
+                        .map(|(rows, _)| rows);
+                if let Ok(n) = result {
+                    result = make_durable(&settings, counters, wall).await.map(|()| n);
+                }
+                shared.maintenance.wrote(0);
+                let _ = done.send(result);
+            }
+            Op::SetStrengths { set, done } => {
+                let wall = std::time::SystemTime::now();
+                let mut result = match set.update_sql() {
+                    None => Ok(0),
+                    Some((predicate, columns)) => {
+                        retry(&settings, counters, || update(&table, &predicate, &columns))
+                            .await
+                            .map(|(rows, version)| {
+                                if rows as usize == set.rows() {
+                                    for observer in &shared.observers {
+                                        observer.strengths_set(version, &set);
+                                    }
+                                }
+                                rows
+                            })
                     }
-                    Ok(update.execute().await?.rows_updated)
-                })
-                .await;
+                };
                 if let Ok(n) = result {
                     result = make_durable(&settings, counters, wall).await.map(|()| n);
                 }
@@ -413,7 +456,7 @@ async fn commit_group(
     table: &Table,
     settings: &WriterSettings,
     counters: &WriterCounters,
-    observers: &[Arc<dyn AppendObserver>],
+    observers: &[Arc<dyn CommitObserver>],
     group: &mut [(Rows, AppendReply)],
 ) -> Result<(), StoreError> {
     let started = Instant::now();
@@ -443,6 +486,20 @@ async fn commit_group(
         "group commit"
     );
     Ok(())
+}
+
+/// Rows changed and the version the update committed.
+async fn update(
+    table: &Table,
+    predicate: &str,
+    columns: &[(String, String)],
+) -> Result<(u64, u64), StoreError> {
+    let mut update = table.update().only_if(predicate);
+    for (column, value) in columns {
+        update = update.column(column.as_str(), value.as_str());
+    }
+    let result = update.execute().await?;
+    Ok((result.rows_updated, result.version))
 }
 
 async fn insert_missing(table: &Table, rows: &Rows) -> Result<u64, StoreError> {

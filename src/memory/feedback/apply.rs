@@ -8,7 +8,7 @@ use chrono::Utc;
 use super::queue::Shared;
 use super::*;
 use crate::scope::sql_literal;
-use crate::store::MemoryRecord;
+use crate::store::{MemoryRecord, StrengthChange, StrengthSet};
 
 pub(super) async fn apply(
     shared: &Shared,
@@ -104,15 +104,6 @@ async fn reinforce(shared: &Shared, plan: &FeedbackPlan) -> Result<usize, Memory
     Ok(set_strengths(shared, &changes).await? as usize)
 }
 
-/// A compare-and-set of one row's strength: written only where the row still has `expected`
-/// (any strength when `None`, for plans journaled by older versions).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct StrengthChange {
-    pub(super) id: String,
-    pub(super) expected: Option<i32>,
-    pub(super) new: i32,
-}
-
 /// Write strength changes in one commit, however many rows and values: each row gets its own
 /// new strength where it still has the expected one. A useful memory was just used, so its
 /// decay clock (`last_recalled_at`) restarts too. Returns rows changed.
@@ -120,52 +111,8 @@ pub(super) async fn set_strengths(
     shared: &Shared,
     changes: &[StrengthChange],
 ) -> Result<u64, MemoryError> {
-    let Some((predicate, value)) = strength_update(changes) else {
-        return Ok(0);
-    };
-    Ok(shared
-        .store
-        .writer()
-        .update(
-            predicate,
-            vec![
-                ("strength".into(), value),
-                (
-                    crate::store::schema::COL_LAST_RECALLED_AT.into(),
-                    crate::memory::retention::timestamp_literal(Utc::now()),
-                ),
-            ],
-        )
-        .await?)
-}
-
-/// The predicate and the `strength` expression of [`set_strengths`]'s one update. Rows are
-/// grouped by (expected, new), each group an `id IN (…)` term of both; Lance's SQL has no
-/// CASE, so the value is `strength + Σ CAST(id IN group AS INT) * (new - strength)`, which is
-/// each row's group's new strength (a row is in one group).
-fn strength_update(changes: &[StrengthChange]) -> Option<(String, String)> {
-    let mut groups: std::collections::BTreeMap<(Option<i32>, i32), Vec<String>> =
-        Default::default();
-    for c in changes {
-        groups
-            .entry((c.expected, c.new))
-            .or_default()
-            .push(sql_literal(&c.id));
-    }
-    if groups.is_empty() {
-        return None;
-    }
-    let mut predicate: Vec<String> = Vec::new();
-    let mut value = String::from("strength");
-    for ((expected, new), ids) in &groups {
-        let rows = format!("id IN ({})", ids.join(", "));
-        predicate.push(match expected {
-            Some(old) => format!("({rows} AND strength = {old})"),
-            None => format!("({rows})"),
-        });
-        value.push_str(&format!(" + CAST({rows} AS INT) * ({new} - strength)"));
-    }
-    Some((predicate.join(" OR "), value))
+    let set = StrengthSet::new(changes.to_vec(), Utc::now());
+    Ok(shared.store.writer().set_strengths(set).await?)
 }
 
 pub(super) fn new_memory_record(job: &FeedbackJob, m: &NewMemoryJob) -> MemoryRecord {

@@ -12,13 +12,13 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use chrono::Utc;
 use tokio::sync::Notify;
 
-use super::apply::{new_memory_record, set_strengths, StrengthChange};
+use super::apply::{new_memory_record, set_strengths};
 use super::journal::{PendingJob, Record};
 use super::plan::{ids_read, plan_from};
 use super::queue::Shared;
 use super::worker::{finish, run_job, Run};
 use super::*;
-use crate::store::MemoryRecord;
+use crate::store::{MemoryRecord, StrengthChange};
 
 /// Most jobs in one batch.
 pub(super) const MAX_JOBS: usize = 64;

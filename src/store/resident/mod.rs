@@ -8,9 +8,11 @@
 //! exact, so tiny scopes and uniform vectors lose no neighbours.
 //!
 //! Freshness follows `scope_counts`: the writer reports each append (rows and vectors) at the
-//! version it committed, and a snapshot behind the table applies them in place. Any other
-//! commit (delete, update, compaction, another process's write) breaks that chain: searches
-//! go to LanceDB until a background reload catches up.
+//! version it committed, and a snapshot behind the table applies them in place. A version
+//! nobody reported is looked up in its Lance transaction: a compaction or an index build (by
+//! any process) leaves the rows as they were and only moves the version. Any other commit
+//! (delete, update, another process's write) breaks that chain: searches go to LanceDB until a
+//! background reload catches up.
 
 mod load;
 mod partition;
@@ -25,7 +27,8 @@ use lancedb::Table;
 
 use super::record::MemoryRecord;
 use super::search::{Hit, RowFilter};
-use super::writer::AppendObserver;
+use super::strengths::StrengthSet;
+use super::writer::CommitObserver;
 use partition::{Partition, Query, TopN};
 pub use search::ResidentSearch;
 
@@ -69,6 +72,20 @@ impl Snapshot {
         self.rows += 1;
     }
 
+    /// Patch the rows a strength set changed (one pass over the records: sets are rare next
+    /// to searches, and an id index would cost ~100 bytes a row).
+    fn set_strengths(&mut self, set: &StrengthSet) {
+        let new: HashMap<&str, i32> = set.changes.iter().map(|c| (c.id.as_str(), c.new)).collect();
+        for partition in &mut self.partitions {
+            for record in &mut partition.records {
+                if let Some(strength) = new.get(record.id.as_str()) {
+                    record.strength = *strength;
+                    record.last_recalled_at = Some(set.recalled_at);
+                }
+            }
+        }
+    }
+
     /// The `k` nearest admitted rows. Scores every admitted row from its int8 code, then
     /// re-ranks the best `candidates` from the f16 copies.
     fn nearest(&self, vector: &[f32], rows: &RowFilter, k: usize) -> Vec<Hit> {
@@ -105,16 +122,56 @@ impl Snapshot {
 /// One append's rows and vectors.
 type Appended = Arc<Vec<(MemoryRecord, Vec<f32>)>>;
 
+/// What one table version changed, as far as the snapshot is concerned.
+enum Change {
+    /// The writer appended these rows.
+    Rows(Appended),
+    /// The rows are the same (compaction, an index build): only the version moves.
+    Same,
+    /// The writer set these rows' strengths and `last_recalled_at`.
+    Strengths(Arc<StrengthSet>),
+}
+
 #[derive(Default)]
 struct Chain {
-    /// Rows each of the writer's appends added, by the version it created.
-    appends: BTreeMap<u64, Appended>,
+    /// What each version the snapshot may still have to apply changed, by version.
+    changes: BTreeMap<u64, Change>,
+    /// Rows held in `changes`.
     rows: usize,
+}
+
+impl Chain {
+    /// Record what `version` changed (replacing a guess), dropping the oldest entries beyond
+    /// the bounds: a snapshot that far behind reloads instead.
+    fn insert(&mut self, version: u64, change: Change) {
+        if let Change::Rows(rows) = &change {
+            self.rows += rows.len();
+        }
+        if let Some(Change::Rows(old)) = self.changes.insert(version, change) {
+            self.rows -= old.len();
+        }
+        while self.rows > MAX_CHAIN_ROWS || self.changes.len() > MAX_CHAIN_VERSIONS {
+            let Some(first) = self.changes.keys().next().copied() else {
+                break;
+            };
+            self.remove(first);
+        }
+    }
+
+    fn remove(&mut self, version: u64) -> Option<Change> {
+        let change = self.changes.remove(&version)?;
+        if let Change::Rows(rows) = &change {
+            self.rows -= rows.len();
+        }
+        Some(change)
+    }
 }
 
 /// Appends kept for a snapshot that is behind (or being loaded); beyond this the chain is
 /// dropped and the next reload reads them from the table.
 const MAX_CHAIN_ROWS: usize = 100_000;
+/// Versions kept in the chain at most.
+const MAX_CHAIN_VERSIONS: usize = 10_000;
 
 /// The resident snapshot, the writer's append chain, and counters for `/v1/status`.
 pub struct ResidentVectors {
@@ -209,7 +266,7 @@ impl ResidentVectors {
     }
 
     /// The `k` nearest rows at table version `version` or later, or `None` when the snapshot
-    /// cannot show that version (then the caller asks LanceDB).
+    /// cannot show that version (then the caller asks LanceDB, and counts it deferred).
     pub fn nearest(
         &self,
         version: u64,
@@ -219,20 +276,11 @@ impl ResidentVectors {
     ) -> Option<Vec<Hit>> {
         self.wanted.store(true, Ordering::Relaxed);
         if !self.catch_up(version) {
-            self.deferred.fetch_add(1, Ordering::Relaxed);
             return None;
         }
-        let hits = self.read().as_ref().map(|s| s.nearest(vector, rows, k));
-        match hits {
-            Some(h) => {
-                self.served.fetch_add(1, Ordering::Relaxed);
-                Some(h)
-            }
-            None => {
-                self.deferred.fetch_add(1, Ordering::Relaxed);
-                None
-            }
-        }
+        let hits = self.read().as_ref().map(|s| s.nearest(vector, rows, k))?;
+        self.served.fetch_add(1, Ordering::Relaxed);
+        Some(hits)
     }
 
     /// Bring the snapshot to `version` through known appends; false if it cannot.
@@ -248,16 +296,44 @@ impl ResidentVectors {
         };
         let mut chain = self.chain();
         while snapshot.version < version {
-            let Some(rows) = chain.appends.remove(&(snapshot.version + 1)) else {
-                return false;
-            };
-            chain.rows -= rows.len();
-            for (record, vector) in rows.iter() {
-                snapshot.push(record.clone(), vector);
+            match chain.remove(snapshot.version + 1) {
+                None => return false,
+                Some(Change::Same) => {}
+                Some(Change::Rows(rows)) => {
+                    for (record, vector) in rows.iter() {
+                        snapshot.push(record.clone(), vector);
+                    }
+                }
+                Some(Change::Strengths(set)) => snapshot.set_strengths(&set),
             }
             snapshot.version += 1;
         }
         true
+    }
+
+    /// The versions after the snapshot, up to `version`, that nothing reported: the ones a
+    /// search must look up before the snapshot can serve it.
+    fn unexplained(&self, version: u64) -> Vec<u64> {
+        let Some(from) = self.read().as_ref().map(|s| s.version) else {
+            return Vec::new();
+        };
+        let chain = self.chain();
+        (from + 1..=version)
+            .filter(|v| !chain.changes.contains_key(v))
+            .collect()
+    }
+
+    /// Record that `version` left every row as it was (read from its transaction).
+    fn unchanged_at(&self, version: u64) {
+        let mut chain = self.chain();
+        if !chain.changes.contains_key(&version) {
+            chain.insert(version, Change::Same);
+        }
+    }
+
+    /// Count a search the snapshot could not answer.
+    fn deferred_one(&self) {
+        self.deferred.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Replace the snapshot with a fresh read of the table, unless one is already due or
@@ -321,28 +397,25 @@ impl ResidentVectors {
         *guard = Some(s);
         drop(guard);
         let mut chain = self.chain();
-        let stale: Vec<u64> = chain.appends.range(..=version).map(|(v, _)| *v).collect();
+        let stale: Vec<u64> = chain.changes.range(..=version).map(|(v, _)| *v).collect();
         for v in stale {
-            if let Some(rows) = chain.appends.remove(&v) {
-                chain.rows -= rows.len();
-            }
+            chain.remove(v);
         }
     }
 }
 
-impl AppendObserver for ResidentVectors {
+impl CommitObserver for ResidentVectors {
+    fn strengths_set(&self, version: u64, set: &Arc<StrengthSet>) {
+        if self.wanted.load(Ordering::Relaxed) {
+            self.chain().insert(version, Change::Strengths(set.clone()));
+        }
+    }
+
     fn appended(&self, version: u64, rows: &[(MemoryRecord, Vec<f32>)]) {
         if !self.wanted.load(Ordering::Relaxed) {
             return;
         }
-        let mut chain = self.chain();
-        chain.rows += rows.len();
-        chain.appends.insert(version, Arc::new(rows.to_vec()));
-        while chain.rows > MAX_CHAIN_ROWS {
-            match chain.appends.pop_first() {
-                Some((_, r)) => chain.rows -= r.len(),
-                None => break,
-            }
-        }
+        self.chain()
+            .insert(version, Change::Rows(Arc::new(rows.to_vec())));
     }
 }

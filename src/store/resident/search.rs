@@ -1,10 +1,11 @@
 //! [`NearestVisible`] over the resident snapshot, with LanceDB answering whatever the
 //! snapshot cannot: a search without a column filter, or one that finds the snapshot behind
-//! the table (which also schedules a reload).
+//! the table in a way its transactions cannot explain (which also schedules a reload).
 
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
+use lance::dataset::transaction::Operation;
 use lancedb::Table;
 
 use super::super::search::{Hit, LanceSearch, NearestVisible, SearchRequest};
@@ -38,16 +39,61 @@ impl ResidentSearch {
     async fn search(&self, req: &SearchRequest) -> Result<Vec<Hit>, StoreError> {
         if let Some(rows) = &req.rows {
             let version = self.table.version().await?;
-            if let Some(hits) = self
-                .resident
-                .nearest(version, &req.vector, rows, req.k.max(1))
-            {
+            let k = req.k.max(1);
+            if let Some(hits) = self.resident.nearest(version, &req.vector, rows, k) {
                 return Ok(hits);
             }
+            if self.explain(version).await {
+                if let Some(hits) = self.resident.nearest(version, &req.vector, rows, k) {
+                    return Ok(hits);
+                }
+            }
+            self.resident.deferred_one();
             self.resident.reload_in_background(&self.table);
         }
         self.lance.nearest(req).await
     }
+
+    /// Look up the versions nobody reported in their transactions; true if every one of them
+    /// left the rows as they were (a compaction or an index build, by any process).
+    async fn explain(&self, version: u64) -> bool {
+        let versions = self.resident.unexplained(version);
+        if versions.is_empty() || versions.len() > MAX_LOOKUPS {
+            return false;
+        }
+        let Some(wrapper) = self.table.dataset() else {
+            return false;
+        };
+        let Ok(dataset) = wrapper.get().await else {
+            return false;
+        };
+        for v in versions {
+            match dataset.read_transaction_by_version(v).await {
+                Ok(Some(t)) if keeps_rows(&t.operation) => self.resident.unchanged_at(v),
+                Ok(_) => return false,
+                Err(e) => {
+                    tracing::debug!(version = v, error = %e, "could not read a transaction");
+                    return false;
+                }
+            }
+        }
+        true
+    }
+}
+
+/// Versions looked up per search at most; a snapshot further behind is reloaded instead.
+const MAX_LOOKUPS: usize = 8;
+
+/// Whether a commit leaves every row's values as they were: compaction rewrites the same rows
+/// into new files, an index build or a config change touches no row.
+fn keeps_rows(operation: &Operation) -> bool {
+    matches!(
+        operation,
+        Operation::Rewrite { .. }
+            | Operation::CreateIndex { .. }
+            | Operation::ReserveFragments { .. }
+            | Operation::UpdateConfig { .. }
+    )
 }
 
 impl NearestVisible for ResidentSearch {
