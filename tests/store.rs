@@ -272,3 +272,46 @@ async fn concurrent_inserts_of_the_same_ids_from_two_connections_leave_one_row_e
     let unique: std::collections::HashSet<&String> = ids.iter().collect();
     assert_eq!((ids.len(), unique.len()), (40, 40));
 }
+
+#[tokio::test]
+async fn the_vector_index_is_retrained_once_the_table_grew_by_half() {
+    use std::sync::atomic::Ordering;
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path()).await;
+    store
+        .append((0..1000).map(|i| row(i, "public")).collect())
+        .await
+        .unwrap();
+    scopemem::store::search::build_vector_index(store.table())
+        .await
+        .unwrap();
+    let counters = store.writer().counters();
+    // Growth under half: refreshed incrementally.
+    store
+        .append((1000..1400).map(|i| row(i, "public")).collect())
+        .await
+        .unwrap();
+    store.writer().maintain().await.unwrap();
+    assert_eq!(counters.retrains.load(Ordering::Relaxed), 0);
+    // Half again on the 1000 rows it was trained on: retrained, and every row indexed.
+    store
+        .append((1400..1600).map(|i| row(i, "public")).collect())
+        .await
+        .unwrap();
+    store.writer().maintain().await.unwrap();
+    assert_eq!(counters.retrains.load(Ordering::Relaxed), 1);
+    let states = store.index_states().await.unwrap();
+    let vector = states
+        .iter()
+        .find(|s| s.columns.iter().any(|c| c == "vector"))
+        .expect("vector index");
+    assert_eq!(vector.indexed_rows, Some(1600), "{vector:?}");
+    assert_eq!(vector.unindexed_rows, Some(0), "{vector:?}");
+    // The next refresh is incremental again.
+    store
+        .append((1600..1700).map(|i| row(i, "public")).collect())
+        .await
+        .unwrap();
+    store.writer().maintain().await.unwrap();
+    assert_eq!(counters.retrains.load(Ordering::Relaxed), 1);
+}

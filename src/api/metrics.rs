@@ -227,6 +227,11 @@ pub async fn render(metrics: &Metrics, host: &PluginHost) -> String {
         "# TYPE scopemem_compactions_total counter\nscopemem_compactions_total {}",
         c.compactions.load(Relaxed)
     );
+    let _ = writeln!(
+        out,
+        "# TYPE scopemem_vector_index_retrains_total counter\nscopemem_vector_index_retrains_total {}",
+        c.retrains.load(Relaxed)
+    );
     out
 }
 

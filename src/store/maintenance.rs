@@ -8,11 +8,11 @@
 //! busy for long stretches, and on two cores that starved the requests' runtime (one append
 //! waited 13.5 s behind a 15 s erase at 100k rows before this).
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Instant;
 
-use lancedb::table::{CompactionOptions, OptimizeAction, OptimizeOptions};
+use lancedb::table::{CompactionOptions, OptimizeAction};
 use lancedb::Table;
 use tokio::sync::{Mutex, Notify};
 
@@ -44,6 +44,8 @@ pub struct Maintenance {
     stopped: AtomicBool,
     /// The maintenance thread's runtime, where every pass runs.
     runtime: tokio::runtime::Handle,
+    /// Rows the vector index was last trained on (see `retrain`).
+    trained_rows: AtomicUsize,
 }
 
 impl Maintenance {
@@ -65,6 +67,7 @@ impl Maintenance {
             wake,
             stopped: AtomicBool::new(false),
             runtime,
+            trained_rows: AtomicUsize::new(0),
         });
         if let Some(started) = started {
             let _ = started.send(Arc::downgrade(&this));
@@ -103,7 +106,14 @@ impl Maintenance {
     async fn pass_now(&self, full: bool) -> Result<MaintenanceReport, StoreError> {
         let _pass = self.pass.lock().await;
         self.dirty.store(false, Ordering::Release);
-        let result = maintain(&self.table, &self.settings, &self.counters, full).await;
+        let result = maintain(
+            &self.table,
+            &self.settings,
+            &self.counters,
+            full,
+            &self.trained_rows,
+        )
+        .await;
         if result.is_err() {
             self.dirty.store(true, Ordering::Release);
         }
@@ -229,7 +239,8 @@ async fn scheduled_loop(
     }
 }
 
-/// Compact small fragments, then fold unindexed rows into the existing indexes.
+/// Compact small fragments, then fold unindexed rows into the existing indexes (retraining the
+/// vector index when the table has outgrown it).
 ///
 /// Lance merges every adjacent fragment smaller than `target_rows_per_fragment`. With the
 /// default (1M rows) each compaction would rewrite the whole growing table; a target of
@@ -240,6 +251,7 @@ async fn maintain(
     settings: &WriterSettings,
     counters: &WriterCounters,
     full: bool,
+    trained: &AtomicUsize,
 ) -> Result<MaintenanceReport, StoreError> {
     let native = table
         .as_native()
@@ -278,15 +290,7 @@ async fn maintain(
             "compacted"
         );
     }
-    if !table.list_indices().await?.is_empty() {
-        retry(settings, counters, || async {
-            table
-                .optimize(OptimizeAction::Index(OptimizeOptions::default()))
-                .await?;
-            Ok(())
-        })
-        .await?;
-    }
+    super::retrain::refresh_indexes(table, settings, counters, trained).await?;
     let after = native.count_fragments().await?;
     Ok(MaintenanceReport {
         fragments_before: before,

@@ -12,6 +12,7 @@ pub mod page;
 pub mod record;
 pub mod resident;
 pub mod retention;
+pub mod retrain;
 pub mod schema;
 pub mod scope_counts;
 pub mod search;

@@ -109,6 +109,8 @@ pub struct WriterCounters {
     pub rows_appended: AtomicU64,
     pub conflicts_retried: AtomicU64,
     pub compactions: AtomicU64,
+    /// Vector index retrains (the table grew by half since the last training).
+    pub retrains: AtomicU64,
     /// Commits whose files were fsynced before the acknowledgement (`Durability::Power`).
     pub durable_syncs: AtomicU64,
 }
