@@ -46,6 +46,8 @@ test: setup mcp-client astrbot-venv browser
 
 bench: setup
 	cargo bench --bench recall
+	cargo bench --bench remember
+	cargo bench --bench end_to_end
 	cargo bench --bench backfill
 	cargo bench --bench events
 	cargo bench --bench http_guard

@@ -3,14 +3,12 @@
 //! Prints, for 10k and 100k rows in 50 scopes + 30% public (k = 10, scope + public prefilter):
 //! search-only p50/p95/p99 for exact flat search and for the cosine IVF_HNSW_SQ index (with and
 //! without refine) plus recall@10 against exact filtered search; end-to-end recall (query
-//! embedding + search) p50/p95; remember throughput with concurrent clients; fragment count
-//! after 10k single remembers. Criterion then times the same searches.
+//! embedding + search) p50/p95. Criterion then times the same searches. Remember throughput is
+//! in `benches/remember.rs`.
 //!
 //! Datasets are cached under $CARGO_TARGET_DIR/scopemem-bench (embedding 100k sentences takes
-//! minutes). `SCOPEMEM_BENCH_SIZES=10000` limits the sizes; `SCOPEMEM_BENCH_QUICK=1` skips the
-//! 10k-remember fragment run.
+//! minutes). `SCOPEMEM_BENCH_SIZES=10000` limits the sizes.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 mod common;
@@ -146,64 +144,5 @@ fn main() {
         rt.block_on(host.shutdown());
     }
 
-    // Remember throughput with concurrent clients, on a fresh table.
-    for clients in [1usize, 8, 32] {
-        let tmp = tempfile::tempdir().expect("tempdir");
-        let host = Arc::new(rt.block_on(host_on(tmp.path(), embedder.clone(), json!({}))));
-        let per = 2000 / clients;
-        let t = Instant::now();
-        rt.block_on(async {
-            let mut tasks = Vec::new();
-            for c in 0..clients {
-                let host = host.clone();
-                tasks.push(tokio::spawn(async move {
-                    let mut rng = Rng(c as u64 + 99);
-                    for _ in 0..per {
-                        host.invoke("remember", json!({"conversation_id": format!("bench:{c}"), "content": sentence(&mut rng)}))
-                            .await
-                            .expect("remember");
-                    }
-                }));
-            }
-            for task in tasks {
-                task.await.expect("client");
-            }
-        });
-        let secs = t.elapsed().as_secs_f64();
-        let stats = rt.block_on(host.memory().store().stats()).expect("stats");
-        println!(
-            "RESULT remember throughput, {clients:>2} clients: {:.0} memories/s ({} rows, {} fragments)",
-            (per * clients) as f64 / secs,
-            stats.rows,
-            stats.fragments
-        );
-        rt.block_on(host.shutdown());
-    }
-
-    if std::env::var("SCOPEMEM_BENCH_QUICK").is_err() {
-        let tmp = tempfile::tempdir().expect("tempdir");
-        let host = rt.block_on(host_on(tmp.path(), embedder.clone(), json!({})));
-        let mut rng = Rng(4242);
-        let t = Instant::now();
-        for i in 0..10_000 {
-            rt.block_on(host.invoke(
-                "remember",
-                json!({"conversation_id": "bench:single", "content": sentence(&mut rng)}),
-            ))
-            .expect("remember");
-            if i % 2000 == 1999 {
-                let s = rt.block_on(host.memory().store().stats()).expect("stats");
-                eprintln!("  {} single remembers: {} fragments", i + 1, s.fragments);
-            }
-        }
-        let stats = rt.block_on(host.memory().store().stats()).expect("stats");
-        println!(
-            "RESULT 10k single remembers: {} fragments afterwards ({:.0} remembers/s, {} compactions)",
-            stats.fragments,
-            10_000.0 / t.elapsed().as_secs_f64(),
-            host.memory().store().writer().counters().compactions.load(std::sync::atomic::Ordering::Relaxed)
-        );
-        rt.block_on(host.shutdown());
-    }
     criterion.final_summary();
 }

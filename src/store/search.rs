@@ -96,7 +96,12 @@ pub struct LanceSearch {
     building: Arc<AtomicBool>,
     /// Index builds run only in the process holding the maintenance lease.
     maintainer: Arc<AtomicBool>,
+    /// When the row count was last checked: a check is a table query, and every remember asks.
+    last_check: std::sync::Mutex<Option<Instant>>,
 }
+
+/// Row-count checks for the index build are at least this far apart.
+const INDEX_CHECK_SPACING: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl LanceSearch {
     pub async fn new(
@@ -112,6 +117,7 @@ impl LanceSearch {
             indexed: Arc::new(AtomicBool::new(indexed)),
             building: Arc::new(AtomicBool::new(false)),
             maintainer: Arc::new(AtomicBool::new(true)),
+            last_check: std::sync::Mutex::new(None),
         })
     }
 
@@ -127,13 +133,21 @@ impl LanceSearch {
     }
 
     /// Build the cosine vector index if the table has outgrown flat search. Returns at once;
-    /// the build runs on its own task (Lance lets appends commit concurrently with it).
+    /// the build runs on its own task (Lance lets appends commit concurrently with it). The
+    /// row count is read at most once a second.
     pub async fn maybe_build_index(&self) -> Result<bool, StoreError> {
         if self.is_indexed()
             || self.building.load(Ordering::Relaxed)
             || !self.maintainer.load(Ordering::Acquire)
         {
             return Ok(false);
+        }
+        {
+            let mut last = self.last_check.lock().unwrap_or_else(|e| e.into_inner());
+            if last.is_some_and(|t| t.elapsed() < INDEX_CHECK_SPACING) {
+                return Ok(false);
+            }
+            *last = Some(Instant::now());
         }
         let rows = self.table.count_rows(None).await?;
         if rows < self.index_threshold_rows {
