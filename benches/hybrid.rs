@@ -44,6 +44,7 @@ async fn searches(vector: &LanceSearch, keywords: &FulltextSearch, qs: &[Query],
     let keyword_req = |q: &Query| KeywordRequest {
         text: q.text.clone(),
         predicate: Some(q.predicate.clone()),
+        rows: None,
         k: K,
     };
     let (mut tv, mut tk, mut th) = (Vec::new(), Vec::new(), Vec::new());

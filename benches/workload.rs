@@ -221,6 +221,7 @@ fn main() {
         store.table().clone(),
         store.resident().clone(),
         lance.clone(),
+        Arc::new(scopemem::store::FulltextSearch::new(store.table().clone())),
     );
     while store.resident().stats().loads == 0 {
         std::thread::sleep(Duration::from_millis(20));

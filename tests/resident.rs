@@ -15,8 +15,8 @@ use scopemem::memory::retention::and_alive;
 use scopemem::scope::{recall_predicate, recall_scopes, ScopeName};
 use scopemem::store::resident::ResidentSearch;
 use scopemem::store::{
-    Hit, LanceSearch, MemoryRecord, ModelInfo, NearestVisible, RowFilter, SearchRequest, Store,
-    WriterSettings,
+    FulltextSearch, Hit, LanceSearch, MemoryRecord, ModelInfo, NearestVisible, RowFilter,
+    SearchRequest, Store, WriterSettings,
 };
 
 const DIM: usize = 32;
@@ -130,6 +130,7 @@ async fn searches(store: &Store) -> (ResidentSearch, Arc<LanceSearch>) {
         store.table().clone(),
         store.resident().clone(),
         lance.clone(),
+        Arc::new(FulltextSearch::new(store.table().clone())),
     );
     (resident, lance)
 }
@@ -343,6 +344,82 @@ async fn follows_compaction_and_strength_sets_without_a_reload() {
 }
 
 #[tokio::test]
+async fn keyword_matches_are_lancedbs_and_respect_the_filter() {
+    use scopemem::store::{KeywordMatching, KeywordRequest};
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path()).await;
+    let mut rng = Rng(13);
+    let words = [
+        "orchids", "garden", "birthday", "ZX-99812", "兰花", "外婆", "deploy", "freeze",
+    ];
+    let scopes = [Some("家人"), Some("工作"), Some("public"), None];
+    let rows: Vec<(MemoryRecord, Vec<f32>)> = (0..240)
+        .map(|i| {
+            let (mut r, v) = row(format!("k{i}"), scopes[i % 4], rng.vector(), i % 11 == 0);
+            // Two or three words per row, some repeated, of varying length.
+            r.content = format!(
+                "{} {} {}",
+                words[i % 8],
+                words[(i / 8) % 8],
+                if i % 3 == 0 { words[(i / 3) % 8] } else { "" }
+            );
+            if i % 5 == 0 {
+                r.tags = vec!["Grandma".into()];
+            }
+            (r, v)
+        })
+        .collect();
+    store.append(rows).await.unwrap();
+    scopemem::store::fulltext::ensure_fulltext_indexes(store.table())
+        .await
+        .unwrap();
+    let (resident, _) = searches(&store).await;
+    loaded(&store).await;
+    let lance = FulltextSearch::new(store.table().clone());
+    for (query, scope, migration) in [
+        ("orchids", "家人", false),
+        ("garden birthday", "工作", false),
+        ("zx 99812", "家人", true),
+        ("外婆喜欢兰花", "家人", false),
+        ("grandma", "工作", true),
+        ("the", "家人", false),
+    ] {
+        let filter = request(vec![0.0; DIM], scope, migration, ScopeFilterMode::Enforce);
+        let req = KeywordRequest {
+            text: query.into(),
+            predicate: filter.predicate.clone(),
+            rows: filter.rows.clone(),
+            k: 500,
+        };
+        let before = store.resident().stats().keyword_served;
+        let got = KeywordMatching::matching(&resident, &req).await.unwrap();
+        assert_eq!(
+            store.resident().stats().keyword_served,
+            before + 1,
+            "{query}"
+        );
+        let want = lance.matching(&req).await.unwrap();
+        let mut got_ids: Vec<&str> = got.iter().map(|h| h.record.id.as_str()).collect();
+        let mut want_ids: Vec<&str> = want.iter().map(|h| h.record.id.as_str()).collect();
+        got_ids.sort();
+        want_ids.sort();
+        // The same rows match; the scores are plain BM25 over content and tags together, where
+        // Lance scores each column on its own, so the order may differ.
+        assert_eq!(got_ids, want_ids, "the same rows match {query:?}");
+        for h in &got {
+            assert!(h.record.expires_at.unwrap() > Utc::now(), "no expired row");
+            assert!(filter
+                .rows
+                .as_ref()
+                .unwrap()
+                .admits_scope(h.record.memory_scope.as_deref()));
+        }
+        // Best first, by a score that only falls.
+        assert!(got.windows(2).all(|w| w[0].score >= w[1].score));
+    }
+}
+
+#[tokio::test]
 async fn recalls_are_served_from_memory_and_scopes_do_not_leak() {
     use common::*;
     let dir = tempfile::tempdir().unwrap();
@@ -361,6 +438,24 @@ async fn recalls_are_served_from_memory_and_scopes_do_not_leak() {
     remember(&host, FAMILY, "Grandpa plants tomatoes every spring").await;
     remember(&host, WORK, "The deploy freeze starts on Thursday").await;
     let served = store.resident().stats().served;
+    let keyword_served = store.resident().stats().keyword_served;
+    // The keyword half too: an exact word from another scope is never found.
+    let words = |conversation: &'static str| {
+        let host = &host;
+        async move {
+            let r = host
+                .invoke(
+                    "recall",
+                    serde_json::json!({"conversation_id": conversation, "query": "tomatoes", "search": "keyword"}),
+                )
+                .await
+                .unwrap();
+            r["memories"].as_array().unwrap().len()
+        }
+    };
+    assert_eq!(words(FAMILY).await, 1);
+    assert_eq!(words(WORK).await, 0);
+    assert_eq!(store.resident().stats().keyword_served, keyword_served + 2);
     for _ in 0..3 {
         let (scope, hits) = recall(&host, FAMILY, "what is happening").await;
         assert_eq!(scope, "家人");

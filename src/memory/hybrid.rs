@@ -7,15 +7,16 @@
 //! fused because cosine similarity and BM25 live on unrelated scales. Each list has its own
 //! floor (the similarity threshold for vectors, [`KEYWORD_MIN_SHARE`] of the best BM25 score
 //! for keywords) and neither drops what the other found: a memory only the keywords find keeps
-//! its place (dropping those is mem0 #5742). Both searches run under the same predicate,
-//! as prefilters inside LanceDB (full-text search that ignores the scope is Graphiti #810).
+//! its place (dropping those is mem0 #5742). Both searches run under the same filter: the
+//! admitted scopes scanned in the resident copy, or the predicate as a prefilter inside LanceDB
+//! (full-text search that ignores the scope is Graphiti #810).
 
 use std::collections::HashMap;
 
 use crate::config::SearchKind;
 use crate::embed::{Embedder, QueryCache};
 use crate::store::{
-    FulltextSearch, KeywordRequest, MemoryRecord, NearestVisible, RowFilter, SearchRequest,
+    KeywordMatching, KeywordRequest, MemoryRecord, NearestVisible, RowFilter, SearchRequest,
 };
 
 use super::MemoryError;
@@ -55,7 +56,7 @@ pub struct Searchers<'a> {
     /// Recent query embeddings (a repeated query skips the model).
     pub queries: &'a QueryCache,
     pub vectors: &'a dyn NearestVisible,
-    pub keywords: &'a FulltextSearch,
+    pub keywords: &'a dyn KeywordMatching,
 }
 
 impl Searchers<'_> {
@@ -101,6 +102,7 @@ impl Searchers<'_> {
             .matching(&KeywordRequest {
                 text: q.text.to_string(),
                 predicate: q.predicate.clone(),
+                rows: q.rows.clone(),
                 k: q.k,
             })
             .await?;

@@ -167,7 +167,6 @@ pub struct MemoryService {
     /// The vector search recalls use: resident in memory, LanceDB when it cannot answer.
     vectors: crate::store::resident::ResidentSearch,
     /// BM25 search on the full-text indexes (keyword and hybrid recall).
-    keywords: crate::store::FulltextSearch,
     /// Embeddings of recent recall queries.
     queries: crate::embed::QueryCache,
     embedder: Arc<dyn Embedder>,
@@ -273,11 +272,11 @@ impl MemoryService {
             store.table().clone(),
             store.resident().clone(),
             search.clone(),
+            std::sync::Arc::new(crate::store::FulltextSearch::new(store.table().clone())),
         );
         Ok(MemoryService {
             lease,
             vectors,
-            keywords: crate::store::FulltextSearch::new(store.table().clone()),
             queries: Default::default(),
             store,
             search,
@@ -507,7 +506,7 @@ impl MemoryService {
             embedder: self.embedder.as_ref(),
             queries: &self.queries,
             vectors: &self.vectors,
-            keywords: &self.keywords,
+            keywords: &self.vectors,
         };
         let candidates = searchers
             .candidates(&CandidateQuery {

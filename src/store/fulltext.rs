@@ -72,7 +72,27 @@ async fn has_fulltext_indexes(table: &Table) -> Result<bool, StoreError> {
 pub struct KeywordRequest {
     pub text: String,
     pub predicate: Option<String>,
+    /// The same filter in column terms, for the resident search (`None`: LanceDB only).
+    pub rows: Option<super::search::RowFilter>,
     pub k: usize,
+}
+
+/// The keyword search a recall uses: LanceDB's full-text index, or the resident copy in front
+/// of it (the seam beside [`super::NearestVisible`]).
+pub trait KeywordMatching: Send + Sync {
+    fn matching<'a>(
+        &'a self,
+        req: &'a KeywordRequest,
+    ) -> futures::future::BoxFuture<'a, Result<Vec<KeywordHit>, StoreError>>;
+}
+
+impl KeywordMatching for FulltextSearch {
+    fn matching<'a>(
+        &'a self,
+        req: &'a KeywordRequest,
+    ) -> futures::future::BoxFuture<'a, Result<Vec<KeywordHit>, StoreError>> {
+        Box::pin(FulltextSearch::matching(self, req))
+    }
 }
 
 /// A row with its BM25 score (higher is better; only comparable within one query).

@@ -29,7 +29,7 @@ use lancedb::index::{Index, IndexType};
 use lancedb::query::{ExecutableQuery, QueryBase, Select};
 use lancedb::Table;
 
-pub use fulltext::{FulltextSearch, KeywordHit, KeywordRequest};
+pub use fulltext::{FulltextSearch, KeywordHit, KeywordMatching, KeywordRequest};
 pub use index_state::IndexState;
 pub use page::Page;
 pub use record::MemoryRecord;

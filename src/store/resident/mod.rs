@@ -14,6 +14,7 @@
 //! (delete, update, another process's write) breaks that chain: searches go to LanceDB until a
 //! background reload catches up.
 
+mod keywords;
 mod load;
 mod partition;
 mod search;
@@ -25,11 +26,14 @@ use std::time::{Duration, Instant};
 
 use lancedb::Table;
 
+use super::fulltext::KeywordHit;
 use super::record::MemoryRecord;
 use super::search::{Hit, RowFilter};
 use super::strengths::StrengthSet;
 use super::writer::CommitObserver;
-use partition::{Partition, Query, TopN};
+use keywords::{Postings, Vocabulary};
+use lance_index::scalar::inverted::tokenizer::document_tokenizer::LanceTokenizer;
+use partition::{Partition, Query, Scored, TopN};
 pub use search::ResidentSearch;
 
 /// The table's rows at one version, by scope.
@@ -40,6 +44,11 @@ pub struct Snapshot {
     partitions: Vec<Partition>,
     by_scope: HashMap<Option<String>, usize>,
     rows: usize,
+    /// The keyword index: postings per partition (same order), terms shared. Without an
+    /// analyzer there is none, and keyword searches stay on LanceDB.
+    analyzer: Option<Box<dyn LanceTokenizer>>,
+    postings: Vec<Postings>,
+    vocabulary: Vocabulary,
 }
 
 impl Snapshot {
@@ -50,11 +59,22 @@ impl Snapshot {
             partitions: Vec::with_capacity(partitions.len()),
             by_scope: HashMap::with_capacity(partitions.len()),
             rows: 0,
+            analyzer: keywords::analyzer(),
+            postings: Vec::with_capacity(partitions.len()),
+            vocabulary: Vocabulary::default(),
         };
         for (scope, p) in partitions {
+            let mut postings = Postings::default();
+            if let Some(analyzer) = s.analyzer.as_mut() {
+                for record in &p.records {
+                    let terms = keywords::document_terms(analyzer.as_mut(), record);
+                    postings.push(&mut s.vocabulary, &terms);
+                }
+            }
             s.rows += p.len();
             s.by_scope.insert(scope, s.partitions.len());
             s.partitions.push(p);
+            s.postings.push(postings);
         }
         s
     }
@@ -67,9 +87,56 @@ impl Snapshot {
             .or_insert(next);
         if i == next {
             self.partitions.push(Partition::new(self.dim));
+            self.postings.push(Postings::default());
+        }
+        if let Some(analyzer) = self.analyzer.as_mut() {
+            let terms = keywords::document_terms(analyzer.as_mut(), &record);
+            self.postings[i].push(&mut self.vocabulary, &terms);
         }
         self.partitions[i].push(record, vector);
         self.rows += 1;
+    }
+
+    /// The `k` best BM25 matches among the admitted rows, best first; `None` without an
+    /// analyzer.
+    fn matching(&self, text: &str, rows: &RowFilter, k: usize) -> Option<Vec<KeywordHit>> {
+        // Without the analyzer the rows were never indexed.
+        self.analyzer.as_ref()?;
+        let mut analyzer = keywords::analyzer()?;
+        let terms: Vec<u32> = keywords::query_terms(analyzer.as_mut(), text)
+            .iter()
+            .filter_map(|t| self.vocabulary.lookup(t))
+            .collect();
+        let mut top = TopN::new(k);
+        if terms.is_empty() {
+            return Some(Vec::new());
+        }
+        for (scope, &i) in &self.by_scope {
+            if !rows.admits_scope(scope.as_deref()) {
+                continue;
+            }
+            let mut scores: HashMap<u32, f32> = HashMap::new();
+            self.postings[i].score(&self.vocabulary, &terms, &mut scores);
+            let partition = &self.partitions[i];
+            for (row, score) in scores {
+                if partition.alive(row as usize, rows) {
+                    top.offer(Scored {
+                        similarity: score,
+                        partition: i,
+                        row: row as usize,
+                    });
+                }
+            }
+        }
+        Some(
+            top.into_sorted()
+                .into_iter()
+                .map(|s| KeywordHit {
+                    record: self.partitions[s.partition].record(s.row).clone(),
+                    score: s.similarity,
+                })
+                .collect(),
+        )
     }
 
     /// Patch the rows a strength set changed (one pass over the records: sets are rare next
@@ -185,6 +252,7 @@ pub struct ResidentVectors {
     /// When the last reload ended, and how long it took (reloads are spaced by twice that).
     last_load: Mutex<Option<(Instant, Duration)>>,
     served: AtomicU64,
+    keyword_served: AtomicU64,
     deferred: AtomicU64,
     loads: AtomicU64,
 }
@@ -198,8 +266,10 @@ pub struct ResidentStats {
     pub bytes: usize,
     /// Table version the snapshot is at.
     pub version: u64,
-    /// Searches it answered.
+    /// Vector searches it answered.
     pub served: u64,
+    /// Keyword searches it answered.
+    pub keyword_served: u64,
     /// Searches it left to LanceDB (snapshot behind, loading, or the table is too large).
     pub deferred: u64,
     /// Full reloads from the table.
@@ -217,6 +287,7 @@ impl ResidentVectors {
             loading: AtomicBool::new(false),
             last_load: Mutex::new(None),
             served: AtomicU64::new(0),
+            keyword_served: AtomicU64::new(0),
             deferred: AtomicU64::new(0),
             loads: AtomicU64::new(0),
         }
@@ -236,7 +307,9 @@ impl ResidentVectors {
         let (rows, bytes, version) = match &*self.read() {
             Some(s) => (
                 s.rows,
-                s.partitions.iter().map(Partition::bytes).sum(),
+                s.partitions.iter().map(Partition::bytes).sum::<usize>()
+                    + s.postings.iter().map(Postings::bytes).sum::<usize>()
+                    + s.vocabulary.bytes(),
                 s.version,
             ),
             None => (0, 0, 0),
@@ -246,6 +319,7 @@ impl ResidentVectors {
             bytes,
             version,
             served: self.served.load(Ordering::Relaxed),
+            keyword_served: self.keyword_served.load(Ordering::Relaxed),
             deferred: self.deferred.load(Ordering::Relaxed),
             loads: self.loads.load(Ordering::Relaxed),
         }
@@ -280,6 +354,24 @@ impl ResidentVectors {
         }
         let hits = self.read().as_ref().map(|s| s.nearest(vector, rows, k))?;
         self.served.fetch_add(1, Ordering::Relaxed);
+        Some(hits)
+    }
+
+    /// The `k` best keyword (BM25) matches at table version `version` or later, or `None` when
+    /// the snapshot cannot show that version or has no keyword index.
+    pub fn matching(
+        &self,
+        version: u64,
+        text: &str,
+        rows: &RowFilter,
+        k: usize,
+    ) -> Option<Vec<KeywordHit>> {
+        self.wanted.store(true, Ordering::Relaxed);
+        if !self.catch_up(version) {
+            return None;
+        }
+        let hits = self.read().as_ref()?.matching(text, rows, k)?;
+        self.keyword_served.fetch_add(1, Ordering::Relaxed);
         Some(hits)
     }
 

@@ -127,6 +127,13 @@ impl Partition {
         v.iter().zip(&q.unit).map(|(a, b)| a.to_f32() * b).sum()
     }
 
+    /// Whether row `row` is alive for the filter (not expired at its time).
+    pub(super) fn alive(&self, row: usize, rows: &RowFilter) -> bool {
+        self.expires
+            .get(row)
+            .is_some_and(|e| rows.admits_expiry(*e))
+    }
+
     pub fn record(&self, row: usize) -> &MemoryRecord {
         &self.records[row]
     }
@@ -166,7 +173,7 @@ impl TopN {
         }
     }
 
-    fn offer(&mut self, s: Scored) {
+    pub(super) fn offer(&mut self, s: Scored) {
         if self.heap.len() < self.n {
             self.heap.push(std::cmp::Reverse(ByScore(s)));
         } else if let Some(worst) = self.heap.peek() {

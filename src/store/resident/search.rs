@@ -1,5 +1,5 @@
-//! [`NearestVisible`] over the resident snapshot, with LanceDB answering whatever the
-//! snapshot cannot: a search without a column filter, or one that finds the snapshot behind
+//! [`NearestVisible`] and [`KeywordMatching`] over the resident snapshot, with LanceDB answering
+//! whatever the snapshot cannot: a search without a column filter, or one that finds the snapshot behind
 //! the table in a way its transactions cannot explain (which also schedules a reload).
 
 use std::sync::Arc;
@@ -8,6 +8,7 @@ use futures::future::BoxFuture;
 use lance::dataset::transaction::Operation;
 use lancedb::Table;
 
+use super::super::fulltext::{FulltextSearch, KeywordHit, KeywordMatching, KeywordRequest};
 use super::super::search::{Hit, LanceSearch, NearestVisible, SearchRequest};
 use super::super::StoreError;
 use super::ResidentVectors;
@@ -16,11 +17,18 @@ pub struct ResidentSearch {
     table: Table,
     resident: Arc<ResidentVectors>,
     lance: Arc<LanceSearch>,
+    fulltext: Arc<FulltextSearch>,
 }
 
 impl ResidentSearch {
-    /// Starts loading the snapshot in the background (start-up does not wait for it).
-    pub fn new(table: Table, resident: Arc<ResidentVectors>, lance: Arc<LanceSearch>) -> Self {
+    /// Starts loading the snapshot in the background (start-up does not wait for it). `lance`
+    /// and `fulltext` answer what the snapshot cannot.
+    pub fn new(
+        table: Table,
+        resident: Arc<ResidentVectors>,
+        lance: Arc<LanceSearch>,
+        fulltext: Arc<FulltextSearch>,
+    ) -> Self {
         resident
             .wanted
             .store(true, std::sync::atomic::Ordering::Relaxed);
@@ -29,7 +37,31 @@ impl ResidentSearch {
             table,
             resident,
             lance,
+            fulltext,
         }
+    }
+
+    /// The LanceDB full-text search behind the resident keyword index.
+    pub fn fulltext(&self) -> &Arc<FulltextSearch> {
+        &self.fulltext
+    }
+
+    async fn keywords(&self, req: &KeywordRequest) -> Result<Vec<KeywordHit>, StoreError> {
+        if let Some(rows) = &req.rows {
+            let version = self.table.version().await?;
+            let k = req.k.max(1);
+            if let Some(hits) = self.resident.matching(version, &req.text, rows, k) {
+                return Ok(hits);
+            }
+            if self.explain(version).await {
+                if let Some(hits) = self.resident.matching(version, &req.text, rows, k) {
+                    return Ok(hits);
+                }
+            }
+            self.resident.deferred_one();
+            self.resident.reload_in_background(&self.table);
+        }
+        self.fulltext.matching(req).await
     }
 
     pub fn resident(&self) -> &Arc<ResidentVectors> {
@@ -102,5 +134,14 @@ impl NearestVisible for ResidentSearch {
         req: &'a SearchRequest,
     ) -> BoxFuture<'a, Result<Vec<Hit>, StoreError>> {
         Box::pin(self.search(req))
+    }
+}
+
+impl KeywordMatching for ResidentSearch {
+    fn matching<'a>(
+        &'a self,
+        req: &'a KeywordRequest,
+    ) -> BoxFuture<'a, Result<Vec<KeywordHit>, StoreError>> {
+        Box::pin(self.keywords(req))
     }
 }

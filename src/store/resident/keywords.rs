@@ -1,0 +1,217 @@
+//! The keyword half of the resident search: an inverted index of every resident row's content
+//! and tags, tokenized by the analyzer LanceDB's full-text index is built with
+//! ([`fulltext_params`]: ICU word segmentation, lower-casing, folding, stemming, stop words) and
+//! scored by BM25 with statistics over the whole table, as Lance's index is. A search scores
+//! the admitted partitions only.
+
+use std::collections::HashMap;
+use std::sync::OnceLock;
+
+use lance_index::scalar::inverted::tokenizer::document_tokenizer::LanceTokenizer;
+use lance_tokenizer::TokenStream;
+
+use super::super::fulltext::fulltext_params;
+use super::super::record::MemoryRecord;
+
+/// BM25's term-frequency saturation and length normalisation (the usual values, Lance's too).
+const K1: f32 = 1.2;
+const B: f32 = 0.75;
+
+static PROTOTYPE: OnceLock<Option<Box<dyn LanceTokenizer>>> = OnceLock::new();
+
+/// A tokenizer of its own for the caller (building one loads the segmenter's data once).
+/// `None` if it cannot be built: keyword searches then stay on LanceDB.
+pub fn analyzer() -> Option<Box<dyn LanceTokenizer>> {
+    PROTOTYPE
+        .get_or_init(|| match fulltext_params().build() {
+            Ok(t) => Some(t),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot build the keyword analyzer; keyword search stays on LanceDB");
+                None
+            }
+        })
+        .as_ref()
+        .map(|t| t.box_clone())
+}
+
+/// A row's terms: its content's, then its tags'.
+pub fn document_terms(analyzer: &mut dyn LanceTokenizer, record: &MemoryRecord) -> Vec<String> {
+    let mut terms = Vec::new();
+    for text in std::iter::once(&record.content).chain(&record.tags) {
+        let mut stream = analyzer.token_stream_for_doc(text);
+        while stream.advance() {
+            terms.push(stream.token().text.clone());
+        }
+    }
+    terms
+}
+
+/// The distinct terms of a query.
+pub fn query_terms(analyzer: &mut dyn LanceTokenizer, text: &str) -> Vec<String> {
+    let mut terms: Vec<String> = Vec::new();
+    let mut stream = analyzer.token_stream_for_search(text);
+    while stream.advance() {
+        let t = &stream.token().text;
+        if !terms.contains(t) {
+            terms.push(t.clone());
+        }
+    }
+    terms
+}
+
+/// Term ids shared by every partition, with how many rows hold each (BM25's document
+/// frequency) and the table's row and term counts.
+#[derive(Default)]
+pub struct Vocabulary {
+    ids: HashMap<String, u32>,
+    df: Vec<u32>,
+    docs: u64,
+    terms: u64,
+}
+
+impl Vocabulary {
+    fn intern(&mut self, term: &str) -> u32 {
+        if let Some(&id) = self.ids.get(term) {
+            return id;
+        }
+        let id = self.df.len() as u32;
+        self.ids.insert(term.to_string(), id);
+        self.df.push(0);
+        id
+    }
+
+    pub fn lookup(&self, term: &str) -> Option<u32> {
+        self.ids.get(term).copied()
+    }
+
+    /// BM25's inverse document frequency (never negative).
+    pub fn idf(&self, term: u32) -> f32 {
+        let n = self.docs as f32;
+        let df = self.df.get(term as usize).copied().unwrap_or(0) as f32;
+        ((n - df + 0.5) / (df + 0.5) + 1.0).ln()
+    }
+
+    pub fn average_length(&self) -> f32 {
+        (self.terms as f32 / self.docs.max(1) as f32).max(1.0)
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.ids.keys().map(|k| k.capacity() + 48).sum::<usize>() + self.df.capacity() * 4
+    }
+}
+
+/// One partition's postings: for each term, the rows holding it and how often.
+#[derive(Default)]
+pub struct Postings {
+    by_term: HashMap<u32, Vec<(u32, u32)>>,
+    lengths: Vec<u32>,
+    entries: usize,
+}
+
+impl Postings {
+    /// Index the partition's next row.
+    pub fn push(&mut self, vocabulary: &mut Vocabulary, terms: &[String]) {
+        let row = self.lengths.len() as u32;
+        let mut counts: HashMap<u32, u32> = HashMap::new();
+        for t in terms {
+            *counts.entry(vocabulary.intern(t)).or_default() += 1;
+        }
+        for (term, n) in counts {
+            vocabulary.df[term as usize] += 1;
+            self.by_term.entry(term).or_default().push((row, n));
+            self.entries += 1;
+        }
+        self.lengths.push(terms.len() as u32);
+        vocabulary.docs += 1;
+        vocabulary.terms += terms.len() as u64;
+    }
+
+    /// Add every scored row's BM25 score for `terms` to `scores` (indexed by row).
+    pub fn score(&self, vocabulary: &Vocabulary, terms: &[u32], scores: &mut HashMap<u32, f32>) {
+        let average = vocabulary.average_length();
+        for &term in terms {
+            let Some(rows) = self.by_term.get(&term) else {
+                continue;
+            };
+            let idf = vocabulary.idf(term);
+            for &(row, tf) in rows {
+                let length = self.lengths[row as usize] as f32;
+                let tf = tf as f32;
+                let norm = K1 * (1.0 - B + B * length / average);
+                *scores.entry(row).or_default() += idf * tf * (K1 + 1.0) / (tf + norm);
+            }
+        }
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.entries * 8 + self.by_term.len() * 40 + self.lengths.capacity() * 4
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(content: &str, tags: &[&str]) -> MemoryRecord {
+        MemoryRecord {
+            id: "x".into(),
+            content: content.into(),
+            reasoning: None,
+            tags: tags.iter().map(|t| t.to_string()).collect(),
+            memory_type: "knowledge".into(),
+            strength: 10,
+            is_active: true,
+            conversation_id: None,
+            created_at: None,
+            memory_scope: None,
+            scope_source: None,
+            expires_at: None,
+            last_recalled_at: None,
+        }
+    }
+
+    #[test]
+    fn the_index_analyzer_segments_chinese_and_folds_codes() {
+        let mut a = analyzer().expect("analyzer");
+        let terms = document_terms(a.as_mut(), &record("外婆喜欢兰花", &["Grandma"]));
+        assert!(terms.len() >= 3, "Chinese is split into words: {terms:?}");
+        assert!(terms.contains(&"grandma".to_string()), "{terms:?}");
+        let q = query_terms(a.as_mut(), "Orders ZX-99812 orders");
+        assert!(q.iter().any(|t| t == "99812"), "{q:?}");
+        assert_eq!(
+            q.iter().filter(|t| t.starts_with("order")).count(),
+            1,
+            "distinct, stemmed: {q:?}"
+        );
+    }
+
+    #[test]
+    fn rarer_terms_and_shorter_rows_score_higher() {
+        let mut a = analyzer().expect("analyzer");
+        let mut vocabulary = Vocabulary::default();
+        let mut postings = Postings::default();
+        for text in [
+            "tea with grandma",
+            "tea with grandpa in the long afternoon garden",
+            "coffee",
+        ] {
+            let terms = document_terms(a.as_mut(), &record(text, &[]));
+            postings.push(&mut vocabulary, &terms);
+        }
+        let score = |q: &str| {
+            let terms: Vec<u32> = query_terms(a.clone().as_mut(), q)
+                .iter()
+                .filter_map(|t| vocabulary.lookup(t))
+                .collect();
+            let mut scores = HashMap::new();
+            postings.score(&vocabulary, &terms, &mut scores);
+            scores
+        };
+        let tea = score("tea");
+        assert!(tea[&0] > tea[&1], "same term, shorter row first: {tea:?}");
+        assert!(!tea.contains_key(&2));
+        let both = score("tea grandma");
+        assert!(both[&0] > both[&1]);
+        assert!(score("grandma")[&0] > tea[&0], "the rarer term weighs more");
+    }
+}
