@@ -208,7 +208,7 @@ fn main() {
         let config = Config::from_value(&json!({
             "storage": {"db_dir": work.to_string_lossy(), "index_threshold_rows": usize::MAX / 2},
             "recall": {"similarity_threshold": -1.0},
-            "backfill": {"batch_size": batch, "pause_ms": pause},
+            "backfill": {"batch_size": batch, "pause_ms": pause, "pacing": "fixed"},
         }))
         .expect("config")
         .config;

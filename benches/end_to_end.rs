@@ -47,11 +47,14 @@ fn main() {
     over_http(&rt, &host, n);
     on_llm_request(&rt, &host, n);
     let stats_after = resident(&rt, &host);
+    let delta = |key: &str| {
+        stats_after[key].as_u64().unwrap_or(0) - stats_before[key].as_u64().unwrap_or(0)
+    };
     println!(
-        "RESULT resident search during these runs: served {}, deferred {}",
-        stats_after["served"].as_u64().unwrap_or(0) - stats_before["served"].as_u64().unwrap_or(0),
-        stats_after["deferred"].as_u64().unwrap_or(0)
-            - stats_before["deferred"].as_u64().unwrap_or(0),
+        "RESULT resident search during these runs: vector searches served {}, keyword searches served {}, deferred to LanceDB {}",
+        delta("served"),
+        delta("keyword_served"),
+        delta("deferred"),
     );
     if let Ok(host) = Arc::try_unwrap(host) {
         rt.block_on(host.shutdown());

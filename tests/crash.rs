@@ -134,7 +134,7 @@ async fn kill9_during_a_backfill_resumes_and_fills_each_row_once() {
     let db = dir.path().join("db");
     std::fs::create_dir_all(&db).unwrap();
     make_legacy_table(&db, &legacy_rows(600, "gardening"), false, false).await;
-    let slow = json!({"backfill": {"batch_size": 20, "pause_ms": 20}});
+    let slow = json!({"backfill": {"batch_size": 20, "pause_ms": 20, "pacing": "fixed"}});
     let client = reqwest::Client::new();
 
     let mut serve = spawn_serve(dir.path(), "first", slow.clone()).await;

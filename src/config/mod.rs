@@ -139,6 +139,17 @@ lowercase_enum! {
 }
 
 lowercase_enum! {
+    /// How the legacy-row backfill paces its batches (`backfill.pacing`).
+    BackfillPacing {
+        /// No pause while foreground requests keep their latency; backs off while their p99
+        /// rises above what it was before the backfill.
+        Adaptive => "adaptive",
+        /// `backfill.pause_ms` between every two batches.
+        Fixed => "fixed",
+    }
+}
+
+lowercase_enum! {
     /// What an acknowledged write survives (`storage.durability`).
     DurabilityMode {
         /// Acknowledged after the Lance commit: survives kill -9.
@@ -283,8 +294,9 @@ pub struct RecallConfig {
 pub struct BackfillConfig {
     /// Rows per backfill batch (at least 1).
     pub batch_size: usize,
-    /// Pause between batches in milliseconds, so the backfill does not starve requests.
+    /// Pause between batches in milliseconds with `pacing: fixed`.
     pub pause_ms: u64,
+    pub pacing: BackfillPacing,
 }
 
 impl BackfillConfig {
@@ -497,6 +509,7 @@ impl Config {
             backfill: BackfillConfig {
                 batch_size: backfill.count("batch_size", 1)?,
                 pause_ms: backfill.count("pause_ms", 0)?,
+                pacing: BackfillPacing::from_config("backfill.pacing", backfill.string("pacing")?)?,
             },
             feedback: FeedbackConfig {
                 queue_capacity: feedback.count("queue_capacity", 1)?,
@@ -701,6 +714,7 @@ mod tests {
         assert_eq!(c.recall.final_limit, 10);
         assert_eq!(c.backfill.batch_size, 300);
         assert_eq!(c.backfill.pause_ms, 100);
+        assert_eq!(c.backfill.pacing, BackfillPacing::Adaptive);
         assert_eq!(c.log_level, "info");
     }
 

@@ -166,7 +166,6 @@ pub struct MemoryService {
     search: Arc<LanceSearch>,
     /// The vector search recalls use: resident in memory, LanceDB when it cannot answer.
     vectors: crate::store::resident::ResidentSearch,
-    /// BM25 search on the full-text indexes (keyword and hybrid recall).
     /// Embeddings of recent recall queries.
     queries: crate::embed::QueryCache,
     embedder: Arc<dyn Embedder>,
@@ -174,6 +173,8 @@ pub struct MemoryService {
     settings: ServiceSettings,
     /// The backfill of legacy rows and the migration-mode gate it controls.
     backfill: Arc<BackfillHandle>,
+    /// How long recalls and remembers take lately: the backfill backs off while it rises.
+    latency: Arc<crate::migrate::ForegroundLatency>,
     /// The journaled feedback queue and its worker.
     feedback: super::feedback::FeedbackQueue,
     /// Records what recalls returned, when decay ranking or refresh-on-recall needs it.
@@ -222,11 +223,19 @@ impl MemoryService {
             .await?
             .with_maintainer(store.maintainer().clone()),
         );
+        let latency = Arc::new(crate::migrate::ForegroundLatency::default());
         let backfill = BackfillHandle::prepare(
             store.clone(),
             BackfillSettings {
                 batch_size: config.backfill.batch_size.max(1),
-                pause: config.backfill.pause(),
+                pacing: match config.backfill.pacing {
+                    crate::config::BackfillPacing::Fixed => {
+                        crate::migrate::Pacing::Fixed(config.backfill.pause())
+                    }
+                    crate::config::BackfillPacing::Adaptive => {
+                        crate::migrate::Pacing::Adaptive(latency.clone())
+                    }
+                },
                 mode: config.migration_mode,
                 checkpoint_path: checkpoint::path_for(
                     &config.storage.db_dir,
@@ -294,6 +303,7 @@ impl MemoryService {
                 retention: super::retention::Retention::from_config(&config.retention),
             },
             backfill: Arc::new(backfill),
+            latency,
             feedback,
             touches: std::sync::OnceLock::new(),
         })
@@ -462,6 +472,7 @@ impl MemoryService {
             last_recalled_at: None,
         };
         self.store.append(vec![(record.clone(), vector)]).await?;
+        self.latency.record(started.elapsed());
         tracing::info!(
             conversation_id = conversation.as_str(),
             memory_scope = scope.scope.as_str(),
@@ -548,6 +559,7 @@ impl MemoryService {
         if let Some(touches) = self.touches.get() {
             touches.record(memories.iter().map(|m| m.memory.id.clone()).collect());
         }
+        self.latency.record(started.elapsed());
         tracing::info!(
             conversation_id = conversation.as_str(),
             memory_scope = visible.memory_scope.as_str(),

@@ -27,6 +27,7 @@ use crate::store::schema::{COL_CREATED_AT, COL_ID, COL_MEMORY_SCOPE, COL_SCOPE_S
 
 /// What the backfill writes into `scope_source` (and what revert-backfill looks for).
 const BACKFILL_SOURCE: &str = ScopeSource::Backfill.as_str();
+use super::pacing::{ForegroundLatency, Pacer};
 use crate::store::Store;
 
 /// Rows the backfill is for: no scope yet (a blank string counts as none).
@@ -52,9 +53,18 @@ impl MigrationGate {
 #[derive(Debug, Clone)]
 pub struct BackfillSettings {
     pub batch_size: usize,
-    pub pause: Duration,
+    pub pacing: Pacing,
     pub mode: MigrationMode,
     pub checkpoint_path: PathBuf,
+}
+
+/// How the backfill paces its batches (see [`super::pacing`]).
+#[derive(Debug, Clone)]
+pub enum Pacing {
+    /// The same pause after every batch.
+    Fixed(Duration),
+    /// Pause only while the foreground latency the service records rises.
+    Adaptive(Arc<ForegroundLatency>),
 }
 
 /// Progress for `/v1/status`, `scopemem migrate status` and the progress bar.
@@ -104,6 +114,8 @@ pub struct BackfillHandle {
     progress: Arc<Mutex<BackfillProgress>>,
     cancel: watch::Sender<bool>,
     task: crate::task::TaskSlot,
+    /// Set when a run starts.
+    pacer: Mutex<Option<Pacer>>,
 }
 
 impl BackfillHandle {
@@ -136,6 +148,7 @@ impl BackfillHandle {
             progress: Arc::new(Mutex::new(BackfillProgress::from_checkpoint(cp.as_ref()))),
             cancel,
             task: crate::task::TaskSlot::default(),
+            pacer: Mutex::new(None),
         })
     }
 
@@ -217,6 +230,7 @@ impl BackfillHandle {
             return Ok(self.progress());
         }
         cp.state = BackfillState::Running;
+        self.start_pacing();
         self.store.ensure_indexes().await?;
 
         let invalid_scopes = self.count_invalid_scopes().await?;
@@ -412,10 +426,50 @@ impl BackfillHandle {
         if *cancel.borrow() {
             return Ok(true);
         }
+        let pause = self.next_pause();
+        if pause.is_zero() {
+            // Still let the requests waiting on this runtime go first.
+            tokio::task::yield_now().await;
+            return Ok(*cancel.borrow());
+        }
         tokio::select! {
-            _ = tokio::time::sleep(self.settings.pause) => Ok(*cancel.borrow()),
+            _ = tokio::time::sleep(pause) => Ok(*cancel.borrow()),
             _ = cancel.changed() => Ok(true),
         }
+    }
+
+    /// The pacer of this run; an adaptive one takes the foreground p99 of the last minute as
+    /// its baseline (what the requests cost before the backfill).
+    fn start_pacing(&self) {
+        let pacer = match &self.settings.pacing {
+            Pacing::Fixed(pause) => Pacer::Fixed(*pause),
+            Pacing::Adaptive(latency) => Pacer::adaptive(latency.p99(Duration::from_secs(60))),
+        };
+        if let Ok(mut p) = self.pacer.lock() {
+            *p = Some(pacer);
+        }
+    }
+
+    /// The pause before the next batch.
+    fn next_pause(&self) -> Duration {
+        let now = match &self.settings.pacing {
+            Pacing::Fixed(pause) => return *pause,
+            Pacing::Adaptive(latency) => latency.p99(super::pacing::WINDOW),
+        };
+        let Ok(mut pacer) = self.pacer.lock() else {
+            return Duration::ZERO;
+        };
+        let pause = pacer
+            .get_or_insert_with(|| Pacer::adaptive(None))
+            .next_pause(now);
+        if !pause.is_zero() {
+            tracing::debug!(
+                pause_ms = pause.as_millis() as u64,
+                foreground_p99_ms = now.map_or(0, |d| d.as_millis() as u64),
+                "backfill backing off"
+            );
+        }
+        pause
     }
 
     /// Non-blank scopes that are not valid names: left alone, counted and logged once each.

@@ -4,10 +4,12 @@
 pub mod backfill;
 pub mod checkpoint;
 pub mod files;
+pub mod pacing;
 pub mod runner;
 
-pub use backfill::{BackfillHandle, BackfillProgress, BackfillSettings, MigrationGate};
+pub use backfill::{BackfillHandle, BackfillProgress, BackfillSettings, MigrationGate, Pacing};
 pub use checkpoint::{BackfillState, Checkpoint, Damaged};
+pub use pacing::ForegroundLatency;
 pub use runner::{open_or_create, MigrationOutcome, SchemaStatus};
 
 use crate::store::{ModelInfo, Store, StoreError, WriterSettings, DEFAULT_READ_CONSISTENCY};
