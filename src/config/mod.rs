@@ -712,7 +712,7 @@ mod tests {
         assert_eq!(c.recall.per_entity, 3);
         assert_eq!(c.recall.per_type_limit, 7);
         assert_eq!(c.recall.final_limit, 10);
-        assert_eq!(c.backfill.batch_size, 300);
+        assert_eq!(c.backfill.batch_size, 10000);
         assert_eq!(c.backfill.pause_ms, 100);
         assert_eq!(c.backfill.pacing, BackfillPacing::Adaptive);
         assert_eq!(c.log_level, "info");
