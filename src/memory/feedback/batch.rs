@@ -64,16 +64,23 @@ pub(super) async fn run_batch(shared: &Shared, jobs: Vec<FeedbackJob>, stop: &No
     tracing::warn!(jobs = jobs.len(), error = %error.error, "feedback batch failed; applying its jobs one at a time");
     // The batch was every job's first attempt: it counts towards each one's dead-lettering (a
     // job still gets one attempt of its own, so a failure of its neighbour never kills it).
+    // A job to be planned again is marked so in the journal too: after a crash its batch plan
+    // (which assumed the earlier jobs applied) must not be what replays.
     let message = error.error.to_string();
-    let attempts: Vec<Record> = jobs
-        .iter()
-        .map(|job| Record::Attempt {
+    let mut records: Vec<Record> = Vec::with_capacity(jobs.len() * 2);
+    for (job, plan) in jobs.iter().zip(&error.plans) {
+        if plan.is_none() {
+            records.push(Record::Unplanned {
+                job_id: job.job_id.clone(),
+            });
+        }
+        records.push(Record::Attempt {
             job_id: job.job_id.clone(),
             attempts: 1,
             error: message.clone(),
-        })
-        .collect();
-    if let Err(e) = shared.files.journal.append_all(&attempts) {
+        });
+    }
+    if let Err(e) = shared.files.journal.append_all(&records) {
         tracing::error!(error = %e, "could not journal a failed batch attempt");
     }
     shared

@@ -29,6 +29,11 @@ pub enum Record {
         job_id: String,
         plan: FeedbackPlan,
     },
+    /// The journaled plan no longer holds (it assumed a failed batch's earlier jobs applied):
+    /// the job is planned again before it is applied.
+    Unplanned {
+        job_id: String,
+    },
     /// An attempt failed; `attempts` is the count so far (absolute, so a replay is harmless).
     Attempt {
         job_id: String,
@@ -96,6 +101,11 @@ impl Pending {
             Record::Planned { job_id, plan } => {
                 if let Some(p) = self.jobs.iter_mut().find(|p| p.job.job_id == job_id) {
                     p.plan = Some(plan);
+                }
+            }
+            Record::Unplanned { job_id } => {
+                if let Some(p) = self.jobs.iter_mut().find(|p| p.job.job_id == job_id) {
+                    p.plan = None;
                 }
             }
             Record::Attempt {
@@ -353,6 +363,47 @@ mod tests {
             }],
             merge_groups: vec![],
         }
+    }
+
+    #[test]
+    fn a_batch_written_together_replays_and_an_unplanned_job_is_planned_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("j.journal");
+        let (j, _) = Journal::open(&path).unwrap();
+        j.append_all(&[
+            Record::Accepted {
+                job: job("1", "a", "x"),
+            },
+            Record::Accepted {
+                job: job("2", "a", "y"),
+            },
+            Record::Planned {
+                job_id: "1".into(),
+                plan: FeedbackPlan::default(),
+            },
+            Record::Planned {
+                job_id: "2".into(),
+                plan: FeedbackPlan::default(),
+            },
+        ])
+        .unwrap();
+        j.append_all(&[
+            Record::Unplanned { job_id: "2".into() },
+            Record::Attempt {
+                job_id: "2".into(),
+                attempts: 1,
+                error: "batch failed".into(),
+            },
+        ])
+        .unwrap();
+        drop(j);
+        let (_, pending) = Journal::open(&path).unwrap();
+        let state: Vec<(&str, bool, u32)> = pending
+            .jobs
+            .iter()
+            .map(|p| (p.job.job_id.as_str(), p.plan.is_some(), p.attempts))
+            .collect();
+        assert_eq!(state, [("1", true, 0), ("2", false, 1)]);
     }
 
     #[test]
