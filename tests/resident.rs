@@ -344,6 +344,59 @@ async fn follows_compaction_and_strength_sets_without_a_reload() {
 }
 
 #[tokio::test]
+async fn follows_the_backfill_moving_null_rows_to_public() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path()).await;
+    let mut rng = Rng(14);
+    let rows = table_rows(&mut rng);
+    let legacy: Vec<(String, Vec<f32>)> = rows
+        .iter()
+        .filter(|(r, _)| r.memory_scope.is_none() && r.expires_at.unwrap() > Utc::now())
+        .map(|(r, v)| (r.id.clone(), v.clone()))
+        .collect();
+    store.append(rows).await.unwrap();
+    let (resident, lance) = searches(&store).await;
+    loaded(&store).await;
+    let loads = store.resident().stats().loads;
+    let (moved, _) = legacy.split_at(legacy.len() / 2);
+    let filled = store
+        .writer()
+        .fill_blank(
+            moved.iter().map(|(id, _)| id.clone()).collect(),
+            vec![
+                ("memory_scope".into(), "public".into()),
+                ("scope_source".into(), "backfill".into()),
+            ],
+        )
+        .await
+        .unwrap();
+    assert_eq!(filled as usize, moved.len());
+    for (id, vector) in moved.iter().take(5) {
+        for (scope, migration) in [("家人", false), ("工作", true)] {
+            let req = request(vector.clone(), scope, migration, ScopeFilterMode::Enforce);
+            let before = store.resident().stats();
+            let got = resident.nearest(&req).await.unwrap();
+            assert_eq!(
+                store.resident().stats().served,
+                before.served + 1,
+                "from memory"
+            );
+            assert_eq!(got[0].record.id, *id, "a backfilled row is public now");
+            assert_eq!(got[0].record.memory_scope.as_deref(), Some("public"));
+            assert_eq!(got[0].record.scope_source.as_deref(), Some("backfill"));
+            let want = lance.nearest(&req).await.unwrap();
+            assert_eq!(ids(&got), ids(&want), "LanceDB's answer, {scope}");
+        }
+    }
+    // A row left NULL is still invisible without migration mode.
+    let (still_null, vector) = &legacy[legacy.len() - 1];
+    let got = ids_in(&resident, vector, "家人").await;
+    assert!(!got.contains(still_null));
+    assert_eq!(store.resident().stats().loads, loads, "no reload");
+    assert_eq!(store.resident().stats().rows, 300, "rows moved, not added");
+}
+
+#[tokio::test]
 async fn keyword_matches_are_lancedbs_and_respect_the_filter() {
     use scopemem::store::{KeywordMatching, KeywordRequest};
     let dir = tempfile::tempdir().unwrap();

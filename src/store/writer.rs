@@ -22,6 +22,16 @@ pub trait CommitObserver: Send + Sync {
     fn appended(&self, version: u64, rows: &[(MemoryRecord, Vec<f32>)]);
     /// A strength set that changed every row it lists (one that missed a row is not reported).
     fn strengths_set(&self, _version: u64, _set: &Arc<StrengthSet>) {}
+    /// Blank text columns filled on every listed row (`fill_blank`; one that skipped a row is
+    /// not reported).
+    fn blanks_filled(&self, _version: u64, _filled: &Arc<FilledBlanks>) {}
+}
+
+/// What a `fill_blank` changed: these rows' columns set to these literal values.
+#[derive(Debug, Clone)]
+pub struct FilledBlanks {
+    pub ids: Vec<String>,
+    pub values: Vec<(String, String)>,
 }
 
 /// Tunables for the writer (from the `storage` config section).
@@ -381,7 +391,20 @@ async fn run(table: Table, settings: WriterSettings, mut rx: mpsc::Receiver<Op>,
                 let _ = done.send(result);
             }
             Op::FillBlank { ids, values, done } => {
-                let result = retry(&settings, counters, || fill_blank(&table, &ids, &values)).await;
+                let result = retry(&settings, counters, || fill_blank(&table, &ids, &values))
+                    .await
+                    .map(|(rows, version)| {
+                        let mut distinct: Vec<&String> = ids.iter().collect();
+                        distinct.sort_unstable();
+                        distinct.dedup();
+                        if rows as usize == distinct.len() {
+                            let filled = Arc::new(FilledBlanks { ids, values });
+                            for observer in &shared.observers {
+                                observer.blanks_filled(version, &filled);
+                            }
+                        }
+                        rows
+                    });
                 shared.maintenance.wrote(0);
                 let _ = done.send(result);
             }
@@ -516,16 +539,17 @@ async fn insert_missing(table: &Table, rows: &Rows) -> Result<u64, StoreError> {
 
 /// A partial-schema merge on the indexed `id` key: Lance patches just the given columns (new
 /// column files attached to the fragments) instead of rewriting whole rows and vectors. The
-/// condition re-checks the first column, so a row is never changed twice.
+/// condition re-checks the first column, so a row is never changed twice. Returns rows changed
+/// and the version committed.
 async fn fill_blank(
     table: &Table,
     ids: &[String],
     values: &[(String, String)],
-) -> Result<u64, StoreError> {
+) -> Result<(u64, u64), StoreError> {
     use lancedb::arrow::arrow_array::{ArrayRef, RecordBatch, RecordBatchIterator, StringArray};
     use lancedb::arrow::arrow_schema::{DataType, Field, Schema};
     let Some((first, _)) = values.first() else {
-        return Ok(0);
+        return Ok((0, 0));
     };
     let n = ids.len();
     let mut fields = vec![Field::new("id", DataType::Utf8, false)];
@@ -544,7 +568,7 @@ async fn fill_blank(
     )));
     let reader = RecordBatchIterator::new(vec![Ok(batch)], schema);
     match merge.execute(Box::new(reader)).await {
-        Ok(result) => Ok(result.num_updated_rows),
+        Ok(result) => Ok((result.num_updated_rows, result.version)),
         Err(e) => {
             let e = StoreError::from(e);
             if e.is_retryable() {
@@ -561,7 +585,8 @@ async fn fill_blank(
             for (name, value) in values {
                 update = update.column(name.as_str(), crate::scope::sql_literal(value));
             }
-            Ok(update.execute().await?.rows_updated)
+            let result = update.execute().await?;
+            Ok((result.rows_updated, result.version))
         }
     }
 }

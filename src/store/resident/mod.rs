@@ -28,9 +28,10 @@ use lancedb::Table;
 
 use super::fulltext::KeywordHit;
 use super::record::MemoryRecord;
+use super::schema::{COL_MEMORY_SCOPE, COL_SCOPE_SOURCE};
 use super::search::{Hit, RowFilter};
 use super::strengths::StrengthSet;
-use super::writer::CommitObserver;
+use super::writer::{CommitObserver, FilledBlanks};
 use keywords::{Postings, Vocabulary};
 use lance_index::scalar::inverted::tokenizer::document_tokenizer::LanceTokenizer;
 use partition::{Partition, Query, Scored, TopN};
@@ -153,6 +154,52 @@ impl Snapshot {
         }
     }
 
+    /// Move the rows a backfill gave a scope out of the NULL (or blank) partitions into their
+    /// scope's. Only a fill of `memory_scope` (and `scope_source`) can be followed; for any
+    /// other this returns false before changing anything, and the snapshot is reloaded.
+    fn fill_blanks(&mut self, filled: &FilledBlanks) -> bool {
+        let mut scope = None;
+        let mut source = None;
+        for (column, value) in &filled.values {
+            match column.as_str() {
+                COL_MEMORY_SCOPE => scope = Some(value.clone()),
+                COL_SCOPE_SOURCE => source = Some(value.clone()),
+                _ => return false,
+            }
+        }
+        if filled.values.first().map(|(c, _)| c.as_str()) != Some(COL_MEMORY_SCOPE) {
+            return false;
+        }
+        let ids: std::collections::HashSet<&str> = filled.ids.iter().map(String::as_str).collect();
+        let blank: Vec<usize> = self
+            .by_scope
+            .iter()
+            .filter(|(s, _)| s.as_deref().is_none_or(|s| s.trim().is_empty()))
+            .map(|(_, &i)| i)
+            .collect();
+        let mut moved = Vec::new();
+        for i in blank {
+            let partition = &mut self.partitions[i];
+            for row in 0..partition.len() {
+                if ids.contains(partition.records[row].id.as_str()) {
+                    if let Some(taken) = partition.take(row) {
+                        moved.push(taken);
+                    }
+                }
+            }
+        }
+        for (mut record, vector) in moved {
+            record.memory_scope = scope.clone();
+            if source.is_some() {
+                record.scope_source = source.clone();
+            }
+            self.push(record, &vector);
+            // `push` counted the row again; it only moved.
+            self.rows -= 1;
+        }
+        true
+    }
+
     /// The `k` nearest admitted rows. Scores every admitted row from its int8 code, then
     /// re-ranks the best `candidates` from the f16 copies.
     fn nearest(&self, vector: &[f32], rows: &RowFilter, k: usize) -> Vec<Hit> {
@@ -197,6 +244,8 @@ enum Change {
     Same,
     /// The writer set these rows' strengths and `last_recalled_at`.
     Strengths(Arc<StrengthSet>),
+    /// The writer filled blank scope columns (the backfill).
+    Filled(Arc<FilledBlanks>),
 }
 
 #[derive(Default)]
@@ -397,6 +446,11 @@ impl ResidentVectors {
                     }
                 }
                 Some(Change::Strengths(set)) => snapshot.set_strengths(&set),
+                Some(Change::Filled(filled)) => {
+                    if !snapshot.fill_blanks(&filled) {
+                        return false;
+                    }
+                }
             }
             snapshot.version += 1;
         }
@@ -497,6 +551,12 @@ impl ResidentVectors {
 }
 
 impl CommitObserver for ResidentVectors {
+    fn blanks_filled(&self, version: u64, filled: &Arc<FilledBlanks>) {
+        if self.wanted.load(Ordering::Relaxed) {
+            self.chain().insert(version, Change::Filled(filled.clone()));
+        }
+    }
+
     fn strengths_set(&self, version: u64, set: &Arc<StrengthSet>) {
         if self.wanted.load(Ordering::Relaxed) {
             self.chain().insert(version, Change::Strengths(set.clone()));

@@ -14,6 +14,8 @@ pub struct Partition {
     pub(super) records: Vec<MemoryRecord>,
     /// `expires_at` in microseconds, checked during the scan (expired rows never compete).
     expires: Vec<Option<i64>>,
+    /// Rows that moved to another partition (a backfilled scope) since the load: skipped.
+    moved: Vec<bool>,
     /// Unit vector × 127 / its largest component, rounded: row i is `codes[i*dim..][..dim]`.
     codes: Vec<i8>,
     /// What one code unit is worth in row i (its largest component / 127).
@@ -66,6 +68,7 @@ impl Partition {
             + self.fine.capacity() * 2
             + self.scales.capacity() * 4
             + self.expires.capacity() * std::mem::size_of::<Option<i64>>()
+            + self.moved.capacity()
     }
 
     /// Add a row. A vector of another dimension is refused by the caller (the table's schema
@@ -79,6 +82,7 @@ impl Partition {
         let (codes, scale) = quantise(&unit);
         self.expires
             .push(record.expires_at.map(|t| t.timestamp_micros()));
+        self.moved.push(false);
         self.record_bytes += record_bytes(&record);
         self.records.push(record);
         self.codes.extend_from_slice(&codes);
@@ -109,7 +113,7 @@ impl Partition {
     fn scan_rows(&self, partition: usize, q: &Query, rows: &RowFilter, top: &mut TopN) {
         let dim = self.dim;
         for (row, code) in self.codes.chunks_exact(dim).enumerate() {
-            if !rows.admits_expiry(self.expires[row]) {
+            if self.moved[row] || !rows.admits_expiry(self.expires[row]) {
                 continue;
             }
             let dot = dot_i8(&q.codes, code) as f32;
@@ -127,11 +131,27 @@ impl Partition {
         v.iter().zip(&q.unit).map(|(a, b)| a.to_f32() * b).sum()
     }
 
-    /// Whether row `row` is alive for the filter (not expired at its time).
+    /// Whether row `row` is alive for the filter (still here, not expired at its time).
     pub(super) fn alive(&self, row: usize, rows: &RowFilter) -> bool {
-        self.expires
-            .get(row)
-            .is_some_and(|e| rows.admits_expiry(*e))
+        !self.moved.get(row).copied().unwrap_or(true)
+            && self
+                .expires
+                .get(row)
+                .is_some_and(|e| rows.admits_expiry(*e))
+    }
+
+    /// Take row `row` out of this partition (it moved to another scope): it is skipped from now
+    /// on, and its record and vector (from the f16 copy) are returned for the new partition.
+    pub(super) fn take(&mut self, row: usize) -> Option<(MemoryRecord, Vec<f32>)> {
+        if *self.moved.get(row)? {
+            return None;
+        }
+        self.moved[row] = true;
+        let vector = self.fine[row * self.dim..(row + 1) * self.dim]
+            .iter()
+            .map(|x| x.to_f32())
+            .collect();
+        Some((self.records[row].clone(), vector))
     }
 
     pub fn record(&self, row: usize) -> &MemoryRecord {
