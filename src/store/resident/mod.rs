@@ -50,6 +50,8 @@ pub struct Snapshot {
     analyzer: Option<Box<dyn LanceTokenizer>>,
     postings: Vec<Postings>,
     vocabulary: Vocabulary,
+    /// Where each row of the NULL (or blank) scope is, built at the first backfill batch.
+    blank_rows: Option<HashMap<String, (usize, usize)>>,
 }
 
 impl Snapshot {
@@ -63,6 +65,7 @@ impl Snapshot {
             analyzer: keywords::analyzer(),
             postings: Vec::with_capacity(partitions.len()),
             vocabulary: Vocabulary::default(),
+            blank_rows: None,
         };
         for (scope, p) in partitions {
             let mut postings = Postings::default();
@@ -93,6 +96,15 @@ impl Snapshot {
         if let Some(analyzer) = self.analyzer.as_mut() {
             let terms = keywords::document_terms(analyzer.as_mut(), &record);
             self.postings[i].push(&mut self.vocabulary, &terms);
+        }
+        if let Some(index) = self.blank_rows.as_mut() {
+            if record
+                .memory_scope
+                .as_deref()
+                .is_none_or(|s| s.trim().is_empty())
+            {
+                index.insert(record.id.clone(), (i, self.partitions[i].len()));
+            }
         }
         self.partitions[i].push(record, vector);
         self.rows += 1;
@@ -170,19 +182,23 @@ impl Snapshot {
         if filled.values.first().map(|(c, _)| c.as_str()) != Some(COL_MEMORY_SCOPE) {
             return false;
         }
-        let ids: std::collections::HashSet<&str> = filled.ids.iter().map(String::as_str).collect();
-        let blank: Vec<usize> = self
-            .by_scope
-            .iter()
-            .filter(|(s, _)| s.as_deref().is_none_or(|s| s.trim().is_empty()))
-            .map(|(_, &i)| i)
-            .collect();
+        if self.blank_rows.is_none() {
+            // Built once per snapshot: a backfill moves its rows in many small batches.
+            let mut index = HashMap::new();
+            for (scope, &i) in &self.by_scope {
+                if scope.as_deref().is_none_or(|s| s.trim().is_empty()) {
+                    for (row, r) in self.partitions[i].records.iter().enumerate() {
+                        index.insert(r.id.clone(), (i, row));
+                    }
+                }
+            }
+            self.blank_rows = Some(index);
+        }
         let mut moved = Vec::new();
-        for i in blank {
-            let partition = &mut self.partitions[i];
-            for row in 0..partition.len() {
-                if ids.contains(partition.records[row].id.as_str()) {
-                    if let Some(taken) = partition.take(row) {
+        if let Some(index) = self.blank_rows.as_mut() {
+            for id in &filled.ids {
+                if let Some((i, row)) = index.remove(id) {
+                    if let Some(taken) = self.partitions[i].take(row) {
                         moved.push(taken);
                     }
                 }
