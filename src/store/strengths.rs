@@ -71,14 +71,6 @@ impl StrengthSet {
         ];
         Some((predicate.join(" OR "), columns))
     }
-
-    /// Distinct rows listed: the update changed them all when it reports this many.
-    pub(super) fn rows(&self) -> usize {
-        let mut ids: Vec<&str> = self.changes.iter().map(|c| c.id.as_str()).collect();
-        ids.sort_unstable();
-        ids.dedup();
-        ids.len()
-    }
 }
 
 #[cfg(test)]
@@ -110,7 +102,8 @@ mod tests {
             "strength + CAST(id IN ('c') AS INT) * (20 - strength) + CAST(id IN ('a', 'b') AS INT) * (53 - strength)"
         );
         assert_eq!(columns[1].0, COL_LAST_RECALLED_AT);
-        assert_eq!(set.rows(), 3);
+        let listed = set.changes.iter().map(|c| c.id.as_str());
+        assert_eq!(crate::store::writer::distinct(listed), 3);
         assert!(StrengthSet::new(vec![], Utc::now()).update_sql().is_none());
     }
 }

@@ -394,10 +394,7 @@ async fn run(table: Table, settings: WriterSettings, mut rx: mpsc::Receiver<Op>,
                 let result = retry(&settings, counters, || fill_blank(&table, &ids, &values))
                     .await
                     .map(|(rows, version)| {
-                        let mut distinct: Vec<&String> = ids.iter().collect();
-                        distinct.sort_unstable();
-                        distinct.dedup();
-                        if rows as usize == distinct.len() {
+                        if rows as usize == distinct(ids.iter().map(String::as_str)) {
                             let filled = Arc::new(FilledBlanks { ids, values });
                             for observer in &shared.observers {
                                 observer.blanks_filled(version, &filled);
@@ -432,7 +429,8 @@ async fn run(table: Table, settings: WriterSettings, mut rx: mpsc::Receiver<Op>,
                         retry(&settings, counters, || update(&table, &predicate, &columns))
                             .await
                             .map(|(rows, version)| {
-                                if rows as usize == set.rows() {
+                                let listed = set.changes.iter().map(|c| c.id.as_str());
+                                if rows as usize == distinct(listed) {
                                     for observer in &shared.observers {
                                         observer.strengths_set(version, &set);
                                     }
@@ -511,6 +509,11 @@ async fn commit_group(
         "group commit"
     );
     Ok(())
+}
+
+/// How many different ids: an update keyed by id changed them all when it reports this many.
+pub(super) fn distinct<'a>(ids: impl Iterator<Item = &'a str>) -> usize {
+    ids.collect::<std::collections::HashSet<_>>().len()
 }
 
 /// Rows changed and the version the update committed.

@@ -41,25 +41,15 @@ impl ResidentSearch {
         }
     }
 
-    /// The LanceDB full-text search behind the resident keyword index.
-    pub fn fulltext(&self) -> &Arc<FulltextSearch> {
-        &self.fulltext
-    }
-
     async fn keywords(&self, req: &KeywordRequest) -> Result<Vec<KeywordHit>, StoreError> {
         if let Some(rows) = &req.rows {
-            let version = self.table.version().await?;
             let k = req.k.max(1);
-            if let Some(hits) = self.resident.matching(version, &req.text, rows, k) {
+            let hits = self
+                .answer_from_memory(|version| self.resident.matching(version, &req.text, rows, k))
+                .await?;
+            if let Some(hits) = hits {
                 return Ok(hits);
             }
-            if self.explain(version).await {
-                if let Some(hits) = self.resident.matching(version, &req.text, rows, k) {
-                    return Ok(hits);
-                }
-            }
-            self.resident.deferred_one();
-            self.resident.reload_in_background(&self.table);
         }
         self.fulltext.matching(req).await
     }
@@ -70,20 +60,36 @@ impl ResidentSearch {
 
     async fn search(&self, req: &SearchRequest) -> Result<Vec<Hit>, StoreError> {
         if let Some(rows) = &req.rows {
-            let version = self.table.version().await?;
             let k = req.k.max(1);
-            if let Some(hits) = self.resident.nearest(version, &req.vector, rows, k) {
+            let hits = self
+                .answer_from_memory(|version| self.resident.nearest(version, &req.vector, rows, k))
+                .await?;
+            if let Some(hits) = hits {
                 return Ok(hits);
             }
-            if self.explain(version).await {
-                if let Some(hits) = self.resident.nearest(version, &req.vector, rows, k) {
-                    return Ok(hits);
-                }
-            }
-            self.resident.deferred_one();
-            self.resident.reload_in_background(&self.table);
         }
         self.lance.nearest(req).await
+    }
+
+    /// `answer` from the snapshot at the table's current version, after looking up the
+    /// versions nobody reported if it is behind; `None` (counted as deferred, with a reload
+    /// scheduled) when the snapshot cannot show that version.
+    async fn answer_from_memory<T>(
+        &self,
+        answer: impl Fn(u64) -> Option<T>,
+    ) -> Result<Option<T>, StoreError> {
+        let version = self.table.version().await?;
+        if let Some(hits) = answer(version) {
+            return Ok(Some(hits));
+        }
+        if self.explain(version).await {
+            if let Some(hits) = answer(version) {
+                return Ok(Some(hits));
+            }
+        }
+        self.resident.deferred_one();
+        self.resident.reload_in_background(&self.table);
+        Ok(None)
     }
 
     /// Look up the versions nobody reported in their transactions; true if every one of them
