@@ -267,60 +267,31 @@ async fn follows_compaction_and_strength_sets_without_a_reload() {
         "maintenance committed"
     );
     let probe = rng.vector();
+    let family = request(probe.clone(), "家人", false, ScopeFilterMode::Enforce);
     let before = store.resident().stats();
     let got = ids_in(&resident, &probe, "家人").await;
     let after = store.resident().stats();
     assert_eq!(after.served, before.served + 1, "served from memory");
     assert_eq!(after.deferred, before.deferred);
     assert_eq!(after.loads, loads, "no reload after compaction");
-    let want = ids(&lance
-        .nearest(&request(
-            probe.clone(),
-            "家人",
-            false,
-            ScopeFilterMode::Enforce,
-        ))
-        .await
-        .unwrap());
+    let want = ids(&lance.nearest(&family).await.unwrap());
     assert_eq!(got, want, "still LanceDB's answer");
 
     // A strength set that changed every row it lists is patched into memory.
-    let hits = resident
-        .nearest(&request(
-            probe.clone(),
-            "家人",
-            false,
-            ScopeFilterMode::Enforce,
-        ))
-        .await
-        .unwrap();
+    let hits = resident.nearest(&family).await.unwrap();
     let (a, b) = (hits[0].record.id.clone(), hits[1].record.id.clone());
+    let change = |id: &str, expected, new| StrengthChange {
+        id: id.to_string(),
+        expected,
+        new,
+    };
     let set = StrengthSet::new(
-        vec![
-            StrengthChange {
-                id: a.clone(),
-                expected: Some(10),
-                new: 77,
-            },
-            StrengthChange {
-                id: b.clone(),
-                expected: None,
-                new: 5,
-            },
-        ],
+        vec![change(&a, Some(10), 77), change(&b, None, 5)],
         Utc::now(),
     );
     assert_eq!(store.writer().set_strengths(set).await.unwrap(), 2);
     let before = store.resident().stats();
-    let hits = resident
-        .nearest(&request(
-            probe.clone(),
-            "家人",
-            false,
-            ScopeFilterMode::Enforce,
-        ))
-        .await
-        .unwrap();
+    let hits = resident.nearest(&family).await.unwrap();
     assert_eq!(store.resident().stats().served, before.served + 1);
     let from_lance = store.get_by_ids(&[a.clone(), b.clone()]).await.unwrap();
     for h in hits.iter().filter(|h| h.record.id == a || h.record.id == b) {
@@ -331,14 +302,7 @@ async fn follows_compaction_and_strength_sets_without_a_reload() {
     assert_eq!(hits[0].record.strength, 77);
 
     // A set that misses a row (compare-and-set failed) is not reported: LanceDB answers.
-    let set = StrengthSet::new(
-        vec![StrengthChange {
-            id: a.clone(),
-            expected: Some(10),
-            new: 99,
-        }],
-        Utc::now(),
-    );
+    let set = StrengthSet::new(vec![change(&a, Some(10), 99)], Utc::now());
     assert_eq!(store.writer().set_strengths(set).await.unwrap(), 0);
     assert_eq!(store.resident().stats().loads, loads, "no reload so far");
 }
