@@ -150,24 +150,10 @@ fn over_http(rt: &tokio::runtime::Runtime, host: &Arc<PluginHost>, n: usize) {
 }
 
 fn on_llm_request(rt: &tokio::runtime::Runtime, host: &PluginHost, n: usize) {
-    let mut rng = Rng(11);
-    let mut times = Vec::new();
-    let mut injected = 0usize;
-    for _ in 0..QUERIES {
-        let q = question(&mut rng);
-        let t = Instant::now();
-        let r = rt
-            .block_on(host.invoke(
-                "on_llm_request",
-                json!({"conversation_id": "bench:conv", "query": q, "entities": ["Alice"]}),
-            ))
-            .expect("on_llm_request");
-        times.push(t.elapsed());
-        injected += r["memory_ids"].as_array().map_or(0, Vec::len);
-    }
+    let (times, injected) = timed_llm_requests(rt, host);
     report(
         &format!("{n} rows: on_llm_request"),
         times,
-        &format!("{:.1} memories injected", injected as f64 / QUERIES as f64),
+        &format!("{injected:.1} memories injected"),
     );
 }

@@ -42,26 +42,12 @@ fn main() {
         }
         std::thread::sleep(Duration::from_millis(500));
     }
-    let mut rng = Rng(11);
-    let mut times = Vec::new();
-    let mut injected = 0usize;
-    for _ in 0..QUERIES {
-        let q = question(&mut rng);
-        let t = Instant::now();
-        let r = rt
-            .block_on(host.invoke(
-                "on_llm_request",
-                json!({"conversation_id": "bench:conv", "query": q, "entities": ["Alice"]}),
-            ))
-            .expect("on_llm_request");
-        times.push(t.elapsed());
-        injected += r["memory_ids"].as_array().map_or(0, Vec::len);
-    }
+    let (times, injected) = timed_llm_requests(&rt, &host);
     let (p50, p95, p99) = percentiles(times);
     println!(
         "RESULT {n} rows: on_llm_request p50 {p50:.2} ms  p95 {p95:.2} ms  p99 {p99:.2} ms (vector index: {}, {:.1} memories injected on average)",
         host.memory().search().is_indexed(),
-        injected as f64 / QUERIES as f64
+        injected
     );
     rt.block_on(host.shutdown());
     drop(host);

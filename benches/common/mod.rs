@@ -391,3 +391,24 @@ pub fn timed_recalls(
     }
     times
 }
+
+/// `on_llm_request` (chained recall + injection) for `QUERIES` questions: each call's time,
+/// and the memories injected per call on average.
+pub fn timed_llm_requests(rt: &tokio::runtime::Runtime, host: &PluginHost) -> (Vec<Duration>, f64) {
+    let mut rng = Rng(11);
+    let mut times = Vec::with_capacity(QUERIES);
+    let mut injected = 0usize;
+    for _ in 0..QUERIES {
+        let q = question(&mut rng);
+        let t = Instant::now();
+        let r = rt
+            .block_on(host.invoke(
+                "on_llm_request",
+                json!({"conversation_id": "bench:conv", "query": q, "entities": ["Alice"]}),
+            ))
+            .expect("on_llm_request");
+        times.push(t.elapsed());
+        injected += r["memory_ids"].as_array().map_or(0, Vec::len);
+    }
+    (times, injected as f64 / QUERIES as f64)
+}
