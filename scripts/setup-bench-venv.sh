@@ -26,23 +26,8 @@ fi
 command -v python3 >/dev/null 2>&1 || die "python3 is missing: run scripts/setup.sh first"
 log "using $(python3 --version 2>&1) at $(command -v python3)"
 
-# Debian splits venv (and its ensurepip) into python3-venv; probe by actually creating one.
-probe="$(mktemp -d)"; trap 'rm -rf "$probe"' EXIT
-if ! python3 -m venv "$probe/v" >/dev/null 2>&1; then
-  pkg="python3-venv"
-  ver="$(python3 -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')"
-  log "python3 -m venv does not work: installing $pkg (and python$ver-venv if available) with apt"
-  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "$pkg" >/dev/null
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "python$ver-venv" >/dev/null 2>&1 || true
-fi
-
-if [ ! -x "$VENV/bin/python" ]; then
-  log "creating venv $VENV"
-  mkdir -p "$(dirname "$VENV")"
-  python3 -m venv "$VENV" || die "could not create venv $VENV"
-fi
+. "$(dirname "$0")/venv.sh"
+ensure_venv "$VENV"
 rm -f "$STAMP"
 
 req="$probe/requirements.txt"
