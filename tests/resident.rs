@@ -240,6 +240,46 @@ async fn follows_appends_and_defers_to_lancedb_after_a_delete() {
     assert_eq!(store.resident().stats().served, served + 1);
 }
 
+/// Another process's remembers (a second instance on the same table) are read from the
+/// fragments their appends wrote: found from memory, with no reload of the whole table.
+#[tokio::test]
+async fn follows_another_processes_appends_by_reading_their_fragments() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path()).await;
+    let mut rng = Rng(13);
+    store.append(table_rows(&mut rng)).await.unwrap();
+    let (resident, lance) = searches(&store).await;
+    loaded(&store).await;
+    let loads = store.resident().stats().loads;
+
+    let other = open(dir.path()).await;
+    let fresh: Vec<Vec<f32>> = (0..3).map(|_| rng.vector()).collect();
+    for (i, v) in fresh.iter().enumerate() {
+        other
+            .append(vec![
+                row(format!("other{i}"), Some("家人"), v.clone(), false),
+                row(format!("other{i}w"), Some("工作"), rng.vector(), false),
+            ])
+            .await
+            .unwrap();
+    }
+    // This process sees the other's commits within the read-consistency interval.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    for (i, v) in fresh.iter().enumerate() {
+        let before = store.resident().stats();
+        let req = request(v.clone(), "家人", false, ScopeFilterMode::Enforce);
+        let got = resident.nearest(&req).await.unwrap();
+        let after = store.resident().stats();
+        assert_eq!(got[0].record.id, format!("other{i}"));
+        assert_eq!(after.served, before.served + 1, "answered from memory");
+        assert_eq!(ids(&got), ids(&lance.nearest(&req).await.unwrap()));
+        assert!(ids(&got).iter().all(|id| !id.ends_with('w')), "no 工作 row");
+    }
+    assert_eq!(store.resident().stats().loads, loads, "no reload");
+    assert_eq!(store.resident().stats().rows, 306);
+    other.shutdown().await;
+}
+
 #[tokio::test]
 async fn follows_compaction_and_strength_sets_without_a_reload() {
     use scopemem::store::{StrengthChange, StrengthSet};

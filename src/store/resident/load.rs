@@ -1,14 +1,14 @@
 //! Read the whole table into a [`Snapshot`]: one scan of the record columns and the vector,
 //! pinned to the version it read.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use futures::TryStreamExt;
 use lancedb::arrow::arrow_array::{Array, FixedSizeListArray, Float32Array, RecordBatch};
 use lancedb::query::{ExecutableQuery, QueryBase, Select};
 use lancedb::Table;
 
-use super::super::record::from_batch;
+use super::super::record::{from_batch, MemoryRecord};
 use super::super::schema::{COL_VECTOR, RECORD_COLUMNS};
 use super::super::StoreError;
 use super::partition::Partition;
@@ -55,6 +55,45 @@ pub async fn snapshot(
         return Ok(Some(Snapshot::new(before, dim, partitions)));
     }
     Ok(None)
+}
+
+/// The rows another process appended in the commit that made `version`: the fragments of
+/// that version whose data files the Append transaction wrote (its own fragment ids are only
+/// assigned when the manifest is built, so they are matched by file), read from the bucket or
+/// directory with the record columns and the vector.
+pub async fn appended_rows(
+    dataset: &lance::Dataset,
+    version: u64,
+    written: &[lance::table::format::Fragment],
+    dim: usize,
+) -> lance::Result<Vec<(MemoryRecord, Vec<f32>)>> {
+    let files: HashSet<&str> = written
+        .iter()
+        .flat_map(|f| f.files.iter().map(|d| d.path.as_str()))
+        .collect();
+    let at = dataset.checkout_version(version).await?;
+    let fragments: Vec<lance::table::format::Fragment> = at
+        .get_fragments()
+        .into_iter()
+        .map(|f| f.metadata().clone())
+        .filter(|f| f.files.iter().any(|d| files.contains(d.path.as_str())))
+        .collect();
+    if fragments.len() != written.len() {
+        return Err(lance::Error::invalid_input(format!(
+            "version {version}: {} of the {} appended fragments found",
+            fragments.len(),
+            written.len()
+        )));
+    }
+    let mut columns: Vec<&str> = RECORD_COLUMNS.to_vec();
+    columns.push(COL_VECTOR);
+    let mut scan = at.scan();
+    scan.with_fragments(fragments).project(&columns)?;
+    let batches: Vec<RecordBatch> = scan.try_into_stream().await?.try_collect().await?;
+    Ok(batches
+        .iter()
+        .flat_map(|b| from_batch(b).into_iter().zip(vectors(b, dim)))
+        .collect())
 }
 
 /// The vector column of a batch as one `Vec` per row (a NULL vector reads as zeros, which

@@ -485,6 +485,18 @@ impl ResidentVectors {
             .collect()
     }
 
+    /// Record the rows another process appended at `version` (read from its fragments).
+    fn appended_at(&self, version: u64, rows: Vec<(MemoryRecord, Vec<f32>)>) {
+        let mut chain = self.chain();
+        if !chain.changes.contains_key(&version) {
+            chain.insert(version, Change::Rows(Arc::new(rows)));
+        }
+    }
+
+    fn dim(&self) -> usize {
+        self.dim
+    }
+
     /// Record that `version` left every row as it was (read from its transaction).
     fn unchanged_at(&self, version: u64) {
         let mut chain = self.chain();

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
-use lance::dataset::transaction::Operation;
+use lance::dataset::transaction::{Operation, Transaction};
 use lancedb::Table;
 
 use super::super::fulltext::{FulltextSearch, KeywordHit, KeywordMatching, KeywordRequest};
@@ -93,7 +93,8 @@ impl ResidentSearch {
     }
 
     /// Look up the versions nobody reported in their transactions; true if every one of them
-    /// left the rows as they were (a compaction or an index build, by any process).
+    /// left the rows as they were (a compaction or an index build, by any process) or only
+    /// appended rows (another instance's remembers), which are then read from their fragments.
     async fn explain(&self, version: u64) -> bool {
         let versions = self.resident.unexplained(version);
         if versions.is_empty() || versions.len() > MAX_LOOKUPS {
@@ -108,6 +109,19 @@ impl ResidentSearch {
         for v in versions {
             match dataset.read_transaction_by_version(v).await {
                 Ok(Some(t)) if keeps_rows(&t.operation) => self.resident.unchanged_at(v),
+                Ok(Some(Transaction {
+                    operation: Operation::Append { fragments },
+                    ..
+                })) => {
+                    let dim = self.resident.dim();
+                    match super::load::appended_rows(&dataset, v, &fragments, dim).await {
+                        Ok(rows) => self.resident.appended_at(v, rows),
+                        Err(e) => {
+                            tracing::debug!(version = v, error = %e, "could not read an append");
+                            return false;
+                        }
+                    }
+                }
                 Ok(_) => return false,
                 Err(e) => {
                     tracing::debug!(version = v, error = %e, "could not read a transaction");
