@@ -5,7 +5,8 @@ export SCOPEMEM_ASSETS ?= $(HOME)/.cache/scopemem/assets
 export CARGO_TARGET_DIR ?= $(HOME)/.cache/scopemem/target
 export ORT_DYLIB_PATH ?= $(SCOPEMEM_ASSETS)/onnxruntime-1.31.1/libonnxruntime.so.1.31.1
 export SCOPEMEM_MODEL_DIR ?= $(SCOPEMEM_ASSETS)/all-MiniLM-L6-v2-int8
-# Python venv with the official MCP SDK, the real client of tests/mcp.rs.
+# Python venv with the official MCP SDK (the real client of tests/mcp.rs) and moto[server] (a
+# real S3 API on loopback for tests/s3.rs and benches/s3.rs).
 export SCOPEMEM_VENV ?= $(HOME)/.cache/scopemem/venv
 # Python 3.12 venv with a pinned AstrBot, the real host of tests/astrbot.rs.
 export SCOPEMEM_ASTRBOT_VENV ?= $(HOME)/.cache/scopemem/astrbot-venv
@@ -44,7 +45,7 @@ run: build
 test: setup mcp-client astrbot-venv browser
 	cargo test --lib --bins --tests --no-fail-fast -- --test-threads=2
 
-bench: setup
+bench: setup mcp-client
 	cargo bench --bench recall
 	cargo bench --bench remember
 	cargo bench --bench end_to_end
@@ -53,6 +54,7 @@ bench: setup
 	cargo bench --bench http_guard
 	cargo bench --bench durability
 	cargo bench --bench hybrid
+	cargo bench --bench s3
 
 # scopemem's search beside ChromaDB and Python LanceDB (pinned, from PyPI, in their own venv) on
 # the same workloads, one system after the other; prints one table per workload.

@@ -308,12 +308,12 @@ async fn main() -> anyhow::Result<()> {
             }
             MigrateCommand::RevertBackfill { config, yes } => {
                 init_logging(&level_of(config.as_ref()));
-                let loaded = Config::load(config.as_deref()).context("loading config")?;
+                // Fail on a bad config before asking.
+                Config::load(config.as_deref()).context("loading config")?;
                 if !yes && !confirm("Set every backfilled row back to a NULL scope?")? {
                     anyhow::bail!("not confirmed; nothing changed");
                 }
-                let n =
-                    scopemem::api::migrate_cli::revert(config.as_deref(), &loaded.config).await?;
+                let n = scopemem::api::migrate_cli::revert(config.as_deref()).await?;
                 println!("reverted {n} backfilled rows to a NULL scope; checkpoint removed");
             }
         },

@@ -345,11 +345,14 @@ async fn revert_backfill_restores_nulls_for_a_downgrade() {
         "a scoped memory that must survive the revert",
     )
     .await;
-    let checkpoint = scopemem::migrate::checkpoint::path_for(dir.path(), "memories");
+    let checkpoint = dir.path().join("memories.backfill.json");
     assert!(checkpoint.exists());
-    let n = scopemem::migrate::backfill::revert(host.memory().store(), &checkpoint)
-        .await
-        .unwrap();
+    let n = scopemem::migrate::backfill::revert(
+        host.memory().store(),
+        host.memory().backfill().checkpoint(),
+    )
+    .await
+    .unwrap();
     assert_eq!(n, 60);
     assert!(!checkpoint.exists());
     let all = all_rows(&host).await;
@@ -377,7 +380,7 @@ async fn revert_backfill_restores_nulls_for_a_downgrade() {
 async fn the_migration_declares_the_backfill_before_adding_columns() {
     let dir = tempfile::tempdir().unwrap();
     make_legacy_table(dir.path(), &legacy_rows(30, "tennis"), false, false).await;
-    let checkpoint = scopemem::migrate::checkpoint::path_for(dir.path(), "memories");
+    let checkpoint = scopemem::migrate::checkpoint::CheckpointFile::in_dir(dir.path(), "memories");
     let conn = lancedb::connect(dir.path().to_str().unwrap())
         .execute()
         .await
@@ -387,7 +390,7 @@ async fn the_migration_declares_the_backfill_before_adding_columns() {
             .await
             .unwrap();
     assert!(outcome.backfill_needed);
-    let cp = scopemem::migrate::checkpoint::load(&checkpoint).unwrap();
+    let cp = checkpoint.load().await.unwrap();
     assert!(cp.is_some(), "the runner wrote the checkpoint");
 
     // A process opening now sees the columns, applies nothing, and still starts in migration

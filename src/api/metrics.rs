@@ -158,7 +158,7 @@ pub async fn render(metrics: &Metrics, host: &PluginHost) -> String {
         );
         let _ = writeln!(
             out,
-            "# HELP scopemem_disk_bytes Bytes of every file under storage.db_dir.\n# TYPE scopemem_disk_bytes gauge\nscopemem_disk_bytes {}",
+            "# HELP scopemem_disk_bytes Bytes of every file under a local storage.db_dir (0 for an s3:// table).\n# TYPE scopemem_disk_bytes gauge\nscopemem_disk_bytes {}",
             stats.disk_bytes
         );
     }

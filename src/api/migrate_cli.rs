@@ -35,7 +35,9 @@ impl From<lancedb::Error> for CliError {
 pub async fn status(config: &Config) -> Result<serde_json::Value, CliError> {
     let db = &config.storage.db_dir;
     let name = &config.storage.table_name;
-    let conn = lancedb::connect(&db.to_string_lossy()).execute().await?;
+    let conn = crate::store::Store::connect(db, config.storage.read_consistency())
+        .await
+        .map_err(crate::migrate::MigrateError::from)?;
     if !conn
         .table_names()
         .execute()
@@ -58,7 +60,12 @@ pub async fn status(config: &Config) -> Result<serde_json::Value, CliError> {
     } else {
         rows
     };
-    let cp = checkpoint::load(&checkpoint::path_for(db, name))?;
+    let beside = crate::store::Store::beside(db)
+        .await
+        .map_err(crate::migrate::MigrateError::from)?;
+    let cp = checkpoint::CheckpointFile::new(beside.clone(), name)
+        .load()
+        .await?;
     Ok(json!({
         "table": name,
         "db_dir": db,
@@ -69,18 +76,17 @@ pub async fn status(config: &Config) -> Result<serde_json::Value, CliError> {
         "unscoped_rows": unscoped,
         "migration_mode": config.migration_mode,
         "backfill": cp,
-        "maintenance_lease": lease::current_holder(db, name),
+        "maintenance_lease": lease::current_holder(&beside, name).await,
     }))
 }
 
 /// Refuses when another process holds the maintenance lease: two processes must not run the
 /// backfill (or undo it) at once. The error names the holder.
-fn require_lease(host: &PluginHost, what: &str) -> Result<(), CliError> {
+async fn require_lease(host: &PluginHost, what: &str) -> Result<(), CliError> {
     if host.memory().is_maintainer() {
         return Ok(());
     }
-    let config = host.config();
-    let holder = lease::current_holder(&config.storage.db_dir, &config.storage.table_name);
+    let holder = host.memory().lease_holder().await;
     Err(CliError::Other(match holder {
         Some(h) => format!(
             "cannot {what}: process {} (instance {}, since {}) holds the maintenance lease and \
@@ -139,7 +145,7 @@ impl Bar {
 /// the backfill itself).
 pub async fn run(config_path: Option<&Path>) -> Result<BackfillProgress, CliError> {
     let host = PluginHost::start(config_path).await?;
-    if let Err(e) = require_lease(&host, "run the backfill") {
+    if let Err(e) = require_lease(&host, "run the backfill").await {
         host.shutdown().await;
         return Err(e);
     }
@@ -162,14 +168,13 @@ pub async fn run(config_path: Option<&Path>) -> Result<BackfillProgress, CliErro
 }
 
 /// Sets every row the backfill filled back to a NULL scope (the downgrade path).
-pub async fn revert(config_path: Option<&Path>, config: &Config) -> Result<u64, CliError> {
+pub async fn revert(config_path: Option<&Path>) -> Result<u64, CliError> {
     let host = PluginHost::start(config_path).await?;
-    if let Err(e) = require_lease(&host, "revert the backfill") {
+    if let Err(e) = require_lease(&host, "revert the backfill").await {
         host.shutdown().await;
         return Err(e);
     }
-    let path = checkpoint::path_for(&config.storage.db_dir, &config.storage.table_name);
-    let n = backfill::revert(host.memory().store(), &path).await?;
+    let n = backfill::revert(host.memory().store(), host.memory().backfill().checkpoint()).await?;
     host.shutdown().await;
     Ok(n)
 }

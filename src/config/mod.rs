@@ -14,6 +14,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+pub use crate::store::location::DbLocation;
+
 pub use schema::{FieldSchema, FieldType, Schema};
 
 /// The embedded schema text: the single source of truth for config keys and defaults.
@@ -172,8 +174,14 @@ lowercase_enum! {
 /// `storage.*`: where and how memories are stored.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct StorageConfig {
-    /// LanceDB directory; a relative path is resolved against the working directory by the caller.
-    pub db_dir: PathBuf,
+    /// LanceDB directory or `s3://` prefix, with `storage.options`; a relative path is resolved
+    /// against the working directory.
+    pub db_dir: DbLocation,
+    /// This instance's own local state (feedback journals); `None` (config `""`): the table's
+    /// directory, or `./data/state` for a table in a bucket.
+    pub state_dir: Option<PathBuf>,
+    /// How long a bucket lease outlives its holder's last renewal.
+    pub lease_ttl_secs: u64,
     /// Memory table name.
     pub table_name: String,
     /// Seconds between background compactions (at least 1).
@@ -205,6 +213,19 @@ impl StorageConfig {
     /// Age after which old table versions are pruned.
     pub fn keep_versions(&self) -> Duration {
         Duration::from_secs_f64(self.keep_versions_minutes * 60.0)
+    }
+
+    /// Where this instance keeps its feedback journals.
+    pub fn state_dir(&self) -> PathBuf {
+        match (&self.state_dir, self.db_dir.local_dir()) {
+            (Some(dir), _) => dir.clone(),
+            (None, Some(db)) => db.to_path_buf(),
+            (None, None) => PathBuf::from("./data/state"),
+        }
+    }
+
+    pub fn lease_ttl(&self) -> Duration {
+        Duration::from_secs(self.lease_ttl_secs)
     }
 }
 
@@ -479,7 +500,9 @@ impl Config {
                 root.string("scope_filter")?,
             )?,
             storage: StorageConfig {
-                db_dir: PathBuf::from(storage.non_empty("db_dir")?),
+                db_dir: storage.location("db_dir", "options")?,
+                state_dir: storage.optional_path("state_dir")?,
+                lease_ttl_secs: storage.count("lease_ttl_secs", 3)?,
                 table_name: storage.non_empty("table_name")?.to_owned(),
                 compaction_interval_secs: storage.count("compaction_interval_secs", 1)?,
                 write_batch_max: storage.count("write_batch_max", 1)?,
@@ -609,6 +632,34 @@ impl<'a> Obj<'a> {
         Ok(s)
     }
 
+    /// `storage.db_dir` with `storage.options` (a JSON object of strings).
+    fn location(&self, key: &str, options_key: &str) -> Result<DbLocation, ConfigError> {
+        let text = self.non_empty(key)?;
+        let value = self.get(options_key)?;
+        let invalid_type = || ConfigError::InvalidType {
+            key: self.path(options_key),
+            expected: "JSON object of strings".into(),
+            got: schema::describe(value),
+        };
+        let mut options = std::collections::BTreeMap::new();
+        for (k, v) in value.as_object().ok_or_else(invalid_type)? {
+            let v = match v {
+                Value::String(s) => s.clone(),
+                Value::Bool(b) => b.to_string(),
+                Value::Number(n) => n.to_string(),
+                _ => return Err(invalid_type()),
+            };
+            options.insert(k.clone(), v);
+        }
+        DbLocation::parse(text)
+            .and_then(|l| l.with_options(options))
+            .map_err(|e| ConfigError::InvalidValue {
+                key: self.path(key),
+                reason: e.to_string(),
+                got: format!("{text:?}"),
+            })
+    }
+
     /// A list of non-empty strings (trimmed).
     fn strings(&self, key: &str) -> Result<Vec<String>, ConfigError> {
         let value = self.get(key)?;
@@ -695,7 +746,9 @@ mod tests {
         assert_eq!(c.unmapped_scope, UnmappedPolicy::Public);
         assert_eq!(c.migration_mode, MigrationMode::Auto);
         assert_eq!(c.scope_filter, ScopeFilterMode::Enforce);
-        assert_eq!(c.storage.db_dir, PathBuf::from("./data/lancedb"));
+        assert_eq!(c.storage.db_dir, DbLocation::dir("./data/lancedb"));
+        assert_eq!(c.storage.state_dir(), PathBuf::from("./data/lancedb"));
+        assert_eq!(c.storage.lease_ttl(), Duration::from_secs(30));
         assert_eq!(c.storage.table_name, "memories");
         assert_eq!(c.storage.compaction_interval_secs, 60);
         assert_eq!(c.storage.write_batch_max, 512);
@@ -749,6 +802,38 @@ mod tests {
     }
 
     #[test]
+    fn an_s3_db_dir_takes_options_and_a_local_state_dir() {
+        let l = Config::from_json_str(
+            r#"{"storage": {"db_dir": "s3://bucket/team", "lease_ttl_secs": 9,
+                "options": "{\"aws_endpoint\": \"http://127.0.0.1:9000\", \"allow_http\": true}"}}"#,
+        )
+        .unwrap();
+        let s = &l.config.storage;
+        assert!(s.db_dir.is_remote());
+        assert_eq!(s.db_dir.uri(), "s3://bucket/team");
+        assert_eq!(s.db_dir.options()["allow_http"], "true");
+        assert_eq!(s.state_dir(), PathBuf::from("./data/state"));
+        assert_eq!(s.lease_ttl(), Duration::from_secs(9));
+        for (bad, says) in [
+            (
+                r#"{"storage": {"db_dir": "gs://b/p"}}"#,
+                "is not one of them",
+            ),
+            (
+                r#"{"storage": {"db_dir": "d", "options": {"aws_region": "x"}}}"#,
+                "local directory",
+            ),
+            (
+                r#"{"storage": {"db_dir": "s3://b", "options": {"a": [1]}}}"#,
+                "JSON object of strings",
+            ),
+        ] {
+            let e = Config::from_json_str(bad).unwrap_err().to_string();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+    }
+
+    #[test]
     fn nested_override_keeps_sibling_defaults() {
         let l = Config::from_json_str(
             r#"{"recall": {"default_limit": 8}, "storage": {"db_dir": "rel/db"},
@@ -757,7 +842,7 @@ mod tests {
         .unwrap();
         assert_eq!(l.config.recall.default_limit, 8);
         assert_eq!(l.config.recall.max_limit, 100);
-        assert_eq!(l.config.storage.db_dir, PathBuf::from("rel/db"));
+        assert_eq!(l.config.storage.db_dir, DbLocation::dir("rel/db"));
         assert_eq!(l.config.storage.table_name, "memories");
         assert_eq!(l.config.embedding.model_dir, Some(PathBuf::from("/m")));
         assert_eq!(l.config.unmapped_scope, UnmappedPolicy::Conversation);

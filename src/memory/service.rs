@@ -20,6 +20,7 @@ use crate::migrate::checkpoint;
 use crate::scope::{
     sql_literal, ConversationId, MapSummary, ResolvedScope, ScopeMap, ScopeResolver,
 };
+use crate::store::beside::Beside;
 use crate::store::lease::{self, Lease};
 use crate::store::{LanceSearch, MemoryRecord, ModelInfo, RowFilter, Store, WriterSettings};
 
@@ -162,6 +163,8 @@ pub struct Visibility {
 pub struct MemoryService {
     /// Whether this process does the table's background maintenance (one process at a time).
     lease: Lease,
+    /// The state beside the table (lease record, backfill checkpoint).
+    beside: Beside,
     store: Store,
     search: Arc<LanceSearch>,
     /// The vector search recalls use: resident in memory, LanceDB when it cannot answer.
@@ -224,6 +227,7 @@ impl MemoryService {
             .with_maintainer(store.maintainer().clone()),
         );
         let latency = Arc::new(crate::migrate::ForegroundLatency::default());
+        let beside = Store::beside(&config.storage.db_dir).await?;
         let backfill = BackfillHandle::prepare(
             store.clone(),
             BackfillSettings {
@@ -237,13 +241,14 @@ impl MemoryService {
                     }
                 },
                 mode: config.migration_mode,
-                checkpoint_path: checkpoint::path_for(
-                    &config.storage.db_dir,
+                checkpoint: checkpoint::CheckpointFile::new(
+                    beside.clone(),
                     &config.storage.table_name,
                 ),
             },
             outcome.backfill_needed,
         )
+        .await
         .map_err(|e| MemoryError::Internal(e.to_string()))?;
         if config.scope_filter == ScopeFilterMode::Disabled {
             tracing::warn!(
@@ -251,7 +256,7 @@ impl MemoryService {
             );
         }
         let feedback = super::feedback::FeedbackQueue::open(
-            &config.storage.db_dir,
+            &config.storage.state_dir(),
             &config.storage.table_name,
             super::feedback::QueueSettings {
                 capacity: config.feedback.queue_capacity,
@@ -268,12 +273,13 @@ impl MemoryService {
             backfill.gate().clone(),
         )?;
         let lease = Lease::new(
-            &config.storage.db_dir,
+            &beside,
             &config.storage.table_name,
             feedback.instance(),
             store.maintainer().clone(),
+            config.storage.lease_ttl(),
         );
-        if let Err(e) = lease.try_acquire() {
+        if let Err(e) = lease.try_acquire().await {
             tracing::warn!(error = %e, "could not try the maintenance lease; will retry");
         }
         store.resident().limit_rows(config.recall.resident_max_rows);
@@ -285,6 +291,7 @@ impl MemoryService {
         );
         Ok(MemoryService {
             lease,
+            beside,
             vectors,
             queries: Default::default(),
             store,
@@ -324,50 +331,14 @@ impl MemoryService {
                 self.settings.retention.clone(),
             ));
         }
-        let (lease, store, backfill, search) = (
-            self.lease.clone(),
+        tokio::spawn(keep_maintaining(
+            self.lease.downgrade(),
+            self.beside.clone(),
             self.store.clone(),
-            self.backfill.clone(),
+            Arc::downgrade(&self.backfill),
             self.search.clone(),
-        );
-        let index_check = self.settings.index_check;
-        tokio::spawn(async move {
-            // Maintenance runs in the one process holding the lease; the others take over
-            // when it dies (the OS releases its lock).
-            let mut announced = false;
-            loop {
-                match lease.try_acquire() {
-                    Ok(true) => break,
-                    Ok(false) if !announced => {
-                        announced = true;
-                        tracing::info!(
-                            holder = ?lease::current_holder(store.dir(), store.table().name()),
-                            "another process holds the maintenance lease; this one only serves"
-                        );
-                    }
-                    Ok(false) => {}
-                    Err(e) => tracing::warn!(error = %e, "could not try the maintenance lease"),
-                }
-                tokio::time::sleep(LEASE_RETRY).await;
-            }
-            start_maintenance(&store, &backfill, &search).await;
-            // This task must not keep the lease (a clone holds the lock) once the service is
-            // gone: the next process waits for it.
-            drop(lease);
-            drop(backfill);
-            let mut waited = Duration::ZERO;
-            while !store.writer().is_stopped() {
-                tokio::time::sleep(INDEX_CHECK_STEP).await;
-                waited += INDEX_CHECK_STEP;
-                if waited < index_check {
-                    continue;
-                }
-                waited = Duration::ZERO;
-                if let Err(e) = search.maybe_build_index().await {
-                    tracing::warn!(error = %e, "could not check whether a vector index is due");
-                }
-            }
-        });
+            self.settings.index_check,
+        ));
     }
 
     /// Whether recalls are written back (`last_recalled_at`, refreshed expiry): only when decay
@@ -383,6 +354,11 @@ impl MemoryService {
     /// Whether this process holds the maintenance lease.
     pub fn is_maintainer(&self) -> bool {
         self.lease.is_held()
+    }
+
+    /// Who holds the maintenance lease now, if anyone.
+    pub async fn lease_holder(&self) -> Option<lease::LeaseHolder> {
+        lease::current_holder(&self.beside, self.store.table().name()).await
     }
 
     /// The feedback queue (journaled; its worker runs after `start_background`).
@@ -799,7 +775,7 @@ impl MemoryService {
             rows_by_scope: stats.rows_by_scope,
             maintenance: MaintenanceStatus {
                 this_process: self.lease.is_held(),
-                holder: lease::current_holder(self.store.dir(), self.store.table().name()),
+                holder: self.lease_holder().await,
             },
             feedback_queue_depth: self.feedback.depth(),
             feedback_dead_letters: self.feedback.dead_letters(),
@@ -813,11 +789,78 @@ impl MemoryService {
         self.feedback.shutdown().await;
         self.backfill.stop().await;
         self.store.shutdown().await;
+        self.lease.release().await;
     }
 }
 
 /// How often a process without the maintenance lease tries to take it.
 const LEASE_RETRY: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The maintenance loop of one service: wait for the lease, start the maintenance, keep the
+/// lease renewed and the vector index checked, and go back to waiting if the lease is lost. It
+/// holds the lease and the backfill weakly: it ends when the service is shut down or dropped.
+async fn keep_maintaining(
+    lease: lease::WeakLease,
+    beside: Beside,
+    store: Store,
+    backfill: std::sync::Weak<BackfillHandle>,
+    search: Arc<LanceSearch>,
+    index_check: Duration,
+) {
+    let table = store.table().name().to_owned();
+    loop {
+        // Maintenance runs in the one instance holding the lease; the others take over when it
+        // dies (the OS releases a local lock; a bucket lease lapses unrenewed).
+        let mut announced = false;
+        loop {
+            let Some(l) = lease.upgrade().filter(|_| !store.writer().is_stopped()) else {
+                return;
+            };
+            match l.try_acquire().await {
+                Ok(true) => break,
+                Ok(false) if !announced => {
+                    announced = true;
+                    let holder = lease::current_holder(&beside, &table).await;
+                    tracing::info!(
+                        holder = ?holder,
+                        "another instance holds the maintenance lease; this one only serves"
+                    );
+                }
+                Ok(false) => {}
+                Err(e) => tracing::warn!(error = %e, "could not try the maintenance lease"),
+            }
+            drop(l);
+            tokio::time::sleep(LEASE_RETRY).await;
+        }
+        let Some(bf) = backfill.upgrade() else { return };
+        start_maintenance(&store, &bf, &search).await;
+        drop(bf);
+        let (mut waited, mut since_renewal) = (Duration::ZERO, Duration::ZERO);
+        loop {
+            tokio::time::sleep(INDEX_CHECK_STEP).await;
+            let Some(l) = lease.upgrade().filter(|_| !store.writer().is_stopped()) else {
+                return;
+            };
+            since_renewal += INDEX_CHECK_STEP;
+            if since_renewal >= l.renew_every() {
+                since_renewal = Duration::ZERO;
+                match l.renew().await {
+                    Ok(true) => {}
+                    Ok(false) => break,
+                    Err(e) => tracing::warn!(error = %e, "could not renew the maintenance lease"),
+                }
+            }
+            waited += INDEX_CHECK_STEP;
+            if waited < index_check {
+                continue;
+            }
+            waited = Duration::ZERO;
+            if let Err(e) = search.maybe_build_index().await {
+                tracing::warn!(error = %e, "could not check whether a vector index is due");
+            }
+        }
+    }
+}
 
 /// What the lease holder starts: scalar indexes, the legacy backfill, the vector index of a
 /// large table opened from elsewhere (the writer's compaction and the pruner follow the flag).

@@ -6,7 +6,6 @@
 //! batch's update re-checks the NULL condition, so resuming after a crash or running twice
 //! changes nothing that is already done.
 
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -18,7 +17,7 @@ use lancedb::query::{ExecutableQuery, QueryBase, Select};
 use serde::Serialize;
 use tokio::sync::watch;
 
-use super::checkpoint::{self, BackfillState, Checkpoint, Damaged};
+use super::checkpoint::{BackfillState, Checkpoint, CheckpointFile, Damaged};
 use super::MigrateError;
 use crate::config::MigrationMode;
 use crate::scope::{sql_literal, ScopeName, ScopeSource, PUBLIC_SCOPE};
@@ -55,7 +54,7 @@ pub struct BackfillSettings {
     pub batch_size: usize,
     pub pacing: Pacing,
     pub mode: MigrationMode,
-    pub checkpoint_path: PathBuf,
+    pub checkpoint: CheckpointFile,
 }
 
 /// How the backfill paces its batches (see [`super::pacing`]).
@@ -122,15 +121,15 @@ impl BackfillHandle {
     /// Read (or, when a migration just declared legacy rows, durably create) the checkpoint and
     /// decide whether recall starts in migration mode. Does no table scan: start-up cost does
     /// not depend on table size.
-    pub fn prepare(
+    pub async fn prepare(
         store: Store,
         settings: BackfillSettings,
         backfill_needed: bool,
     ) -> Result<BackfillHandle, MigrateError> {
-        let mut cp = checkpoint::load(&settings.checkpoint_path)?;
+        let mut cp = settings.checkpoint.load().await?;
         if cp.is_none() && backfill_needed {
             let fresh = Checkpoint::new();
-            checkpoint::save(&settings.checkpoint_path, &fresh)?;
+            settings.checkpoint.save(&fresh).await?;
             tracing::info!(migration_start = %fresh.migration_start, "legacy rows found; backfill pending");
             cp = Some(fresh);
         }
@@ -150,6 +149,11 @@ impl BackfillHandle {
             task: crate::task::TaskSlot::default(),
             pacer: Mutex::new(None),
         })
+    }
+
+    /// Where the backfill keeps its checkpoint.
+    pub fn checkpoint(&self) -> &CheckpointFile {
+        &self.settings.checkpoint
     }
 
     pub fn gate(&self) -> &MigrationGate {
@@ -208,9 +212,9 @@ impl BackfillHandle {
         &self,
         on_progress: impl Fn(&BackfillProgress),
     ) -> Result<BackfillProgress, MigrateError> {
-        let path = &self.settings.checkpoint_path;
+        let path = &self.settings.checkpoint;
         let table = self.store.table().clone();
-        let mut cp = match checkpoint::load(path)? {
+        let mut cp = match path.load().await? {
             Some(c) => c,
             None => {
                 // A table that already had the columns can still hold NULL rows.
@@ -218,7 +222,7 @@ impl BackfillHandle {
                     return Ok(self.progress());
                 }
                 let c = Checkpoint::new();
-                checkpoint::save(path, &c)?;
+                path.save(&c).await?;
                 if self.settings.mode == MigrationMode::Auto {
                     self.gate.set(true);
                 }
@@ -246,7 +250,7 @@ impl BackfillHandle {
             invalid_scope: invalid_scopes,
             ..Damaged::default()
         };
-        checkpoint::save(path, &cp)?;
+        path.save(&cp).await?;
         let total = self.store.count(Some(CANDIDATES.into())).await? as u64;
         let started = Instant::now();
         let mut seen: u64 = 0;
@@ -366,7 +370,7 @@ impl BackfillHandle {
         self.store.rebuild_scope_index().await?;
         cp.state = BackfillState::Done;
         cp.finished_at = Some(Utc::now());
-        checkpoint::save(path, &cp)?;
+        path.save(&cp).await?;
         if self.settings.mode == MigrationMode::Auto {
             self.gate.set(false);
         }
@@ -411,7 +415,7 @@ impl BackfillHandle {
         cp.filled += filled;
         cp.skipped += n as u64 - filled.min(n as u64);
         cp.updated_at = Utc::now();
-        checkpoint::save(&self.settings.checkpoint_path, cp)?;
+        self.settings.checkpoint.save(cp).await?;
         self.publish(cp, remaining, started, filled_before);
         let progress = self.progress();
         on_progress(&progress);
@@ -491,7 +495,7 @@ impl BackfillHandle {
 
 /// `scopemem migrate revert-backfill`: every row the backfill filled goes back to NULL, and the
 /// checkpoint is removed, for operators downgrading to a version without scopes.
-pub async fn revert(store: &Store, checkpoint_path: &std::path::Path) -> Result<u64, MigrateError> {
+pub async fn revert(store: &Store, checkpoint: &CheckpointFile) -> Result<u64, MigrateError> {
     let n = store
         .writer()
         .update(
@@ -502,6 +506,6 @@ pub async fn revert(store: &Store, checkpoint_path: &std::path::Path) -> Result<
             ],
         )
         .await?;
-    checkpoint::remove(checkpoint_path)?;
+    checkpoint.remove().await?;
     Ok(n)
 }

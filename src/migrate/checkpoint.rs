@@ -1,12 +1,13 @@
-//! The backfill's durable checkpoint: a JSON file beside the table, replaced atomically
-//! (write, fsync, rename), so a crash leaves either the old or the new state, never half.
+//! The backfill's durable checkpoint: a JSON document beside the table, replaced atomically,
+//! so a crash leaves either the old or the new state, never half.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use super::MigrateError;
+use crate::store::beside::Beside;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -68,54 +69,63 @@ impl Default for Checkpoint {
     }
 }
 
-/// `<db_dir>/<table>.backfill.json`.
-pub fn path_for(db_dir: &Path, table: &str) -> PathBuf {
-    db_dir.join(format!("{table}.backfill.json"))
+/// The checkpoint of one table: `<table>.backfill.json` beside it, in its directory or bucket
+/// prefix, so whichever instance holds the maintenance lease resumes where the last one stopped.
+#[derive(Clone, Debug)]
+pub struct CheckpointFile {
+    beside: Beside,
+    name: String,
 }
 
-fn err(path: &Path, message: impl ToString) -> MigrateError {
-    MigrateError::Checkpoint {
-        path: path.display().to_string(),
-        message: message.to_string(),
-    }
-}
-
-pub fn load(path: &Path) -> Result<Option<Checkpoint>, MigrateError> {
-    match std::fs::read(path) {
-        Ok(bytes) => serde_json::from_slice(&bytes)
-            .map(Some)
-            .map_err(|e| err(path, format!("unreadable ({e}); fix or delete it"))),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(err(path, e)),
-    }
-}
-
-/// Write atomically (temp file, fsync, rename). The temp name is unique per process and call:
-/// two processes migrating one table at once both save, and must not rename each other's file.
-pub fn save(path: &Path, checkpoint: &Checkpoint) -> Result<(), MigrateError> {
-    use std::io::Write;
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static SEQ: AtomicU64 = AtomicU64::new(0);
-    let seq = SEQ.fetch_add(1, Ordering::Relaxed);
-    let tmp = path.with_extension(format!("json.{}.{seq}.tmp", std::process::id()));
-    let bytes = serde_json::to_vec_pretty(checkpoint).map_err(|e| err(path, e))?;
-    let mut f = std::fs::File::create(&tmp).map_err(|e| err(&tmp, e))?;
-    f.write_all(&bytes).map_err(|e| err(&tmp, e))?;
-    f.sync_all().map_err(|e| err(&tmp, e))?;
-    std::fs::rename(&tmp, path).map_err(|e| err(path, e))?;
-    if let Some(dir) = path.parent() {
-        if let Ok(d) = std::fs::File::open(dir) {
-            let _ = d.sync_all();
+impl CheckpointFile {
+    pub fn new(beside: Beside, table: &str) -> CheckpointFile {
+        CheckpointFile {
+            beside,
+            name: format!("{table}.backfill.json"),
         }
     }
-    Ok(())
-}
 
-pub fn remove(path: &Path) -> Result<(), MigrateError> {
-    match std::fs::remove_file(path) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(err(path, e)),
+    /// The checkpoint of `table` in a local directory.
+    pub fn in_dir(dir: &Path, table: &str) -> CheckpointFile {
+        CheckpointFile::new(Beside::Dir(dir.to_path_buf()), table)
+    }
+
+    /// Where it is, for messages.
+    pub fn describe(&self) -> String {
+        self.beside.describe(&self.name)
+    }
+
+    fn err(&self, message: impl ToString) -> MigrateError {
+        MigrateError::Checkpoint {
+            path: self.describe(),
+            message: message.to_string(),
+        }
+    }
+
+    pub async fn load(&self) -> Result<Option<Checkpoint>, MigrateError> {
+        match self.beside.read(&self.name).await {
+            Ok(Some((bytes, _))) => serde_json::from_slice(&bytes)
+                .map(Some)
+                .map_err(|e| self.err(format!("unreadable ({e}); fix or delete it"))),
+            Ok(None) => Ok(None),
+            Err(e) => Err(self.err(e.message)),
+        }
+    }
+
+    /// Replace atomically: a crash leaves the old or the new state, never half.
+    pub async fn save(&self, checkpoint: &Checkpoint) -> Result<(), MigrateError> {
+        let bytes = serde_json::to_vec_pretty(checkpoint).map_err(|e| self.err(e))?;
+        self.beside
+            .write(&self.name, &bytes)
+            .await
+            .map_err(|e| self.err(e.message))
+    }
+
+    pub async fn remove(&self) -> Result<(), MigrateError> {
+        self.beside
+            .remove(&self.name)
+            .await
+            .map_err(|e| self.err(e.message))
     }
 }
 
@@ -123,20 +133,20 @@ pub fn remove(path: &Path) -> Result<(), MigrateError> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn save_then_load_round_trips_and_missing_is_none() {
+    #[tokio::test]
+    async fn save_then_load_round_trips_and_missing_is_none() {
         let dir = tempfile::tempdir().unwrap();
-        let p = path_for(dir.path(), "memories");
-        assert_eq!(load(&p).unwrap(), None);
+        let p = CheckpointFile::in_dir(dir.path(), "memories");
+        assert_eq!(p.load().await.unwrap(), None);
         let mut c = Checkpoint::new();
         c.state = BackfillState::Running;
         c.filled = 42;
         c.damaged.null_created_at = 3;
-        save(&p, &c).unwrap();
-        assert_eq!(load(&p).unwrap(), Some(c));
-        std::fs::write(&p, b"{garbage").unwrap();
+        p.save(&c).await.unwrap();
+        assert_eq!(p.load().await.unwrap(), Some(c));
+        std::fs::write(dir.path().join("memories.backfill.json"), b"{garbage").unwrap();
         assert!(
-            load(&p).is_err(),
+            p.load().await.is_err(),
             "a corrupt checkpoint is an error, not a silent restart"
         );
     }

@@ -12,7 +12,9 @@ pub use checkpoint::{BackfillState, Checkpoint, Damaged};
 pub use pacing::ForegroundLatency;
 pub use runner::{open_or_create, MigrationOutcome, SchemaStatus};
 
+use crate::store::location::DbLocation;
 use crate::store::{ModelInfo, Store, StoreError, WriterSettings, DEFAULT_READ_CONSISTENCY};
+use checkpoint::CheckpointFile;
 
 #[derive(Debug, thiserror::Error)]
 pub enum MigrateError {
@@ -30,17 +32,17 @@ impl From<lancedb::Error> for MigrateError {
     }
 }
 
-/// Open (or create) `table_name` under `db_dir` as a [`Store`]: connect, apply the pending
-/// migrations in `migrations/`, then check the embedding model and start the writer. The one
-/// way the service, the CLI, tests and benches open a table.
+/// Open (or create) `table_name` in `db` (a directory, or an `s3://` prefix) as a [`Store`]:
+/// connect, apply the pending migrations in `migrations/`, then check the embedding model and
+/// start the writer. The one way the service, the CLI, tests and benches open a table.
 pub async fn open_store(
-    db_dir: &std::path::Path,
+    db: impl Into<DbLocation>,
     table_name: &str,
     model: &ModelInfo,
     settings: WriterSettings,
 ) -> Result<(Store, MigrationOutcome), StoreError> {
     open_store_with(
-        db_dir,
+        &db.into(),
         table_name,
         model,
         settings,
@@ -51,24 +53,24 @@ pub async fn open_store(
 
 /// [`open_store`] with how stale a read may be with respect to other processes' commits.
 pub async fn open_store_with(
-    db_dir: &std::path::Path,
+    db: &DbLocation,
     table_name: &str,
     model: &ModelInfo,
     settings: WriterSettings,
     read_consistency: std::time::Duration,
 ) -> Result<(Store, MigrationOutcome), StoreError> {
     let started = std::time::Instant::now();
-    let conn = Store::connect(db_dir, read_consistency).await?;
-    let checkpoint = checkpoint::path_for(db_dir, table_name);
+    let conn = Store::connect(db, read_consistency).await?;
+    let checkpoint = CheckpointFile::new(Store::beside(db).await?, table_name);
     let (table, outcome) = open_or_create(&conn, table_name, model.dimension, &checkpoint)
         .await
         .map_err(|e| match e {
             MigrateError::Store(s) => s,
             other => StoreError::Schema(other.to_string()),
         })?;
-    let store = Store::attach(table, db_dir, model, settings, outcome.created).await?;
+    let store = Store::attach(table, db, model, settings, outcome.created).await?;
     tracing::info!(
-        db_dir = %db_dir.display(),
+        db = %db,
         table = table_name,
         schema_from = outcome.from,
         schema_to = outcome.to,

@@ -128,10 +128,10 @@ async fn record_version(table: &Table, version: u32) -> Result<(), MigrateError>
 
 /// Durably mark the backfill pending, unless a checkpoint (this process's earlier start, or
 /// another process) already exists.
-fn declare_backfill(path: &std::path::Path) -> Result<(), MigrateError> {
-    if super::checkpoint::load(path)?.is_none() {
+async fn declare_backfill(path: &super::checkpoint::CheckpointFile) -> Result<(), MigrateError> {
+    if path.load().await?.is_none() {
         let fresh = super::checkpoint::Checkpoint::new();
-        super::checkpoint::save(path, &fresh)?;
+        path.save(&fresh).await?;
         tracing::info!(migration_start = %fresh.migration_start, "legacy rows found; backfill pending");
     }
     Ok(())
@@ -146,7 +146,7 @@ pub async fn open_or_create(
     conn: &Connection,
     name: &str,
     dimension: usize,
-    checkpoint: &std::path::Path,
+    checkpoint: &super::checkpoint::CheckpointFile,
 ) -> Result<(Table, MigrationOutcome), MigrateError> {
     let all = files::all()?;
     let names = conn.table_names().execute().await?;
@@ -197,7 +197,7 @@ pub async fn open_or_create(
             .any(|op| matches!(op, Op::BackfillScope { .. }));
         if declares && has_rows {
             backfill_needed = true;
-            declare_backfill(checkpoint)?;
+            declare_backfill(checkpoint).await?;
         }
         for op in &m.ops {
             match op {

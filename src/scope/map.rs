@@ -46,6 +46,10 @@ pub struct MapSummary {
     /// When this map was built (RFC 3339 in JSON).
     #[serde(serialize_with = "rfc3339")]
     pub loaded_at: DateTime<Utc>,
+    /// sha256 of what the map decides (applied entries, fail-closed and incognito keys,
+    /// unmapped policy, filter mode), not of its text: instances sharing a table must show the
+    /// same hash, whatever the key order or whitespace of their config files.
+    pub content_hash: String,
 }
 
 fn rfc3339<S: Serializer>(t: &DateTime<Utc>, s: S) -> Result<S::Ok, S::Error> {
@@ -235,7 +239,30 @@ impl ScopeMap {
             distinct_scopes: distinct.len(),
             incognito: self.incognito.len(),
             loaded_at: self.loaded_at,
+            content_hash: self.content_hash(),
         }
+    }
+
+    fn content_hash(&self) -> String {
+        let entries: std::collections::BTreeMap<&str, &str> = self
+            .entries
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        fn sorted(set: &HashSet<String>) -> Vec<&str> {
+            let mut v: Vec<&str> = set.iter().map(String::as_str).collect();
+            v.sort_unstable();
+            v
+        }
+        let canonical = serde_json::json!({
+            "entries": entries,
+            "failed_closed": sorted(&self.failed_closed),
+            "incognito": sorted(&self.incognito),
+            "unmapped": self.unmapped.to_string(),
+            "filter": self.filter.to_string(),
+        });
+        let digest = Sha256::digest(canonical.to_string().as_bytes());
+        digest.iter().map(|b| format!("{b:02x}")).collect()
     }
 
     /// Logs the summary at info (`event` is e.g. `startup` or `reload`), and warns while the
@@ -406,6 +433,31 @@ mod tests {
             "persona:Alice": "恋爱",
             "default:FriendMessage:1": "public"
         })
+    }
+
+    #[test]
+    fn the_content_hash_follows_what_the_map_decides_not_its_text() {
+        let a = ScopeMap::build(
+            &serde_json::from_str(r#"{"g:1": "家人", "g:2": "work"}"#).unwrap(),
+            UnmappedPolicy::Public,
+        );
+        let b = ScopeMap::build(
+            &serde_json::from_str(r#"{ "g:2" : "work",  "g:1": "家人" }"#).unwrap(),
+            UnmappedPolicy::Public,
+        );
+        let c = ScopeMap::build(
+            &serde_json::from_str(r#"{"g:1": "家人", "g:2": "work2"}"#).unwrap(),
+            UnmappedPolicy::Public,
+        );
+        let d = ScopeMap::build(
+            &serde_json::from_str(r#"{"g:1": "家人", "g:2": "work"}"#).unwrap(),
+            UnmappedPolicy::Conversation,
+        );
+        let h = |m: &ScopeMap| m.summary().content_hash;
+        assert_eq!(h(&a).len(), 64);
+        assert_eq!(h(&a), h(&b));
+        assert_ne!(h(&a), h(&c));
+        assert_ne!(h(&a), h(&d));
     }
 
     #[test]

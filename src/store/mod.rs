@@ -3,10 +3,12 @@
 //! Reads go straight to a shared [`lancedb::Table`] clone; every mutation goes through the
 //! [`writer`] task so appends are group-committed and commit conflicts retried in one place.
 
+pub mod beside;
 pub mod durability;
 pub mod fulltext;
 pub mod index_state;
 pub mod lease;
+pub mod location;
 pub mod maintenance;
 pub mod page;
 pub mod record;
@@ -64,6 +66,8 @@ pub enum StoreError {
     Commit(String),
     #[error("the store writer has stopped")]
     WriterGone,
+    #[error(transparent)]
+    Beside(#[from] beside::BesideError),
 }
 
 impl StoreError {
@@ -102,7 +106,7 @@ pub struct Store {
     table: Table,
     writer: WriterHandle,
     dimension: usize,
-    dir: std::path::PathBuf,
+    location: location::DbLocation,
     /// Stops the background version pruner.
     pruner_stop: std::sync::Arc<tokio::sync::Notify>,
     /// Rows per scope, kept from the writer's appends and reconciled in the background.
@@ -125,25 +129,34 @@ pub struct StoreStats {
     pub fragments: usize,
     /// Table versions on disk (each may hold rows that later versions deleted or changed).
     pub versions: usize,
-    /// Bytes of every file under the database directory.
+    /// Bytes of every file under the database directory (0 for a table in an object store,
+    /// where listing every object would cost a request per thousand).
     pub disk_bytes: u64,
 }
 
 impl Store {
-    /// Connect to the database directory (created if missing). A read sees other processes'
-    /// commits at most `read_consistency` late (several processes may share one directory;
-    /// `ZERO` checks on every read). Which table to open, and how to migrate it, is for the
-    /// caller (`migrate::open_store`) to decide.
+    /// Connect to the database directory (created if missing) or bucket prefix. A read sees
+    /// other processes' commits at most `read_consistency` late (several processes, on one
+    /// machine or several, may share one table; `ZERO` checks on every read). Which table to
+    /// open, and how to migrate it, is for the caller (`migrate::open_store`) to decide.
     pub async fn connect(
-        db_dir: &Path,
+        db: &location::DbLocation,
         read_consistency: std::time::Duration,
     ) -> Result<lancedb::Connection, StoreError> {
-        std::fs::create_dir_all(db_dir)
-            .map_err(|e| StoreError::Schema(format!("cannot create {}: {e}", db_dir.display())))?;
-        Ok(lancedb::connect(&db_dir.to_string_lossy())
+        if let Some(dir) = db.local_dir() {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| StoreError::Schema(format!("cannot create {}: {e}", dir.display())))?;
+        }
+        Ok(lancedb::connect(&db.uri())
+            .storage_options(db.options().clone())
             .read_consistency_interval(read_consistency)
             .execute()
             .await?)
+    }
+
+    /// The small state beside the tables of `db` (backfill checkpoint, lease record).
+    pub async fn beside(db: &location::DbLocation) -> Result<beside::Beside, StoreError> {
+        Ok(beside::Beside::open(db).await?)
     }
 
     /// Take an opened (and migrated) table: check it was built for `model` (a new table records
@@ -152,7 +165,7 @@ impl Store {
     /// [`Store::ensure_indexes`] in the background.
     pub async fn attach(
         table: Table,
-        db_dir: &Path,
+        db: &location::DbLocation,
         model: &ModelInfo,
         settings: WriterSettings,
         created: bool,
@@ -165,7 +178,7 @@ impl Store {
         }
         let maintainer = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
         let settings = WriterSettings {
-            table_dir: Some(db_dir.join(format!("{}.lance", table.name()))),
+            table_dir: db.table_dir(table.name()),
             ..settings
         };
         let scope_counts = std::sync::Arc::new(scope_counts::ScopeCounts::default());
@@ -186,7 +199,7 @@ impl Store {
             table,
             writer,
             dimension: model.dimension,
-            dir: db_dir.to_path_buf(),
+            location: db.clone(),
             pruner_stop: Default::default(),
             scope_counts,
             counts_stop,
@@ -221,9 +234,9 @@ impl Store {
         &self.table
     }
 
-    /// The database directory.
-    pub fn dir(&self) -> &Path {
-        &self.dir
+    /// Where the table lives.
+    pub fn location(&self) -> &location::DbLocation {
+        &self.location
     }
 
     pub fn writer(&self) -> &WriterHandle {
@@ -332,9 +345,11 @@ impl Store {
         }
     }
 
-    /// Bytes of every file under the database directory.
+    /// Bytes of every file under the database directory (0 in an object store).
     pub async fn disk_bytes(&self) -> u64 {
-        let dir = self.dir.clone();
+        let Some(dir) = self.location.local_dir().map(Path::to_path_buf) else {
+            return 0;
+        };
         tokio::task::spawn_blocking(move || retention::disk_bytes(&dir))
             .await
             .unwrap_or(0)

@@ -67,7 +67,7 @@ pub async fn open(
         if !names.iter().any(|n| n == &storage.table_name) {
             return Err(TransferError::NoTable {
                 table: storage.table_name.clone(),
-                db_dir: storage.db_dir.display().to_string(),
+                db_dir: storage.db_dir.to_string(),
             });
         }
     }

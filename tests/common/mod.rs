@@ -2,6 +2,7 @@
 //! and a real LanceDB directory in a tempdir.
 #![allow(dead_code)]
 
+pub mod moto;
 pub mod serve;
 
 use std::path::Path;
@@ -153,6 +154,17 @@ pub async fn make_legacy_table(
     text_created_at: bool,
     scope_column: bool,
 ) -> Vec<String> {
+    let db = scopemem::store::location::DbLocation::dir(db_dir);
+    make_legacy_table_in(&db, rows, text_created_at, scope_column).await
+}
+
+/// [`make_legacy_table`] in a directory or a bucket.
+pub async fn make_legacy_table_in(
+    db: &scopemem::store::location::DbLocation,
+    rows: &[LegacyRow],
+    text_created_at: bool,
+    scope_column: bool,
+) -> Vec<String> {
     use lancedb::arrow::arrow_array::builder::{ListBuilder, StringBuilder};
     use lancedb::arrow::arrow_array::{
         ArrayRef, BooleanArray, FixedSizeListArray, Float32Array, Int32Array, RecordBatch,
@@ -259,7 +271,8 @@ pub async fn make_legacy_table(
         )));
     }
     let batch = RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).unwrap();
-    let conn = lancedb::connect(&db_dir.to_string_lossy())
+    let conn = lancedb::connect(&db.uri())
+        .storage_options(db.options().clone())
         .execute()
         .await
         .unwrap();

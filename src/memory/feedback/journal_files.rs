@@ -1,6 +1,6 @@
 //! Which feedback journal belongs to which process.
 //!
-//! Several scopemem processes may share one `db_dir` (a `serve`, an `mcp` per MCP client, admin
+//! Several scopemem processes may share one `state_dir` (a `serve`, an `mcp` per MCP client, admin
 //! commands). Each keeps its own journal, `<table>.feedback.<instance>.journal`, and holds an
 //! exclusive OS lock on `<table>.feedback.<instance>.lock` for as long as it lives. The kernel
 //! drops that lock when the process dies, however it dies (kill -9 included), so a lock that can

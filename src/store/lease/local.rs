@@ -1,8 +1,4 @@
-//! The maintenance lease: which of the processes sharing a table does its background work
-//! (backfill, compaction, version pruning, index builds), so two never rewrite the same
-//! fragments at once.
-//!
-//! On a local directory the lease is an exclusive OS lock on `<table>.maintenance.lock`: the
+//! The lease on a local directory: an exclusive OS lock on `<table>.maintenance.lock`. The
 //! kernel releases it the moment its holder dies, however it dies, so the next process that
 //! tries takes over at once (no expiry to wait out). The holder records who it is in
 //! `<table>.maintenance.json` for the admin commands; the record alone proves nothing, the
@@ -13,38 +9,30 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use chrono::{DateTime, Utc};
-use serde::{Deserialize, Serialize};
+use chrono::Utc;
 
-/// Who holds (or last held) the lease.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct LeaseHolder {
-    pub instance: String,
-    pub pid: u32,
-    pub since: DateTime<Utc>,
-}
+use super::LeaseHolder;
 
 /// This process's side of the lease: held or not, and the lock while held.
-#[derive(Clone)]
-pub struct Lease {
+pub struct LocalLease {
     lock_path: PathBuf,
     record_path: PathBuf,
     instance: String,
     held: Arc<AtomicBool>,
-    file: Arc<Mutex<Option<File>>>,
+    file: Mutex<Option<File>>,
 }
 
-impl Lease {
+impl LocalLease {
     /// The lease of `table` in `dir` for this process (`instance`); `held` is set while it is
-    /// held (pass [`super::Store::maintainer`] so the store's maintenance follows the lease).
-    pub fn new(dir: &Path, table: &str, instance: &str, held: Arc<AtomicBool>) -> Lease {
+    /// held.
+    pub fn new(dir: &Path, table: &str, instance: &str, held: Arc<AtomicBool>) -> LocalLease {
         held.store(false, Ordering::Release);
-        Lease {
+        LocalLease {
             lock_path: dir.join(format!("{table}.maintenance.lock")),
             record_path: dir.join(format!("{table}.maintenance.json")),
             instance: instance.to_owned(),
             held,
-            file: Arc::default(),
+            file: Mutex::default(),
         }
     }
 
@@ -68,11 +56,7 @@ impl Lease {
             Err(TryLockError::WouldBlock) => return Ok(false),
             Err(TryLockError::Error(e)) => return Err(e),
         }
-        let holder = LeaseHolder {
-            instance: self.instance.clone(),
-            pid: std::process::id(),
-            since: Utc::now(),
-        };
+        let holder = LeaseHolder::me(&self.instance, Utc::now(), None);
         let tmp = self.record_path.with_extension("json.tmp");
         std::fs::write(
             &tmp,
@@ -85,6 +69,14 @@ impl Lease {
         self.held.store(true, Ordering::Release);
         tracing::info!(instance = %self.instance, "took the maintenance lease");
         Ok(true)
+    }
+
+    /// Give the lease up (clean shutdown): unlock, so the next process takes it at once.
+    pub fn release(&self) {
+        if let Ok(mut slot) = self.file.lock() {
+            *slot = None;
+        }
+        self.held.store(false, Ordering::Release);
     }
 }
 
@@ -111,8 +103,8 @@ mod tests {
     #[test]
     fn one_holder_at_a_time_and_the_next_takes_over() {
         let dir = tempfile::tempdir().unwrap();
-        let a = Lease::new(dir.path(), "t", "a", Arc::default());
-        let b = Lease::new(dir.path(), "t", "b", Arc::default());
+        let a = LocalLease::new(dir.path(), "t", "a", Arc::default());
+        let b = LocalLease::new(dir.path(), "t", "b", Arc::default());
         assert_eq!(current_holder(dir.path(), "t"), None);
         assert!(a.try_acquire().unwrap());
         assert!(!b.try_acquire().unwrap(), "held by a");

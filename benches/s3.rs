@@ -1,0 +1,191 @@
+//! Scale-out on object storage (issue 12): remember throughput and recall latency for one, two
+//! and three instances sharing one table in a bucket on a local S3 API (`moto_server`), beside
+//! one instance on a local directory; and how many object-store requests one remember and one
+//! recall cost, counted from the server's request log. Loopback understates a real network's
+//! latency, so the request counts are the figures to carry over: multiply by your store's
+//! round trip.
+
+mod common;
+#[path = "../tests/common/moto.rs"]
+mod moto;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::*;
+use scopemem::host::PluginHost;
+use serde_json::{json, Value};
+
+/// Remembers per configuration, spread over the instances by 8 concurrent clients.
+const REMEMBERS: usize = 400;
+const CLIENTS: usize = 8;
+const RECALLS: usize = 200;
+/// Sequential operations whose requests are counted.
+const COUNTED: usize = 40;
+
+fn storage(db: Value, moto: &moto::Moto, state: &std::path::Path, remote: bool) -> Value {
+    if remote {
+        json!({"db_dir": db, "options": moto.options(), "state_dir": state})
+    } else {
+        json!({"db_dir": db, "state_dir": state})
+    }
+}
+
+fn start(
+    rt: &tokio::runtime::Runtime,
+    embedder: &Arc<dyn scopemem::embed::Embedder>,
+    storage: Value,
+) -> Arc<PluginHost> {
+    let config = scopemem::config::Config::from_value(&json!({
+        "storage": storage,
+        "recall": {"similarity_threshold": -1.0},
+    }))
+    .expect("config")
+    .config;
+    let host = rt
+        .block_on(PluginHost::start_with(config, None, embedder.clone()))
+        .expect("host");
+    host.start_background();
+    Arc::new(host)
+}
+
+fn remember_load(rt: &tokio::runtime::Runtime, hosts: &[Arc<PluginHost>]) -> f64 {
+    let per = REMEMBERS / CLIENTS;
+    let t = Instant::now();
+    rt.block_on(async {
+        let mut tasks = Vec::new();
+        for c in 0..CLIENTS {
+            let host = hosts[c % hosts.len()].clone();
+            tasks.push(tokio::spawn(async move {
+                let mut rng = Rng(c as u64 + 7);
+                for _ in 0..per {
+                    host.invoke(
+                        "remember",
+                        json!({"conversation_id": format!("bench:{}", c % 4), "content": sentence(&mut rng)}),
+                    )
+                    .await
+                    .expect("remember");
+                }
+            }));
+        }
+        for task in tasks {
+            task.await.expect("client");
+        }
+    });
+    (per * CLIENTS) as f64 / t.elapsed().as_secs_f64()
+}
+
+fn recall_latency(rt: &tokio::runtime::Runtime, hosts: &[Arc<PluginHost>]) -> (f64, f64) {
+    let mut rng = Rng(31);
+    let mut times = Vec::with_capacity(RECALLS);
+    for i in 0..RECALLS {
+        let body = json!({"conversation_id": "bench:1", "query": question(&mut rng), "limit": 10});
+        let t = Instant::now();
+        rt.block_on(hosts[i % hosts.len()].invoke("recall", body))
+            .expect("recall");
+        times.push(t.elapsed());
+    }
+    let (p50, _, p99) = percentiles(times);
+    (p50, p99)
+}
+
+/// Requests per operation on one instance: the requests during `COUNTED` sequential calls,
+/// less what the idle instance makes in the same time (lease renewal, version checks).
+fn requests_per_op(
+    rt: &tokio::runtime::Runtime,
+    moto: &moto::Moto,
+    host: &PluginHost,
+    idle_per_sec: f64,
+    op: impl Fn(usize) -> (&'static str, Value),
+) -> (f64, moto::Requests) {
+    let before = moto.requests();
+    let t = Instant::now();
+    for i in 0..COUNTED {
+        let (tool, body) = op(i);
+        rt.block_on(host.invoke(tool, body)).expect(tool);
+    }
+    let secs = t.elapsed().as_secs_f64();
+    let during = moto.requests().since(&before);
+    let per_op = (during.total() as f64 - idle_per_sec * secs).max(0.0) / COUNTED as f64;
+    (per_op, during)
+}
+
+fn main() {
+    let rt = runtime();
+    let _guard = rt.enter();
+    let embedder = model();
+    let moto = rt.block_on(moto::Moto::start());
+    println!("RESULT s3 bench: {REMEMBERS} remembers by {CLIENTS} clients, {RECALLS} recalls (k=10), per configuration");
+    for (remote, instances) in [(false, 1usize), (true, 1), (true, 2), (true, 3)] {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let db = if remote {
+            json!(rt.block_on(moto.bucket(&format!("bench-{instances}"), "memories")))
+        } else {
+            json!(tmp.path().join("db"))
+        };
+        let hosts: Vec<Arc<PluginHost>> = (0..instances)
+            .map(|i| {
+                let state = tmp.path().join(format!("state-{i}"));
+                start(&rt, &embedder, storage(db.clone(), &moto, &state, remote))
+            })
+            .collect();
+        let per_sec = remember_load(&rt, &hosts);
+        // Every instance sees every row before recall is timed.
+        for h in &hosts {
+            while rt.block_on(h.memory().store().count(None)).expect("count") < REMEMBERS {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        let (p50, p99) = recall_latency(&rt, &hosts);
+        println!(
+            "RESULT {:<5} {} instance{}: remember {per_sec:>4.0}/s, recall p50 {p50:.2} ms p99 {p99:.2} ms",
+            if remote { "s3" } else { "local" },
+            instances,
+            if instances == 1 { " " } else { "s" },
+        );
+        for h in &hosts {
+            rt.block_on(h.shutdown());
+        }
+    }
+
+    // Requests per operation, one instance on the bucket.
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let db = json!(rt.block_on(moto.bucket("bench-requests", "memories")));
+    let host = start(
+        &rt,
+        &embedder,
+        storage(db, &moto, &tmp.path().join("state"), true),
+    );
+    remember_load(&rt, std::slice::from_ref(&host));
+    std::thread::sleep(Duration::from_secs(2));
+    let before = moto.requests();
+    let idle = Duration::from_secs(10);
+    std::thread::sleep(idle);
+    let idle_requests = moto.requests().since(&before);
+    let idle_per_sec = idle_requests.total() as f64 / idle.as_secs_f64();
+    let mut rng = Rng(5);
+    let sentences: Vec<String> = (0..COUNTED).map(|_| sentence(&mut rng)).collect();
+    let questions: Vec<String> = (0..COUNTED).map(|_| question(&mut rng)).collect();
+    let (remember, r_during) = requests_per_op(&rt, &moto, &host, idle_per_sec, |i| {
+        (
+            "remember",
+            json!({"conversation_id": "bench:count", "content": sentences[i]}),
+        )
+    });
+    let (recall, q_during) = requests_per_op(&rt, &moto, &host, idle_per_sec, |i| {
+        (
+            "recall",
+            json!({"conversation_id": "bench:count", "query": questions[i], "limit": 10}),
+        )
+    });
+    println!(
+        "RESULT s3 idle instance: {idle_per_sec:.1} requests/s ({idle_requests:?} in {idle:?})"
+    );
+    println!(
+        "RESULT s3 requests per remember: {remember:.1} (all {COUNTED} sequential remembers: {r_during:?})"
+    );
+    println!(
+        "RESULT s3 requests per recall: {recall:.1} (all {COUNTED} sequential recalls: {q_during:?})"
+    );
+    rt.block_on(host.shutdown());
+}
