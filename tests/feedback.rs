@@ -155,6 +155,35 @@ async fn merges_follow_the_scope_rule() {
     assert_eq!(rows(&host).await, 2);
 }
 
+/// A clean shutdown applies every job already accepted before the worker stops, so an
+/// instance that is shut down (a rolling deploy, a machine that will not come back) leaves
+/// nothing behind in its local journal.
+#[tokio::test]
+async fn a_clean_shutdown_applies_every_accepted_job_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = started(dir.path()).await;
+    for i in 0..40 {
+        submit(
+            &first,
+            json!({"conversation_id": FAMILY,
+                   "new_memories": [{"content": format!("shutdown drain note {i}")}]}),
+        )
+        .await;
+    }
+    first.shutdown().await;
+    let instance = first.memory().feedback().instance().to_string();
+    assert_eq!(first.memory().feedback().depth(), 0, "nothing left queued");
+    drop(first);
+    let journal = dir
+        .path()
+        .join(format!("lancedb/memories.feedback.{instance}.journal"));
+    let replay = scopemem::memory::journal::Journal::read(&journal).unwrap();
+    assert!(replay.jobs.is_empty(), "no unfinished job in the journal");
+    let host = host(config(dir.path(), family_map())).await;
+    assert_eq!(rows(&host).await, 40);
+    host.shutdown().await;
+}
+
 #[tokio::test]
 async fn accepted_feedback_survives_a_crash_and_applies_exactly_once() {
     let dir = tempfile::tempdir().unwrap();
