@@ -112,8 +112,10 @@ pub struct Status {
     pub fragments: usize,
     /// Table versions on disk; older ones are pruned after `storage.keep_versions_minutes`.
     pub table_versions: usize,
-    /// Bytes of every file under `storage.db_dir`.
+    /// Bytes of every file under a local `storage.db_dir` (0 in a bucket).
     pub disk_bytes: u64,
+    /// Where the table lives: its directory or `s3://` prefix.
+    pub location: String,
     pub vector_index: bool,
     /// The in-memory vector search: rows held, and searches it answered or left to LanceDB.
     pub resident_search: crate::store::resident::ResidentStats,
@@ -762,6 +764,7 @@ impl MemoryService {
             fragments: stats.fragments,
             table_versions: stats.versions,
             disk_bytes: stats.disk_bytes,
+            location: self.store.location().uri(),
             vector_index: self.search.is_indexed(),
             resident_search: self.store.resident().stats(),
             indexes: self.store.index_states().await?,

@@ -77,10 +77,14 @@ function renderStatus(s) {
   dl($('overview'), [
     ['rows', s.rows], ['legacy rows (no scope)', s.null_scope_rows],
     ['fragments', s.fragments], ['table versions', s.table_versions],
-    ['on disk', bytes(s.disk_bytes)], ['embedding model', s.embedding_model],
+    ['stored in', s.location],
+    ['on disk', s.location.includes('://') ? 'in the bucket' : bytes(s.disk_bytes)],
+    ['embedding model', s.embedding_model],
     ['scope filter', s.scope_filter], ['vector index in use', s.vector_index ? 'yes' : 'no'],
     ['maintenance', s.maintenance.this_process ? 'this process'
-      : (s.maintenance.holder ? 'pid ' + s.maintenance.holder.pid : 'nobody')],
+      : (s.maintenance.holder ? 'pid ' + s.maintenance.holder.pid
+        + (s.maintenance.holder.host ? ' on ' + s.maintenance.holder.host : '') : 'nobody')],
+    ['scope map hash', s.scope_map.content_hash.slice(0, 16)],
   ]);
   const scopes = Object.entries(s.rows_by_scope).sort((a, b) => b[1] - a[1]);
   if (s.null_scope_rows) scopes.push(['(no scope: legacy)', s.null_scope_rows]);
