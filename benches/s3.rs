@@ -89,6 +89,47 @@ fn recall_latency(rt: &tokio::runtime::Runtime, hosts: &[Arc<PluginHost>]) -> (f
     (p50, p99)
 }
 
+/// Recall latency on the first instance while the others remember as fast as 2 clients each
+/// can: the cost of following their appends. Also how many of these recalls the in-memory copy
+/// answered (the rest went to LanceDB).
+fn recall_during_writes(
+    rt: &tokio::runtime::Runtime,
+    hosts: &[Arc<PluginHost>],
+) -> (f64, f64, u64, u64) {
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut writers = Vec::new();
+    for (i, host) in hosts.iter().enumerate().skip(1) {
+        for c in 0..2 {
+            let (host, stop) = (host.clone(), stop.clone());
+            writers.push(rt.spawn(async move {
+                let mut rng = Rng((i * 10 + c) as u64 + 500);
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    host.invoke(
+                        "remember",
+                        json!({"conversation_id": "bench:1", "content": sentence(&mut rng)}),
+                    )
+                    .await
+                    .expect("remember");
+                }
+            }));
+        }
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let before = hosts[0].memory().store().resident().stats();
+    let (p50, p99) = recall_latency(rt, &hosts[..1]);
+    let after = hosts[0].memory().store().resident().stats();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for w in writers {
+        rt.block_on(w).expect("writer");
+    }
+    (
+        p50,
+        p99,
+        after.served - before.served,
+        after.deferred - before.deferred,
+    )
+}
+
 /// Requests per operation on one instance: the requests during `COUNTED` sequential calls,
 /// less what the idle instance makes in the same time (lease renewal, version checks).
 fn requests_per_op(
@@ -143,6 +184,13 @@ fn main() {
             instances,
             if instances == 1 { " " } else { "s" },
         );
+        if instances > 1 {
+            let (p50, p99, served, deferred) = recall_during_writes(&rt, &hosts);
+            println!(
+                "RESULT {:<5} {instances} instances: recall on one while the others remember: p50 {p50:.2} ms p99 {p99:.2} ms ({served} from memory, {deferred} from LanceDB)",
+                "s3"
+            );
+        }
         for h in &hosts {
             rt.block_on(h.shutdown());
         }

@@ -469,3 +469,38 @@ async fn another_instance_takes_the_lease_and_finishes_a_killed_holders_backfill
     let hits = recalled(&client, &b, WORK, "sailing note").await;
     assert_eq!(hits.len(), 100, "legacy rows are public now");
 }
+
+/// A wrong bucket or endpoint fails at start-up with the reason first, not Lance's nested
+/// retry report.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_bucket_or_unreachable_endpoint_is_named_at_start_up() {
+    let moto = Moto::start().await;
+    let state = tempfile::tempdir().unwrap();
+    let config = s3_config(&moto, "s3://no-such-bucket/x", state.path(), json!({}));
+    let e = scopemem::host::PluginHost::start_with(config, None, embedder())
+        .await
+        .err()
+        .expect("a missing bucket is an error")
+        .to_string();
+    assert!(
+        e.starts_with("s3://no-such-bucket/x: the bucket does not exist"),
+        "{e}"
+    );
+    let mut options = moto.options();
+    options["aws_endpoint"] = json!(format!("http://127.0.0.1:{}", free_port()));
+    let config = s3_config(
+        &moto,
+        "s3://b/x",
+        state.path(),
+        json!({"storage": {"options": options}}),
+    );
+    let e = scopemem::host::PluginHost::start_with(config, None, embedder())
+        .await
+        .err()
+        .expect("an unreachable endpoint is an error")
+        .to_string();
+    assert!(
+        e.contains("s3://b/x: the endpoint cannot be reached"),
+        "{e}"
+    );
+}

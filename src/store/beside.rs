@@ -37,7 +37,7 @@ pub enum Written {
 }
 
 #[derive(Debug, thiserror::Error)]
-#[error("{name} beside the table in {at}: {message}")]
+#[error("{}: {message}", if name.is_empty() { at.clone() } else { format!("{at}/{name}") })]
 pub struct BesideError {
     pub at: String,
     pub name: String,
@@ -74,6 +74,18 @@ impl Beside {
             prefix,
             uri,
         })
+    }
+
+    /// One listing of the prefix, so a wrong endpoint, bucket or credentials fail at start-up
+    /// with a one-line reason instead of Lance's nested retry report.
+    pub async fn probe(&self) -> Result<(), BesideError> {
+        let Beside::Bucket { store, prefix, .. } = self else {
+            return Ok(());
+        };
+        match store.list_with_delimiter(Some(prefix)).await {
+            Ok(_) => Ok(()),
+            Err(e) => Err(self.err("", plain_reason(&e))),
+        }
     }
 
     /// Where the state lives, for messages.
@@ -199,6 +211,24 @@ impl Beside {
             }
         }
     }
+}
+
+/// What went wrong, in the words an operator acts on; the raw error after them.
+fn plain_reason(e: &object_store::Error) -> String {
+    let raw = e.to_string();
+    let hint = if raw.contains("NoSuchBucket") {
+        "the bucket does not exist"
+    } else if raw.contains("error sending request") || raw.contains("Connection refused") {
+        "the endpoint cannot be reached (check storage.options.aws_endpoint and the network)"
+    } else if raw.contains("403")
+        || raw.contains("AccessDenied")
+        || raw.contains("InvalidAccessKeyId")
+    {
+        "access denied (check the AWS_* credentials)"
+    } else {
+        return raw;
+    };
+    format!("{hint}: {raw}")
 }
 
 /// Write atomically (temp file, fsync, rename, fsync the directory). The temp name is unique

@@ -143,9 +143,10 @@ impl Store {
         db: &location::DbLocation,
         read_consistency: std::time::Duration,
     ) -> Result<lancedb::Connection, StoreError> {
-        if let Some(dir) = db.local_dir() {
-            std::fs::create_dir_all(dir)
-                .map_err(|e| StoreError::Schema(format!("cannot create {}: {e}", dir.display())))?;
+        match db.local_dir() {
+            Some(dir) => std::fs::create_dir_all(dir)
+                .map_err(|e| StoreError::Schema(format!("cannot create {}: {e}", dir.display())))?,
+            None => Self::beside(db).await?.probe().await?,
         }
         Ok(lancedb::connect(&db.uri())
             .storage_options(db.options().clone())
