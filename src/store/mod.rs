@@ -77,16 +77,41 @@ impl StoreError {
         matches!(self, StoreError::Lance(lancedb::Error::Lance { source }) if is_not_found(source))
     }
 
-    /// Lance reports concurrent-commit races as a retryable conflict; anything else is final.
+    /// Lance reports concurrent-commit races as a retryable conflict, and gives up with "too
+    /// much write contention" after its own retries when several instances commit to one
+    /// bucket at once. Neither commit happened, so the write can be tried again whole;
+    /// anything else is final.
     pub fn is_retryable(&self) -> bool {
         match self {
             StoreError::Lance(lancedb::Error::Lance { source }) => matches!(
                 source,
                 lance_core::Error::RetryableCommitConflict { .. }
                     | lance_core::Error::CommitConflict { .. }
+                    | lance_core::Error::TooMuchWriteContention { .. }
             ),
             _ => false,
         }
+    }
+}
+
+#[cfg(test)]
+mod retryable_tests {
+    use super::*;
+
+    fn lance(source: lance_core::Error) -> StoreError {
+        StoreError::Lance(lancedb::Error::Lance { source })
+    }
+
+    #[test]
+    fn commit_races_and_contention_are_retried_other_errors_are_not() {
+        assert!(lance(lance_core::Error::too_much_write_contention("7 attempts")).is_retryable());
+        assert!(lance(lance_core::Error::retryable_commit_conflict_source(
+            3,
+            "race".into()
+        ))
+        .is_retryable());
+        assert!(!lance(lance_core::Error::invalid_input("bad")).is_retryable());
+        assert!(!StoreError::WriterGone.is_retryable());
     }
 }
 

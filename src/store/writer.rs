@@ -609,7 +609,15 @@ where
             Err(e) if e.is_retryable() && attempt < settings.max_retries => {
                 attempt += 1;
                 counters.conflicts_retried.fetch_add(1, Ordering::Relaxed);
-                let backoff = Duration::from_millis(20 * (1 << attempt.min(6)));
+                // Jittered, so instances that lost the same race do not retry in lockstep.
+                let base = 20 * (1u64 << attempt.min(6));
+                let jitter = u64::from(
+                    std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map(|d| d.subsec_nanos())
+                        .unwrap_or(0),
+                ) % base;
+                let backoff = Duration::from_millis(base + jitter);
                 tracing::warn!(attempt, error = %e, "commit conflict; retrying");
                 tokio::time::sleep(backoff).await;
             }
