@@ -46,41 +46,19 @@ async fn versions_containing(db_dir: &Path, needle: &str) -> (usize, Vec<u64>) {
 }
 
 fn config_with(dir: &Path, map: Value, extra: Value) -> Config {
-    let mut user = json!({
-        "conversation_scope_map": map,
-        "storage": {"db_dir": dir.join("lancedb").to_string_lossy()},
-        "recall": {"similarity_threshold": -1.0},
-    });
-    if let (Some(u), Some(e)) = (user.as_object_mut(), extra.as_object()) {
-        for (k, v) in e {
-            match (u.get_mut(k), v) {
-                (Some(Value::Object(a)), Value::Object(b)) => {
-                    a.extend(b.clone());
-                }
-                _ => {
-                    u.insert(k.clone(), v.clone());
-                }
-            }
-        }
-    }
+    let user = merged(
+        json!({
+            "conversation_scope_map": map,
+            "storage": {"db_dir": dir.join("lancedb").to_string_lossy()},
+            "recall": {"similarity_threshold": -1.0},
+        }),
+        &extra,
+    );
     Config::from_value(&user).unwrap().config
 }
 
 async fn status(host: &scopemem::host::PluginHost) -> Value {
     host.invoke("status", Value::Null).await.unwrap()
-}
-
-async fn feedback_and_wait(host: &scopemem::host::PluginHost, body: Value) -> Value {
-    let r = host.invoke("feedback", body).await.unwrap();
-    let job = r["job_id"].as_str().unwrap().to_string();
-    let outcome = host
-        .memory()
-        .feedback()
-        .wait_for(&job, Duration::from_secs(60))
-        .await
-        .expect("feedback job finishes");
-    assert!(outcome.error.is_none(), "{outcome:?}");
-    r
 }
 
 const SECRET_A: &str = "okapizebraquokka";

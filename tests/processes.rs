@@ -10,23 +10,6 @@ use common::serve::*;
 use common::*;
 use serde_json::{json, Value};
 
-async fn recalled(
-    client: &reqwest::Client,
-    s: &Serve,
-    conversation: &str,
-    query: &str,
-) -> Vec<Value> {
-    let (status, r) = post(
-        client,
-        s,
-        "/v1/recall",
-        json!({"conversation_id": conversation, "query": query, "limit": 100}),
-    )
-    .await;
-    assert_eq!(status, 200, "{r}");
-    r["memories"].as_array().cloned().unwrap_or_default()
-}
-
 #[tokio::test]
 async fn two_serve_processes_see_each_others_writes_and_keep_scopes() {
     let dir = tempfile::tempdir().unwrap();

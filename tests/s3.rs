@@ -16,22 +16,15 @@ use scopemem::store::lease::Lease;
 use serde_json::{json, Value};
 
 fn s3_config(moto: &Moto, uri: &str, state: &std::path::Path, extra: Value) -> Config {
-    let mut user = json!({
-        "conversation_scope_map": family_map(),
-        "storage": {"db_dir": uri, "options": moto.options(), "state_dir": state,
-                    "keep_versions_minutes": 0},
-        "recall": {"similarity_threshold": -1.0},
-    });
-    if let (Some(u), Some(e)) = (user.as_object_mut(), extra.as_object()) {
-        for (k, v) in e {
-            match (u.get_mut(k), v) {
-                (Some(Value::Object(a)), Value::Object(b)) => a.extend(b.clone()),
-                _ => {
-                    u.insert(k.clone(), v.clone());
-                }
-            }
-        }
-    }
+    let user = merged(
+        json!({
+            "conversation_scope_map": family_map(),
+            "storage": {"db_dir": uri, "options": moto.options(), "state_dir": state,
+                        "keep_versions_minutes": 0},
+            "recall": {"similarity_threshold": -1.0},
+        }),
+        &extra,
+    );
     Config::from_value(&user).unwrap().config
 }
 
@@ -79,15 +72,7 @@ async fn one_instance_keeps_the_public_contract_in_a_bucket() {
                "new_memories": [{"content": "Grandpa keeps the orchids in the shed"}]}),
         json!({"conversation_id": FAMILY, "useful_memory_ids": [a_id]}),
     ] {
-        let r = host.invoke("feedback", body).await.unwrap();
-        let job = r["job_id"].as_str().unwrap().to_string();
-        let outcome = host
-            .memory()
-            .feedback()
-            .wait_for(&job, Duration::from_secs(60))
-            .await
-            .expect("feedback job finishes");
-        assert!(outcome.error.is_none(), "{outcome:?}");
+        feedback_and_wait(&host, body).await;
     }
     let (_, hits) = recall(&host, FAMILY, "orchids in the shed").await;
     assert!(hits.iter().any(|(_, c)| c.contains("orchids")), "{hits:?}");
@@ -224,23 +209,6 @@ async fn the_bucket_lease_has_one_holder_and_passes_on_when_it_lapses() {
     assert!(released.elapsed() < Duration::from_secs(1));
 }
 
-async fn recalled(
-    client: &reqwest::Client,
-    s: &Serve,
-    conversation: &str,
-    query: &str,
-) -> Vec<Value> {
-    let (status, r) = post(
-        client,
-        s,
-        "/v1/recall",
-        json!({"conversation_id": conversation, "query": query, "limit": 100}),
-    )
-    .await;
-    assert_eq!(status, 200, "{r}");
-    r["memories"].as_array().cloned().unwrap_or_default()
-}
-
 fn instance_config(
     moto: &Moto,
     uri: &str,
@@ -248,20 +216,12 @@ fn instance_config(
     name: &str,
     extra: Value,
 ) -> Value {
-    let mut cfg = json!({"storage": {"db_dir": uri, "options": moto.options(),
-                                     "state_dir": dir.join(format!("{name}-state")),
-                                     "lease_ttl_secs": 3}});
-    if let (Some(c), Some(e)) = (cfg.as_object_mut(), extra.as_object()) {
-        for (k, v) in e {
-            match (c.get_mut(k), v) {
-                (Some(Value::Object(a)), Value::Object(b)) => a.extend(b.clone()),
-                _ => {
-                    c.insert(k.clone(), v.clone());
-                }
-            }
-        }
-    }
-    cfg
+    merged(
+        json!({"storage": {"db_dir": uri, "options": moto.options(),
+                           "state_dir": dir.join(format!("{name}-state")),
+                           "lease_ttl_secs": 3}}),
+        &extra,
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

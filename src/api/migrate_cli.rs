@@ -35,7 +35,7 @@ impl From<lancedb::Error> for CliError {
 pub async fn status(config: &Config) -> Result<serde_json::Value, CliError> {
     let db = &config.storage.db_dir;
     let name = &config.storage.table_name;
-    let conn = crate::store::Store::connect(db, config.storage.read_consistency())
+    let (conn, beside) = crate::store::Store::connect(db, config.storage.read_consistency())
         .await
         .map_err(crate::migrate::MigrateError::from)?;
     if !conn
@@ -60,9 +60,6 @@ pub async fn status(config: &Config) -> Result<serde_json::Value, CliError> {
     } else {
         rows
     };
-    let beside = crate::store::Store::beside(db)
-        .await
-        .map_err(crate::migrate::MigrateError::from)?;
     let cp = checkpoint::CheckpointFile::new(beside.clone(), name)
         .load()
         .await?;

@@ -165,8 +165,6 @@ pub struct Visibility {
 pub struct MemoryService {
     /// Whether this process does the table's background maintenance (one process at a time).
     lease: Lease,
-    /// The state beside the table (lease record, backfill checkpoint).
-    beside: Beside,
     store: Store,
     search: Arc<LanceSearch>,
     /// The vector search recalls use: resident in memory, LanceDB when it cannot answer.
@@ -229,7 +227,6 @@ impl MemoryService {
             .with_maintainer(store.maintainer().clone()),
         );
         let latency = Arc::new(crate::migrate::ForegroundLatency::default());
-        let beside = Store::beside(&config.storage.db_dir).await?;
         let backfill = BackfillHandle::prepare(
             store.clone(),
             BackfillSettings {
@@ -244,7 +241,7 @@ impl MemoryService {
                 },
                 mode: config.migration_mode,
                 checkpoint: checkpoint::CheckpointFile::new(
-                    beside.clone(),
+                    store.beside().clone(),
                     &config.storage.table_name,
                 ),
             },
@@ -275,7 +272,7 @@ impl MemoryService {
             backfill.gate().clone(),
         )?;
         let lease = Lease::new(
-            &beside,
+            store.beside(),
             &config.storage.table_name,
             feedback.instance(),
             store.maintainer().clone(),
@@ -293,7 +290,6 @@ impl MemoryService {
         );
         Ok(MemoryService {
             lease,
-            beside,
             vectors,
             queries: Default::default(),
             store,
@@ -335,7 +331,7 @@ impl MemoryService {
         }
         tokio::spawn(keep_maintaining(
             self.lease.downgrade(),
-            self.beside.clone(),
+            self.store.beside().clone(),
             self.store.clone(),
             Arc::downgrade(&self.backfill),
             self.search.clone(),
@@ -360,7 +356,7 @@ impl MemoryService {
 
     /// Who holds the maintenance lease now, if anyone.
     pub async fn lease_holder(&self) -> Option<lease::LeaseHolder> {
-        lease::current_holder(&self.beside, self.store.table().name()).await
+        lease::current_holder(self.store.beside(), self.store.table().name()).await
     }
 
     /// The feedback queue (journaled; its worker runs after `start_background`).

@@ -60,15 +60,15 @@ pub async fn open_store_with(
     read_consistency: std::time::Duration,
 ) -> Result<(Store, MigrationOutcome), StoreError> {
     let started = std::time::Instant::now();
-    let conn = Store::connect(db, read_consistency).await?;
-    let checkpoint = CheckpointFile::new(Store::beside(db).await?, table_name);
+    let (conn, beside) = Store::connect(db, read_consistency).await?;
+    let checkpoint = CheckpointFile::new(beside.clone(), table_name);
     let (table, outcome) = open_or_create(&conn, table_name, model.dimension, &checkpoint)
         .await
         .map_err(|e| match e {
             MigrateError::Store(s) => s,
             other => StoreError::Schema(other.to_string()),
         })?;
-    let store = Store::attach(table, db, model, settings, outcome.created).await?;
+    let store = Store::attach(table, db, beside, model, settings, outcome.created).await?;
     tracing::info!(
         db = %db,
         table = table_name,

@@ -132,6 +132,8 @@ pub struct Store {
     writer: WriterHandle,
     dimension: usize,
     location: location::DbLocation,
+    /// The state beside the table (backfill checkpoint, lease record).
+    beside: beside::Beside,
     /// Stops the background version pruner.
     pruner_stop: std::sync::Arc<tokio::sync::Notify>,
     /// Rows per scope, kept from the writer's appends and reconciled in the background.
@@ -164,25 +166,25 @@ impl Store {
     /// other processes' commits at most `read_consistency` late (several processes, on one
     /// machine or several, may share one table; `ZERO` checks on every read). Which table to
     /// open, and how to migrate it, is for the caller (`migrate::open_store`) to decide.
+    /// Also returns the small state beside the tables (backfill checkpoint, lease record); a
+    /// bucket is listed once first, so a wrong endpoint, bucket or credentials fail here with
+    /// a one-line reason.
     pub async fn connect(
         db: &location::DbLocation,
         read_consistency: std::time::Duration,
-    ) -> Result<lancedb::Connection, StoreError> {
-        match db.local_dir() {
-            Some(dir) => std::fs::create_dir_all(dir)
-                .map_err(|e| StoreError::Schema(format!("cannot create {}: {e}", dir.display())))?,
-            None => Self::beside(db).await?.probe().await?,
+    ) -> Result<(lancedb::Connection, beside::Beside), StoreError> {
+        if let Some(dir) = db.local_dir() {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| StoreError::Schema(format!("cannot create {}: {e}", dir.display())))?;
         }
-        Ok(lancedb::connect(&db.uri())
+        let beside = beside::Beside::open(db).await?;
+        beside.probe().await?;
+        let conn = lancedb::connect(&db.uri())
             .storage_options(db.options().clone())
             .read_consistency_interval(read_consistency)
             .execute()
-            .await?)
-    }
-
-    /// The small state beside the tables of `db` (backfill checkpoint, lease record).
-    pub async fn beside(db: &location::DbLocation) -> Result<beside::Beside, StoreError> {
-        Ok(beside::Beside::open(db).await?)
+            .await?;
+        Ok((conn, beside))
     }
 
     /// Take an opened (and migrated) table: check it was built for `model` (a new table records
@@ -192,6 +194,7 @@ impl Store {
     pub async fn attach(
         table: Table,
         db: &location::DbLocation,
+        beside: beside::Beside,
         model: &ModelInfo,
         settings: WriterSettings,
         created: bool,
@@ -226,6 +229,7 @@ impl Store {
             writer,
             dimension: model.dimension,
             location: db.clone(),
+            beside,
             pruner_stop: Default::default(),
             scope_counts,
             counts_stop,
@@ -263,6 +267,11 @@ impl Store {
     /// Where the table lives.
     pub fn location(&self) -> &location::DbLocation {
         &self.location
+    }
+
+    /// Where the state beside the table lives.
+    pub fn beside(&self) -> &beside::Beside {
+        &self.beside
     }
 
     pub fn writer(&self) -> &WriterHandle {

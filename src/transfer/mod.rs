@@ -62,7 +62,7 @@ pub async fn open(
 ) -> Result<Store, TransferError> {
     let storage = &config.storage;
     if !create {
-        let conn = Store::connect(&storage.db_dir, storage.read_consistency()).await?;
+        let (conn, _) = Store::connect(&storage.db_dir, storage.read_consistency()).await?;
         let names = conn.table_names().execute().await?;
         if !names.iter().any(|n| n == &storage.table_name) {
             return Err(TransferError::NoTable {

@@ -43,6 +43,36 @@ pub fn config(dir: &Path, map: Value) -> Config {
     loaded.config
 }
 
+/// `base` with `extra` merged over it: a top-level object in both (`storage`, `recall`, ...)
+/// is merged key by key, anything else is replaced.
+pub fn merged(mut base: Value, extra: &Value) -> Value {
+    if let (Some(b), Some(e)) = (base.as_object_mut(), extra.as_object()) {
+        for (k, v) in e {
+            match (b.get_mut(k), v) {
+                (Some(Value::Object(a)), Value::Object(x)) => a.extend(x.clone()),
+                _ => {
+                    b.insert(k.clone(), v.clone());
+                }
+            }
+        }
+    }
+    base
+}
+
+/// Send one feedback job and wait until it is applied without error.
+pub async fn feedback_and_wait(host: &PluginHost, body: Value) -> Value {
+    let r = host.invoke("feedback", body).await.unwrap();
+    let job = r["job_id"].as_str().unwrap().to_string();
+    let outcome = host
+        .memory()
+        .feedback()
+        .wait_for(&job, Duration::from_secs(60))
+        .await
+        .expect("feedback job finishes");
+    assert!(outcome.error.is_none(), "{outcome:?}");
+    r
+}
+
 pub fn family_map() -> Value {
     json!({FAMILY: "家人", WORK: "工作"})
 }

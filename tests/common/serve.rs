@@ -26,13 +26,7 @@ impl Drop for Serve {
     }
 }
 
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+pub use super::moto::free_port;
 
 /// Start `serve` on `<dir>/db` with the family map, a free port and `extra` config merged
 /// over the defaults, and wait until it answers `/healthz`. The service's log goes to
@@ -88,22 +82,15 @@ pub async fn spawn_serve(dir: &Path, name: &str, extra: Value) -> Serve {
 
 /// `<dir>/<name>.json`: the defaults above with `extra` merged over them.
 fn write_config(dir: &Path, name: &str, port: u16, extra: &Value) -> std::path::PathBuf {
-    let mut cfg = json!({
-        "storage": {"db_dir": dir.join("db"), "read_consistency_ms": 500},
-        "server": {"http_addr": format!("127.0.0.1:{port}")},
-        "conversation_scope_map": super::family_map(),
-        "recall": {"similarity_threshold": -1.0},
-    });
-    if let (Some(c), Some(e)) = (cfg.as_object_mut(), extra.as_object()) {
-        for (k, v) in e {
-            match (c.get_mut(k), v) {
-                (Some(Value::Object(a)), Value::Object(b)) => a.extend(b.clone()),
-                _ => {
-                    c.insert(k.clone(), v.clone());
-                }
-            }
-        }
-    }
+    let cfg = super::merged(
+        json!({
+            "storage": {"db_dir": dir.join("db"), "read_consistency_ms": 500},
+            "server": {"http_addr": format!("127.0.0.1:{port}")},
+            "conversation_scope_map": super::family_map(),
+            "recall": {"similarity_threshold": -1.0},
+        }),
+        extra,
+    );
     let path = dir.join(format!("{name}.json"));
     std::fs::write(&path, serde_json::to_vec(&cfg).unwrap()).unwrap();
     path
@@ -119,6 +106,24 @@ pub async fn post(client: &reqwest::Client, s: &Serve, path: &str, body: Value) 
         .unwrap();
     let status = r.status().as_u16();
     (status, r.json().await.unwrap_or(Value::Null))
+}
+
+/// `POST /v1/recall` (limit 100) as `conversation`; the memories it returned.
+pub async fn recalled(
+    client: &reqwest::Client,
+    s: &Serve,
+    conversation: &str,
+    query: &str,
+) -> Vec<Value> {
+    let (status, r) = post(
+        client,
+        s,
+        "/v1/recall",
+        json!({"conversation_id": conversation, "query": query, "limit": 100}),
+    )
+    .await;
+    assert_eq!(status, 200, "{r}");
+    r["memories"].as_array().cloned().unwrap_or_default()
 }
 
 /// `GET /v1/status`.
