@@ -70,6 +70,14 @@ pub enum StoreError {
     Beside(#[from] beside::BesideError),
 }
 
+/// Errors from reading the Lance dataset directly (commit transactions, the resident load's
+/// scan), reported as lancedb reports its own.
+impl From<lance::Error> for StoreError {
+    fn from(source: lance::Error) -> Self {
+        StoreError::Lance(lancedb::Error::Lance { source })
+    }
+}
+
 impl StoreError {
     /// A file vanished under a read: a concurrent erase or prune removed the version the read
     /// had started on. Reading again from the latest version succeeds.

@@ -55,32 +55,19 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
-    fn new(version: u64, dim: usize, partitions: HashMap<Option<String>, Partition>) -> Snapshot {
-        let mut s = Snapshot {
+    /// An empty snapshot at `version`, filled row by row with [`Snapshot::push`].
+    fn empty(version: u64, dim: usize) -> Snapshot {
+        Snapshot {
             version,
             dim,
-            partitions: Vec::with_capacity(partitions.len()),
-            by_scope: HashMap::with_capacity(partitions.len()),
+            partitions: Vec::new(),
+            by_scope: HashMap::new(),
             rows: 0,
             analyzer: keywords::analyzer(),
-            postings: Vec::with_capacity(partitions.len()),
+            postings: Vec::new(),
             vocabulary: Vocabulary::default(),
             blank_rows: None,
-        };
-        for (scope, p) in partitions {
-            let mut postings = Postings::default();
-            if let Some(analyzer) = s.analyzer.as_mut() {
-                for record in &p.records {
-                    let terms = keywords::document_terms(analyzer.as_mut(), record);
-                    postings.push(&mut s.vocabulary, &terms);
-                }
-            }
-            s.rows += p.len();
-            s.by_scope.insert(scope, s.partitions.len());
-            s.partitions.push(p);
-            s.postings.push(postings);
         }
-        s
     }
 
     fn push(&mut self, record: MemoryRecord, vector: &[f32]) {
@@ -320,6 +307,8 @@ pub struct ResidentVectors {
     keyword_served: AtomicU64,
     deferred: AtomicU64,
     loads: AtomicU64,
+    /// LanceDB searches running now, which a background load gives way to.
+    pub(super) foreground: load::Foreground,
 }
 
 /// How a search went, for `/v1/status`.
@@ -355,6 +344,7 @@ impl ResidentVectors {
             keyword_served: AtomicU64::new(0),
             deferred: AtomicU64::new(0),
             loads: AtomicU64::new(0),
+            foreground: load::Foreground::default(),
         }
     }
 
@@ -528,7 +518,7 @@ impl ResidentVectors {
         tokio::spawn(async move {
             tokio::time::sleep(wait).await;
             let started = Instant::now();
-            match load::snapshot(&table, me.dim, me.max_rows()).await {
+            match load::snapshot(&table, me.dim, me.max_rows(), &me.foreground).await {
                 Ok(Some(s)) => {
                     let rows = s.rows;
                     me.install(s);
@@ -552,7 +542,7 @@ impl ResidentVectors {
     /// Load now and wait (benches, tests).
     pub async fn load_now(&self, table: &Table) -> Result<bool, super::StoreError> {
         self.wanted.store(true, Ordering::Relaxed);
-        match load::snapshot(table, self.dim, self.max_rows()).await? {
+        match load::snapshot(table, self.dim, self.max_rows(), &self.foreground).await? {
             Some(s) => {
                 self.install(s);
                 Ok(true)

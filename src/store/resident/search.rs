@@ -51,6 +51,7 @@ impl ResidentSearch {
                 return Ok(hits);
             }
         }
+        let _running = self.resident.foreground.enter();
         self.fulltext.matching(req).await
     }
 
@@ -68,6 +69,7 @@ impl ResidentSearch {
                 return Ok(hits);
             }
         }
+        let _running = self.resident.foreground.enter();
         self.lance.nearest(req).await
     }
 
