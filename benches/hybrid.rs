@@ -11,7 +11,8 @@
 //!   of single-row appends while that pass runs against their latency when idle (the rewrite
 //!   and prune run beside the writer, so appends should not wait for them).
 //!
-//! Env: SCOPEMEM_BENCH_SIZES (default 100000).
+//! Env: SCOPEMEM_BENCH_SIZES (default 100000); SCOPEMEM_SWEEP_WITHOUT_VECTOR_INDEX=1 drops
+//! LanceDB's vector index from the sweep's copy first.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -138,6 +139,24 @@ fn sweeper(rt: &tokio::runtime::Runtime, dir: &std::path::Path, e: &Arc<dyn Embe
     // Leave only the expiry's own versions for the sweep to prune: measure the sweep, not the
     // history of building the dataset.
     rt.block_on(store.writer().maintain()).expect("maintain");
+    // `SCOPEMEM_SWEEP_WITHOUT_VECTOR_INDEX=1`: the same sweep on a copy without LanceDB's
+    // vector index, to show what remapping the IVF_HNSW_SQ graphs after the rewrite costs.
+    if std::env::var_os("SCOPEMEM_SWEEP_WITHOUT_VECTOR_INDEX").is_some() {
+        rt.block_on(async {
+            let indices = store.table().list_indices().await.expect("list indexes");
+            for index in indices
+                .iter()
+                .filter(|i| i.columns.iter().any(|c| c == "vector"))
+            {
+                store
+                    .table()
+                    .drop_index(&index.name)
+                    .await
+                    .expect("drop the vector index");
+            }
+        });
+        println!("RESULT {n} rows: sweep below runs without the LanceDB vector index");
+    }
     let before = du(scratch.path());
     let idle = rt.block_on(appends(&store, e, 100, None));
     let running = AtomicBool::new(true);
