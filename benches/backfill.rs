@@ -8,7 +8,8 @@
 //! flat-search latency does not depend on their content. Templates are cached under
 //! $CARGO_TARGET_DIR/scopemem-bench and copied fresh for every run.
 //! Env: SCOPEMEM_BACKFILL_SIZES (default 100000,1000000), SCOPEMEM_BACKFILL_BATCH (300),
-//! SCOPEMEM_BACKFILL_PAUSE_MS (100).
+//! SCOPEMEM_BACKFILL_PAUSE_MS (100), SCOPEMEM_BACKFILL_PACING (`fixed`, so runs compare with
+//! earlier ones; `adaptive` backs off only while the sampled recalls' p99 rises).
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -170,6 +171,7 @@ fn main() {
         .unwrap_or_else(|| vec![100_000, 1_000_000]);
     let batch: usize = env_or("SCOPEMEM_BACKFILL_BATCH", 300);
     let pause: u64 = env_or("SCOPEMEM_BACKFILL_PAUSE_MS", 100);
+    let pacing = std::env::var("SCOPEMEM_BACKFILL_PACING").unwrap_or_else(|_| "fixed".into());
 
     // Each size once with column patching; sizes up to 100k also with the row-rewriting
     // fallback (forced by giving the copy an unenforced primary key), for comparison.
@@ -211,7 +213,7 @@ fn main() {
         let config = Config::from_value(&json!({
             "storage": {"db_dir": work.to_string_lossy(), "index_threshold_rows": usize::MAX / 2},
             "recall": {"similarity_threshold": -1.0},
-            "backfill": {"batch_size": batch, "pause_ms": pause, "pacing": "fixed"},
+            "backfill": {"batch_size": batch, "pause_ms": pause, "pacing": pacing},
         }))
         .expect("config")
         .config;
@@ -281,7 +283,7 @@ fn main() {
             .unwrap_or(0)
             .saturating_sub(bytes_before);
         println!(
-            "RESULT {n} rows: backfill filled {} rows in {fill:.1} s = {:.0} rows/s (batch {batch}, pause {pause} ms); + compaction/index refresh {:.1} s",
+            "RESULT {n} rows: backfill filled {} rows in {fill:.1} s = {:.0} rows/s (batch {batch}, {pacing} pacing, pause {pause} ms); + compaction/index refresh {:.1} s",
             progress.filled,
             progress.filled as f64 / fill.max(1e-9),
             total_secs - fill
