@@ -9,7 +9,10 @@
 //! $CARGO_TARGET_DIR/scopemem-bench and copied fresh for every run.
 //! Env: SCOPEMEM_BACKFILL_SIZES (default 100000,1000000), SCOPEMEM_BACKFILL_BATCH (300),
 //! SCOPEMEM_BACKFILL_PAUSE_MS (100), SCOPEMEM_BACKFILL_PACING (`fixed`, so runs compare with
-//! earlier ones; `adaptive` backs off only while the sampled recalls' p99 rises).
+//! earlier ones; `adaptive` backs off only while the sampled recalls' p99 rises),
+//! SCOPEMEM_BACKFILL_REMEMBERS=1 (also remember every 20 ms during the backfill, and 100 times
+//! on the quiet table afterwards, and print both latencies; off by default because the new
+//! rows count in the bytes written).
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -18,7 +21,7 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use common::{bench_root, copy_dir, du, Rng};
+use common::{bench_root, copy_dir, du, percentiles, Rng};
 use lancedb::arrow::arrow_array::builder::{ListBuilder, StringBuilder};
 use lancedb::arrow::arrow_array::{
     ArrayRef, BooleanArray, FixedSizeListArray, Float32Array, Int32Array, RecordBatch, StringArray,
@@ -144,6 +147,31 @@ fn pct(mut xs: Vec<Duration>) -> (f64, f64, usize) {
     (at(0.5), at(0.95), xs.len())
 }
 
+async fn remember_once(host: &PluginHost, i: usize) -> Duration {
+    let t = Instant::now();
+    host.invoke("remember", json!({"conversation_id": format!("legacy:{}", i % 300), "content": format!("a note taken during the bench, number {i}")}))
+        .await
+        .expect("remember");
+    t.elapsed()
+}
+
+/// Remember every 20 ms until `running` clears (the foreground writes a backfill must not stall).
+fn remember_sampler(
+    rt: &tokio::runtime::Runtime,
+    host: &Arc<PluginHost>,
+    running: &Arc<AtomicBool>,
+) -> tokio::task::JoinHandle<Vec<Duration>> {
+    let (host, running) = (host.clone(), running.clone());
+    rt.spawn(async move {
+        let mut times = Vec::new();
+        while running.load(Ordering::Relaxed) {
+            times.push(remember_once(&host, times.len()).await);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        times
+    })
+}
+
 async fn recall_once(host: &PluginHost, i: usize) -> Duration {
     let t = Instant::now();
     host.invoke("recall", json!({"conversation_id": format!("legacy:{}", i % 300), "query": "what did the user say about something", "limit": 10}))
@@ -248,6 +276,8 @@ fn main() {
                 }
             })
         };
+        let remembers = std::env::var_os("SCOPEMEM_BACKFILL_REMEMBERS")
+            .map(|_| remember_sampler(&rt, &host, &running));
         rt.block_on(host.memory().store().ensure_indexes())
             .expect("indexes");
         let done_bytes = Arc::new(Mutex::new(0u64));
@@ -305,6 +335,19 @@ fn main() {
         println!(
             "RESULT {n} rows: recall after backfill  p50 {p50:.1} ms p95 {p95:.1} ms ({k} samples)"
         );
+        if let Some(during) = remembers {
+            let during = rt.block_on(during).expect("remember sampler");
+            let idle: Vec<Duration> = (0..100)
+                .map(|i| rt.block_on(remember_once(&host, i)))
+                .collect();
+            for (label, times) in [("during the backfill", during), ("afterwards, idle", idle)] {
+                let k = times.len();
+                let (p50, p95, p99) = percentiles(times);
+                println!(
+                    "RESULT {n} rows: remember {label:<20} p50 {p50:.1} ms p95 {p95:.1} ms p99 {p99:.1} ms ({k} samples)"
+                );
+            }
+        }
         rt.block_on(host.shutdown());
         drop(host);
         let _ = std::fs::remove_dir_all(&work);
