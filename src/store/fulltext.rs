@@ -133,9 +133,7 @@ impl FulltextSearch {
 
     async fn search_once(&self, req: &KeywordRequest) -> Result<Vec<KeywordHit>, StoreError> {
         let columns: Vec<String> = FULLTEXT_COLUMNS.iter().map(|c| c.to_string()).collect();
-        let fts = FullTextSearchQuery::new(req.text.clone())
-            .with_columns(&columns)
-            .map_err(|source| StoreError::Lance(lancedb::Error::Lance { source }))?;
+        let fts = FullTextSearchQuery::new(req.text.clone()).with_columns(&columns)?;
         let mut query = self
             .table
             .query()

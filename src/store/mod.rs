@@ -107,7 +107,7 @@ mod retryable_tests {
     use super::*;
 
     fn lance(source: lance_core::Error) -> StoreError {
-        StoreError::Lance(lancedb::Error::Lance { source })
+        StoreError::from(source)
     }
 
     #[test]
