@@ -199,7 +199,7 @@ async fn appends(
     running: Option<&AtomicBool>,
 ) -> Vec<Duration> {
     let vector = e
-        .embed(vec!["an appended note".into()])
+        .embed(scopemem::embed::TextRole::Passage, vec!["an appended note".into()])
         .await
         .expect("embed")
         .remove(0);

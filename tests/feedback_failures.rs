@@ -12,7 +12,7 @@ use std::time::Duration;
 use common::*;
 use futures::future::BoxFuture;
 use scopemem::config::Config;
-use scopemem::embed::{EmbedError, Embedder};
+use scopemem::embed::{EmbedError, Embedder, TextRole};
 use scopemem::host::PluginHost;
 use serde_json::{json, Value};
 
@@ -31,7 +31,7 @@ impl Embedder for Flaky {
     fn dimension(&self) -> usize {
         self.real.dimension()
     }
-    fn embed(&self, texts: Vec<String>) -> BoxFuture<'_, Result<Vec<Vec<f32>>, EmbedError>> {
+    fn embed(&self, role: TextRole, texts: Vec<String>) -> BoxFuture<'_, Result<Vec<Vec<f32>>, EmbedError>> {
         if texts.iter().any(|t| t.contains(self.marker)) {
             let left = self.failures.load(Ordering::SeqCst);
             if left > 0 {
@@ -41,7 +41,7 @@ impl Embedder for Flaky {
                 return Box::pin(async { Err(EmbedError::Model("injected failure".into())) });
             }
         }
-        self.real.embed(texts)
+        self.real.embed(role, texts)
     }
 }
 

@@ -1,5 +1,7 @@
-//! fastembed with a user-defined model loaded from local files (no model hub), mean pooling
-//! and L2 normalisation, run on one dedicated OS thread so the async runtime never blocks.
+//! fastembed with a user-defined model loaded from local files (no model hub), run on one
+//! dedicated OS thread so the async runtime never blocks. Any sentence-embedding ONNX export
+//! works: the tokenizer comes from the model directory, and [`LocalSettings`] carries what the
+//! model card asks for (pooling, maximum length, e5's `"query: "` / `"passage: "` prefixes).
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -13,7 +15,68 @@ use futures::future::BoxFuture;
 use sha2::{Digest, Sha256};
 use tokio::sync::{mpsc, oneshot};
 
-use super::{EmbedError, Embedder};
+use super::{EmbedError, Embedder, TextRole};
+
+/// How token vectors become one sentence vector.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PoolingKind {
+    /// Average over the tokens (MiniLM, e5, paraphrase-multilingual).
+    Mean,
+    /// The first token's vector (bge).
+    Cls,
+}
+
+/// A local model's settings beyond its files; the defaults are the bundled MiniLM's.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LocalSettings {
+    pub pooling: PoolingKind,
+    /// Re-normalise to unit length (fastembed's pipeline already L2-normalises pooled vectors).
+    pub normalize: bool,
+    /// Tokens per text; longer texts are truncated (capped by the tokenizer's own maximum).
+    pub max_length: usize,
+    /// Put in front of every query text (e5: `"query: "`).
+    pub query_prefix: String,
+    /// Put in front of every stored text (e5: `"passage: "`).
+    pub passage_prefix: String,
+}
+
+impl Default for LocalSettings {
+    fn default() -> Self {
+        LocalSettings {
+            pooling: PoolingKind::Mean,
+            normalize: true,
+            max_length: 512,
+            query_prefix: String::new(),
+            passage_prefix: String::new(),
+        }
+    }
+}
+
+impl LocalSettings {
+    /// What of these settings changes a text's vector, appended to the model's content id so a
+    /// table built one way refuses the other. Empty for the defaults, so tables built before
+    /// these settings existed keep their id.
+    fn id_suffix(&self) -> String {
+        let mut suffix = String::new();
+        if self.pooling != PoolingKind::Mean {
+            suffix.push_str("+cls");
+        }
+        if !self.query_prefix.is_empty() || !self.passage_prefix.is_empty() {
+            let digest = Sha256::digest(format!("{}\u{0}{}", self.query_prefix, self.passage_prefix));
+            suffix.push_str(&format!("+prefix:{}", &hex(&digest)[..8]));
+        }
+        suffix
+    }
+
+    fn prefix(&self, role: TextRole) -> &str {
+        match role {
+            TextRole::Query => &self.query_prefix,
+            TextRole::Passage => &self.passage_prefix,
+        }
+    }
+}
+
 
 /// Where the model and the ONNX Runtime library live.
 #[derive(Debug, Clone)]
@@ -47,6 +110,7 @@ impl ModelFiles {
 }
 
 struct Job {
+    /// Already prefixed for their role.
     texts: Vec<String>,
     done: oneshot::Sender<Result<Vec<Vec<f32>>, EmbedError>>,
 }
@@ -56,6 +120,7 @@ pub struct FastEmbedder {
     tx: mpsc::Sender<Job>,
     model_id: String,
     dimension: usize,
+    settings: LocalSettings,
 }
 
 fn read(dir: &Path, name: &str) -> Result<Vec<u8>, EmbedError> {
@@ -89,15 +154,28 @@ fn load_runtime(path: &Path) -> Result<(), EmbedError> {
 }
 
 impl FastEmbedder {
-    /// Load the model (about half a second) and start the worker. `batch_size` caps how many
-    /// texts go through the model at once.
+    /// Load the model (about half a second) with the default (MiniLM) settings and start the
+    /// worker. `batch_size` caps how many texts go through the model at once.
     pub fn load(files: &ModelFiles, batch_size: usize) -> Result<FastEmbedder, EmbedError> {
+        Self::load_with(files, batch_size, LocalSettings::default())
+    }
+
+    /// Load any sentence-embedding ONNX export with its settings and start the worker.
+    pub fn load_with(
+        files: &ModelFiles,
+        batch_size: usize,
+        settings: LocalSettings,
+    ) -> Result<FastEmbedder, EmbedError> {
         let started = Instant::now();
         load_runtime(&files.ort_dylib)?;
         let dir = &files.model_dir;
         let onnx = read(dir, "model.onnx")?;
         // Identified by content, so moving the directory does not look like a new model.
-        let model_id = format!("onnx-sha256:{}", &hex(&Sha256::digest(&onnx))[..16]);
+        let model_id = format!(
+            "onnx-sha256:{}{}",
+            &hex(&Sha256::digest(&onnx))[..16],
+            settings.id_suffix()
+        );
         let tokenizer = TokenizerFiles {
             tokenizer_file: read(dir, "tokenizer.json")?,
             config_file: read(dir, "config.json")?,
@@ -108,11 +186,14 @@ impl FastEmbedder {
         // re-ranged per batch), so batching does not change a text's embedding; see the test
         // `batching_does_not_change_embeddings`.
         let model = UserDefinedEmbeddingModel::new(onnx, tokenizer)
-            .with_pooling(Pooling::Mean)
+            .with_pooling(match settings.pooling {
+                PoolingKind::Mean => Pooling::Mean,
+                PoolingKind::Cls => Pooling::Cls,
+            })
             .with_quantization(QuantizationMode::None);
-        let mut embedding =
-            TextEmbedding::try_new_from_user_defined(model, InitOptionsUserDefined::default())
-                .map_err(|e| EmbedError::Model(e.to_string()))?;
+        let options = InitOptionsUserDefined::default().with_max_length(settings.max_length.max(1));
+        let mut embedding = TextEmbedding::try_new_from_user_defined(model, options)
+            .map_err(|e| EmbedError::Model(e.to_string()))?;
         let probe = embedding
             .embed(vec!["dimension probe"], None)
             .map_err(|e| EmbedError::Model(e.to_string()))?;
@@ -126,7 +207,10 @@ impl FastEmbedder {
         let batch_size = batch_size.max(1);
         std::thread::Builder::new()
             .name("scopemem-embed".into())
-            .spawn(move || worker(embedding, rx, batch_size))
+            .spawn({
+                let normalize = settings.normalize;
+                move || worker(embedding, rx, batch_size, normalize)
+            })
             .map_err(|e| EmbedError::Model(format!("cannot start embedding thread: {e}")))?;
         tracing::info!(
             model = %model_id,
@@ -138,6 +222,7 @@ impl FastEmbedder {
             tx,
             model_id,
             dimension,
+            settings,
         })
     }
 }
@@ -148,7 +233,12 @@ fn hex(bytes: &[u8]) -> String {
 
 /// Drain every queued job (up to `batch_size` texts), run them through the model together,
 /// and hand each caller its slice.
-fn worker(mut model: TextEmbedding, mut rx: mpsc::Receiver<Job>, batch_size: usize) {
+fn worker(
+    mut model: TextEmbedding,
+    mut rx: mpsc::Receiver<Job>,
+    batch_size: usize,
+    renormalize: bool,
+) {
     while let Some(first) = rx.blocking_recv() {
         let mut jobs = vec![first];
         let mut total = jobs[0].texts.len();
@@ -170,8 +260,11 @@ fn worker(mut model: TextEmbedding, mut rx: mpsc::Receiver<Job>, batch_size: usi
             Ok(vectors) => {
                 let mut it = vectors.into_iter();
                 for job in jobs {
-                    let mine: Vec<Vec<f32>> =
-                        it.by_ref().take(job.texts.len()).map(normalize).collect();
+                    let mine: Vec<Vec<f32>> = it
+                        .by_ref()
+                        .take(job.texts.len())
+                        .map(|v| if renormalize { normalize(v) } else { v })
+                        .collect();
                     let _ = job.done.send(Ok(mine));
                 }
             }
@@ -203,11 +296,21 @@ impl Embedder for FastEmbedder {
         self.dimension
     }
 
-    fn embed(&self, texts: Vec<String>) -> BoxFuture<'_, Result<Vec<Vec<f32>>, EmbedError>> {
+    fn embed(
+        &self,
+        role: TextRole,
+        texts: Vec<String>,
+    ) -> BoxFuture<'_, Result<Vec<Vec<f32>>, EmbedError>> {
         Box::pin(async move {
             if texts.is_empty() {
                 return Ok(Vec::new());
             }
+            let prefix = self.settings.prefix(role);
+            let texts = if prefix.is_empty() {
+                texts
+            } else {
+                texts.into_iter().map(|t| format!("{prefix}{t}")).collect()
+            };
             let (done, rx) = oneshot::channel();
             self.tx
                 .send(Job { texts, done })

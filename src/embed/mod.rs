@@ -1,13 +1,26 @@
 //! Text embeddings. The [`Embedder`] trait is the seam; [`fastembed_model::FastEmbedder`] runs
-//! the offline ONNX model on a dedicated thread, batching concurrent requests.
+//! an offline ONNX model on a dedicated thread, batching concurrent requests.
+//!
+//! Asymmetric models (e5, bge) embed a search query and a stored passage differently (e5 wants
+//! `"query: "` / `"passage: "` in front), so every call says which one its texts are: a
+//! [`TextRole`]. A symmetric model (MiniLM) ignores it.
 
 pub mod fastembed_model;
 pub mod query_cache;
 
+use std::time::Duration;
+
 use futures::future::BoxFuture;
 
-pub use fastembed_model::{FastEmbedder, ModelFiles};
+pub use fastembed_model::{FastEmbedder, LocalSettings, ModelFiles, PoolingKind};
 pub use query_cache::QueryCache;
+
+/// What a text is to the model: a recall query, or a memory to be stored and found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TextRole {
+    Query,
+    Passage,
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum EmbedError {
@@ -19,6 +32,29 @@ pub enum EmbedError {
     Model(String),
     #[error("the embedding worker has stopped")]
     WorkerGone,
+    /// The provider could not be reached, timed out or answered 429/5xx: try again later.
+    #[error("embedding provider {provider} is unavailable: {reason}")]
+    Unavailable {
+        provider: String,
+        reason: String,
+        retry_after: Option<Duration>,
+    },
+    /// The provider refused the credentials (401/403). The key itself is never in the text.
+    #[error("embedding provider {provider} refused the API key (HTTP {status})")]
+    Refused { provider: String, status: u16 },
+    /// The provider answered, but not with usable vectors (garbage, wrong count or dimension).
+    #[error("embedding provider {provider} answered with unusable vectors: {reason}")]
+    BadResponse { provider: String, reason: String },
+}
+
+impl EmbedError {
+    /// When the caller may try again: the provider's `Retry-After` if it sent one.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            EmbedError::Unavailable { retry_after, .. } => *retry_after,
+            _ => None,
+        }
+    }
 }
 
 /// Turns texts into unit-norm vectors of a fixed dimension.
@@ -26,5 +62,10 @@ pub trait Embedder: Send + Sync {
     /// Identifies the model, recorded in the table so a different model is refused.
     fn model_id(&self) -> &str;
     fn dimension(&self) -> usize;
-    fn embed(&self, texts: Vec<String>) -> BoxFuture<'_, Result<Vec<Vec<f32>>, EmbedError>>;
+    /// One vector per text, in order; `role` says whether they are queries or passages.
+    fn embed(
+        &self,
+        role: TextRole,
+        texts: Vec<String>,
+    ) -> BoxFuture<'_, Result<Vec<Vec<f32>>, EmbedError>>;
 }

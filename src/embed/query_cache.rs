@@ -1,20 +1,21 @@
 //! The embeddings of recent recall queries. Chained recall, the framework hook and a recall
 //! tool call often send the same text within seconds; a hit skips the model (milliseconds on
 //! two cores). Bounded and least-recently-used, keyed by the exact text; only queries go here,
-//! never memory content.
+//! never memory content. Keyed by model as well as text, so a vector of one model is never
+//! answered for another (a provider switch, a re-embed).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use super::{EmbedError, Embedder};
+use super::{EmbedError, Embedder, TextRole};
 
 /// Query texts kept.
 pub const QUERY_CACHE_ENTRIES: usize = 256;
 
 #[derive(Default)]
 struct Entries {
-    /// Text → (last use, vector).
-    map: HashMap<String, (u64, Arc<Vec<f32>>)>,
+    /// (model id, text) → (last use, vector).
+    map: HashMap<(String, String), (u64, Arc<Vec<f32>>)>,
     clock: u64,
 }
 
@@ -31,16 +32,17 @@ impl QueryCache {
         embedder: &dyn Embedder,
         text: &str,
     ) -> Result<Arc<Vec<f32>>, EmbedError> {
-        if let Some(v) = self.get(text) {
+        let key = (embedder.model_id().to_string(), text.to_string());
+        if let Some(v) = self.get(&key) {
             return Ok(v);
         }
         let vector = embedder
-            .embed(vec![text.to_string()])
+            .embed(TextRole::Query, vec![text.to_string()])
             .await?
             .pop()
             .ok_or_else(|| EmbedError::Model("embedder returned no vector".into()))?;
         let vector = Arc::new(vector);
-        self.put(text, vector.clone());
+        self.put(key, vector.clone());
         Ok(vector)
     }
 
@@ -49,20 +51,20 @@ impl QueryCache {
         self.entries.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn get(&self, text: &str) -> Option<Arc<Vec<f32>>> {
+    fn get(&self, key: &(String, String)) -> Option<Arc<Vec<f32>>> {
         let mut entries = self.lock();
         entries.clock += 1;
         let now = entries.clock;
-        let (used, vector) = entries.map.get_mut(text)?;
+        let (used, vector) = entries.map.get_mut(key)?;
         *used = now;
         Some(vector.clone())
     }
 
-    fn put(&self, text: &str, vector: Arc<Vec<f32>>) {
+    fn put(&self, key: (String, String), vector: Arc<Vec<f32>>) {
         let mut entries = self.lock();
         entries.clock += 1;
         let now = entries.clock;
-        if entries.map.len() >= QUERY_CACHE_ENTRIES && !entries.map.contains_key(text) {
+        if entries.map.len() >= QUERY_CACHE_ENTRIES && !entries.map.contains_key(&key) {
             let oldest = entries
                 .map
                 .iter()
@@ -72,7 +74,7 @@ impl QueryCache {
                 entries.map.remove(&oldest);
             }
         }
-        entries.map.insert(text.to_string(), (now, vector));
+        entries.map.insert(key, (now, vector));
     }
 
     pub fn len(&self) -> usize {
@@ -90,26 +92,43 @@ mod tests {
     use futures::future::BoxFuture;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
-    /// Counts model runs; the vector encodes the text's length.
+    /// Counts model runs; the vector encodes the text's length (negated for passages).
     #[derive(Default)]
-    struct Counting(AtomicUsize);
+    struct Counting(AtomicUsize, &'static str);
 
     impl Embedder for Counting {
         fn model_id(&self) -> &str {
-            "counting"
+            self.1
         }
         fn dimension(&self) -> usize {
             1
         }
-        fn embed(&self, texts: Vec<String>) -> BoxFuture<'_, Result<Vec<Vec<f32>>, EmbedError>> {
+        fn embed(
+            &self,
+            role: TextRole,
+            texts: Vec<String>,
+        ) -> BoxFuture<'_, Result<Vec<Vec<f32>>, EmbedError>> {
             self.0.fetch_add(1, Ordering::Relaxed);
-            Box::pin(async move { Ok(texts.iter().map(|t| vec![t.len() as f32]).collect()) })
+            let sign = if role == TextRole::Query { 1.0 } else { -1.0 };
+            Box::pin(async move { Ok(texts.iter().map(|t| vec![sign * t.len() as f32]).collect()) })
         }
     }
 
     #[tokio::test]
+    async fn queries_are_embedded_as_queries_and_keyed_per_model() {
+        let a = Counting(AtomicUsize::new(0), "model-a");
+        let b = Counting(AtomicUsize::new(0), "model-b");
+        let cache = QueryCache::default();
+        assert_eq!(*cache.embed(&a, "abc").await.unwrap(), vec![3.0], "query role");
+        cache.embed(&b, "abc").await.unwrap();
+        assert_eq!(b.0.load(Ordering::Relaxed), 1, "another model is not served a's vector");
+        cache.embed(&a, "abc").await.unwrap();
+        assert_eq!(a.0.load(Ordering::Relaxed), 1);
+    }
+
+    #[tokio::test]
     async fn repeated_queries_skip_the_model_and_the_oldest_goes_first() {
-        let model = Counting::default();
+        let model = Counting(AtomicUsize::new(0), "counting");
         let cache = QueryCache::default();
         let a = cache.embed(&model, "where is 4B会议室").await.unwrap();
         let again = cache.embed(&model, "where is 4B会议室").await.unwrap();

@@ -426,7 +426,7 @@ impl MemoryService {
         };
         let vector = self
             .embedder
-            .embed(vec![content.clone()])
+            .embed(crate::embed::TextRole::Passage, vec![content.clone()])
             .await?
             .pop()
             .ok_or_else(|| MemoryError::Internal("embedder returned no vector".into()))?;
