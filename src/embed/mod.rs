@@ -6,6 +6,7 @@
 //! [`TextRole`]. A symmetric model (MiniLM) ignores it.
 
 pub mod fastembed_model;
+pub mod provider;
 pub mod query_cache;
 
 use std::time::Duration;
