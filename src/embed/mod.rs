@@ -5,6 +5,7 @@
 //! `"query: "` / `"passage: "` in front), so every call says which one its texts are: a
 //! [`TextRole`]. A symmetric model (MiniLM) ignores it.
 
+pub mod calibration;
 pub mod fastembed_model;
 pub mod openai;
 pub mod provider;

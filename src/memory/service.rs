@@ -15,6 +15,7 @@ use super::new_memory::{NewMemory, ValidMemory};
 use super::redact::redact;
 use super::MemoryError;
 use crate::config::{Config, MigrationMode, RecallConfig, ScopeFilterMode, SearchKind};
+use crate::embed::calibration::{calibrate, Calibration};
 use crate::embed::Embedder;
 use crate::migrate::backfill::{BackfillHandle, BackfillProgress, BackfillSettings};
 use crate::migrate::checkpoint;
@@ -123,6 +124,8 @@ pub struct Status {
     /// Every index with the rows it covers (new rows are searched unindexed until refreshed).
     pub indexes: Vec<crate::store::IndexState>,
     pub embedding_model: String,
+    /// How the model ranks and where its noise sits, per script; `null` until measured.
+    pub embedding_calibration: Option<Calibration>,
     pub scope_filter: ScopeFilterMode,
     pub migration: MigrationStatus,
     /// Whether this process runs the maintenance, and who holds the lease.
@@ -185,6 +188,9 @@ pub struct MemoryService {
     touches: std::sync::OnceLock<super::touch::RecallTouches>,
     /// Recalls answered by keyword alone because the query could not be embedded.
     degraded_recalls: AtomicU64,
+    /// What the embedder's similarities mean (fusion weight, noise cut); unset until the
+    /// model could be measured.
+    calibration: Arc<std::sync::OnceLock<Calibration>>,
 }
 
 impl MemoryService {
@@ -291,6 +297,8 @@ impl MemoryService {
             search.clone(),
             std::sync::Arc::new(crate::store::FulltextSearch::new(store.table().clone())),
         );
+        let calibration = Arc::new(std::sync::OnceLock::new());
+        measure_model(embedder.clone(), calibration.clone()).await;
         Ok(MemoryService {
             lease,
             vectors,
@@ -315,7 +323,13 @@ impl MemoryService {
             feedback,
             touches: std::sync::OnceLock::new(),
             degraded_recalls: AtomicU64::new(0),
+            calibration,
         })
+    }
+
+    /// The embedder's calibration, once measured.
+    pub fn calibration(&self) -> Option<Calibration> {
+        self.calibration.get().copied()
     }
 
     /// Work that must not delay start-up: scalar indexes and the legacy backfill. Call once
@@ -501,6 +515,10 @@ impl MemoryService {
             queries: &self.queries,
             vectors: &self.vectors,
             keywords: &self.vectors,
+            calibration: self
+                .calibration
+                .get()
+                .unwrap_or(&Calibration::UNMEASURED),
         };
         let found = searchers
             .candidates(&CandidateQuery {
@@ -780,6 +798,7 @@ impl MemoryService {
             resident_search: self.store.resident().stats(),
             indexes: self.store.index_states().await?,
             embedding_model: self.embedder.model_id().to_string(),
+            embedding_calibration: self.calibration(),
             scope_filter: self.scopes.snapshot().filter_mode(),
             migration: MigrationStatus {
                 migration_mode: self.settings.migration_mode,
@@ -886,4 +905,50 @@ async fn start_maintenance(store: &Store, backfill: &Arc<BackfillHandle>, search
     if let Err(e) = search.maybe_build_index().await {
         tracing::warn!(error = %e, "could not check whether a vector index is due");
     }
+}
+
+/// How long start-up waits to measure the embedder before serving with it unmeasured.
+const CALIBRATION_WAIT: Duration = Duration::from_secs(10);
+
+/// Measure the embedder (see `embed::calibration`) before serving; a provider that cannot
+/// answer now is measured in the background, retrying every 30 s, while recall treats it as
+/// unmeasured (equal fusion weights, the configured threshold).
+async fn measure_model(embedder: Arc<dyn Embedder>, into: Arc<std::sync::OnceLock<Calibration>>) {
+    async fn once(embedder: &dyn Embedder, into: &std::sync::OnceLock<Calibration>) -> bool {
+        match tokio::time::timeout(CALIBRATION_WAIT, calibrate(embedder)).await {
+            Ok(Ok(c)) => {
+                tracing::info!(
+                    model = embedder.model_id(),
+                    cjk_accuracy = c.cjk.accuracy,
+                    cjk_noise_cut = c.cjk.floor_cut(),
+                    cjk_vector_weight = c.cjk.vector_weight(),
+                    latin_accuracy = c.latin.accuracy,
+                    latin_noise_cut = c.latin.floor_cut(),
+                    latin_vector_weight = c.latin.vector_weight(),
+                    "embedding model calibrated"
+                );
+                let _ = into.set(c);
+                true
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "embedding model not calibrated yet; retrying in the background");
+                false
+            }
+            Err(_) => {
+                tracing::warn!("embedding model calibration timed out; retrying in the background");
+                false
+            }
+        }
+    }
+    if once(embedder.as_ref(), &into).await {
+        return;
+    }
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_secs(30)).await;
+            if once(embedder.as_ref(), &into).await {
+                return;
+            }
+        }
+    });
 }

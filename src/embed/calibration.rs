@@ -1,0 +1,241 @@
+//! What one embedding model's similarities mean, measured once when it is loaded.
+//!
+//! Two numbers differ wildly between models, and fusion and the threshold need both:
+//! - **how well it ranks**, per script: all-MiniLM-L6-v2 was trained on English and ranks
+//!   Chinese paraphrases barely better than chance, while multilingual-e5 ranks them well. A
+//!   vector list from a model that cannot rank a script only drags reciprocal-rank fusion down
+//!   (the default hybrid scored below its own keyword list on Chinese), so fusion weighs the
+//!   vector list by this.
+//! - **where unrelated texts sit**: MiniLM scores unrelated pairs around 0.1, e5 around 0.75.
+//!   A fixed `similarity_threshold` of 0.5 is a real cut for the one and lets everything
+//!   through for the other, so the threshold in force is at least this noise floor plus three
+//!   of its standard deviations.
+//!
+//! The probe is a fixed set of short question → memory pairs below (Chinese and English, none
+//! taken from any benchmark), embedded in two batches: milliseconds locally, two requests for a
+//! remote provider. Accuracy is how often a question's own memory is the nearest of its
+//! script's memories.
+
+use super::{EmbedError, Embedder, TextRole};
+
+/// Question → the memory that answers it, in Chinese.
+const CJK_PAIRS: [(&str, &str); 24] = [
+    ("外婆住在哪里", "姥姥一直住在成都的老房子里，不愿意搬家"),
+    ("孩子几点放学", "儿子的学校下午四点半下课，要去门口接"),
+    ("我们家的车是什么颜色", "家里那辆SUV是白色的，去年刚买"),
+    ("下周谁值班", "下个星期轮到小王守夜班"),
+    ("他喜欢喝什么", "老张每天早上都要一杯不加糖的黑咖啡"),
+    ("会议改到什么时候了", "周会挪到了星期四下午三点"),
+    ("她怕什么动物", "小雨从小就特别害怕狗，见了就躲"),
+    ("房租多少钱", "现在住的公寓每个月要交四千五"),
+    ("周末去哪玩", "星期六打算带全家去郊外爬山"),
+    ("他在哪家公司上班", "表哥在深圳的一家做芯片的企业工作"),
+    ("猫生病了吗", "家里的橘猫这两天不吃东西，明天带去看兽医"),
+    ("谁会修电脑", "隔壁的李哥以前做过网管，电脑坏了可以找他"),
+    ("爷爷的生日是哪天", "爷爷的寿辰在农历八月十五，和中秋同一天"),
+    ("新同事叫什么名字", "刚入职的那个姑娘叫陈思远，坐在窗边"),
+    ("哪家医院看牙好", "上次拔智齿是在口腔医院，医生很耐心"),
+    ("我们的暗号是什么", "游戏里集合的口令是“老地方见”"),
+    ("钥匙放在哪", "备用钥匙藏在门口第二个花盆底下"),
+    ("她在学什么乐器", "妹妹每周六上午去上钢琴课"),
+    ("快递到了没", "网上买的书显示已经放到驿站了"),
+    ("晚饭吃什么", "今晚准备做红烧肉和番茄炒蛋"),
+    ("他为什么请假", "小刘这周请了病假，说是发烧了"),
+    ("旅行预算多少", "这次去云南一共打算花八千块"),
+    ("谁负责订机票", "出差的机票统一由行政的周姐来买"),
+    ("密码提示是什么", "路由器管理页的提示写的是“宠物的名字”"),
+];
+
+/// Question → the memory that answers it, in English.
+const LATIN_PAIRS: [(&str, &str); 24] = [
+    ("where does grandma live", "Nana still lives in her old house in Leeds and won't move"),
+    ("when does school finish", "The kids get out of class at 3:30 and need picking up"),
+    ("what colour is our car", "Our SUV is white; we bought it last spring"),
+    ("who is on call next week", "Sam covers the night shift the week after this one"),
+    ("what does he drink", "Tom has a black coffee with no sugar every morning"),
+    ("when is the meeting now", "The weekly sync moved to Thursday at 3 pm"),
+    ("what animal is she scared of", "Amy has been terrified of dogs since she was little"),
+    ("how much is the rent", "The flat costs 1,450 a month including water"),
+    ("plans for the weekend", "On Saturday we're taking everyone hiking in the hills"),
+    ("where does he work", "My cousin works for a chip design firm in Austin"),
+    ("is the cat ill", "The ginger cat hasn't eaten for two days; vet tomorrow"),
+    ("who can fix a laptop", "Dave next door used to do IT support, ask him"),
+    ("when is grandpa's birthday", "Grandpa turns eighty on the ninth of October"),
+    ("what is the new hire called", "The engineer who just joined is named Priya, by the window"),
+    ("which dentist is good", "The clinic on Elm Street pulled my wisdom tooth painlessly"),
+    ("what is our meeting phrase", "In the game we regroup when someone types 'usual spot'"),
+    ("where is the spare key", "The spare key is under the second flower pot by the door"),
+    ("what instrument is she learning", "My sister has piano lessons every Saturday morning"),
+    ("has the parcel arrived", "The books I ordered are waiting at the pickup locker"),
+    ("what's for dinner", "Tonight it's roast chicken with potatoes"),
+    ("why is he off work", "Leo took sick leave this week with a fever"),
+    ("what is the trip budget", "We plan to spend about two thousand on the Lisbon trip"),
+    ("who books the flights", "Travel for work is always booked by Karen in admin"),
+    ("what is the password hint", "The router page hint says 'name of the first pet'"),
+];
+
+/// How a model ranks one script's texts, and where its unrelated pairs score.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct ScriptFit {
+    /// Share of probe questions whose own memory was the nearest (chance: 1/24).
+    pub accuracy: f32,
+    /// Mean similarity of a question to the other questions' memories.
+    pub noise_floor: f32,
+    /// Their standard deviation.
+    pub noise_spread: f32,
+}
+
+impl ScriptFit {
+    /// The lowest similarity that says more than "unrelated": three spreads above the floor.
+    pub fn floor_cut(&self) -> f32 {
+        self.noise_floor + 3.0 * self.noise_spread
+    }
+
+    /// How much a vector list of this script should count in fusion, from 0 (no better than
+    /// chance) to 1 (ranks as well as keywords do on exact terms). A model must get at least
+    /// half the probe right to count at all; that separates English-only models on Chinese
+    /// from multilingual ones by a wide margin (see the README's quality table).
+    pub fn vector_weight(&self) -> f32 {
+        ((self.accuracy - 0.5) / 0.4).clamp(0.0, 1.0)
+    }
+}
+
+/// A model's fit on Chinese (and other CJK) text and on Latin-script text.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct Calibration {
+    pub cjk: ScriptFit,
+    pub latin: ScriptFit,
+}
+
+impl Calibration {
+    /// What a model that was never measured is assumed to be: it counts fully and the
+    /// configured threshold stands, i.e. scopemem's behaviour before calibration existed.
+    pub const UNMEASURED: Calibration = Calibration {
+        cjk: ScriptFit {
+            accuracy: 1.0,
+            noise_floor: -1.0,
+            noise_spread: 0.0,
+        },
+        latin: ScriptFit {
+            accuracy: 1.0,
+            noise_floor: -1.0,
+            noise_spread: 0.0,
+        },
+    };
+
+    /// The fit for `query`'s script: CJK when a third or more of its letters are CJK.
+    pub fn for_query(&self, query: &str) -> &ScriptFit {
+        let (mut cjk, mut letters) = (0usize, 0usize);
+        for c in query.chars().filter(|c| c.is_alphanumeric()) {
+            letters += 1;
+            if is_cjk(c) {
+                cjk += 1;
+            }
+        }
+        if letters > 0 && cjk * 3 >= letters {
+            &self.cjk
+        } else {
+            &self.latin
+        }
+    }
+}
+
+fn is_cjk(c: char) -> bool {
+    matches!(c as u32,
+        0x3040..=0x30FF | 0x3400..=0x4DBF | 0x4E00..=0x9FFF | 0xAC00..=0xD7AF | 0xF900..=0xFAFF)
+}
+
+/// Measure `embedder` on the probe set (two embedding calls).
+pub async fn calibrate(embedder: &dyn Embedder) -> Result<Calibration, EmbedError> {
+    Ok(Calibration {
+        cjk: fit(embedder, &CJK_PAIRS).await?,
+        latin: fit(embedder, &LATIN_PAIRS).await?,
+    })
+}
+
+async fn fit(embedder: &dyn Embedder, pairs: &[(&str, &str)]) -> Result<ScriptFit, EmbedError> {
+    let questions = embedder
+        .embed(
+            TextRole::Query,
+            pairs.iter().map(|(q, _)| q.to_string()).collect(),
+        )
+        .await?;
+    let memories = embedder
+        .embed(
+            TextRole::Passage,
+            pairs.iter().map(|(_, m)| m.to_string()).collect(),
+        )
+        .await?;
+    if questions.len() != pairs.len() || memories.len() != pairs.len() {
+        return Err(EmbedError::Model(
+            "calibration: the embedder returned the wrong number of vectors".into(),
+        ));
+    }
+    let mut right = 0usize;
+    let mut unrelated = Vec::with_capacity(pairs.len() * pairs.len());
+    for (i, q) in questions.iter().enumerate() {
+        let sims: Vec<f32> = memories.iter().map(|m| cosine(q, m)).collect();
+        let own = sims[i];
+        if sims
+            .iter()
+            .enumerate()
+            .all(|(j, s)| j == i || *s < own)
+        {
+            right += 1;
+        }
+        unrelated.extend(sims.iter().enumerate().filter(|(j, _)| *j != i).map(|(_, s)| *s));
+    }
+    let n = unrelated.len().max(1) as f32;
+    let mean = unrelated.iter().sum::<f32>() / n;
+    let var = unrelated.iter().map(|s| (s - mean).powi(2)).sum::<f32>() / n;
+    Ok(ScriptFit {
+        accuracy: right as f32 / pairs.len() as f32,
+        noise_floor: mean,
+        noise_spread: var.sqrt(),
+    })
+}
+
+fn cosine(a: &[f32], b: &[f32]) -> f32 {
+    let dot: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
+    let na = a.iter().map(|x| x * x).sum::<f32>().sqrt();
+    let nb = b.iter().map(|x| x * x).sum::<f32>().sqrt();
+    if na == 0.0 || nb == 0.0 {
+        0.0
+    } else {
+        dot / (na * nb)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_query_counts_as_cjk_when_a_third_of_its_letters_are() {
+        let c = Calibration {
+            cjk: ScriptFit {
+                accuracy: 0.1,
+                noise_floor: 0.0,
+                noise_spread: 0.0,
+            },
+            ..Calibration::UNMEASURED
+        };
+        assert_eq!(c.for_query("妈妈有什么药不能用？").accuracy, 0.1);
+        assert_eq!(c.for_query("ZX-99812 订单").accuracy, 0.1);
+        assert_eq!(c.for_query("where is the 4B会议室 room").accuracy, 1.0);
+        assert_eq!(c.for_query("???").accuracy, 1.0);
+    }
+
+    #[test]
+    fn weight_is_zero_near_chance_and_one_for_a_good_ranker() {
+        let fit = |accuracy| ScriptFit {
+            accuracy,
+            noise_floor: 0.1,
+            noise_spread: 0.05,
+        };
+        assert_eq!(fit(0.3).vector_weight(), 0.0);
+        assert_eq!(fit(0.95).vector_weight(), 1.0);
+        assert!((fit(0.7).vector_weight() - 0.5).abs() < 1e-6);
+        assert!((fit(0.3).floor_cut() - 0.25).abs() < 1e-6);
+    }
+}
