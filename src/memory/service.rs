@@ -188,8 +188,8 @@ pub struct MemoryService {
     touches: std::sync::OnceLock<super::touch::RecallTouches>,
     /// Recalls answered by keyword alone because the query could not be embedded.
     degraded_recalls: AtomicU64,
-    /// What the embedder's similarities mean (fusion weight, noise cut); unset until the
-    /// model could be measured.
+    /// What the embedder's similarities mean (ranking accuracy and noise per script), for
+    /// `/v1/status`; unset until the model could be measured.
     calibration: Arc<std::sync::OnceLock<Calibration>>,
 }
 
@@ -515,10 +515,6 @@ impl MemoryService {
             queries: &self.queries,
             vectors: &self.vectors,
             keywords: &self.vectors,
-            calibration: self
-                .calibration
-                .get()
-                .unwrap_or(&Calibration::UNMEASURED),
         };
         let found = searchers
             .candidates(&CandidateQuery {
@@ -911,8 +907,7 @@ async fn start_maintenance(store: &Store, backfill: &Arc<BackfillHandle>, search
 const CALIBRATION_WAIT: Duration = Duration::from_secs(10);
 
 /// Measure the embedder (see `embed::calibration`) before serving; a provider that cannot
-/// answer now is measured in the background, retrying every 30 s, while recall treats it as
-/// unmeasured (equal fusion weights, the configured threshold).
+/// answer now is measured in the background, retrying every 30 s.
 async fn measure_model(embedder: Arc<dyn Embedder>, into: Arc<std::sync::OnceLock<Calibration>>) {
     async fn once(embedder: &dyn Embedder, into: &std::sync::OnceLock<Calibration>) -> bool {
         match tokio::time::timeout(CALIBRATION_WAIT, calibrate(embedder)).await {
