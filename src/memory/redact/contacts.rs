@@ -45,9 +45,8 @@ static WECHAT: LazyLock<Regex> = LazyLock::new(|| {
     .expect("static regex")
 });
 
-static WXID: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r"(^|[^A-Za-z0-9_])(wxid_[A-Za-z0-9_-]{6,30})").expect("static regex")
-});
+static WXID: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"wxid_[A-Za-z0-9_-]{6,30}").expect("static regex"));
 
 /// Words that follow 微信 in product talk and look like ids once a digit is added.
 const PRODUCT_WORDS: [&str; 14] = [
@@ -75,14 +74,12 @@ pub(super) fn emails(text: &str, hits: &mut Vec<Hit>) {
 }
 
 pub(super) fn wechat(text: &str, hits: &mut Vec<Hit>) {
-    for c in WXID.captures_iter(text) {
-        if let Some(id) = c.get(2) {
-            if !continues(&text[id.end()..]) {
-                hits.push(Hit {
-                    range: id.range(),
-                    mark: WECHAT_MARK,
-                });
-            }
+    for id in WXID.find_iter(text) {
+        if !glued_left(text, id.start()) && !continues(&text[id.end()..]) {
+            hits.push(Hit {
+                range: id.range(),
+                mark: WECHAT_MARK,
+            });
         }
     }
     for c in WECHAT.captures_iter(text) {
@@ -91,13 +88,9 @@ pub(super) fn wechat(text: &str, hits: &mut Vec<Hit>) {
         };
         let (t, s, v) = (trigger.as_str(), sep.as_str(), id.as_str());
         let ascii = t.starts_with(|c: char| c.is_ascii_alphabetic());
-        let glued_left = text[..trigger.start()]
-            .chars()
-            .next_back()
-            .is_some_and(|c| c.is_ascii_alphanumeric() || c == '_');
         let labelled = t.ends_with(['号', '码', 'd', 'D']);
         let explicit = labelled || s.contains([':', '=', '：', '＝', '是', '为']);
-        if ascii && (glued_left || (s.is_empty() && !labelled)) {
+        if ascii && (glued_left(text, trigger.start()) || (s.is_empty() && !labelled)) {
             continue;
         }
         if !(6..=20).contains(&v.len()) || continues(&text[id.end()..]) {
@@ -117,6 +110,14 @@ pub(super) fn wechat(text: &str, hits: &mut Vec<Hit>) {
             mark: WECHAT_MARK,
         });
     }
+}
+
+/// The candidate continues an ASCII word on its left (`devx`, `mywxid_…`).
+fn glued_left(text: &str, start: usize) -> bool {
+    text[..start]
+        .chars()
+        .next_back()
+        .is_some_and(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 /// The token goes on past the candidate: more id characters, or `.`/`@` and more

@@ -318,6 +318,27 @@ const CASES: &[(&str, &str)] = &[
     ),
     ("邮箱 zhang.san@163。com", "邮箱 [REDACTED_EMAIL]"),
     ("发到zhang.san﹫example.com", "发到[REDACTED_EMAIL]"),
+    (
+        "邮箱bob@example.com。Thanks",
+        "邮箱[REDACTED_EMAIL]。Thanks",
+    ),
+    ("名片：℡13812345678", "名片：℡[REDACTED_PHONE]"),
+    (
+        "加微信：zhangsan1988（备注学校）",
+        "加微信：[REDACTED_WECHAT]（备注学校）",
+    ),
+    (
+        "手机：１３８　１２３４　５６７８\n微信：ｚｈａｎｇｓａｎ＿１９８８",
+        "手机：[REDACTED_PHONE]\n微信：[REDACTED_WECHAT]",
+    ),
+    (
+        "🙂电话：１３８－１２３４－５６７８🙂",
+        "🙂电话：[REDACTED_PHONE]🙂",
+    ),
+    (
+        "ＡＰＩ＿ＫＥＹ＝ａｂｃｄ１２３４ｅｆｇｈ５６７８",
+        "ＡＰＩ＿ＫＥＹ＝[REDACTED_API_KEY]",
+    ),
     // --- WeChat ids ---
     ("加我微信zhangsan_1988", "加我微信[REDACTED_WECHAT]"),
     ("微信 zhangsan_1988", "微信 [REDACTED_WECHAT]"),
@@ -417,6 +438,12 @@ const CASES: &[(&str, &str)] = &[
         "会议号 123\u{a0}456\u{a0}789",
         "会议号 123\u{a0}456\u{a0}789",
     ),
+    ("价格一二三四五六七八元", "价格一二三四五六七八元"),
+    ("一九九〇年三月七日出生", "一九九〇年三月七日出生"),
+    ("备注：微信转账1000元", "备注：微信转账1000元"),
+    ("微信：张三", "微信：张三"),
+    ("微信 zhangsan", "微信 zhangsan"),
+    ("№12345", "№12345"),
 ];
 
 #[test]

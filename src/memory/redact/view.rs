@@ -21,16 +21,18 @@
 //! - Dashes (`－ ‐ ‑ ‒ – — ― − ﹣ ー`) become `-` only between two digits; `（` becomes `(` only
 //!   before a digit and `）` becomes `)` only after one (`（010）12345678`). Elsewhere they are prose:
 //!   `——` and `（备注）` are left alone.
-//! - `。` and `｡` become `.` only between an ASCII letter or digit and an ASCII letter
-//!   (`example。com`); before a digit it is a full stop (`13812345678。2点打给我`).
+//! - `。` and `｡` become `.` only inside an e-mail domain that has no dot yet, between an ASCII
+//!   letter or digit and an ASCII letter (`zhang.san@example。com`). Anywhere else they end a
+//!   sentence (`bob@example.com。Thanks`, `13812345678。2点打给我`).
 //! - Chinese numerals `〇零一幺二两三四五六七八九` become digits only in a cluster of at least 7,
 //!   where a cluster is numerals with at most one space or dash between neighbours. Shorter runs
 //!   are words and years (`一三八路`, `二〇二四年`, `三三两两`); 7 is the shortest number any
 //!   detector redacts. The detectors still decide: `一二三四五六七八九` folds but is no phone.
 //! - Any other character goes through NFKC (`𝟏𝟑𝟖` in a pasted "font", small forms like `﹫`),
-//!   except circled, parenthesised, super- and subscript, fraction and CJK-square characters
-//!   (`①`, `²`, `½`, `㎡`, `㈠`): NFKC would turn `①138…` into `1138…`, gluing a list marker
-//!   onto the number it numbers. CJK ideographs, kana and Hangul skip NFKC; it leaves them as is.
+//!   except circled, parenthesised, super- and subscript, fraction, letterlike and CJK-square
+//!   characters (`①`, `²`, `½`, `℡`, `㎡`, `㈠`): NFKC would turn `①138…` into `1138…` and
+//!   `℡138…` into `TEL138…`, gluing a symbol onto the number it labels. CJK ideographs, kana
+//!   and Hangul skip NFKC; it leaves them as is.
 
 use std::borrow::Cow;
 use std::ops::Range;
@@ -59,6 +61,7 @@ impl<'a> View<'a> {
             original,
             text: None,
             prev: None,
+            domain: None,
         };
         let mut numerals = Numerals::default();
         for (i, c) in original.char_indices() {
@@ -100,7 +103,8 @@ impl<'a> View<'a> {
                 '。' | '｡' => {
                     let after_word = b.prev.is_some_and(|p| p.is_ascii_alphanumeric());
                     let before_letter = next.and_then(fullwidth).unwrap_or(' ');
-                    if after_word && before_letter.is_ascii_alphabetic() {
+                    if b.domain == Some(false) && after_word && before_letter.is_ascii_alphabetic()
+                    {
                         b.push(i, end, '.');
                     } else {
                         b.keep(i, end, c);
@@ -175,6 +179,8 @@ struct Builder<'a> {
     text: Option<(String, Vec<(usize, usize)>)>,
     /// Last character of the view.
     prev: Option<char>,
+    /// Inside an e-mail domain: `Some(false)` right after `@`, `Some(true)` once it has a dot.
+    domain: Option<bool>,
 }
 
 impl Builder<'_> {
@@ -193,13 +199,23 @@ impl Builder<'_> {
         })
     }
 
+    fn last(&mut self, c: char) {
+        self.prev = Some(c);
+        self.domain = match (c, self.domain) {
+            ('@', _) => Some(false),
+            ('.', Some(_)) => Some(true),
+            (c, d) if c.is_ascii_alphanumeric() || c == '-' => d,
+            _ => None,
+        };
+    }
+
     /// The original character, unchanged.
     fn keep(&mut self, i: usize, end: usize, c: char) {
         if let Some((text, src)) = &mut self.text {
             text.push(c);
             src.extend(std::iter::repeat_n((i, end), c.len_utf8()));
         }
-        self.prev = Some(c);
+        self.last(c);
     }
 
     /// Something else in place of the original character.
@@ -207,7 +223,7 @@ impl Builder<'_> {
         let (text, src) = self.owned(i);
         text.push(c);
         src.extend(std::iter::repeat_n((i, end), c.len_utf8()));
-        self.prev = Some(c);
+        self.last(c);
     }
 
     /// A space, merged into the space before it.
@@ -354,9 +370,10 @@ fn nfkc_stable(c: char) -> bool {
         // CJK ideographs, kana, Hangul syllables, CJK punctuation: what Chinese text is made of.
         '\u{3001}'..='\u{303f}' | '\u{3040}'..='\u{30ff}' | '\u{3400}'..='\u{4dbf}'
         | '\u{4e00}'..='\u{9fff}' | '\u{ac00}'..='\u{d7a3}'
-        // Kept on purpose: super/subscripts, fractions, number forms, enclosed alphanumerics,
-        // enclosed CJK and CJK squares.
+        // Kept on purpose: super/subscripts, letterlike symbols, fractions, number forms,
+        // enclosed alphanumerics, enclosed CJK and CJK squares.
         | '\u{b2}' | '\u{b3}' | '\u{b9}' | '\u{bc}'..='\u{be}' | '\u{2070}'..='\u{209f}'
+        | '\u{2100}'..='\u{214f}'
         | '\u{2150}'..='\u{218f}' | '\u{2460}'..='\u{24ff}' | '\u{3200}'..='\u{33ff}'
         | '\u{1f100}'..='\u{1f1ff}')
         || is_nfkc_quick(std::iter::once(c)) == IsNormalized::Yes
