@@ -96,7 +96,7 @@ pub(super) fn wechat(text: &str, hits: &mut Vec<Hit>) {
         if !(6..=20).contains(&v.len()) || continues(&text[id.end()..]) {
             continue;
         }
-        if !explicit && !(v.contains(|c: char| c.is_ascii_digit() || c == '_' || c == '-')) {
+        if !explicit && !v.contains(|c: char| c.is_ascii_digit() || c == '_' || c == '-') {
             continue;
         }
         let word = v

@@ -82,7 +82,7 @@ impl<'a> View<'a> {
             match c {
                 ' ' => b.space(i, end, c),
                 '\t' | '\n' | '\r' => b.keep(i, end, c),
-                '\u{0}'..='\u{1f}' | '\u{7f}' => b.space(i, end, c),
+                _ if c.is_ascii_control() => b.space(i, end, c),
                 _ if c.is_ascii() => b.keep(i, end, c),
                 '\u{a0}'
                 | '\u{1680}'
@@ -90,7 +90,7 @@ impl<'a> View<'a> {
                 | '\u{202f}'
                 | '\u{205f}'
                 | '\u{3000}' => b.space(i, end, c),
-                '\u{200b}'..='\u{200d}' | '\u{2060}' | '\u{feff}' | '\u{ad}' => b.drop(i),
+                '\u{200b}'..='\u{200d}' | '\u{2060}' | '\u{feff}' | '\u{ad}' => b.skip(i),
                 '‐' | '‑' | '‒' | '–' | '—' | '―' | '−' | '﹣' | '－' | 'ー' => {
                     if prev_digit && next_digit() {
                         b.push(i, end, '-');
@@ -240,14 +240,15 @@ impl Builder<'_> {
         }
     }
 
-    fn drop(&mut self, i: usize) {
+    fn skip(&mut self, i: usize) {
         self.owned(i);
     }
 
     fn nfkc(&mut self, i: usize, end: usize, c: char) {
         let mut folded = std::iter::once(c).nfkc().peekable();
         if folded.peek() == Some(&c) {
-            return self.keep(i, end, c);
+            self.keep(i, end, c);
+            return;
         }
         for f in folded {
             match f {
