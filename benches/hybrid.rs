@@ -199,7 +199,10 @@ async fn appends(
     running: Option<&AtomicBool>,
 ) -> Vec<Duration> {
     let vector = e
-        .embed(scopemem::embed::TextRole::Passage, vec!["an appended note".into()])
+        .embed(
+            scopemem::embed::TextRole::Passage,
+            vec!["an appended note".into()],
+        )
         .await
         .expect("embed")
         .remove(0);

@@ -124,7 +124,10 @@ async fn legacy_table(db: &Path, embedder: &Arc<dyn Embedder>) {
         .map(|i| format!("legacy note {i} about topic {}", i % 37))
         .collect();
     for chunk in texts.chunks(500) {
-        let vectors = embedder.embed(scopemem::embed::TextRole::Passage, chunk.to_vec()).await.expect("embed");
+        let vectors = embedder
+            .embed(scopemem::embed::TextRole::Passage, chunk.to_vec())
+            .await
+            .expect("embed");
         let rows = chunk
             .iter()
             .zip(vectors)

@@ -31,7 +31,11 @@ impl Embedder for Flaky {
     fn dimension(&self) -> usize {
         self.real.dimension()
     }
-    fn embed(&self, role: TextRole, texts: Vec<String>) -> BoxFuture<'_, Result<Vec<Vec<f32>>, EmbedError>> {
+    fn embed(
+        &self,
+        role: TextRole,
+        texts: Vec<String>,
+    ) -> BoxFuture<'_, Result<Vec<Vec<f32>>, EmbedError>> {
         if texts.iter().any(|t| t.contains(self.marker)) {
             let left = self.failures.load(Ordering::SeqCst);
             if left > 0 {

@@ -89,7 +89,13 @@ async fn status_counts_follow_writes_without_a_scan_per_call() {
         "from-another-process".into(),
         "written by another process".into(),
     );
-    let v = e.embed(scopemem::embed::TextRole::Passage, vec![record.content.clone()]).await.unwrap();
+    let v = e
+        .embed(
+            scopemem::embed::TextRole::Passage,
+            vec![record.content.clone()],
+        )
+        .await
+        .unwrap();
     other.append(vec![(record, v[0].clone())]).await.unwrap();
     other.shutdown().await;
     let mut seen = false;

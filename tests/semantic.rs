@@ -10,7 +10,10 @@ async fn embeddings_are_unit_norm_384d() {
     let e = embedder();
     assert_eq!(e.dimension(), 384);
     let v = e
-        .embed(scopemem::embed::TextRole::Passage, vec!["hello world".into(), "你好，世界".into()])
+        .embed(
+            scopemem::embed::TextRole::Passage,
+            vec!["hello world".into(), "你好，世界".into()],
+        )
         .await
         .unwrap();
     for x in v {
@@ -22,12 +25,21 @@ async fn embeddings_are_unit_norm_384d() {
 #[tokio::test]
 async fn batching_does_not_change_embeddings() {
     let e = embedder();
-    let alone = e.embed(scopemem::embed::TextRole::Passage, vec!["Grandma likes orchids".into()]).await.unwrap();
+    let alone = e
+        .embed(
+            scopemem::embed::TextRole::Passage,
+            vec!["Grandma likes orchids".into()],
+        )
+        .await
+        .unwrap();
     let texts: Vec<String> = (0..70)
         .map(|i| format!("a much longer unrelated sentence number {i} to pad the batch"))
         .chain(std::iter::once("Grandma likes orchids".to_string()))
         .collect();
-    let batch = e.embed(scopemem::embed::TextRole::Passage, texts).await.unwrap();
+    let batch = e
+        .embed(scopemem::embed::TextRole::Passage, texts)
+        .await
+        .unwrap();
     assert_eq!(
         batch.len(),
         71,

@@ -119,7 +119,10 @@ async fn source(dir: &Path) -> scopemem::host::PluginHost {
         last_recalled_at: None,
     };
     let v = embedder()
-        .embed(scopemem::embed::TextRole::Passage, vec![legacy.content.clone()])
+        .embed(
+            scopemem::embed::TextRole::Passage,
+            vec![legacy.content.clone()],
+        )
         .await
         .unwrap();
     host.memory()

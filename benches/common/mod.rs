@@ -202,7 +202,11 @@ pub async fn embed_all(e: &dyn Embedder, texts: Vec<String>) -> Vec<Vec<f32>> {
     let mut out = Vec::with_capacity(texts.len());
     let started = Instant::now();
     for (i, chunk) in texts.chunks(256).enumerate() {
-        out.extend(e.embed(scopemem::embed::TextRole::Passage, chunk.to_vec()).await.expect("embed"));
+        out.extend(
+            e.embed(scopemem::embed::TextRole::Passage, chunk.to_vec())
+                .await
+                .expect("embed"),
+        );
         if i % 40 == 0 {
             eprintln!(
                 "  embedded {}/{} ({:.0}/s)",
@@ -284,7 +288,10 @@ pub struct Query {
 pub async fn queries(e: &dyn Embedder) -> Vec<Query> {
     let mut rng = Rng(0xC0FFEE);
     let texts: Vec<String> = (0..QUERIES).map(|_| question(&mut rng)).collect();
-    let vectors = e.embed(scopemem::embed::TextRole::Query, texts.clone()).await.expect("embed queries");
+    let vectors = e
+        .embed(scopemem::embed::TextRole::Query, texts.clone())
+        .await
+        .expect("embed queries");
     texts
         .into_iter()
         .zip(vectors)

@@ -308,7 +308,9 @@ async fn healthz(State(host): State<AppState>) -> Response {
     let store = memory.store().count(None).await;
     let embedder = tokio::time::timeout(
         std::time::Duration::from_secs(10),
-        memory.embedder().embed(crate::embed::TextRole::Query, vec!["health".into()]),
+        memory
+            .embedder()
+            .embed(crate::embed::TextRole::Query, vec!["health".into()]),
     )
     .await;
     let embedder_ok = matches!(embedder, Ok(Ok(ref v)) if !v.is_empty());

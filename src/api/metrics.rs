@@ -183,6 +183,11 @@ pub async fn render(metrics: &Metrics, host: &PluginHost) -> String {
     );
     let _ = writeln!(
         out,
+        "# HELP scopemem_recall_degraded_total Recalls answered by keyword alone because the embedding provider failed.\n# TYPE scopemem_recall_degraded_total counter\nscopemem_recall_degraded_total {}",
+        memory.degraded_recalls()
+    );
+    let _ = writeln!(
+        out,
         "# HELP scopemem_feedback_batches_total Batches of feedback jobs applied together.\n# TYPE scopemem_feedback_batches_total counter\nscopemem_feedback_batches_total {}",
         memory.feedback().batches()
     );

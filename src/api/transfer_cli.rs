@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::config::Config;
-use crate::embed::{EmbedError, Embedder, FastEmbedder, ModelFiles};
+use crate::embed::{EmbedError, Embedder};
 use crate::store::ModelInfo;
 use crate::transfer::{self, ExportOptions, ExportReport, ImportOptions, ImportReport, Importer};
 
@@ -36,15 +36,7 @@ fn file_error(path: &Path) -> impl FnOnce(std::io::Error) -> TransferCliError + 
 /// Load the configured embedding model (its id decides whether vectors can be reused, and
 /// `migrate::open_store` checks it against the table).
 pub async fn load_embedder(config: &Config) -> Result<Arc<dyn Embedder>, TransferCliError> {
-    let files = ModelFiles::resolve(
-        config.embedding.model_dir.as_deref(),
-        config.embedding.ort_dylib_path.as_deref(),
-    );
-    let batch = config.embedding.batch_size.max(1);
-    let model = tokio::task::spawn_blocking(move || FastEmbedder::load(&files, batch))
-        .await
-        .map_err(|e| EmbedError::Model(format!("model loader panicked: {e}")))??;
-    Ok(Arc::new(model))
+    Ok(crate::embed::provider::load(config).await?)
 }
 
 fn model_info(embedder: &dyn Embedder) -> ModelInfo {

@@ -229,15 +229,53 @@ impl StorageConfig {
     }
 }
 
-/// `embedding.*`: the embedding model.
+lowercase_enum! {
+    /// Where embeddings come from (`embedding.provider`).
+    EmbeddingProvider {
+        /// An ONNX model on this machine (the bundled MiniLM by default).
+        Local => "local",
+        /// An OpenAI-compatible `POST {base_url}/embeddings`.
+        Openai => "openai",
+    }
+}
+
+lowercase_enum! {
+    /// How a local model pools token vectors (`embedding.pooling`).
+    PoolingMode {
+        Mean => "mean",
+        Cls => "cls",
+    }
+}
+
+/// `embedding.*`: the embedding provider and model.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct EmbeddingConfig {
+    pub provider: EmbeddingProvider,
     /// Model directory; `None` (config `""`) means the set-up's cached default model.
     pub model_dir: Option<PathBuf>,
-    /// Texts per embedding batch (at least 1).
+    /// Texts per embedding batch or request (at least 1).
     pub batch_size: usize,
     /// ONNX Runtime library; `None` (config `""`) means `ORT_DYLIB_PATH` or the set-up cache.
     pub ort_dylib_path: Option<PathBuf>,
+    pub pooling: PoolingMode,
+    pub normalize: bool,
+    /// Tokens per text (local).
+    pub max_length: usize,
+    pub query_prefix: String,
+    pub passage_prefix: String,
+    /// `openai`: the API base, e.g. `https://api.siliconflow.cn/v1` (no trailing slash).
+    pub base_url: String,
+    /// `openai`: the model name the server knows.
+    pub model: String,
+    /// `openai`: the key, from `api_key_env` when that names a set variable, else `api_key`.
+    pub api_key: Option<Secret>,
+    /// `openai`: the dimension to ask for; `None` (config 0) means the model's own.
+    pub dimensions: Option<usize>,
+    pub query_input_type: Option<String>,
+    pub passage_input_type: Option<String>,
+    pub max_concurrency: usize,
+    pub timeout_ms: u64,
+    pub max_retries: u32,
 }
 
 /// `server.*`: the HTTP listener.
@@ -515,11 +553,7 @@ impl Config {
                     storage.string("durability")?,
                 )?,
             },
-            embedding: EmbeddingConfig {
-                model_dir: embedding.optional_path("model_dir")?,
-                batch_size: embedding.count("batch_size", 1)?,
-                ort_dylib_path: embedding.optional_path("ort_dylib_path")?,
-            },
+            embedding: embedding_config(&embedding)?,
             server: ServerConfig {
                 http_addr: server.non_empty("http_addr")?.to_owned(),
                 allowed_hosts: server.strings("allowed_hosts")?,
@@ -550,6 +584,74 @@ impl Config {
             log_level: root.non_empty("log_level")?.to_owned(),
         })
     }
+}
+
+/// `embedding.*`, with the checks a provider needs before it can start: `openai` names a
+/// server and a model, and `api_key_env` names a variable that is set.
+fn embedding_config(embedding: &Obj<'_>) -> Result<EmbeddingConfig, ConfigError> {
+    let provider =
+        EmbeddingProvider::from_config("embedding.provider", embedding.string("provider")?)?;
+    let optional = |key: &str| -> Result<Option<String>, ConfigError> {
+        let v = embedding.string(key)?.trim();
+        Ok((!v.is_empty()).then(|| v.to_owned()))
+    };
+    let key_env = embedding.string("api_key_env")?.trim();
+    let api_key = if key_env.is_empty() {
+        Secret::new(embedding.string("api_key")?)
+    } else {
+        let from_env = std::env::var(key_env).ok().and_then(|k| Secret::new(&k));
+        if from_env.is_none() {
+            return Err(ConfigError::InvalidValue {
+                key: "embedding.api_key_env".to_owned(),
+                reason: "names an environment variable that is not set (or is empty)".to_owned(),
+                got: format!("\"{key_env}\""),
+            });
+        }
+        from_env
+    };
+    let config = EmbeddingConfig {
+        provider,
+        model_dir: embedding.optional_path("model_dir")?,
+        batch_size: embedding.count("batch_size", 1)?,
+        ort_dylib_path: embedding.optional_path("ort_dylib_path")?,
+        pooling: PoolingMode::from_config("embedding.pooling", embedding.string("pooling")?)?,
+        normalize: embedding.boolean("normalize")?,
+        max_length: embedding.count("max_length", 1)?,
+        query_prefix: embedding.string("query_prefix")?.to_owned(),
+        passage_prefix: embedding.string("passage_prefix")?.to_owned(),
+        base_url: embedding
+            .string("base_url")?
+            .trim()
+            .trim_end_matches('/')
+            .to_owned(),
+        model: embedding.string("model")?.trim().to_owned(),
+        api_key,
+        dimensions: Some(embedding.count::<usize>("dimensions", 0)?).filter(|d| *d > 0),
+        query_input_type: optional("query_input_type")?,
+        passage_input_type: optional("passage_input_type")?,
+        max_concurrency: embedding.count("max_concurrency", 1)?,
+        timeout_ms: embedding.count("timeout_ms", 1)?,
+        max_retries: embedding.count("max_retries", 0)?,
+    };
+    if config.provider == EmbeddingProvider::Openai {
+        for (key, value) in [("base_url", &config.base_url), ("model", &config.model)] {
+            if value.is_empty() {
+                return Err(ConfigError::InvalidValue {
+                    key: format!("embedding.{key}"),
+                    reason: "is required when embedding.provider is \"openai\"".to_owned(),
+                    got: "\"\"".to_owned(),
+                });
+            }
+        }
+        if !(config.base_url.starts_with("http://") || config.base_url.starts_with("https://")) {
+            return Err(ConfigError::InvalidValue {
+                key: "embedding.base_url".to_owned(),
+                reason: "must start with http:// or https://".to_owned(),
+                got: format!("\"{}\"", config.base_url),
+            });
+        }
+    }
+    Ok(config)
 }
 
 /// Typed access to one resolved object, with errors naming the dotted key path.
@@ -754,6 +856,15 @@ mod tests {
         assert_eq!(c.storage.write_batch_max, 512);
         assert_eq!(c.storage.index_threshold_rows, 50_000);
         assert_eq!(c.embedding.model_dir, None);
+        assert_eq!(c.embedding.provider, EmbeddingProvider::Local);
+        assert_eq!(c.embedding.pooling, PoolingMode::Mean);
+        assert!(c.embedding.normalize);
+        assert_eq!(c.embedding.max_length, 512);
+        assert_eq!(c.embedding.query_prefix, "");
+        assert_eq!(c.embedding.dimensions, None);
+        assert_eq!(c.embedding.api_key, None);
+        assert_eq!(c.embedding.timeout_ms, 10_000);
+        assert_eq!(c.embedding.max_retries, 3);
         assert_eq!(c.embedding.batch_size, 32);
         assert_eq!(c.embedding.ort_dylib_path, None);
         assert_eq!(c.server.http_addr, "127.0.0.1:8787");
@@ -769,6 +880,82 @@ mod tests {
         assert_eq!(c.backfill.pause_ms, 100);
         assert_eq!(c.backfill.pacing, BackfillPacing::Adaptive);
         assert_eq!(c.log_level, "info");
+    }
+
+    #[test]
+    fn openai_provider_needs_a_server_and_a_model_and_keeps_its_key_secret() {
+        let err = Config::from_json_str(r#"{"embedding": {"provider": "openai", "model": "m"}}"#)
+            .unwrap_err();
+        assert!(
+            matches!(err, ConfigError::InvalidValue { ref key, .. } if key == "embedding.base_url"),
+            "{err}"
+        );
+        let err = Config::from_json_str(
+            r#"{"embedding": {"provider": "openai", "base_url": "http://h/v1"}}"#,
+        )
+        .unwrap_err();
+        assert!(
+            matches!(err, ConfigError::InvalidValue { ref key, .. } if key == "embedding.model"),
+            "{err}"
+        );
+        let err = Config::from_json_str(
+            r#"{"embedding": {"provider": "openai", "base_url": "h/v1", "model": "m"}}"#,
+        )
+        .unwrap_err();
+        assert!(
+            matches!(err, ConfigError::InvalidValue { ref key, .. } if key == "embedding.base_url")
+        );
+        let err = Config::from_json_str(r#"{"embedding": {"provider": "cloud"}}"#).unwrap_err();
+        assert!(
+            matches!(err, ConfigError::InvalidValue { ref key, .. } if key == "embedding.provider")
+        );
+
+        let l = Config::from_json_str(
+            r#"{"embedding": {"provider": "openai", "base_url": "https://api.example/v1/",
+                "model": "BAAI/bge-m3", "api_key": "sk-very-secret", "dimensions": 1024,
+                "query_input_type": "query", "passage_input_type": " "}}"#,
+        )
+        .unwrap();
+        let e = &l.config.embedding;
+        assert_eq!(
+            e.base_url, "https://api.example/v1",
+            "trailing slash dropped"
+        );
+        assert_eq!(e.dimensions, Some(1024));
+        assert_eq!(e.query_input_type.as_deref(), Some("query"));
+        assert_eq!(e.passage_input_type, None, "blank means not sent");
+        assert_eq!(
+            e.api_key.as_ref().map(Secret::expose),
+            Some("sk-very-secret")
+        );
+        let shown = format!(
+            "{:?} {}",
+            l.config,
+            serde_json::to_string(&l.config).unwrap()
+        );
+        assert!(!shown.contains("sk-very-secret"), "{shown}");
+    }
+
+    #[test]
+    fn api_key_env_must_name_a_set_variable_and_wins_over_api_key() {
+        let var = "SCOPEMEM_TEST_EMBED_KEY_7F3A";
+        let text = format!(
+            r#"{{"embedding": {{"provider": "openai", "base_url": "http://h/v1", "model": "m",
+                "api_key": "from-file", "api_key_env": "{var}"}}}}"#
+        );
+        std::env::remove_var(var);
+        let err = Config::from_json_str(&text).unwrap_err();
+        assert!(
+            matches!(err, ConfigError::InvalidValue { ref key, .. } if key == "embedding.api_key_env"),
+            "{err}"
+        );
+        std::env::set_var(var, "from-env");
+        let l = Config::from_json_str(&text).unwrap();
+        std::env::remove_var(var);
+        assert_eq!(
+            l.config.embedding.api_key.as_ref().map(Secret::expose),
+            Some("from-env")
+        );
     }
 
     #[test]

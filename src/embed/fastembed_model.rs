@@ -63,7 +63,8 @@ impl LocalSettings {
             suffix.push_str("+cls");
         }
         if !self.query_prefix.is_empty() || !self.passage_prefix.is_empty() {
-            let digest = Sha256::digest(format!("{}\u{0}{}", self.query_prefix, self.passage_prefix));
+            let digest =
+                Sha256::digest(format!("{}\u{0}{}", self.query_prefix, self.passage_prefix));
             suffix.push_str(&format!("+prefix:{}", &hex(&digest)[..8]));
         }
         suffix
@@ -76,7 +77,6 @@ impl LocalSettings {
         }
     }
 }
-
 
 /// Where the model and the ONNX Runtime library live.
 #[derive(Debug, Clone)]

@@ -6,6 +6,8 @@
 //! [`TextRole`]. A symmetric model (MiniLM) ignores it.
 
 pub mod fastembed_model;
+pub mod openai;
+pub mod provider;
 pub mod query_cache;
 
 use std::time::Duration;
@@ -13,6 +15,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 
 pub use fastembed_model::{FastEmbedder, LocalSettings, ModelFiles, PoolingKind};
+pub use openai::{OpenAiEmbedder, OpenAiSettings};
 pub use query_cache::QueryCache;
 
 /// What a text is to the model: a recall query, or a memory to be stored and found.
@@ -22,7 +25,8 @@ pub enum TextRole {
     Passage,
 }
 
-#[derive(Debug, thiserror::Error)]
+// Clone: one failed request is the answer of every call batched into it.
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum EmbedError {
     #[error("embedding model files: {0}")]
     Files(String),
@@ -45,6 +49,9 @@ pub enum EmbedError {
     /// The provider answered, but not with usable vectors (garbage, wrong count or dimension).
     #[error("embedding provider {provider} answered with unusable vectors: {reason}")]
     BadResponse { provider: String, reason: String },
+    /// A remote provider's settings cannot work (a base URL that is not http(s), dimension 0).
+    #[error("embedding provider settings: {0}")]
+    Settings(String),
 }
 
 impl EmbedError {

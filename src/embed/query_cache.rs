@@ -119,9 +119,17 @@ mod tests {
         let a = Counting(AtomicUsize::new(0), "model-a");
         let b = Counting(AtomicUsize::new(0), "model-b");
         let cache = QueryCache::default();
-        assert_eq!(*cache.embed(&a, "abc").await.unwrap(), vec![3.0], "query role");
+        assert_eq!(
+            *cache.embed(&a, "abc").await.unwrap(),
+            vec![3.0],
+            "query role"
+        );
         cache.embed(&b, "abc").await.unwrap();
-        assert_eq!(b.0.load(Ordering::Relaxed), 1, "another model is not served a's vector");
+        assert_eq!(
+            b.0.load(Ordering::Relaxed),
+            1,
+            "another model is not served a's vector"
+        );
         cache.embed(&a, "abc").await.unwrap();
         assert_eq!(a.0.load(Ordering::Relaxed), 1);
     }

@@ -12,7 +12,7 @@ use futures::future::BoxFuture;
 use serde_json::Value;
 
 use crate::config::{Config, ConfigError};
-use crate::embed::{EmbedError, Embedder, FastEmbedder, ModelFiles};
+use crate::embed::{EmbedError, Embedder};
 use crate::memory::{MemoryError, MemoryService};
 use crate::scope::{watch_config, ConfigWatcher, ScopeMap, ScopeResolver};
 
@@ -72,6 +72,13 @@ impl From<MemoryError> for PluginError {
         if is_disk_full(&message) {
             return PluginError::disk_full(message);
         }
+        if let MemoryError::Embed(embed) = &e {
+            // The provider failed: nothing was written, and the caller may try again.
+            let secs = embed
+                .retry_after()
+                .map_or(EMBED_RETRY_AFTER_SECS, |d| d.as_secs().clamp(1, 300));
+            return PluginError::unavailable(e.code(), message, secs);
+        }
         PluginError {
             code: e.code(),
             message,
@@ -80,6 +87,9 @@ impl From<MemoryError> for PluginError {
         }
     }
 }
+
+/// `Retry-After` for an embedding failure when the provider sent none.
+const EMBED_RETRY_AFTER_SECS: u64 = 5;
 
 /// Whether an error message reports a full disk (ENOSPC, or a quota).
 pub fn is_disk_full(message: &str) -> bool {
@@ -170,20 +180,8 @@ impl PluginHost {
             tracing::warn!(warning = %w, "config");
         }
         let config = loaded.config;
-        let files = ModelFiles::resolve(
-            config.embedding.model_dir.as_deref(),
-            config.embedding.ort_dylib_path.as_deref(),
-        );
-        let batch = config.embedding.batch_size.max(1);
-        let embedder = tokio::task::spawn_blocking(move || FastEmbedder::load(&files, batch))
-            .await
-            .map_err(|e| HostError::Watch(format!("model loader panicked: {e}")))??;
-        Self::start_with(
-            config,
-            config_path.map(Path::to_path_buf),
-            Arc::new(embedder),
-        )
-        .await
+        let embedder = crate::embed::provider::load(&config).await?;
+        Self::start_with(config, config_path.map(Path::to_path_buf), embedder).await
     }
 
     /// Start with an already-loaded config and embedder (tests share one model this way).

@@ -10,6 +10,11 @@
 //! its place (dropping those is mem0 #5742). Both searches run under the same filter: the
 //! admitted scopes scanned in the resident copy, or the predicate as a prefilter inside LanceDB
 //! (full-text search that ignores the scope is Graphiti #810).
+//!
+//! When the embedding provider fails (a remote server down, slow or refusing its key), a
+//! vector or hybrid recall answers from the keyword list alone, under the same filter, and
+//! says so ([`Found::degraded`]) instead of failing: a chat keeps its memories while the
+//! provider is away.
 
 use std::collections::HashMap;
 
@@ -50,6 +55,18 @@ pub struct CandidateQuery<'a> {
     pub kind: SearchKind,
 }
 
+/// Why a recall answered with less than it was asked for.
+pub const DEGRADED_EMBEDDING: &str = "embedding_unavailable";
+
+/// Candidates, best first, and whether a search had to be left out.
+#[derive(Debug, Default)]
+pub struct Found {
+    pub candidates: Vec<Candidate>,
+    /// `Some(DEGRADED_EMBEDDING)` when the query could not be embedded and only the keyword
+    /// list ran.
+    pub degraded: Option<&'static str>,
+}
+
 /// The searchers a recall can use.
 pub struct Searchers<'a> {
     pub embedder: &'a dyn Embedder,
@@ -61,17 +78,40 @@ pub struct Searchers<'a> {
 
 impl Searchers<'_> {
     /// Run the searches `q.kind` asks for (both at once for hybrid) and return the candidates,
-    /// best first.
-    pub async fn candidates(&self, q: &CandidateQuery<'_>) -> Result<Vec<Candidate>, MemoryError> {
-        match q.kind {
+    /// best first. A query the embedder cannot embed falls back to the keyword list.
+    pub async fn candidates(&self, q: &CandidateQuery<'_>) -> Result<Found, MemoryError> {
+        let found = match q.kind {
             SearchKind::Vector => self.by_vector(q).await,
-            SearchKind::Keyword => Ok(fuse(&[self.by_keyword(q).await?])),
-            SearchKind::Hybrid => {
-                let (vector, keyword) = futures::try_join!(self.by_vector(q), self.by_keyword(q))?;
-                let vector: Vec<MemoryRecord> = vector.into_iter().map(|c| c.record).collect();
-                Ok(fuse(&[vector, keyword]))
+            SearchKind::Keyword => return Ok(self.keyword_only(q).await?),
+            SearchKind::Hybrid => match futures::try_join!(self.by_vector(q), self.by_keyword(q)) {
+                Ok((vector, keyword)) => {
+                    let vector: Vec<MemoryRecord> = vector.into_iter().map(|c| c.record).collect();
+                    Ok(fuse(&[vector, keyword]))
+                }
+                Err(e) => Err(e),
+            },
+        };
+        match found {
+            Ok(candidates) => Ok(Found {
+                candidates,
+                degraded: None,
+            }),
+            Err(MemoryError::Embed(e)) => {
+                tracing::warn!(error = %e, "query not embedded; recalling by keyword only");
+                Ok(Found {
+                    degraded: Some(DEGRADED_EMBEDDING),
+                    ..self.keyword_only(q).await?
+                })
             }
+            Err(e) => Err(e),
         }
+    }
+
+    async fn keyword_only(&self, q: &CandidateQuery<'_>) -> Result<Found, MemoryError> {
+        Ok(Found {
+            candidates: fuse(&[self.by_keyword(q).await?]),
+            degraded: None,
+        })
     }
 
     /// Nearest neighbours at or above the threshold, relevance = similarity.

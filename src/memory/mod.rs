@@ -44,7 +44,7 @@ impl MemoryError {
         match self {
             MemoryError::Scope(e) => e.code(),
             MemoryError::InvalidInput { .. } => "invalid_input",
-            MemoryError::Embed(_) => "embedding_failed",
+            MemoryError::Embed(_) => "embedding_unavailable",
             MemoryError::Store(_) => "store_failed",
             MemoryError::Internal(_) => "internal",
         }

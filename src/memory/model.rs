@@ -111,6 +111,10 @@ pub struct RecallResponse {
     pub memory_scope: String,
     pub migration_mode: bool,
     pub memories: Vec<ScoredMemory>,
+    /// Present when a search was left out, e.g. `"embedding_unavailable"`: the embedding
+    /// provider failed and these came from the keyword search alone.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub degraded: Option<&'static str>,
 }
 
 /// `POST /v1/forget`: without `memory_ids`, every memory written from the conversation; with

@@ -1,6 +1,7 @@
 //! MemoryService: every read and write of memories. The scope of a new memory is derived in
 //! exactly one place, [`derive_scope`], from the conversation id (and persona) alone.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -182,6 +183,8 @@ pub struct MemoryService {
     feedback: super::feedback::FeedbackQueue,
     /// Records what recalls returned, when decay ranking or refresh-on-recall needs it.
     touches: std::sync::OnceLock<super::touch::RecallTouches>,
+    /// Recalls answered by keyword alone because the query could not be embedded.
+    degraded_recalls: AtomicU64,
 }
 
 impl MemoryService {
@@ -311,6 +314,7 @@ impl MemoryService {
             latency,
             feedback,
             touches: std::sync::OnceLock::new(),
+            degraded_recalls: AtomicU64::new(0),
         })
     }
 
@@ -374,6 +378,11 @@ impl MemoryService {
 
     pub fn search(&self) -> &Arc<LanceSearch> {
         &self.search
+    }
+
+    /// Recalls answered by keyword alone because the embedding provider failed.
+    pub fn degraded_recalls(&self) -> u64 {
+        self.degraded_recalls.load(Ordering::Relaxed)
     }
 
     pub fn embedder(&self) -> &Arc<dyn Embedder> {
@@ -493,7 +502,7 @@ impl MemoryService {
             vectors: &self.vectors,
             keywords: &self.vectors,
         };
-        let candidates = searchers
+        let found = searchers
             .candidates(&CandidateQuery {
                 text: &redact(query),
                 predicate: Some(visible.predicate),
@@ -503,8 +512,12 @@ impl MemoryService {
                 kind: search,
             })
             .await?;
+        if found.degraded.is_some() {
+            self.degraded_recalls.fetch_add(1, Ordering::Relaxed);
+        }
         let now = Utc::now();
-        let mut scored: Vec<ScoredMemory> = candidates
+        let mut scored: Vec<ScoredMemory> = found
+            .candidates
             .into_iter()
             .map(|c| ScoredMemory {
                 score: ranking.score(c.relevance, &c.record, now),
@@ -539,6 +552,7 @@ impl MemoryService {
             memory_scope = visible.memory_scope.as_str(),
             migration_mode = visible.migration_mode,
             search = search.as_str(),
+            degraded = found.degraded,
             rows = memories.len(),
             ms = started.elapsed().as_millis() as u64,
             "recalled"
@@ -547,6 +561,7 @@ impl MemoryService {
             memory_scope: visible.memory_scope,
             migration_mode: visible.migration_mode,
             memories,
+            degraded: found.degraded,
         })
     }
 

@@ -195,6 +195,28 @@ impl Store {
         Ok((conn, beside))
     }
 
+    /// The vector dimension of an existing table, without opening it for writing: what an
+    /// embedding provider that cannot be asked at start-up falls back to. `None` when the
+    /// table does not exist yet.
+    pub async fn recorded_dimension(
+        db: &location::DbLocation,
+        table_name: &str,
+    ) -> Result<Option<usize>, StoreError> {
+        let (conn, _) = Self::connect(db, std::time::Duration::ZERO).await?;
+        if !conn
+            .table_names()
+            .execute()
+            .await?
+            .iter()
+            .any(|n| n == table_name)
+        {
+            return Ok(None);
+        }
+        let table = conn.open_table(table_name).execute().await?;
+        let table_schema = table.schema().await?;
+        Ok(schema::vector_dimension(&table_schema))
+    }
+
     /// Take an opened (and migrated) table: check it was built for `model` (a new table records
     /// it, and gets its scalar indexes while it is empty) and start the writer. Scalar indexes
     /// of an existing table are not built here (start-up would grow with the table): call

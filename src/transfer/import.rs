@@ -255,7 +255,11 @@ impl Importer<'_> {
             .map(|p| p.row.record.content.clone())
             .collect();
         report.re_embedded += texts.len() as u64;
-        let mut fresh = self.embedder.embed(crate::embed::TextRole::Passage, texts).await?.into_iter();
+        let mut fresh = self
+            .embedder
+            .embed(crate::embed::TextRole::Passage, texts)
+            .await?
+            .into_iter();
         let mut out = Vec::with_capacity(rows.len());
         for Pending { line, row } in rows {
             let vector = match (usable(&row), row.vector) {

@@ -207,7 +207,10 @@ pub async fn make_legacy_table_in(
     let mut vectors = Vec::with_capacity(rows.len() * dim);
     for chunk in rows.chunks(128) {
         for v in e
-            .embed(scopemem::embed::TextRole::Passage, chunk.iter().map(|r| r.content.clone()).collect())
+            .embed(
+                scopemem::embed::TextRole::Passage,
+                chunk.iter().map(|r| r.content.clone()).collect(),
+            )
             .await
             .unwrap()
         {
