@@ -41,7 +41,12 @@ pub async fn load_embedder(config: &Config) -> Result<Arc<dyn Embedder>, Transfe
         config.embedding.ort_dylib_path.as_deref(),
     );
     let batch = config.embedding.batch_size.max(1);
-    let model = tokio::task::spawn_blocking(move || FastEmbedder::load(&files, batch))
+    let local = crate::embed::LocalSettings {
+        query_prefix: config.embedding.query_prefix.clone(),
+        passage_prefix: config.embedding.passage_prefix.clone(),
+        ..Default::default()
+    };
+    let model = tokio::task::spawn_blocking(move || FastEmbedder::load_with(&files, batch, local))
         .await
         .map_err(|e| EmbedError::Model(format!("model loader panicked: {e}")))??;
     Ok(Arc::new(model))

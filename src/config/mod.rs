@@ -152,6 +152,16 @@ lowercase_enum! {
 }
 
 lowercase_enum! {
+    /// What start-up does when the table was embedded with another model (`migration.reembed`).
+    ReembedMode {
+        /// Refuse to start, saying how to re-embed.
+        Off => "off",
+        /// Start, and re-embed every memory with the configured model in the background.
+        Auto => "auto",
+    }
+}
+
+lowercase_enum! {
     /// What an acknowledged write survives (`storage.durability`).
     DurabilityMode {
         /// Acknowledged after the Lance commit: survives kill -9.
@@ -238,6 +248,10 @@ pub struct EmbeddingConfig {
     pub batch_size: usize,
     /// ONNX Runtime library; `None` (config `""`) means `ORT_DYLIB_PATH` or the set-up cache.
     pub ort_dylib_path: Option<PathBuf>,
+    /// Put in front of every query text (e5: `"query: "`); part of the model's identity.
+    pub query_prefix: String,
+    /// Put in front of every stored text (e5: `"passage: "`); part of the model's identity.
+    pub passage_prefix: String,
 }
 
 /// `server.*`: the HTTP listener.
@@ -327,6 +341,15 @@ impl BackfillConfig {
     }
 }
 
+/// `migration.*`: model changes.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct MigrationConfig {
+    /// Whether start-up on a table embedded with another model re-embeds it.
+    pub reembed: ReembedMode,
+    /// Rows embedded and committed per re-embed batch (at least 1).
+    pub reembed_batch_size: usize,
+}
+
 /// `feedback.*`: the reflection write path.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct FeedbackConfig {
@@ -373,6 +396,8 @@ pub struct Config {
     pub recall: RecallConfig,
     /// Backfill settings.
     pub backfill: BackfillConfig,
+    /// Model-change settings.
+    pub migration: MigrationConfig,
     /// Feedback queue settings.
     pub feedback: FeedbackConfig,
     /// Memory life cycle.
@@ -450,6 +475,7 @@ impl Config {
         let server = root.obj("server")?;
         let recall = root.obj("recall")?;
         let backfill = root.obj("backfill")?;
+        let migration = root.obj("migration")?;
         let feedback = root.obj("feedback")?;
         let retention = root.obj("retention")?;
 
@@ -519,6 +545,8 @@ impl Config {
                 model_dir: embedding.optional_path("model_dir")?,
                 batch_size: embedding.count("batch_size", 1)?,
                 ort_dylib_path: embedding.optional_path("ort_dylib_path")?,
+                query_prefix: embedding.string("query_prefix")?.to_owned(),
+                passage_prefix: embedding.string("passage_prefix")?.to_owned(),
             },
             server: ServerConfig {
                 http_addr: server.non_empty("http_addr")?.to_owned(),
@@ -533,6 +561,13 @@ impl Config {
                 batch_size: backfill.count("batch_size", 1)?,
                 pause_ms: backfill.count("pause_ms", 0)?,
                 pacing: BackfillPacing::from_config("backfill.pacing", backfill.string("pacing")?)?,
+            },
+            migration: MigrationConfig {
+                reembed: ReembedMode::from_config(
+                    "migration.reembed",
+                    migration.string("reembed")?,
+                )?,
+                reembed_batch_size: migration.count("reembed_batch_size", 1)?,
             },
             feedback: FeedbackConfig {
                 queue_capacity: feedback.count("queue_capacity", 1)?,
@@ -784,6 +819,11 @@ mod tests {
             schema["backfill"]["items"]["batch_size"]["default"],
             json!(c.backfill.batch_size)
         );
+        assert_eq!(
+            schema["migration"]["items"]["reembed"]["default"],
+            json!(c.migration.reembed)
+        );
+        assert_eq!(c.migration.reembed, ReembedMode::Off);
         assert_eq!(
             schema["server"]["items"]["http_addr"]["default"],
             json!(c.server.http_addr)

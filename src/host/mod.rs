@@ -175,9 +175,15 @@ impl PluginHost {
             config.embedding.ort_dylib_path.as_deref(),
         );
         let batch = config.embedding.batch_size.max(1);
-        let embedder = tokio::task::spawn_blocking(move || FastEmbedder::load(&files, batch))
-            .await
-            .map_err(|e| HostError::Watch(format!("model loader panicked: {e}")))??;
+        let local = crate::embed::LocalSettings {
+            query_prefix: config.embedding.query_prefix.clone(),
+            passage_prefix: config.embedding.passage_prefix.clone(),
+            ..Default::default()
+        };
+        let embedder =
+            tokio::task::spawn_blocking(move || FastEmbedder::load_with(&files, batch, local))
+                .await
+                .map_err(|e| HostError::Watch(format!("model loader panicked: {e}")))??;
         Self::start_with(
             config,
             config_path.map(Path::to_path_buf),

@@ -111,6 +111,10 @@ pub struct RecallResponse {
     pub memory_scope: String,
     pub migration_mode: bool,
     pub memories: Vec<ScoredMemory>,
+    /// Why the recall ran a narrower search than asked (`"reembedding"`: keyword-only while
+    /// the table's vectors are another model's); absent when it did not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub degraded: Option<&'static str>,
 }
 
 /// `POST /v1/forget`: without `memory_ids`, every memory written from the conversation; with

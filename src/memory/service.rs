@@ -124,6 +124,8 @@ pub struct Status {
     pub embedding_model: String,
     pub scope_filter: ScopeFilterMode,
     pub migration: MigrationStatus,
+    /// The re-embed to the configured model (`state: none` when the vectors are its already).
+    pub reembed: crate::migrate::reembed::ReembedProgress,
     /// Whether this process runs the maintenance, and who holds the lease.
     pub maintenance: MaintenanceStatus,
     pub feedback_queue_depth: usize,
@@ -176,6 +178,8 @@ pub struct MemoryService {
     settings: ServiceSettings,
     /// The backfill of legacy rows and the migration-mode gate it controls.
     backfill: Arc<BackfillHandle>,
+    /// The re-embed to the configured model, when the table holds another model's vectors.
+    reembed: Arc<crate::migrate::reembed::ReembedHandle>,
     /// How long recalls and remembers take lately: the backfill backs off while it rises.
     latency: Arc<crate::migrate::ForegroundLatency>,
     /// The journaled feedback queue and its worker.
@@ -209,12 +213,13 @@ impl MemoryService {
             },
             ..WriterSettings::default()
         };
-        let (store, outcome) = crate::migrate::open_store_with(
+        let (store, outcome) = crate::migrate::reembed::open_store(
             &config.storage.db_dir,
             &config.storage.table_name,
             &model,
             writer,
             config.storage.read_consistency(),
+            config.migration.reembed == crate::config::ReembedMode::Auto,
         )
         .await?;
         let search = Arc::new(
@@ -246,6 +251,13 @@ impl MemoryService {
                 ),
             },
             outcome.backfill_needed,
+        )
+        .await
+        .map_err(|e| MemoryError::Internal(e.to_string()))?;
+        let reembed = crate::migrate::reembed::ReembedHandle::open(
+            store.clone(),
+            embedder.clone(),
+            crate::migrate::reembed::ReembedSettings::from_config(config, &latency),
         )
         .await
         .map_err(|e| MemoryError::Internal(e.to_string()))?;
@@ -308,6 +320,7 @@ impl MemoryService {
                 retention: super::retention::Retention::from_config(&config.retention),
             },
             backfill: Arc::new(backfill),
+            reembed: Arc::new(reembed),
             latency,
             feedback,
             touches: std::sync::OnceLock::new(),
@@ -329,6 +342,7 @@ impl MemoryService {
                 self.settings.retention.clone(),
             ));
         }
+        self.reembed.start(self.search.clone());
         tokio::spawn(keep_maintaining(
             self.lease.downgrade(),
             self.store.beside().clone(),
@@ -366,6 +380,10 @@ impl MemoryService {
 
     pub fn backfill(&self) -> &Arc<BackfillHandle> {
         &self.backfill
+    }
+
+    pub fn reembed(&self) -> &Arc<crate::migrate::reembed::ReembedHandle> {
+        &self.reembed
     }
 
     pub fn store(&self) -> &Store {
@@ -487,6 +505,13 @@ impl MemoryService {
             RecallMode::Chained => cfg.pool_size.max(1).max(limit),
         };
         let search = req.search.unwrap_or(cfg.search);
+        // Keyword-only while the table's vectors are another model's (a re-embed is under way).
+        let degraded = (!self.reembed.vectors_current()).then_some("reembedding");
+        let search = if degraded.is_some() {
+            SearchKind::Keyword
+        } else {
+            search
+        };
         let searchers = Searchers {
             embedder: self.embedder.as_ref(),
             queries: &self.queries,
@@ -547,6 +572,7 @@ impl MemoryService {
             memory_scope: visible.memory_scope,
             migration_mode: visible.migration_mode,
             memories,
+            degraded,
         })
     }
 
@@ -771,6 +797,7 @@ impl MemoryService {
                 active,
                 backfill: self.backfill.progress(),
             },
+            reembed: self.reembed.status().await,
             rows_by_scope: stats.rows_by_scope,
             maintenance: MaintenanceStatus {
                 this_process: self.lease.is_held(),
@@ -787,6 +814,7 @@ impl MemoryService {
     pub async fn shutdown(&self) {
         self.feedback.shutdown().await;
         self.backfill.stop().await;
+        self.reembed.stop().await;
         self.store.shutdown().await;
         self.lease.release().await;
     }
