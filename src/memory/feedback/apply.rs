@@ -57,10 +57,7 @@ pub(super) async fn apply(
     } else {
         shared
             .embedder
-            .embed(
-                crate::embed::TextRole::Passage,
-                records.iter().map(|r| r.content.clone()).collect(),
-            )
+            .embed(crate::embed::TextRole::Passage, records.iter().map(|r| r.content.clone()).collect())
             .await?
     };
     let reinforced = reinforce(shared, plan).await?;

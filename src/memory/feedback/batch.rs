@@ -259,10 +259,7 @@ async fn write_net(shared: &Shared, net: &NetEffect) -> Result<(), MemoryError> 
     if !net.inserts.is_empty() {
         let vectors = shared
             .embedder
-            .embed(
-                crate::embed::TextRole::Passage,
-                net.inserts.iter().map(|r| r.content.clone()).collect(),
-            )
+            .embed(crate::embed::TextRole::Passage, net.inserts.iter().map(|r| r.content.clone()).collect())
             .await?;
         shared
             .store
