@@ -104,6 +104,16 @@ enum MigrateCommand {
         #[arg(long)]
         config: Option<PathBuf>,
     },
+    /// Re-embed every memory with the configured embedding model, then switch the table to it
+    /// in one commit (resumable; progress bar on stderr). Refused while a service holds the
+    /// maintenance lease.
+    Reembed {
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// No progress bar.
+        #[arg(long)]
+        quiet: bool,
+    },
     /// Set every row the backfill filled (scope_source = 'backfill') back to a NULL scope.
     RevertBackfill {
         #[arg(long)]
@@ -304,6 +314,14 @@ async fn main() -> anyhow::Result<()> {
                     p.filled,
                     p.skipped,
                     serde_json::to_string(&p.damaged)?
+                );
+            }
+            MigrateCommand::Reembed { config, quiet } => {
+                init_logging(&level_of(config.as_ref()));
+                let p = scopemem::api::reembed_cli::reembed(config.as_deref(), quiet).await?;
+                println!(
+                    "re-embed {}: {} of {} rows have vectors of {} ({}-d), {:.0} rows/s",
+                    p.state, p.done, p.total, p.to_model, p.dimension, p.rows_per_sec
                 );
             }
             MigrateCommand::RevertBackfill { config, yes } => {

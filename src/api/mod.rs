@@ -8,5 +8,6 @@ pub mod mcp;
 pub mod metrics;
 pub mod migrate_cli;
 pub mod progress;
+pub mod reembed_cli;
 pub mod transfer_cli;
 pub mod ui;

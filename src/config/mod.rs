@@ -152,6 +152,16 @@ lowercase_enum! {
 }
 
 lowercase_enum! {
+    /// What start-up does when the table was embedded with another model (`migration.reembed`).
+    ReembedMode {
+        /// Refuse to start, saying how to re-embed.
+        Off => "off",
+        /// Start, and re-embed every memory with the configured model in the background.
+        Auto => "auto",
+    }
+}
+
+lowercase_enum! {
     /// What an acknowledged write survives (`storage.durability`).
     DurabilityMode {
         /// Acknowledged after the Lance commit: survives kill -9.
@@ -365,6 +375,15 @@ impl BackfillConfig {
     }
 }
 
+/// `migration.*`: model changes.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct MigrationConfig {
+    /// Whether start-up on a table embedded with another model re-embeds it.
+    pub reembed: ReembedMode,
+    /// Rows embedded and committed per re-embed batch (at least 1).
+    pub reembed_batch_size: usize,
+}
+
 /// `feedback.*`: the reflection write path.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct FeedbackConfig {
@@ -411,6 +430,8 @@ pub struct Config {
     pub recall: RecallConfig,
     /// Backfill settings.
     pub backfill: BackfillConfig,
+    /// Model-change settings.
+    pub migration: MigrationConfig,
     /// Feedback queue settings.
     pub feedback: FeedbackConfig,
     /// Memory life cycle.
@@ -488,6 +509,7 @@ impl Config {
         let server = root.obj("server")?;
         let recall = root.obj("recall")?;
         let backfill = root.obj("backfill")?;
+        let migration = root.obj("migration")?;
         let feedback = root.obj("feedback")?;
         let retention = root.obj("retention")?;
 
@@ -567,6 +589,13 @@ impl Config {
                 batch_size: backfill.count("batch_size", 1)?,
                 pause_ms: backfill.count("pause_ms", 0)?,
                 pacing: BackfillPacing::from_config("backfill.pacing", backfill.string("pacing")?)?,
+            },
+            migration: MigrationConfig {
+                reembed: ReembedMode::from_config(
+                    "migration.reembed",
+                    migration.string("reembed")?,
+                )?,
+                reembed_batch_size: migration.count("reembed_batch_size", 1)?,
             },
             feedback: FeedbackConfig {
                 queue_capacity: feedback.count("queue_capacity", 1)?,
@@ -971,6 +1000,11 @@ mod tests {
             schema["backfill"]["items"]["batch_size"]["default"],
             json!(c.backfill.batch_size)
         );
+        assert_eq!(
+            schema["migration"]["items"]["reembed"]["default"],
+            json!(c.migration.reembed)
+        );
+        assert_eq!(c.migration.reembed, ReembedMode::Off);
         assert_eq!(
             schema["server"]["items"]["http_addr"]["default"],
             json!(c.server.http_addr)

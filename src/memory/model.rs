@@ -111,8 +111,9 @@ pub struct RecallResponse {
     pub memory_scope: String,
     pub migration_mode: bool,
     pub memories: Vec<ScoredMemory>,
-    /// Present when a search was left out, e.g. `"embedding_unavailable"`: the embedding
-    /// provider failed and these came from the keyword search alone.
+    /// Present when a search was left out: `"embedding_unavailable"` (the embedding provider
+    /// failed; these came from the keyword search alone) or `"reembedding"` (keyword-only
+    /// while the table's vectors are another model's).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub degraded: Option<&'static str>,
 }

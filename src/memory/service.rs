@@ -128,6 +128,8 @@ pub struct Status {
     pub embedding_calibration: Option<Calibration>,
     pub scope_filter: ScopeFilterMode,
     pub migration: MigrationStatus,
+    /// The re-embed to the configured model (`state: none` when the vectors are its already).
+    pub reembed: crate::migrate::reembed::ReembedProgress,
     /// Whether this process runs the maintenance, and who holds the lease.
     pub maintenance: MaintenanceStatus,
     pub feedback_queue_depth: usize,
@@ -180,6 +182,8 @@ pub struct MemoryService {
     settings: ServiceSettings,
     /// The backfill of legacy rows and the migration-mode gate it controls.
     backfill: Arc<BackfillHandle>,
+    /// The re-embed to the configured model, when the table holds another model's vectors.
+    reembed: Arc<crate::migrate::reembed::ReembedHandle>,
     /// How long recalls and remembers take lately: the backfill backs off while it rises.
     latency: Arc<crate::migrate::ForegroundLatency>,
     /// The journaled feedback queue and its worker.
@@ -218,12 +222,13 @@ impl MemoryService {
             },
             ..WriterSettings::default()
         };
-        let (store, outcome) = crate::migrate::open_store_with(
+        let (store, outcome) = crate::migrate::reembed::open_store(
             &config.storage.db_dir,
             &config.storage.table_name,
             &model,
             writer,
             config.storage.read_consistency(),
+            config.migration.reembed == crate::config::ReembedMode::Auto,
         )
         .await?;
         let search = Arc::new(
@@ -255,6 +260,13 @@ impl MemoryService {
                 ),
             },
             outcome.backfill_needed,
+        )
+        .await
+        .map_err(|e| MemoryError::Internal(e.to_string()))?;
+        let reembed = crate::migrate::reembed::ReembedHandle::open(
+            store.clone(),
+            embedder.clone(),
+            crate::migrate::reembed::ReembedSettings::from_config(config, &latency),
         )
         .await
         .map_err(|e| MemoryError::Internal(e.to_string()))?;
@@ -319,6 +331,7 @@ impl MemoryService {
                 retention: super::retention::Retention::from_config(&config.retention),
             },
             backfill: Arc::new(backfill),
+            reembed: Arc::new(reembed),
             latency,
             feedback,
             touches: std::sync::OnceLock::new(),
@@ -347,6 +360,7 @@ impl MemoryService {
                 self.settings.retention.clone(),
             ));
         }
+        self.reembed.start(self.search.clone());
         tokio::spawn(keep_maintaining(
             self.lease.downgrade(),
             self.store.beside().clone(),
@@ -384,6 +398,10 @@ impl MemoryService {
 
     pub fn backfill(&self) -> &Arc<BackfillHandle> {
         &self.backfill
+    }
+
+    pub fn reembed(&self) -> &Arc<crate::migrate::reembed::ReembedHandle> {
+        &self.reembed
     }
 
     pub fn store(&self) -> &Store {
@@ -510,6 +528,13 @@ impl MemoryService {
             RecallMode::Chained => cfg.pool_size.max(1).max(limit),
         };
         let search = req.search.unwrap_or(cfg.search);
+        // Keyword-only while the table's vectors are another model's (a re-embed is under way).
+        let degraded = (!self.reembed.vectors_current()).then_some("reembedding");
+        let search = if degraded.is_some() {
+            SearchKind::Keyword
+        } else {
+            search
+        };
         let searchers = Searchers {
             embedder: self.embedder.as_ref(),
             queries: &self.queries,
@@ -529,6 +554,7 @@ impl MemoryService {
         if found.degraded.is_some() {
             self.degraded_recalls.fetch_add(1, Ordering::Relaxed);
         }
+        let degraded = degraded.or(found.degraded);
         let now = Utc::now();
         let mut scored: Vec<ScoredMemory> = found
             .candidates
@@ -566,7 +592,7 @@ impl MemoryService {
             memory_scope = visible.memory_scope.as_str(),
             migration_mode = visible.migration_mode,
             search = search.as_str(),
-            degraded = found.degraded,
+            degraded,
             rows = memories.len(),
             ms = started.elapsed().as_millis() as u64,
             "recalled"
@@ -575,7 +601,7 @@ impl MemoryService {
             memory_scope: visible.memory_scope,
             migration_mode: visible.migration_mode,
             memories,
-            degraded: found.degraded,
+            degraded,
         })
     }
 
@@ -801,6 +827,7 @@ impl MemoryService {
                 active,
                 backfill: self.backfill.progress(),
             },
+            reembed: self.reembed.status().await,
             rows_by_scope: stats.rows_by_scope,
             maintenance: MaintenanceStatus {
                 this_process: self.lease.is_held(),
@@ -817,6 +844,7 @@ impl MemoryService {
     pub async fn shutdown(&self) {
         self.feedback.shutdown().await;
         self.backfill.stop().await;
+        self.reembed.stop().await;
         self.store.shutdown().await;
         self.lease.release().await;
     }

@@ -5,6 +5,7 @@ pub mod backfill;
 pub mod checkpoint;
 pub mod files;
 pub mod pacing;
+pub mod reembed;
 pub mod runner;
 
 pub use backfill::{BackfillHandle, BackfillProgress, BackfillSettings, MigrationGate, Pacing};
@@ -22,6 +23,8 @@ pub enum MigrateError {
     Definition(String),
     #[error(transparent)]
     Store(#[from] StoreError),
+    #[error("embedding: {0}")]
+    Embed(#[from] crate::embed::EmbedError),
     #[error("checkpoint {path}: {message}")]
     Checkpoint { path: String, message: String },
 }

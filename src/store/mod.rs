@@ -12,6 +12,7 @@ pub mod location;
 pub mod maintenance;
 pub mod page;
 pub mod record;
+pub mod reembed;
 pub mod resident;
 pub mod retention;
 pub mod retrain;
@@ -51,13 +52,17 @@ pub enum StoreError {
     Arrow(#[from] lancedb::arrow::arrow_schema::ArrowError),
     #[error(
         "embedding dimension mismatch: the table holds {table}-d vectors but the model produces \
-         {model}-d; point embedding.model_dir at the model the table was built with, or use a \
-         new storage.db_dir"
+         {model}-d; point embedding.model_dir at the model the table was built with, use a \
+         new storage.db_dir, or re-embed every memory with the new model: set \
+         migration.reembed to \"auto\" (serve re-embeds in the background) or run \
+         `scopemem migrate reembed`"
     )]
     DimensionMismatch { table: usize, model: usize },
     #[error(
         "embedding model mismatch: the table was built with '{table}' but the configured model \
-         is '{model}'; vectors from different models cannot be compared"
+         is '{model}'; vectors from different models cannot be compared. To re-embed every \
+         memory with the configured model, set migration.reembed to \"auto\" (serve re-embeds \
+         in the background) or run `scopemem migrate reembed`"
     )]
     ModelMismatch { table: String, model: String },
     #[error("table schema: {0}")]
@@ -127,7 +132,7 @@ mod retryable_tests {
 pub const DEFAULT_READ_CONSISTENCY: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// What the embedding model is, recorded in the table so a mismatch is caught at start-up.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ModelInfo {
     pub id: String,
     pub dimension: usize,
@@ -238,6 +243,7 @@ impl Store {
         let maintainer = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
         let settings = WriterSettings {
             table_dir: db.table_dir(table.name()),
+            model_id: Some(model.id.clone()),
             ..settings
         };
         let scope_counts = std::sync::Arc::new(scope_counts::ScopeCounts::default());
@@ -493,31 +499,38 @@ async fn write_model_meta(table: &Table, model: &ModelInfo) -> Result<(), StoreE
 
 /// A table records the model it was built with; a different model or dimension is refused.
 /// A table with no record (written by another program) is adopted when the dimension matches.
+/// During a re-embed (see [`reembed`]) both the old model and the new one are accepted: the
+/// new one's vectors go to `vector_next`, the old one's rows are re-embedded.
 async fn check_model(table: &Table, model: &ModelInfo) -> Result<(), StoreError> {
-    let schema = table.schema().await?;
-    let dim = vector_dimension(&schema).ok_or_else(|| {
-        StoreError::Schema("the table has no FixedSizeList<Float32> 'vector' column".into())
-    })?;
-    if dim != model.dimension {
+    let cols = reembed::vector_columns(table).await?;
+    if cols.reembedding_to(model) {
+        tracing::warn!(
+            from_model = cols.current.as_deref().unwrap_or("unrecorded"),
+            to_model = %model.id,
+            "a re-embed to this model is under way: recall is keyword-only until it switches"
+        );
+        return Ok(());
+    }
+    if cols.dimension != model.dimension {
         return Err(StoreError::DimensionMismatch {
-            table: dim,
+            table: cols.dimension,
             model: model.dimension,
         });
     }
-    let native = table
-        .as_native()
-        .ok_or_else(|| StoreError::Schema("only local tables are supported".into()))?;
-    let config = native.manifest().await?.config;
-    match config.get(META_MODEL_ID) {
-        Some(id) if id != &model.id => Err(StoreError::ModelMismatch {
-            table: id.clone(),
+    match cols.current.as_deref() {
+        Some(id) if id != model.id => Err(StoreError::ModelMismatch {
+            table: id.to_string(),
             model: model.id.clone(),
         }),
+        // A switch committed but its config step did not happen (a crash between the two).
+        Some(_) if cols.next.is_none() && cols.recorded.as_deref() != Some(&model.id) => {
+            reembed::record_model(table, model).await
+        }
         Some(_) => Ok(()),
         None => {
             tracing::warn!(
                 model = %model.id,
-                dimension = dim,
+                dimension = cols.dimension,
                 "table has no recorded embedding model; adopting it because the dimension matches"
             );
             adopt_model(table, model).await

@@ -78,7 +78,39 @@ pub fn to_batch(
     schema: &SchemaRef,
     rows: &[(MemoryRecord, Vec<f32>)],
 ) -> Result<RecordBatch, StoreError> {
-    let dimension = vector_dimension(schema)
+    to_batch_for(schema, rows, None)
+}
+
+/// [`to_batch`] for vectors of `model`. While a re-embed to that model is under way they go
+/// into `vector_next` (and `vector`, nullable then, stays NULL; see `store::reembed`);
+/// otherwise into `vector`, which refuses them when it names another model.
+pub fn to_batch_for(
+    schema: &SchemaRef,
+    rows: &[(MemoryRecord, Vec<f32>)],
+    model: Option<&str>,
+) -> Result<RecordBatch, StoreError> {
+    let named = |column: &str| {
+        schema
+            .field_with_name(column)
+            .ok()
+            .and_then(|f| f.metadata().get(FIELD_MODEL).cloned())
+    };
+    let target = match model {
+        Some(m) if named(COL_VECTOR_NEXT).as_deref() == Some(m) => COL_VECTOR_NEXT,
+        _ => COL_VECTOR,
+    };
+    if let (Some(m), Some(holds)) = (model, named(COL_VECTOR)) {
+        if target == COL_VECTOR && holds != m {
+            return Err(StoreError::ModelMismatch {
+                table: holds,
+                model: m.to_string(),
+            });
+        }
+    }
+    let dimension = schema
+        .field_with_name(target)
+        .ok()
+        .and_then(super::reembed::field_dimension)
         .ok_or_else(|| StoreError::Schema("table has no float32 vector column".into()))?;
     let mut tags = ListBuilder::new(StringBuilder::new());
     let mut flat = Vec::with_capacity(rows.len() * dimension);
@@ -132,7 +164,7 @@ pub fn to_batch(
             COL_CREATED_AT,
             Arc::new(TimestampMicrosecondArray::from(created).with_timezone("UTC")),
         ),
-        (COL_VECTOR, Arc::new(vectors)),
+        (target, Arc::new(vectors)),
         (COL_MEMORY_SCOPE, strings(|r| r.memory_scope.as_deref())),
         (COL_SCOPE_SOURCE, strings(|r| r.scope_source.as_deref())),
         (COL_EXPIRES_AT, timestamps(rows, |r| r.expires_at)),

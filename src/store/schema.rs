@@ -13,6 +13,11 @@ pub const SCHEMA_VERSION: u32 = 3;
 pub const META_SCHEMA_VERSION: &str = "scopemem.schema_version";
 pub const META_MODEL_ID: &str = "scopemem.embedding_model";
 pub const META_DIMENSION: &str = "scopemem.embedding_dim";
+/// Table config: the model a re-embed is under way to (informational; the schema decides).
+pub const META_REEMBED_TARGET: &str = "scopemem.reembed_target";
+/// Field metadata on a vector column: the model that made its vectors. It travels with the
+/// column through the re-embed's switch, so the schema alone says which model `vector` holds.
+pub const FIELD_MODEL: &str = "scopemem.embedding_model";
 
 pub const COL_ID: &str = "id";
 pub const COL_CONTENT: &str = "content";
@@ -24,6 +29,8 @@ pub const COL_IS_ACTIVE: &str = "is_active";
 pub const COL_CONVERSATION_ID: &str = "conversation_id";
 pub const COL_CREATED_AT: &str = "created_at";
 pub const COL_VECTOR: &str = "vector";
+/// The new model's vectors while a re-embed is under way (see `store::reembed`).
+pub const COL_VECTOR_NEXT: &str = "vector_next";
 pub const COL_MEMORY_SCOPE: &str = "memory_scope";
 pub const COL_SCOPE_SOURCE: &str = "scope_source";
 pub const COL_EXPIRES_AT: &str = "expires_at";

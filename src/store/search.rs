@@ -153,6 +153,16 @@ impl LanceSearch {
         if rows < self.index_threshold_rows {
             return Ok(false);
         }
+        // During a re-embed `vector` is about to go (and may hold NULLs): index after the switch.
+        if self
+            .table
+            .schema()
+            .await?
+            .field_with_name(super::schema::COL_VECTOR_NEXT)
+            .is_ok()
+        {
+            return Ok(false);
+        }
         if self.building.swap(true, Ordering::AcqRel) {
             return Ok(false);
         }
@@ -177,6 +187,14 @@ impl LanceSearch {
             building.store(false, Ordering::Release);
         });
         Ok(true)
+    }
+
+    /// Read again whether a vector index exists: a re-embed's switch drops the old model's,
+    /// and the maintenance then builds one on the new vectors when the table is large enough.
+    pub async fn refresh_indexed(&self) -> Result<bool, StoreError> {
+        let indexed = has_vector_index(&self.table).await?;
+        self.indexed.store(indexed, Ordering::Release);
+        Ok(indexed)
     }
 
     /// Build the index now and wait for it (benches, CLI).

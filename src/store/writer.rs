@@ -12,7 +12,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::maintenance::Maintenance;
 pub use super::maintenance::MaintenanceReport;
-use super::record::{to_batch, MemoryRecord};
+use super::record::{to_batch_for, MemoryRecord};
 use super::strengths::StrengthSet;
 use super::StoreError;
 
@@ -25,6 +25,8 @@ pub trait CommitObserver: Send + Sync {
     /// Blank text columns filled on every listed row (`fill_blank`; one that skipped a row is
     /// not reported).
     fn blanks_filled(&self, _version: u64, _filled: &Arc<FilledBlanks>) {}
+    /// A commit that changed no record column and no `vector` (a re-embed's staged vectors).
+    fn unchanged(&self, _version: u64) {}
 }
 
 /// What a `fill_blank` changed: these rows' columns set to these literal values.
@@ -50,6 +52,9 @@ pub struct WriterSettings {
     pub durability: super::durability::Durability,
     /// The table's directory, for `Durability::Power` (set by `Store::attach`).
     pub table_dir: Option<std::path::PathBuf>,
+    /// The model that made the appended vectors (set by `Store::attach`): during a re-embed to
+    /// it they go to `vector_next` (see `store::reembed`).
+    pub model_id: Option<String>,
 }
 
 impl Default for WriterSettings {
@@ -61,6 +66,7 @@ impl Default for WriterSettings {
             max_retries: 6,
             durability: super::durability::Durability::Process,
             table_dir: None,
+            model_id: None,
         }
     }
 }
@@ -94,6 +100,12 @@ enum Op {
     },
     SetStrengths {
         set: Arc<StrengthSet>,
+        done: oneshot::Sender<Result<u64, StoreError>>,
+    },
+    StageVectors {
+        ids: Vec<String>,
+        vectors: Vec<Vec<f32>>,
+        dimension: usize,
         done: oneshot::Sender<Result<u64, StoreError>>,
     },
     Shutdown {
@@ -265,6 +277,30 @@ impl WriterHandle {
         rx.await.map_err(|_| StoreError::WriterGone)?
     }
 
+    /// Write a re-embed's new vectors into `vector_next` where it is still NULL, on rows that
+    /// still exist (see `store::reembed::stage_vectors`). Returns rows changed.
+    pub async fn stage_vectors(
+        &self,
+        ids: Vec<String>,
+        vectors: Vec<Vec<f32>>,
+        dimension: usize,
+    ) -> Result<u64, StoreError> {
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        let (done, rx) = oneshot::channel();
+        self.tx
+            .send(Op::StageVectors {
+                ids,
+                vectors,
+                dimension,
+                done,
+            })
+            .await
+            .map_err(|_| StoreError::WriterGone)?;
+        rx.await.map_err(|_| StoreError::WriterGone)?
+    }
+
     /// Commit everything queued so far, then stop.
     pub async fn shutdown(&self) {
         self.maintenance.stop();
@@ -383,7 +419,9 @@ async fn run(table: Table, settings: WriterSettings, mut rx: mpsc::Receiver<Op>,
             }
             Op::InsertMissing { rows, done } => {
                 let wall = std::time::SystemTime::now();
-                let mut result = retry(&settings, counters, || insert_missing(&table, &rows)).await;
+                let model = settings.model_id.as_deref();
+                let mut result =
+                    retry(&settings, counters, || insert_missing(&table, &rows, model)).await;
                 if let Ok(n) = result {
                     result = make_durable(&settings, counters, wall).await.map(|()| n);
                 }
@@ -445,6 +483,30 @@ async fn run(table: Table, settings: WriterSettings, mut rx: mpsc::Receiver<Op>,
                 shared.maintenance.wrote(0);
                 let _ = done.send(result);
             }
+            Op::StageVectors {
+                ids,
+                vectors,
+                dimension,
+                done,
+            } => {
+                let wall = std::time::SystemTime::now();
+                let mut result = retry(&settings, counters, || {
+                    super::reembed::stage_vectors(&table, &ids, &vectors, dimension)
+                })
+                .await
+                .map(|(rows, version)| {
+                    // The records and `vector` are as they were: caches need not reload.
+                    for observer in &shared.observers {
+                        observer.unchanged(version);
+                    }
+                    rows
+                });
+                if let Ok(n) = result {
+                    result = make_durable(&settings, counters, wall).await.map(|()| n);
+                }
+                shared.maintenance.wrote(0);
+                let _ = done.send(result);
+            }
             Op::Shutdown { done } => {
                 let _ = done.send(());
                 break;
@@ -483,16 +545,26 @@ async fn commit_group(
     group: &mut [(Rows, AppendReply)],
 ) -> Result<(), StoreError> {
     let started = Instant::now();
-    let schema = table.schema().await?;
     let rows: Vec<(MemoryRecord, Vec<f32>)> = group
         .iter_mut()
         .flat_map(|(rows, _)| std::mem::take(rows))
         .collect();
-    let batch = to_batch(&schema, &rows)?;
-    let n = batch.num_rows();
+    let n = rows.len();
+    let model = settings.model_id.as_deref();
+    // Shaped anew for every attempt: a re-embed's switch between two attempts changes where
+    // the vectors go (and refuses an append staged for the schema before it).
+    let mut first = true;
     let version = retry(settings, counters, || {
-        let batch = batch.clone();
-        async move { Ok(table.add(batch).execute().await?.version) }
+        let rows = &rows;
+        let again = !std::mem::replace(&mut first, false);
+        async move {
+            if again {
+                table.checkout_latest().await?;
+            }
+            let schema = table.schema().await?;
+            let batch = to_batch_for(&schema, rows, model)?;
+            Ok(table.add(batch).execute().await?.version)
+        }
     })
     .await?;
     for observer in observers {
@@ -530,10 +602,14 @@ async fn update(
     Ok((result.rows_updated, result.version))
 }
 
-async fn insert_missing(table: &Table, rows: &Rows) -> Result<u64, StoreError> {
+async fn insert_missing(
+    table: &Table,
+    rows: &Rows,
+    model: Option<&str>,
+) -> Result<u64, StoreError> {
     use lancedb::arrow::arrow_array::RecordBatchIterator;
     let schema = table.schema().await?;
-    let batch = to_batch(&schema, rows)?;
+    let batch = to_batch_for(&schema, rows, model)?;
     let mut merge = table.merge_insert(&["id"]);
     merge.when_not_matched_insert_all();
     let reader = RecordBatchIterator::new(vec![Ok(batch)], schema);

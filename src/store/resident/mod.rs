@@ -569,6 +569,12 @@ impl ResidentVectors {
 }
 
 impl CommitObserver for ResidentVectors {
+    fn unchanged(&self, version: u64) {
+        if self.wanted.load(Ordering::Relaxed) {
+            self.unchanged_at(version);
+        }
+    }
+
     fn blanks_filled(&self, version: u64, filled: &Arc<FilledBlanks>) {
         if self.wanted.load(Ordering::Relaxed) {
             self.chain().insert(version, Change::Filled(filled.clone()));
