@@ -82,7 +82,7 @@ impl Searchers<'_> {
     pub async fn candidates(&self, q: &CandidateQuery<'_>) -> Result<Found, MemoryError> {
         let found = match q.kind {
             SearchKind::Vector => self.by_vector(q).await,
-            SearchKind::Keyword => return Ok(self.keyword_only(q).await?),
+            SearchKind::Keyword => return self.keyword_only(q).await,
             SearchKind::Hybrid => match futures::try_join!(self.by_vector(q), self.by_keyword(q)) {
                 Ok((vector, keyword)) => {
                     let vector: Vec<MemoryRecord> = vector.into_iter().map(|c| c.record).collect();
