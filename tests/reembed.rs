@@ -65,7 +65,7 @@ struct Hash16;
 
 impl Hash16 {
     fn vector(text: &str) -> Vec<f32> {
-        let mut v = vec![0f32; 16];
+        let mut v = [0f32; 16];
         let chars: Vec<char> = text.chars().collect();
         for w in chars.windows(3) {
             let h = w
@@ -462,6 +462,86 @@ async fn a_dimension_change_384_to_16_with_a_forget_and_a_remember_during_it() {
     host.shutdown().await;
 }
 
+/// Remembers from a second service on the same table keep committing while the first one
+/// re-embeds and switches: every one lands, with the new model's vector, before or after the
+/// switch (one staged before it and committed after is refused by Lance and reshaped).
+///
+/// Ignored for now: with a remember every ~10 ms from the other service, a staging batch (a
+/// merge that joins without the id index, see `store::reembed::stage_vectors`) loses every
+/// commit race for Lance's 30 s retry budget on a loaded 2-core machine (debug build), so the
+/// run never reaches the switch. Staging must stop conflicting with appends first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore]
+async fn remembers_racing_the_switch_all_land_with_the_new_model() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    seed(&db, &json!({}), common::embedder(), 60, 0).await;
+    let cfg = || {
+        config_for(
+            &db,
+            &json!({}),
+            json!({"migration": {"reembed": "auto", "reembed_batch_size": 16},
+                   "backfill": {"pacing": "fixed", "pause_ms": 0}}),
+        )
+    };
+    let runner = PluginHost::start_with(cfg(), None, Arc::new(Hash16))
+        .await
+        .unwrap();
+    let writer = Arc::new(
+        PluginHost::start_with(cfg(), None, Arc::new(Hash16))
+            .await
+            .unwrap(),
+    );
+    assert!(runner.memory().is_maintainer() && !writer.memory().is_maintainer());
+    let stop = Arc::new(AtomicBool::new(false));
+    let task = tokio::spawn({
+        let (writer, stop) = (writer.clone(), stop.clone());
+        async move {
+            let mut ids = Vec::new();
+            let mut i = 0;
+            while !stop.load(Ordering::Acquire) {
+                let r = writer
+                    .invoke(
+                        "remember",
+                        json!({"conversation_id": WORK, "content": format!("racing remember {i}")}),
+                    )
+                    .await
+                    .unwrap_or_else(|e| panic!("remember {i} during the re-embed failed: {e}"));
+                ids.push(r["memory"]["id"].as_str().unwrap().to_string());
+                i += 1;
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            ids
+        }
+    });
+    // As the service's loop does: a run that gives up on write contention resumes.
+    let mut runs = 0;
+    let p = loop {
+        runs += 1;
+        match runner.memory().reembed().run(|_| {}).await {
+            Ok(p) => break p,
+            Err(e) if runs < 3 => eprintln!("run {runs} gave up, resuming: {e}"),
+            Err(e) => panic!("three runs gave up: {e}"),
+        }
+    };
+    assert_eq!(p.state, "done");
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    stop.store(true, Ordering::Release);
+    let ids = task.await.unwrap();
+    assert!(ids.len() > 5, "the writer kept writing: {}", ids.len());
+
+    let rows = vectors(&open_table(&db).await).await;
+    assert_eq!(rows.len(), 60 + ids.len(), "no remember lost, none twice");
+    let present: HashSet<&str> = rows.iter().map(|r| r.0.as_str()).collect();
+    assert!(ids.iter().all(|id| present.contains(id.as_str())));
+    for (id, content, v) in &rows {
+        assert_eq!(v, &Hash16::vector(content), "row {id}");
+    }
+    runner.shutdown().await;
+    writer.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn reembed_off_refuses_with_a_hint_and_the_cli_reembeds() {
     let dir = tempfile::tempdir().unwrap();
@@ -512,7 +592,8 @@ async fn reembed_off_refuses_with_a_hint_and_the_cli_reembeds() {
     host.shutdown().await;
 }
 
-/// Figures: rows/s of a re-embed at 10k rows with MiniLM → MiniLM+prefixes, no pause.
+/// Figures: rows/s of a re-embed at 10k rows with MiniLM → MiniLM+prefixes, no pause
+/// (`SCOPEMEM_REEMBED_ROWS`, `SCOPEMEM_REEMBED_BATCHES=64,256`).
 /// `cargo test --test reembed -- --ignored --nocapture reembed_figures`
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore]
@@ -565,7 +646,33 @@ async fn reembed_figures() {
         store.append(rows).await.unwrap();
     }
     store.shutdown().await;
-    for batch in [64usize, 256] {
+    // The model alone on the same texts: what the re-embed costs beyond the commits.
+    let texts: Vec<String> = (0..n)
+        .map(|i| {
+            format!(
+                "memory {i}: the family dinner moved to friday, topic {}",
+                i % 97
+            )
+        })
+        .collect();
+    let started = Instant::now();
+    for chunk in texts.chunks(256) {
+        prefixed()
+            .embed(TextRole::Passage, chunk.to_vec())
+            .await
+            .unwrap();
+    }
+    let embed_secs = started.elapsed().as_secs_f64();
+    println!(
+        "reembed figures: embedding alone {n} rows: {embed_secs:.1} s, {:.0} rows/s",
+        n as f64 / embed_secs
+    );
+    let batches: Vec<usize> = std::env::var("SCOPEMEM_REEMBED_BATCHES")
+        .unwrap_or_else(|_| "256".into())
+        .split(',')
+        .filter_map(|b| b.trim().parse().ok())
+        .collect();
+    for batch in batches {
         let copy = tempfile::tempdir().unwrap();
         copy_dir(&db, copy.path());
         let cfg = config_for(
@@ -579,9 +686,12 @@ async fn reembed_figures() {
         let p = host.memory().reembed().run(|_| {}).await.unwrap();
         let secs = started.elapsed().as_secs_f64();
         assert_eq!(p.state, "done");
+        let commits = n.div_ceil(batch);
         println!(
-            "reembed figures: {n} rows, batch {batch}: {secs:.1} s, {:.0} rows/s (embedding + commits + switch)",
-            n as f64 / secs
+            "reembed figures: {n} rows, batch {batch}: {secs:.1} s, {:.0} rows/s (embedding + \
+             {commits} commits + switch); beyond the embedding ~{:.0} ms per batch commit",
+            n as f64 / secs,
+            (secs - embed_secs).max(0.0) * 1000.0 / commits as f64
         );
         host.shutdown().await;
     }

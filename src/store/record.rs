@@ -355,6 +355,51 @@ mod tests {
     }
 
     #[test]
+    fn vectors_go_where_their_model_is_during_and_after_a_reembed() {
+        use lancedb::arrow::arrow_schema::{Field, Schema};
+        let named = |name: &str, dim: usize, nullable: bool, model: Option<&str>| {
+            let f = Field::new(name, vector_type(dim), nullable);
+            match model {
+                Some(m) => f.with_metadata([(FIELD_MODEL.to_string(), m.to_string())].into()),
+                None => f,
+            }
+        };
+        let base: Vec<Field> = memories_schema(3)
+            .fields()
+            .iter()
+            .filter(|f| f.name() != COL_VECTOR)
+            .map(|f| f.as_ref().clone())
+            .collect();
+        let during = Arc::new(Schema::new(
+            [
+                base.clone(),
+                vec![
+                    named(COL_VECTOR, 3, true, None),
+                    named(COL_VECTOR_NEXT, 2, true, Some("B")),
+                ],
+            ]
+            .concat(),
+        ));
+        let new_rows = [(record("1", None), vec![0.6, 0.8])];
+        let batch = to_batch_for(&during, &new_rows, Some("B")).unwrap();
+        assert_eq!(batch[COL_VECTOR].null_count(), 1, "no old-model vector");
+        assert_eq!(batch[COL_VECTOR_NEXT].null_count(), 0);
+        let old_rows = [(record("2", None), vec![0.1, 0.2, 0.3])];
+        let batch = to_batch_for(&during, &old_rows, Some("A")).unwrap();
+        assert_eq!(batch[COL_VECTOR].null_count(), 0);
+        assert_eq!(batch[COL_VECTOR_NEXT].null_count(), 1, "re-embedded later");
+
+        let after = Arc::new(Schema::new(
+            [base, vec![named(COL_VECTOR, 2, false, Some("B"))]].concat(),
+        ));
+        assert!(to_batch_for(&after, &new_rows, Some("B")).is_ok());
+        assert!(matches!(
+            to_batch_for(&after, &new_rows, Some("A")),
+            Err(StoreError::ModelMismatch { .. })
+        ));
+    }
+
+    #[test]
     fn writes_into_a_legacy_shaped_schema() {
         use lancedb::arrow::arrow_schema::{Field, Schema};
         // Text created_at, no scope columns, an extra nullable column, another order.

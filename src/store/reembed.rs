@@ -226,7 +226,7 @@ pub async fn stage_vectors(
     merge.when_matched_update_all(Some(format!("target.{COL_VECTOR_NEXT} IS NULL")));
     // The index-probing path patches the column in place, which Lance refuses on a table with
     // an unenforced primary key ("primary key column ... must not be nullable"); the plain
-    // join rewrites the matched rows instead (measured in the module's figures).
+    // join rewrites the matched rows instead (its cost: `reembed_figures` in tests/reembed.rs).
     merge.use_index(false);
     let reader = RecordBatchIterator::new(vec![Ok(batch)], schema);
     let result = merge.execute(Box::new(reader)).await?;

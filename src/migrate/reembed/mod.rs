@@ -51,9 +51,16 @@
 //! **Progress** is `reembed` in `/v1/status` (done/total, rows/s, ETA) and the CLI's bar; the
 //! operator page does not show it yet.
 //!
-//! **Not covered.** A process still configured with the *old* model keeps writing old vectors
-//! into `vector` during the re-embed (they are re-embedded, another pass) and, after the
-//! switch, its writes are refused as a model mismatch. Every instance must carry the new model.
+//! **Not covered yet.**
+//! - A process still configured with the *old* model keeps writing old vectors into `vector`
+//!   during the re-embed (they are re-embedded, another pass) and, after the switch, its
+//!   writes are refused as a model mismatch. Every instance must carry the new model.
+//! - Staging a batch is a merge that rewrites the matched rows (Lance refuses the in-place
+//!   column patch on a table with an unenforced primary key), joined without the id index.
+//!   It conflicts with an erase's rewrite (the run gives way for [`pass`]'s `ERASE_ROOM`
+//!   after any delete) and, under continuous appends (a remember every ~10 ms, debug build,
+//!   loaded machine), it lost every commit race for Lance's 30 s budget: the run errs and
+//!   the service's loop resumes it, but it may not finish while such traffic lasts.
 
 mod pass;
 
