@@ -205,26 +205,60 @@ fn timestamps(
 /// `created_at` as microseconds, whatever type the table stores it as (timestamps of any unit,
 /// or text such as RFC 3339). Unparseable values come back as NULL.
 pub fn created_at_micros(batch: &RecordBatch) -> Option<TimestampMicrosecondArray> {
-    let col = batch.column_by_name(COL_CREATED_AT)?;
-    let target = timestamp_type();
-    let casted = if col.data_type() == &target {
-        col.clone()
-    } else {
-        cast(col, &target).ok()?
-    };
-    casted
-        .as_any()
-        .downcast_ref::<TimestampMicrosecondArray>()
-        .cloned()
+    timestamp_col(batch, COL_CREATED_AT)
 }
 
-fn string_col<'a>(batch: &'a RecordBatch, name: &str) -> Option<&'a StringArray> {
-    batch.column_by_name(name)?.as_any().downcast_ref()
+/// A text column as `Utf8`, whatever string type the table stores it as (`LargeUtf8`,
+/// `Utf8View`, dictionary-encoded text): LanceDB's SQL reads all of them, so every reader here
+/// must too. A copy of the buffers only when the type differs (a downcast otherwise).
+fn string_col(batch: &RecordBatch, name: &str) -> Option<StringArray> {
+    let col = batch.column_by_name(name)?;
+    if let Some(s) = col.as_any().downcast_ref::<StringArray>() {
+        return Some(s.clone());
+    }
+    cast(col, &DataType::Utf8)
+        .ok()?
+        .as_any()
+        .downcast_ref::<StringArray>()
+        .cloned()
 }
 
 fn opt_str(col: Option<&StringArray>, i: usize) -> Option<String> {
     col.filter(|c| c.is_valid(i))
         .map(|c| c.value(i).to_string())
+}
+
+/// The tags column as `List<Utf8>`, whatever list and string types the table stores.
+fn tags_col(batch: &RecordBatch) -> Option<ListArray> {
+    let col = batch.column_by_name(COL_TAGS)?;
+    if let Some(l) = col.as_any().downcast_ref::<ListArray>() {
+        if l.values().as_any().is::<StringArray>() {
+            return Some(l.clone());
+        }
+    }
+    cast(col, &DataType::List(item_field(DataType::Utf8)))
+        .ok()?
+        .as_any()
+        .downcast_ref::<ListArray>()
+        .cloned()
+}
+
+/// Record columns of `schema` that [`from_batch`] cannot read as their values: a column of a
+/// type that does not cast to the one scopemem writes would read as all NULL (a scope NULL, an
+/// expiry of "never"). Whoever filters rows itself, as the resident copy does, must refuse such
+/// a table rather than fail open.
+pub fn unreadable_columns(schema: &lancedb::arrow::arrow_schema::Schema) -> Vec<String> {
+    let ours = memories_schema(1);
+    RECORD_COLUMNS
+        .iter()
+        .filter_map(|name| {
+            let have = schema.field_with_name(name).ok()?;
+            let want = ours.field_with_name(name).ok()?;
+            let readable = have.data_type() == want.data_type()
+                || lancedb::arrow::arrow_cast::can_cast_types(have.data_type(), want.data_type());
+            (!readable).then(|| format!("{name} ({})", have.data_type()))
+        })
+        .collect()
 }
 
 /// Read records back from a query batch. Tolerant of legacy data: missing columns and NULLs in
@@ -237,9 +271,11 @@ pub fn from_batch(batch: &RecordBatch) -> Vec<MemoryRecord> {
     let conversation = string_col(batch, COL_CONVERSATION_ID);
     let scope = string_col(batch, COL_MEMORY_SCOPE);
     let source = string_col(batch, COL_SCOPE_SOURCE);
-    let tags = batch
-        .column_by_name(COL_TAGS)
-        .and_then(|c| c.as_any().downcast_ref::<ListArray>());
+    let (id, content, reasoning) = (id.as_ref(), content.as_ref(), reasoning.as_ref());
+    let (memory_type, conversation) = (memory_type.as_ref(), conversation.as_ref());
+    let (scope, source) = (scope.as_ref(), source.as_ref());
+    let tags = tags_col(batch);
+    let tags = tags.as_ref();
     let strength = batch
         .column_by_name(COL_STRENGTH)
         .and_then(|c| c.as_any().downcast_ref::<Int32Array>());
@@ -250,6 +286,7 @@ pub fn from_batch(batch: &RecordBatch) -> Vec<MemoryRecord> {
     let created = created.as_ref();
     let expires = timestamp_col(batch, COL_EXPIRES_AT);
     let recalled = timestamp_col(batch, COL_LAST_RECALLED_AT);
+    let (expires, recalled) = (expires.as_ref(), recalled.as_ref());
     (0..batch.num_rows())
         .map(|i| MemoryRecord {
             id: opt_str(id, i).unwrap_or_default(),
@@ -291,9 +328,21 @@ pub fn from_batch(batch: &RecordBatch) -> Vec<MemoryRecord> {
         .collect()
 }
 
-/// A timestamp column (absent on tables read before migration 0003 ran).
-fn timestamp_col<'a>(batch: &'a RecordBatch, name: &str) -> Option<&'a TimestampMicrosecondArray> {
-    batch.column_by_name(name)?.as_any().downcast_ref()
+/// A timestamp column as UTC microseconds, whatever unit the table stores (absent on tables
+/// read before migration 0003 ran). A millisecond `expires_at` read by a bare downcast was
+/// "never expires".
+fn timestamp_col(batch: &RecordBatch, name: &str) -> Option<TimestampMicrosecondArray> {
+    let col = batch.column_by_name(name)?;
+    let target = timestamp_type();
+    let casted = if col.data_type() == &target {
+        col.clone()
+    } else {
+        cast(col, &target).ok()?
+    };
+    casted
+        .as_any()
+        .downcast_ref::<TimestampMicrosecondArray>()
+        .cloned()
 }
 
 fn opt_time(col: Option<&TimestampMicrosecondArray>, i: usize) -> Option<DateTime<Utc>> {
@@ -397,6 +446,59 @@ mod tests {
             to_batch_for(&after, &new_rows, Some("A")),
             Err(StoreError::ModelMismatch { .. })
         ));
+    }
+
+    /// The types LanceDB's SQL reads as text and time read the same here: a scope stored as
+    /// LargeUtf8, Utf8View or a dictionary, and an expiry in milliseconds. Before, a bare
+    /// downcast read them as NULL scope and "never expires".
+    #[test]
+    fn reads_every_string_and_timestamp_type_the_sql_reads() {
+        use lancedb::arrow::arrow_schema::{Field, Schema, TimeUnit};
+        let wider = |name: &str, t: DataType| Field::new(name, t, true);
+        let dict = DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8));
+        let schemas = [
+            (
+                DataType::LargeUtf8,
+                DataType::Utf8View,
+                TimeUnit::Millisecond,
+            ),
+            (DataType::Utf8View, dict.clone(), TimeUnit::Second),
+            (dict, DataType::LargeUtf8, TimeUnit::Nanosecond),
+        ];
+        for (scope_type, content_type, unit) in schemas {
+            let fields: Vec<Field> = memories_schema(3)
+                .fields()
+                .iter()
+                .map(|f| match f.name().as_str() {
+                    COL_MEMORY_SCOPE => wider(COL_MEMORY_SCOPE, scope_type.clone()),
+                    COL_CONTENT => wider(COL_CONTENT, content_type.clone()),
+                    COL_EXPIRES_AT => wider(
+                        COL_EXPIRES_AT,
+                        DataType::Timestamp(unit, Some("UTC".into())),
+                    ),
+                    _ => f.as_ref().clone(),
+                })
+                .collect();
+            let schema = Arc::new(Schema::new(fields));
+            assert!(unreadable_columns(&schema).is_empty());
+            let rows = vec![(record("1", Some("家人")), vec![0.1, 0.2, 0.3])];
+            let batch = to_batch(&schema, &rows).unwrap();
+            assert_eq!(batch.schema(), schema, "written in the table's own types");
+            let back = &from_batch(&batch)[0];
+            assert_eq!(back.memory_scope.as_deref(), Some("家人"), "{scope_type}");
+            assert_eq!(back.content, "content 1", "{content_type}");
+            assert_eq!(
+                back.expires_at.map(|t| t.timestamp()),
+                rows[0].0.expires_at.map(|t| t.timestamp()),
+                "{unit:?}"
+            );
+        }
+        let binary_scope = Schema::new(vec![Field::new(
+            COL_MEMORY_SCOPE,
+            DataType::Struct(vec![Field::new("x", DataType::Int32, true)].into()),
+            true,
+        )]);
+        assert_eq!(unreadable_columns(&binary_scope).len(), 1);
     }
 
     #[test]

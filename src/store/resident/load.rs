@@ -10,7 +10,7 @@ use lancedb::arrow::arrow_array::{Array, FixedSizeListArray, Float32Array, Recor
 use lancedb::Table;
 use tokio::sync::{mpsc, oneshot};
 
-use super::super::record::{from_batch, MemoryRecord};
+use super::super::record::{from_batch, unreadable_columns, MemoryRecord};
 use super::super::schema::{COL_VECTOR, RECORD_COLUMNS};
 use super::super::StoreError;
 use super::Snapshot;
@@ -24,8 +24,9 @@ const READ_AHEAD_BYTES: u64 = 64 << 20;
 /// at 1M rows on 2 cores.
 const YIELD_AT_MOST: Duration = Duration::from_secs(2);
 
-/// The table at its current version, or `None` when it holds more than `max_rows` rows (or
-/// is not a Lance dataset on this machine's reach).
+/// The table at its current version, or `None` when it holds more than `max_rows` rows, stores
+/// a record column in a type `from_batch` cannot read, or is not a Lance dataset on this
+/// machine's reach.
 ///
 /// The scan reads one dataset version, so the snapshot is that version exactly. Batches are
 /// indexed as they stream in, on a thread of the load's own, and the scan reads only a few
@@ -46,6 +47,14 @@ pub async fn snapshot(
         return Ok(None);
     };
     let dataset = wrapper.get().await?;
+    let unreadable = unreadable_columns(&lancedb::arrow::arrow_schema::Schema::from(
+        dataset.schema(),
+    ));
+    if !unreadable.is_empty() {
+        // It filters rows on these values itself: read as NULL they would fail open.
+        tracing::warn!(columns = ?unreadable, "the table stores record columns in types the resident copy cannot read; searches stay on LanceDB");
+        return Ok(None);
+    }
     if max_rows == 0 || dataset.count_rows(None).await? > max_rows {
         return Ok(None);
     }
