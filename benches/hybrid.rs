@@ -106,20 +106,11 @@ fn end_to_end(rt: &tokio::runtime::Runtime, dir: &std::path::Path, e: Arc<dyn Em
 fn sweeper(rt: &tokio::runtime::Runtime, dir: &std::path::Path, e: &Arc<dyn Embedder>, n: usize) {
     let scratch = tempfile::tempdir().expect("tempdir");
     copy_dir(dir, scratch.path()).expect("copy dataset");
-    let model = scopemem::store::ModelInfo {
-        id: e.model_id().into(),
-        dimension: e.dimension(),
-    };
-    let (store, _) = rt
-        .block_on(scopemem::migrate::open_store(
-            scratch.path(),
-            "memories",
-            &model,
-            scopemem::store::WriterSettings::default(),
-        ))
-        .expect("open copy");
+    let host = rt.block_on(host_on(scratch.path(), e.clone(), json!({})));
+    let memory = host.memory().clone();
+    let store = memory.store().clone();
     let t = Instant::now();
-    let none = rt.block_on(sweep_once(&store)).expect("sweep");
+    let none = rt.block_on(sweep_once(&memory)).expect("sweep");
     println!(
         "RESULT {n} rows: sweeper pass with nothing due: {:.1} ms ({none} rows)",
         t.elapsed().as_secs_f64() * 1000.0
@@ -163,7 +154,7 @@ fn sweeper(rt: &tokio::runtime::Runtime, dir: &std::path::Path, e: &Arc<dyn Embe
     let t = Instant::now();
     let (erased, during) = rt.block_on(async {
         let sweep = async {
-            let r = sweep_once(&store).await;
+            let r = sweep_once(&memory).await;
             running.store(false, Ordering::Release);
             r
         };

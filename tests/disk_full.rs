@@ -92,7 +92,7 @@ async fn a_full_disk_answers_503_and_loses_nothing_acknowledged() {
     let stored = host
         .memory()
         .store()
-        .get_by_ids(&acknowledged)
+        .get_by_ids(&acknowledged, None)
         .await
         .unwrap();
     assert_eq!(stored.len(), 5);

@@ -91,7 +91,7 @@ async fn wait(host: &PluginHost, job: &str) -> scopemem::memory::feedback::JobOu
 async fn strength(host: &PluginHost, id: &str) -> i32 {
     host.memory()
         .store()
-        .get_by_ids(&[id.to_string()])
+        .get_by_ids(&[id.to_string()], None)
         .await
         .unwrap()[0]
         .strength

@@ -400,3 +400,62 @@ async fn the_migration_declares_the_backfill_before_adding_columns() {
     let (_, hits) = recall(&host, FAMILY, "tennis").await;
     assert_eq!(hits.len(), 30);
 }
+
+/// The migration gate follows the checkpoint in every process. Process A (this test) holds the
+/// maintenance lease and runs the backfill; process B (a real `serve`) never runs it. Once the
+/// checkpoint says done, B stops showing NULL-scope rows within `read_consistency_ms`: the row
+/// the backfill leaves NULL (no `created_at`) is no longer recalled anywhere. Before, only the
+/// process that ran the backfill closed its gate and B kept `OR memory_scope IS NULL` until it
+/// restarted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_process_closes_the_migration_gate_when_any_one_finishes_the_backfill() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    let mut rows = legacy_rows(40, "chess");
+    rows[0].created_at = None; // the backfill leaves it NULL
+    make_legacy_table(&db, &rows, false, false).await;
+    let a = start(&db, "auto").await;
+    assert!(a.memory().migration_active());
+    let b = common::serve::spawn_serve(dir.path(), "b", json!({"migration_mode": "auto"})).await;
+    let client = reqwest::Client::new();
+    let null_row = |hits: &[serde_json::Value]| {
+        hits.iter().any(|m| {
+            m["content"]
+                .as_str()
+                .is_some_and(|c| c.starts_with("legacy memory 0:"))
+        })
+    };
+    let before = common::serve::recalled(&client, &b, FAMILY, "legacy memory 0: chess note").await;
+    assert!(
+        null_row(&before),
+        "migration mode shows the legacy row in B"
+    );
+
+    a.start_background();
+    assert!(wait_backfill_done(&a, Duration::from_secs(60)).await);
+    assert!(!a.memory().migration_active());
+    let started = std::time::Instant::now();
+    let mut closed = false;
+    while started.elapsed() < Duration::from_secs(5) {
+        let s = common::serve::status(&client, &b).await;
+        if s["migration"]["active"] == false {
+            assert_eq!(s["migration"]["state"], "done", "{s}");
+            closed = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        closed,
+        "B still in migration mode 5 s after the backfill ended"
+    );
+    let followed = started.elapsed();
+    let after = common::serve::recalled(&client, &b, FAMILY, "legacy memory 0: chess note").await;
+    assert!(
+        !null_row(&after),
+        "B recalls the NULL-scope row after the backfill"
+    );
+    assert!(!after.is_empty(), "the backfilled public rows stay visible");
+    assert!(after.iter().all(|m| m["memory_scope"] == "public"));
+    println!("B closed its gate {followed:?} after A's backfill ended");
+}

@@ -124,7 +124,7 @@ async fn mcp_remember_is_redacted_before_it_is_stored() {
     let stored = host
         .memory()
         .store()
-        .get_by_ids(&[memory["id"].as_str().unwrap().to_string()])
+        .get_by_ids(&[memory["id"].as_str().unwrap().to_string()], None)
         .await
         .unwrap();
     assert_eq!(stored[0].content, "我的手机号[REDACTED_PHONE]，记住");

@@ -6,6 +6,7 @@
 mod common;
 
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
@@ -233,7 +234,7 @@ async fn forget_by_ids_deletes_only_the_callers_own_scope() {
     let left: Vec<String> = host
         .memory()
         .store()
-        .get_by_ids(&[f.clone(), f2.clone(), w.clone(), p.clone()])
+        .get_by_ids(&[f.clone(), f2.clone(), w.clone(), p.clone()], None)
         .await
         .unwrap()
         .into_iter()
@@ -454,4 +455,61 @@ async fn recall_keeps_working_while_erases_prune_versions() {
     );
     println!("RESULT {ok} recalls during 15 erases, none failed");
     host.shutdown().await;
+}
+
+const SECRET_C: &str = "tapirdugongcassowary";
+
+/// The kept-orphan case. A compaction reads the fragments while an erase runs: it writes the
+/// secret into new data files, the erase deletes the row, and the compaction's commit then
+/// conflicts with the delete and fails. Its files are referenced by no version, and the
+/// version pruner keeps such files for a week (`delete_unverified = false`). The erase removes
+/// the unreferenced files that hold an erased id; the failed commit changes nothing and the
+/// table keeps serving. Without that sweep the compaction's files kept the secret.
+#[tokio::test]
+async fn a_compaction_that_conflicts_with_an_erase_leaves_no_copy() {
+    use lance::dataset::optimize::{
+        commit_compaction, plan_compaction, CompactionOptions, IgnoreRemap,
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("lancedb");
+    let host = host(config(dir.path(), family_map())).await;
+    remember(&host, FAMILY, &format!("the spare key code is {SECRET_C}")).await;
+    remember(&host, FAMILY, "Grandma likes the blue teapot").await;
+    remember(&host, WORK, "the standup moved to ten").await;
+
+    let uri = db.join("memories.lance");
+    let mut dataset = lance::Dataset::open(uri.to_str().unwrap()).await.unwrap();
+    let options = CompactionOptions::default();
+    let plan = plan_compaction(&dataset, &options).await.unwrap();
+    assert!(!plan.tasks.is_empty(), "three one-row fragments to merge");
+    let mut rewritten = Vec::new();
+    for task in plan.compaction_tasks() {
+        rewritten.push(task.execute(&dataset).await.unwrap());
+    }
+    let data = db.join("memories.lance").join("data");
+    let copies = files_containing(&data, SECRET_C);
+    assert!(
+        copies.len() >= 2,
+        "the row and the compaction's copy: {copies:?}"
+    );
+
+    let r = host
+        .invoke("forget", json!({"conversation_id": FAMILY}))
+        .await
+        .unwrap();
+    assert_eq!(r["deleted"], 2, "{r}");
+    assert_eq!(
+        files_containing(dir.path(), SECRET_C),
+        Vec::<String>::new(),
+        "no file, referenced or not, may hold the erased text"
+    );
+
+    let committed =
+        commit_compaction(&mut dataset, rewritten, Arc::new(IgnoreRemap {}), &options).await;
+    assert!(committed.is_err(), "the stale compaction must not commit");
+    let (_, hits) = recall(&host, WORK, "standup").await;
+    assert!(hits.iter().any(|(_, c)| c.contains("standup")));
+    assert_eq!(rows(&host).await, 1);
+    remember(&host, WORK, "lunch is at noon").await;
+    assert_eq!(rows(&host).await, 2);
 }

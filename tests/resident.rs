@@ -333,7 +333,10 @@ async fn follows_compaction_and_strength_sets_without_a_reload() {
     let before = store.resident().stats();
     let hits = resident.nearest(&family).await.unwrap();
     assert_eq!(store.resident().stats().served, before.served + 1);
-    let from_lance = store.get_by_ids(&[a.clone(), b.clone()]).await.unwrap();
+    let from_lance = store
+        .get_by_ids(&[a.clone(), b.clone()], None)
+        .await
+        .unwrap();
     for h in hits.iter().filter(|h| h.record.id == a || h.record.id == b) {
         let stored = from_lance.iter().find(|r| r.id == h.record.id).unwrap();
         assert_eq!(h.record.strength, stored.strength);
@@ -536,4 +539,88 @@ async fn recalls_are_served_from_memory_and_scopes_do_not_leak() {
         "{status}"
     );
     assert_eq!(status["resident_search"]["rows"], 5);
+}
+
+/// A table written with `memory_scope` as LargeUtf8 or Utf8View and `expires_at` in
+/// milliseconds (another writer's choice; LanceDB's SQL reads both). The resident copy reads
+/// the same values and so returns what LanceDB returns, from memory. Before, a bare downcast
+/// read every scope as NULL and every expiry as "never": the public recall in migration mode
+/// returned other scopes' and expired rows.
+#[tokio::test]
+async fn reads_wider_text_and_millisecond_times_as_lancedb_does() {
+    use lancedb::arrow::arrow_schema::{DataType, Field, Schema, TimeUnit};
+    use scopemem::store::record::to_batch;
+    use scopemem::store::schema::{memories_schema, COL_EXPIRES_AT, COL_MEMORY_SCOPE};
+    for scope_type in [DataType::LargeUtf8, DataType::Utf8View] {
+        let dir = tempfile::tempdir().unwrap();
+        let fields: Vec<Field> = memories_schema(DIM)
+            .fields()
+            .iter()
+            .map(|f| match f.name().as_str() {
+                COL_MEMORY_SCOPE => Field::new(COL_MEMORY_SCOPE, scope_type.clone(), true),
+                COL_EXPIRES_AT => Field::new(
+                    COL_EXPIRES_AT,
+                    DataType::Timestamp(TimeUnit::Millisecond, Some("UTC".into())),
+                    true,
+                ),
+                _ => f.as_ref().clone(),
+            })
+            .collect();
+        let schema = Arc::new(Schema::new(fields));
+        let mut rng = Rng(23);
+        let batch = to_batch(&schema, &table_rows(&mut rng)).unwrap();
+        let conn = lancedb::connect(dir.path().to_str().unwrap())
+            .execute()
+            .await
+            .unwrap();
+        conn.create_table("memories", batch)
+            .execute()
+            .await
+            .unwrap();
+        let store = open(dir.path()).await;
+        let stored = store.table().schema().await.unwrap();
+        let scope_stored = stored
+            .field_with_name(COL_MEMORY_SCOPE)
+            .unwrap()
+            .data_type();
+        // Lance writes Utf8View as Utf8; LargeUtf8 and millisecond timestamps it keeps.
+        let kept = if scope_type == DataType::Utf8View {
+            DataType::Utf8
+        } else {
+            scope_type.clone()
+        };
+        assert_eq!(scope_stored, &kept, "the table keeps its own type");
+        assert_eq!(
+            stored.field_with_name(COL_EXPIRES_AT).unwrap().data_type(),
+            &DataType::Timestamp(TimeUnit::Millisecond, Some("UTC".into()))
+        );
+        let (resident, lance) = searches(&store).await;
+        loaded(&store).await;
+        for (scope, migration) in [("家人", false), ("public", true), ("工作", true)] {
+            for _ in 0..5 {
+                let req = request(rng.vector(), scope, migration, ScopeFilterMode::Enforce);
+                let served = store.resident().stats().served;
+                let got = resident.nearest(&req).await.unwrap();
+                assert_eq!(store.resident().stats().served, served + 1, "from memory");
+                let want = lance.nearest(&req).await.unwrap();
+                assert_eq!(got.len(), want.len(), "{scope_type} {scope} {migration}");
+                for (g, w) in got.iter().zip(&want) {
+                    assert!(
+                        g.record.id == w.record.id || (g.distance - w.distance).abs() < 1e-3,
+                        "{scope_type} {scope} {migration}: {:?} vs {:?}",
+                        ids(&got),
+                        ids(&want)
+                    );
+                }
+                for h in &got {
+                    assert!(h.record.expires_at.unwrap() > Utc::now(), "no expired row");
+                    assert!(req
+                        .rows
+                        .as_ref()
+                        .unwrap()
+                        .admits_scope(h.record.memory_scope.as_deref()));
+                }
+            }
+        }
+    }
 }

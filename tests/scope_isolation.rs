@@ -259,3 +259,92 @@ async fn disabled_filter_recalls_across_scopes() {
     let (_, hits) = recall(&host, WORK, "secret").await;
     assert_eq!(hits.len(), 1, "rollback mode shows every scope");
 }
+
+/// Two rows with one id in two scopes: scopemem never writes that, but another writer or an old
+/// import can leave it in a legacy table. Browse and forget-by-ids apply the caller's scope
+/// inside the query itself: the work chat pages and erases only its own row. Before, browse
+/// fetched its page rows by id alone (showing the family row to the work chat) and forget
+/// deleted `id IN (…)` (erasing the family's row too).
+#[tokio::test]
+async fn duplicate_ids_in_a_legacy_table_never_cross_scopes() {
+    use scopemem::embed::TextRole;
+    use scopemem::store::MemoryRecord;
+    let dir = tempfile::tempdir().unwrap();
+    let host = host(config(dir.path(), family_map())).await;
+    let texts = [
+        ("家人", FAMILY, "family only: the safe code is 4711"),
+        ("工作", WORK, "work only: the badge printer is on floor 3"),
+    ];
+    let vectors = embedder()
+        .embed(
+            TextRole::Passage,
+            texts.iter().map(|(_, _, t)| t.to_string()).collect(),
+        )
+        .await
+        .unwrap();
+    let rows = texts
+        .iter()
+        .zip(vectors)
+        .map(|((scope, conversation, text), v)| {
+            let record = MemoryRecord {
+                id: "dup-0001".into(),
+                content: text.to_string(),
+                reasoning: None,
+                tags: vec![],
+                memory_type: "knowledge".into(),
+                strength: 10,
+                is_active: true,
+                conversation_id: Some(conversation.to_string()),
+                created_at: Some(chrono::Utc::now()),
+                memory_scope: Some(scope.to_string()),
+                scope_source: Some("conversation".into()),
+                expires_at: None,
+                last_recalled_at: None,
+            };
+            (record, v)
+        })
+        .collect();
+    host.memory().store().append(rows).await.unwrap();
+
+    let contents = |page: &serde_json::Value| -> Vec<String> {
+        page["memories"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["content"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let browse = |conversation: &'static str| {
+        let host = &host;
+        async move {
+            host.invoke("browse", json!({"conversation_id": conversation}))
+                .await
+                .unwrap()
+        }
+    };
+    let work = browse(WORK).await;
+    assert_eq!(contents(&work), [texts[1].2], "{work}");
+    let family = browse(FAMILY).await;
+    assert_eq!(contents(&family), [texts[0].2], "{family}");
+
+    let out = host
+        .invoke(
+            "forget",
+            json!({"conversation_id": WORK, "memory_ids": ["dup-0001"]}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(out["deleted"], 1, "{out}");
+    let left: Vec<String> = all_rows(&host)
+        .await
+        .into_iter()
+        .map(|r| r.content)
+        .collect();
+    assert_eq!(
+        left,
+        [texts[0].2],
+        "the family's row survives the work chat's forget"
+    );
+    assert_eq!(contents(&browse(FAMILY).await), [texts[0].2]);
+    assert!(contents(&browse(WORK).await).is_empty());
+}

@@ -369,12 +369,23 @@ async fn export_over_http_holds_exactly_what_the_conversation_may_recall() {
     scopes.sort();
     assert_eq!(scopes, ["public", "家人", "家人"], "{text}");
     assert!(!text.contains("quarterly") && !text.contains("\"vector\""));
+    // The public row another group wrote does not say which group: its own rows keep theirs.
+    for r in &family[1..] {
+        let want = if r["memory_scope"] == "public" {
+            Value::Null
+        } else {
+            json!(FAMILY)
+        };
+        assert_eq!(r["conversation_id"], want, "{r}");
+    }
+    assert!(!text.contains(PRIVATE), "another conversation's id: {text}");
 
     let (_, _, text) = send(&app, "GET", &path(WORK, "&vectors=true"), true, None).await;
     let work = lines(&text);
     assert_eq!(work.len(), 3, "header, 工作, public: {text}");
     assert!(!text.contains("Grandma") && !text.contains("spot 42"));
     assert_eq!(work[1]["vector"].as_array().map(Vec::len), Some(384));
+    assert!(!text.contains(PRIVATE) && !text.contains(FAMILY), "{text}");
 
     for (bad, code) in [
         ("/v1/export".to_string(), "invalid_query"),

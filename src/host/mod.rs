@@ -72,6 +72,18 @@ impl From<MemoryError> for PluginError {
         if is_disk_full(&message) {
             return PluginError::disk_full(message);
         }
+        if let MemoryError::Store(store) = &e {
+            if store.is_vanished_file() {
+                // Another process pruned the version this request read, and the retries on
+                // the latest version lost the race again: the caller may simply try again.
+                tracing::warn!(error = %store, "a read kept meeting pruned files");
+                return PluginError::unavailable(
+                    "store_busy",
+                    "another process is erasing or compacting the table; try again",
+                    STORE_BUSY_RETRY_AFTER_SECS,
+                );
+            }
+        }
         if let MemoryError::Embed(embed) = &e {
             // The provider failed: nothing was written, and the caller may try again.
             let secs = embed
@@ -87,6 +99,9 @@ impl From<MemoryError> for PluginError {
         }
     }
 }
+
+/// `Retry-After` when another process's erase or prune kept pulling files from under a read.
+const STORE_BUSY_RETRY_AFTER_SECS: u64 = 1;
 
 /// `Retry-After` for an embedding failure when the provider sent none.
 const EMBED_RETRY_AFTER_SECS: u64 = 5;

@@ -1,6 +1,7 @@
 //! The memory layer: remember, recall, redaction, and the one place scopes are derived.
 
 pub mod chained;
+pub mod erase_notices;
 pub mod feedback;
 pub mod hybrid;
 pub mod injection;

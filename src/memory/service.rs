@@ -8,6 +8,8 @@ use std::time::{Duration, Instant};
 use chrono::Utc;
 use serde::Serialize;
 
+mod erase;
+
 use super::chained::{self, ChainedLimits};
 use super::hybrid::{CandidateQuery, Searchers};
 use super::model::*;
@@ -24,6 +26,7 @@ use crate::scope::{
 };
 use crate::store::beside::Beside;
 use crate::store::lease::{self, Lease};
+use crate::store::schema::COL_MEMORY_SCOPE;
 use crate::store::{LanceSearch, MemoryRecord, ModelInfo, RowFilter, Store, WriterSettings};
 
 const MAX_QUERY_CHARS: usize = 2000;
@@ -103,6 +106,9 @@ pub struct ServiceSettings {
     /// How often the maintainer checks whether the vector index is due, whatever wrote the
     /// rows (remember checks at once; feedback, imports and other processes do not).
     pub index_check: std::time::Duration,
+    /// How often other processes' erase notices are read (`storage.read_consistency_ms`, at
+    /// least 100 ms).
+    pub follow_erasures: std::time::Duration,
 }
 
 /// `GET /v1/status`.
@@ -133,6 +139,8 @@ pub struct Status {
     /// Whether this process runs the maintenance, and who holds the lease.
     pub maintenance: MaintenanceStatus,
     pub feedback_queue_depth: usize,
+    /// Whether this process's feedback journal takes writes (false: feedback is refused).
+    pub feedback_journal_ok: bool,
     /// Dead-lettered feedback jobs of the last day (ids, reasons, attempts; no memory text).
     pub feedback_dead_letters: Vec<super::feedback::JobOutcome>,
     pub scope_map: MapSummary,
@@ -188,6 +196,8 @@ pub struct MemoryService {
     latency: Arc<crate::migrate::ForegroundLatency>,
     /// The journaled feedback queue and its worker.
     feedback: super::feedback::FeedbackQueue,
+    /// Erase notices beside the table: this process's erases reach the others through them.
+    erase_notices: super::erase_notices::EraseNotices,
     /// Records what recalls returned, when decay ranking or refresh-on-recall needs it.
     touches: std::sync::OnceLock<super::touch::RecallTouches>,
     /// Recalls answered by keyword alone because the query could not be embedded.
@@ -258,6 +268,10 @@ impl MemoryService {
                     store.beside().clone(),
                     &config.storage.table_name,
                 ),
+                follow_every: config
+                    .storage
+                    .read_consistency()
+                    .max(std::time::Duration::from_millis(100)),
             },
             outcome.backfill_needed,
         )
@@ -311,6 +325,15 @@ impl MemoryService {
         );
         let calibration = Arc::new(std::sync::OnceLock::new());
         measure_model(embedder.clone(), calibration.clone()).await;
+        let backfill = Arc::new(backfill);
+        let erase_notices = super::erase_notices::EraseNotices::new(
+            store.beside().clone(),
+            &config.storage.table_name,
+            feedback.instance(),
+        );
+        // From the moment the service opens: a process that never runs the backfill still
+        // closes its gate when another one finishes it.
+        tokio::spawn(BackfillHandle::follow_checkpoint(Arc::downgrade(&backfill)));
         Ok(MemoryService {
             lease,
             vectors,
@@ -329,10 +352,15 @@ impl MemoryService {
                     .compaction_interval()
                     .max(std::time::Duration::from_secs(1)),
                 retention: super::retention::Retention::from_config(&config.retention),
+                follow_erasures: config
+                    .storage
+                    .read_consistency()
+                    .max(std::time::Duration::from_millis(100)),
             },
-            backfill: Arc::new(backfill),
+            backfill,
             reembed: Arc::new(reembed),
             latency,
+            erase_notices,
             feedback,
             touches: std::sync::OnceLock::new(),
             degraded_recalls: AtomicU64::new(0),
@@ -347,11 +375,15 @@ impl MemoryService {
 
     /// Work that must not delay start-up: scalar indexes and the legacy backfill. Call once
     /// the service is serving.
-    pub fn start_background(&self) {
+    pub fn start_background(self: &Arc<Self>) {
+        tokio::spawn(erase::keep_following_erasures(
+            Arc::downgrade(self),
+            self.settings.follow_erasures,
+        ));
         self.feedback.start();
         self.store.start_pruner(self.settings.keep_versions);
         tokio::spawn(super::sweeper::run_sweeper(
-            self.store.clone(),
+            Arc::downgrade(self),
             self.settings.retention.sweep_interval,
         ));
         if self.records_recalls() {
@@ -689,8 +721,7 @@ impl MemoryService {
             None => {
                 let c = conversation.as_str().to_owned();
                 let predicate = format!("conversation_id = {}", sql_literal(&c));
-                self.erase_where(predicate, move |job| job.conversation_id == c)
-                    .await?
+                self.erase_where(predicate, Some(c), None).await?
             }
             Some(ids) => {
                 self.forget_ids(&conversation, req.persona.as_deref(), ids)
@@ -727,16 +758,22 @@ impl MemoryService {
         }
         let map = self.scopes.snapshot();
         let scope = map.resolve(conversation, persona).scope;
-        let legacy_visible = scope.is_public() && self.migration_active();
-        let rows = self.store.get_by_ids(&wanted).await?;
-        let deletable: Vec<String> = rows
-            .into_iter()
-            .filter(|r| match r.memory_scope.as_deref() {
-                Some(s) => s == scope.as_str(),
-                None => legacy_visible,
-            })
-            .map(|r| r.id)
-            .collect();
+        // What this conversation may erase, inside every query: its own scope (and NULL-scope
+        // rows from a public conversation while migration mode is on). A legacy table may hold
+        // an id twice; the copy in another scope is neither counted nor deleted.
+        let own = if scope.is_public() && self.migration_active() {
+            format!(
+                "({COL_MEMORY_SCOPE} = {} OR {COL_MEMORY_SCOPE} IS NULL)",
+                sql_literal(scope.as_str())
+            )
+        } else {
+            format!("{COL_MEMORY_SCOPE} = {}", sql_literal(scope.as_str()))
+        };
+        let listed: Vec<String> = wanted.iter().map(|id| sql_literal(id)).collect();
+        let deletable = self
+            .store
+            .ids_where(&format!("id IN ({}) AND {own}", listed.join(", ")))
+            .await?;
         let refused: Vec<String> = wanted
             .into_iter()
             .filter(|id| !deletable.contains(id))
@@ -749,7 +786,7 @@ impl MemoryService {
         }
         let list: Vec<String> = deletable.iter().map(|id| sql_literal(id)).collect();
         let mut outcome = self
-            .erase_where(format!("id IN ({})", list.join(", ")), |_| false)
+            .erase_where(format!("id IN ({}) AND {own}", list.join(", ")), None, None)
             .await?;
         outcome.refused = refused;
         Ok(outcome)
@@ -762,9 +799,7 @@ impl MemoryService {
     ) -> Result<ForgetOutcome, MemoryError> {
         let s = scope.as_str().to_owned();
         let predicate = format!("memory_scope = {}", sql_literal(&s));
-        let outcome = self
-            .erase_where(predicate, move |job| job.scope == s)
-            .await?;
+        let outcome = self.erase_where(predicate, None, Some(s)).await?;
         tracing::info!(
             memory_scope = scope.as_str(),
             rows = outcome.deleted,
@@ -774,36 +809,12 @@ impl MemoryService {
         Ok(outcome)
     }
 
-    /// The one erase path. With the feedback worker paused: delete the rows, purge them from
-    /// every data file and older table version, then drop the unapplied feedback jobs that
-    /// `select` picks or whose planned merges would rewrite an erased row's text, and rewrite
-    /// the journal without them (and without finished jobs).
-    async fn erase_where(
+    /// Erase expired rows (the sweeper's pass), through the one erase path.
+    pub(super) async fn erase_expired(
         &self,
         predicate: String,
-        select: impl Fn(&super::feedback::FeedbackJob) -> bool,
     ) -> Result<ForgetOutcome, MemoryError> {
-        let paused = self.feedback.pause().await;
-        let erased_ids: std::collections::HashSet<String> = self
-            .store
-            .ids_where(&predicate)
-            .await?
-            .into_iter()
-            .collect();
-        let report = self.store.writer().erase(predicate).await?;
-        let dropped = self.feedback.drop_pending(&paused, |job, plan| {
-            select(job)
-                || plan.is_some_and(|p| {
-                    p.merges
-                        .iter()
-                        .any(|m| m.delete_ids.iter().any(|id| erased_ids.contains(id)))
-                })
-        })?;
-        Ok(ForgetOutcome {
-            deleted: report.deleted,
-            refused: Vec::new(),
-            pending_feedback_dropped: dropped,
-        })
+        self.erase_where(predicate, None, None).await
     }
 
     pub async fn status(&self) -> Result<Status, MemoryError> {
@@ -834,6 +845,7 @@ impl MemoryService {
                 holder: self.lease_holder().await,
             },
             feedback_queue_depth: self.feedback.depth(),
+            feedback_journal_ok: self.feedback.journal_healthy(),
             feedback_dead_letters: self.feedback.dead_letters(),
             scope_map: self.scopes.snapshot().summary(),
         })

@@ -1,47 +1,56 @@
 //! The expiry sweeper: erases memories whose `expires_at` has passed.
 //!
 //! Recall already hides them (the alive clause is in its prefilter); the sweeper makes the
-//! expiry real on disk with the same erase as `forget`: delete, rewrite the fragments that held
-//! the rows, prune every older version. It runs only in the process holding the maintenance
-//! lease, like compaction and version pruning.
+//! expiry real on disk through the service's one erase path, the same as `forget`: delete on
+//! the latest version, rewrite the fragments that held the rows, prune every older version,
+//! and drop the feedback jobs and journal lines that would write an expired row's text back.
+//! It runs only in the process holding the maintenance lease, like compaction and version
+//! pruning.
 
+use std::sync::Weak;
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
 
 use super::retention::expired_clause;
-use crate::store::{Store, StoreError};
+use super::service::MemoryService;
+use super::MemoryError;
+use crate::store::StoreError;
 
-/// Sweep every `interval` while this process is the maintainer, until the writer is gone.
-pub async fn run_sweeper(store: Store, interval: Duration) {
+/// Sweep every `interval` while this process is the maintainer, until the service or its
+/// writer is gone.
+pub async fn run_sweeper(memory: Weak<MemoryService>, interval: Duration) {
     loop {
         tokio::time::sleep(interval).await;
-        if !store.is_maintainer() {
+        let Some(memory) = memory.upgrade() else {
+            return;
+        };
+        if !memory.is_maintainer() {
             continue;
         }
-        match sweep_once(&store).await {
+        match sweep_once(&memory).await {
             Ok(_) => {}
-            Err(StoreError::WriterGone) => return,
+            Err(MemoryError::Store(StoreError::WriterGone)) => return,
             Err(e) => tracing::warn!(error = %e, "expiry sweep failed; retrying next interval"),
         }
     }
 }
 
 /// Erase what has expired by now; returns how many rows went.
-pub async fn sweep_once(store: &Store) -> Result<usize, StoreError> {
+pub async fn sweep_once(memory: &MemoryService) -> Result<usize, MemoryError> {
     let started = Instant::now();
     let predicate = expired_clause(Utc::now());
-    let due = store.count(Some(predicate.clone())).await?;
+    memory.store().refresh().await?;
+    let due = memory.store().count(Some(predicate.clone())).await?;
     if due == 0 {
         return Ok(0);
     }
-    let report = store.writer().erase(predicate).await?;
+    let outcome = memory.erase_expired(predicate).await?;
     tracing::info!(
-        rows = report.deleted,
-        versions_removed = report.versions_removed,
-        bytes_removed = report.bytes_removed,
+        rows = outcome.deleted,
+        pending_feedback_dropped = outcome.pending_feedback_dropped,
         ms = started.elapsed().as_millis() as u64,
         "expired memories erased"
     );
-    Ok(report.deleted as usize)
+    Ok(outcome.deleted as usize)
 }

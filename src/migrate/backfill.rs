@@ -55,6 +55,9 @@ pub struct BackfillSettings {
     pub pacing: Pacing,
     pub mode: MigrationMode,
     pub checkpoint: CheckpointFile,
+    /// How often a process whose gate is on reads the checkpoint, to close the gate when
+    /// another process finishes the backfill (`storage.read_consistency_ms`, at least 100 ms).
+    pub follow_every: Duration,
 }
 
 /// How the backfill paces its batches (see [`super::pacing`]).
@@ -149,6 +152,38 @@ impl BackfillHandle {
             task: crate::task::TaskSlot::default(),
             pacer: Mutex::new(None),
         })
+    }
+
+    /// Close the gate once the checkpoint says the backfill is done, whichever process ran it.
+    /// Only the process that runs the backfill closes its own gate at the end; every other
+    /// process would otherwise keep `OR memory_scope IS NULL` until it restarts, and the NULL
+    /// rows the backfill leaves (no `created_at`, NULL-scope imports) would stay visible to
+    /// every conversation. Reads the checkpoint every `follow_every` while the gate is on (in
+    /// `auto` mode only: `on`/`off` are the operator's), and stops once it has closed.
+    pub async fn follow_checkpoint(handle: std::sync::Weak<BackfillHandle>) {
+        loop {
+            let Some(this) = handle.upgrade() else { return };
+            if this.settings.mode != MigrationMode::Auto || !this.gate.is_on() {
+                return;
+            }
+            match this.settings.checkpoint.load().await {
+                Ok(Some(cp)) if cp.state == BackfillState::Done => {
+                    this.gate.set(false);
+                    this.publish(&cp, 0, Instant::now(), cp.filled);
+                    tracing::info!(
+                        "the backfill is done (checkpoint); recall no longer shows NULL-scope rows"
+                    );
+                    return;
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not read the backfill checkpoint; the migration gate stays on")
+                }
+            }
+            let every = this.settings.follow_every;
+            drop(this);
+            tokio::time::sleep(every).await;
+        }
     }
 
     /// Where the backfill keeps its checkpoint.

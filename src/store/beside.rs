@@ -195,6 +195,34 @@ impl Beside {
         }
     }
 
+    /// The names beside the table that start with `prefix` (one directory level: a local
+    /// `read_dir`, or one delimited bucket listing, never the table's own files).
+    pub async fn list(&self, prefix: &str) -> Result<Vec<String>, BesideError> {
+        let mut names: Vec<String> = match self {
+            Beside::Dir(d) => match std::fs::read_dir(d) {
+                Ok(entries) => entries
+                    .filter_map(|e| e.ok()?.file_name().into_string().ok())
+                    .filter(|n| n.starts_with(prefix))
+                    .collect(),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+                Err(e) => return Err(self.err(prefix, e)),
+            },
+            Beside::Bucket {
+                store, prefix: at, ..
+            } => store
+                .list_with_delimiter(Some(at))
+                .await
+                .map_err(|e| self.err(prefix, e))?
+                .objects
+                .into_iter()
+                .filter_map(|o| o.location.filename().map(str::to_owned))
+                .filter(|n| n.starts_with(prefix))
+                .collect(),
+        };
+        names.sort();
+        Ok(names)
+    }
+
     /// Remove `name` (absent already is fine).
     pub async fn remove(&self, name: &str) -> Result<(), BesideError> {
         match self {

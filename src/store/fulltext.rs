@@ -128,7 +128,7 @@ impl FulltextSearch {
             }
             self.ready.store(true, Ordering::Release);
         }
-        super::read_retrying(|| self.search_once(req)).await
+        super::read_retrying(&self.table, || self.search_once(req)).await
     }
 
     async fn search_once(&self, req: &KeywordRequest) -> Result<Vec<KeywordHit>, StoreError> {

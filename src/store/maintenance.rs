@@ -140,7 +140,7 @@ impl Maintenance {
         let _pass = self.pass.lock().await;
         if deleted > 0 {
             let rows = self.table.count_rows(None).await?;
-            retry(&self.settings, &self.counters, || {
+            retry(&self.table, &self.settings, &self.counters, || {
                 purge_deleted_rows(&self.table, tail_target(rows))
             })
             .await?;
@@ -266,7 +266,7 @@ async fn maintain(
         };
         let started = Instant::now();
         let wall = std::time::SystemTime::now();
-        retry(settings, counters, || async {
+        retry(table, settings, counters, || async {
             table
                 .optimize(OptimizeAction::Compact {
                     options: CompactionOptions {

@@ -10,6 +10,7 @@ pub mod index_state;
 pub mod lease;
 pub mod location;
 pub mod maintenance;
+pub mod orphans;
 pub mod page;
 pub mod record;
 pub mod reembed;
@@ -323,8 +324,31 @@ impl Store {
         self.writer.append(rows).await
     }
 
-    /// Rows with these ids (vectors excluded). Unknown ids are simply absent.
-    pub async fn get_by_ids(&self, ids: &[String]) -> Result<Vec<MemoryRecord>, StoreError> {
+    /// Move this process's view of the table to the latest committed version now, instead of
+    /// up to `read_consistency` later. Erases read and delete here: Lance commits a delete
+    /// made on a stale version without conflicting with a newer append, so a delete that
+    /// did not see the append leaves its row behind.
+    pub async fn refresh(&self) -> Result<(), StoreError> {
+        Ok(self.table.checkout_latest().await?)
+    }
+
+    /// Remove the data files no version references that hold any of `erased` (see
+    /// [`orphans`]): what a commit that failed while an erase ran left behind.
+    pub async fn remove_orphans_holding(
+        &self,
+        erased: &std::collections::HashSet<String>,
+    ) -> Result<orphans::OrphanReport, StoreError> {
+        orphans::remove_orphans_holding(&self.table, erased).await
+    }
+
+    /// Rows with these ids (vectors excluded) that also match `visible` (a SQL predicate, in
+    /// the same query: a duplicate id in another scope is never fetched). Unknown ids are
+    /// simply absent.
+    pub async fn get_by_ids(
+        &self,
+        ids: &[String],
+        visible: Option<&str>,
+    ) -> Result<Vec<MemoryRecord>, StoreError> {
         let mut out = Vec::with_capacity(ids.len());
         for chunk in ids.chunks(500) {
             if chunk.is_empty() {
@@ -334,39 +358,53 @@ impl Store {
                 .iter()
                 .map(|id| crate::scope::sql_literal(id))
                 .collect();
-            let mut stream = self
-                .table
-                .query()
-                .only_if(format!("{COL_ID} IN ({})", list.join(", ")))
-                .select(Select::columns(&RECORD_COLUMNS))
-                .execute()
-                .await?;
-            while let Some(batch) = stream.try_next().await? {
-                out.extend(record::from_batch(&batch));
-            }
+            let predicate = match visible {
+                Some(v) => format!("{COL_ID} IN ({}) AND ({v})", list.join(", ")),
+                None => format!("{COL_ID} IN ({})", list.join(", ")),
+            };
+            let batch = read_retrying(&self.table, || async {
+                let mut rows = Vec::new();
+                let mut stream = self
+                    .table
+                    .query()
+                    .only_if(predicate.as_str())
+                    .select(Select::columns(&RECORD_COLUMNS))
+                    .execute()
+                    .await?;
+                while let Some(batch) = stream.try_next().await? {
+                    rows.extend(record::from_batch(&batch));
+                }
+                Ok(rows)
+            })
+            .await?;
+            out.extend(batch);
         }
         Ok(out)
     }
 
-    /// Ids of the rows matching a SQL predicate.
+    /// Ids of the rows matching a SQL predicate, read at the latest committed version.
     pub async fn ids_where(&self, predicate: &str) -> Result<Vec<String>, StoreError> {
-        let mut stream = self
-            .table
-            .query()
-            .only_if(predicate)
-            .select(Select::columns(&[COL_ID]))
-            .execute()
-            .await?;
-        let mut ids = Vec::new();
-        while let Some(batch) = stream.try_next().await? {
-            if let Some(col) = batch
-                .column_by_name(COL_ID)
-                .and_then(|c| c.as_any().downcast_ref::<StringArray>())
-            {
-                ids.extend(col.iter().flatten().map(str::to_owned));
+        self.refresh().await?;
+        read_retrying(&self.table, || async {
+            let mut stream = self
+                .table
+                .query()
+                .only_if(predicate)
+                .select(Select::columns(&[COL_ID]))
+                .execute()
+                .await?;
+            let mut ids = Vec::new();
+            while let Some(batch) = stream.try_next().await? {
+                if let Some(col) = batch
+                    .column_by_name(COL_ID)
+                    .and_then(|c| c.as_any().downcast_ref::<StringArray>())
+                {
+                    ids.extend(col.iter().flatten().map(str::to_owned));
+                }
             }
-        }
-        Ok(ids)
+            Ok(ids)
+        })
+        .await
     }
 
     /// The rows-per-scope cache (its scan counter shows whether status calls scan).
@@ -456,9 +494,11 @@ impl Store {
     }
 }
 
-/// Run a read again (up to three times) when an erase pruned the version it started on: it
-/// finds its files gone, and succeeds from the latest version.
-pub(crate) async fn read_retrying<T, F, Fut>(mut read: F) -> Result<T, StoreError>
+/// Run a read again (up to three times) when another process's erase or prune removed the
+/// files of the version it started on: move to the latest version first, where the read
+/// succeeds. (Without the move, the cached version stays the pruned one until
+/// `read_consistency` passes, and every retry fails the same way.)
+pub(crate) async fn read_retrying<T, F, Fut>(table: &Table, mut read: F) -> Result<T, StoreError>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<T, StoreError>>,
@@ -466,7 +506,11 @@ where
     let mut attempt = 0;
     loop {
         match read().await {
-            Err(e) if attempt < 3 && e.is_vanished_file() => attempt += 1,
+            Err(e) if attempt < 3 && e.is_vanished_file() => {
+                attempt += 1;
+                tracing::debug!(attempt, error = %e, "read hit a pruned version; reading the latest");
+                table.checkout_latest().await?;
+            }
             other => return other,
         }
     }

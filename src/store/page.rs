@@ -1,7 +1,7 @@
 //! Rows matching a predicate, newest first, one page at a time (the operator page's browse).
 //!
 //! Lance has no `ORDER BY`, so a page reads only `id` and `created_at` of every matching row,
-//! sorts those, and then fetches the full rows of the one page by id. The cost grows with the
+//! sorts those, and then fetches the full rows of the one page by id, under the same predicate. The cost grows with the
 //! rows the predicate admits (two narrow columns), not with the page size or the text.
 
 use futures::TryStreamExt;
@@ -30,6 +30,28 @@ impl Store {
         offset: usize,
         limit: usize,
     ) -> Result<Page, StoreError> {
+        let mut keys = super::read_retrying(self.table(), || self.page_keys(predicate)).await?;
+        let total = keys.len();
+        // Descending: `Some(newer)` > `Some(older)` > `None`.
+        keys.sort_unstable_by(|a, b| b.cmp(a));
+        let wanted: Vec<String> = keys
+            .into_iter()
+            .skip(offset)
+            .take(limit)
+            .map(|(_, id)| id)
+            .collect();
+        // The page's rows under the same predicate: a legacy table may hold an id twice, and
+        // the copy in another scope must not come back with it.
+        let mut rows = self.get_by_ids(&wanted, predicate).await?;
+        rows.sort_by_key(|r| wanted.iter().position(|id| id == &r.id));
+        Ok(Page { total, rows })
+    }
+
+    /// `(created_at, id)` of every row matching `predicate`.
+    async fn page_keys(
+        &self,
+        predicate: Option<&str>,
+    ) -> Result<Vec<(Option<i64>, String)>, StoreError> {
         let mut query = self
             .table()
             .query()
@@ -57,17 +79,6 @@ impl Store {
                 }
             }
         }
-        let total = keys.len();
-        // Descending: `Some(newer)` > `Some(older)` > `None`.
-        keys.sort_unstable_by(|a, b| b.cmp(a));
-        let wanted: Vec<String> = keys
-            .into_iter()
-            .skip(offset)
-            .take(limit)
-            .map(|(_, id)| id)
-            .collect();
-        let mut rows = self.get_by_ids(&wanted).await?;
-        rows.sort_by_key(|r| wanted.iter().position(|id| id == &r.id));
-        Ok(Page { total, rows })
+        Ok(keys)
     }
 }

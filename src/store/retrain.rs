@@ -51,7 +51,7 @@ pub(super) async fn refresh_indexes(
             if retrain_due(last, rows) {
                 let started = Instant::now();
                 let options = OptimizeOptions::retrain().index_names(vec![name]);
-                let result = retry(settings, counters, || async {
+                let result = retry(table, settings, counters, || async {
                     table
                         .optimize(OptimizeAction::Index(options.clone()))
                         .await?;
@@ -75,7 +75,7 @@ pub(super) async fn refresh_indexes(
             }
         }
     }
-    retry(settings, counters, || async {
+    retry(table, settings, counters, || async {
         table
             .optimize(OptimizeAction::Index(OptimizeOptions::default()))
             .await?;

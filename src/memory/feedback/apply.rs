@@ -22,9 +22,12 @@ pub(super) async fn apply(
         ids.push(m.new_id.clone());
         ids.extend(m.delete_ids.iter().cloned());
     }
+    // On the latest version: a member another process erased a moment ago must count as gone,
+    // or the merge would write its text back.
+    shared.store.refresh().await?;
     let existing: BTreeSet<String> = shared
         .store
-        .get_by_ids(&ids)
+        .get_by_ids(&ids, None)
         .await?
         .into_iter()
         .map(|r| r.id)

@@ -55,6 +55,9 @@ pub(super) async fn run_batch(shared: &Shared, jobs: Vec<FeedbackJob>, stop: &No
                 for (what, why) in &outcome.refused {
                     tracing::warn!(job_id = %outcome.job_id, target = %what, reason = %why, "feedback refused a memory it cannot touch");
                 }
+                if let Some(job) = jobs.iter().find(|j| j.job_id == outcome.job_id) {
+                    shared.record_written(job, &outcome);
+                }
                 finish(shared, outcome);
             }
             return Run::Next;
@@ -135,9 +138,14 @@ async fn apply_batch(shared: &Shared, jobs: &[FeedbackJob]) -> Result<Vec<JobOut
         wanted.extend(ids_read(job));
         wanted.extend(job.new_memories.iter().map(|m| m.id.clone()));
     }
+    shared
+        .store
+        .refresh()
+        .await
+        .map_err(|e| unplanned(e.into()))?;
     let rows = shared
         .store
-        .get_by_ids(&wanted.into_iter().collect::<Vec<_>>())
+        .get_by_ids(&wanted.into_iter().collect::<Vec<_>>(), None)
         .await
         .map_err(|e| unplanned(e.into()))?;
     let net = plan_batch(jobs, rows, shared.gate.is_on());

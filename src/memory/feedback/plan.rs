@@ -35,9 +35,10 @@ pub(super) async fn make_plan(
     job: &FeedbackJob,
 ) -> Result<FeedbackPlan, MemoryError> {
     let wanted = ids_read(job);
+    shared.store.refresh().await?;
     let rows = shared
         .store
-        .get_by_ids(&wanted.into_iter().collect::<Vec<_>>())
+        .get_by_ids(&wanted.into_iter().collect::<Vec<_>>(), None)
         .await?;
     let by_id: HashMap<String, MemoryRecord> =
         rows.into_iter().map(|r| (r.id.clone(), r)).collect();

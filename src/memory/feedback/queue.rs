@@ -30,6 +30,10 @@ pub(super) struct Shared {
     /// Jobs an erase dropped from the journal; the worker skips them when they come up.
     pub(super) dropped: Mutex<std::collections::HashSet<String>>,
     pub(super) outcomes: Mutex<VecDeque<JobOutcome>>,
+    /// Rows recent jobs wrote, with when each job was accepted and finished: another
+    /// process's erase that began between the two may have missed them (see
+    /// `memory::erase_notices`).
+    pub(super) written: Mutex<VecDeque<WrittenRows>>,
     pub(super) retry: RetryPolicy,
     /// Failed attempts that were retried, for metrics.
     pub(super) retries: std::sync::atomic::AtomicU64,
@@ -37,6 +41,44 @@ pub(super) struct Shared {
     pub(super) batches: std::sync::atomic::AtomicU64,
     pub(super) finished: Notify,
     pub(super) depth: std::sync::atomic::AtomicUsize,
+}
+
+/// The rows one applied job wrote.
+#[derive(Debug, Clone)]
+pub(super) struct WrittenRows {
+    pub(super) accepted_at: chrono::DateTime<chrono::Utc>,
+    pub(super) finished_at: chrono::DateTime<chrono::Utc>,
+    pub(super) ids: Vec<String>,
+}
+
+/// How long the rows a job wrote are remembered for a late erase notice: far longer than the
+/// notices take to arrive (`storage.read_consistency_ms`).
+const WRITTEN_KEPT: chrono::TimeDelta = chrono::TimeDelta::minutes(10);
+
+impl Shared {
+    /// Remember the rows an applied job wrote (new and merged memories).
+    pub(super) fn record_written(&self, job: &FeedbackJob, outcome: &JobOutcome) {
+        let ids: Vec<String> = outcome
+            .created
+            .iter()
+            .chain(&outcome.merged)
+            .cloned()
+            .collect();
+        if ids.is_empty() {
+            return;
+        }
+        if let Ok(mut w) = self.written.lock() {
+            let cutoff = chrono::Utc::now() - WRITTEN_KEPT;
+            while w.front().is_some_and(|r| r.finished_at < cutoff) {
+                w.pop_front();
+            }
+            w.push_back(WrittenRows {
+                accepted_at: job.accepted_at,
+                finished_at: outcome.finished_at,
+                ids,
+            });
+        }
+    }
 }
 
 /// The queue + worker. `accept` is safe to call before the worker starts: jobs wait durably.
@@ -85,6 +127,7 @@ impl FeedbackQueue {
                 apply: tokio::sync::Mutex::new(()),
                 dropped: Mutex::new(Default::default()),
                 outcomes: Mutex::new(VecDeque::new()),
+                written: Mutex::new(VecDeque::new()),
                 retry: settings.retry,
                 retries: Default::default(),
                 batches: Default::default(),
@@ -217,6 +260,23 @@ impl FeedbackQueue {
         self.stop.notify_one();
         self.task.join().await;
         self.shared.files.release_if_drained();
+    }
+
+    /// Rows written by jobs accepted before `erase_began` and finished after
+    /// `erase_began - margin`: what an erase that began then, in another process, may have
+    /// missed.
+    pub fn written_across(
+        &self,
+        erase_began: chrono::DateTime<chrono::Utc>,
+        margin: chrono::TimeDelta,
+    ) -> Vec<String> {
+        let Ok(w) = self.shared.written.lock() else {
+            return Vec::new();
+        };
+        w.iter()
+            .filter(|r| r.accepted_at <= erase_began && r.finished_at >= erase_began - margin)
+            .flat_map(|r| r.ids.iter().cloned())
+            .collect()
     }
 
     /// This process's instance id (names its journal).

@@ -37,6 +37,7 @@ pub(super) async fn run_job(shared: &Shared, mut pending: PendingJob, stop: &Not
                 for (what, why) in &outcome.refused {
                     tracing::warn!(job_id = %job_id, conversation_id = %pending.job.conversation_id, target = %what, reason = %why, "feedback refused a memory it cannot touch");
                 }
+                shared.record_written(&pending.job, &outcome);
                 finish(shared, outcome);
                 return Run::Next;
             }

@@ -1,0 +1,160 @@
+//! The one erase path, and how it reaches the other processes on the table.
+//!
+//! Every erase (forget by conversation, by ids or by scope, and the expiry sweep) runs
+//! [`MemoryService::erase_where`]: with this process's feedback worker paused, it reads the ids
+//! on the latest version, deletes them there and purges them from every data file and older
+//! version, drops the unapplied jobs that would write them back, rewrites the journal without
+//! them (and without finished jobs' text), and leaves an erase notice beside the table. Every
+//! process applies the others' notices within `storage.read_consistency_ms`
+//! ([`MemoryService::follow_erasures`]): the same drop and rewrite in its own journal, and a
+//! second erase of the rows its jobs wrote while the first one ran.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use chrono::Utc;
+
+use super::super::erase_notices::EraseNotice;
+use super::super::model::ForgetOutcome;
+use super::super::MemoryError;
+use super::MemoryService;
+use crate::scope::sql_literal;
+use crate::store::StoreError;
+
+/// Clock difference allowed between processes when deciding which rows a job wrote after
+/// another process's erase began (processes sharing a bucket run on different machines).
+const CLOCK_MARGIN: chrono::TimeDelta = chrono::TimeDelta::seconds(2);
+
+impl MemoryService {
+    /// Erase the rows `predicate` selects and, with `conversation_id` or `scope`, the unapplied
+    /// feedback jobs of that conversation or scope, in this process and (through the notice)
+    /// in every other one.
+    pub(super) async fn erase_where(
+        &self,
+        predicate: String,
+        conversation_id: Option<String>,
+        scope: Option<String>,
+    ) -> Result<ForgetOutcome, MemoryError> {
+        let began = Utc::now();
+        let paused = self.feedback.pause().await;
+        // `ids_where` reads the latest version, and the writer deletes on it.
+        let erased_ids = self.store.ids_where(&predicate).await?;
+        let report = self.store.writer().erase(predicate.clone()).await?;
+        self.remove_orphans(erased_ids.iter().cloned().collect())
+            .await?;
+        let notice = EraseNotice::new(began, predicate, conversation_id, scope, erased_ids);
+        let erased: HashSet<&str> = notice.ids.iter().map(String::as_str).collect();
+        let dropped = self.feedback.drop_pending(&paused, |job, plan| {
+            notice.selects(job)
+                || plan.is_some_and(|p| {
+                    p.merges
+                        .iter()
+                        .any(|m| m.delete_ids.iter().any(|id| erased.contains(id.as_str())))
+                })
+        })?;
+        drop(paused);
+        let selects_jobs = notice.conversation_id.is_some() || notice.scope.is_some();
+        if report.deleted > 0 || selects_jobs {
+            // The rows are gone; without the notice another process's journal keeps its copy.
+            self.erase_notices.publish(&notice).await.map_err(|e| {
+                MemoryError::Internal(format!(
+                    "the rows are erased, but the other processes could not be told (forget again to retry): {e}"
+                ))
+            })?;
+        }
+        Ok(ForgetOutcome {
+            deleted: report.deleted,
+            refused: Vec::new(),
+            pending_feedback_dropped: dropped,
+        })
+    }
+
+    /// Apply the erases other processes made since the last call: drop this process's
+    /// unapplied jobs they select, rewrite the journal without them and without finished jobs'
+    /// text, and erase again the rows this process's jobs wrote while such an erase ran (a job
+    /// accepted before it began and applied after its delete). Returns the notices applied.
+    pub async fn follow_erasures(&self) -> Result<usize, MemoryError> {
+        let notices = self
+            .erase_notices
+            .unseen()
+            .await
+            .map_err(|e| MemoryError::Internal(e.to_string()))?;
+        if notices.is_empty() {
+            return Ok(0);
+        }
+        let paused = self.feedback.pause().await;
+        let erased: HashSet<&str> = notices
+            .iter()
+            .flat_map(|(_, n)| n.ids.iter().map(String::as_str))
+            .collect();
+        let dropped = self.feedback.drop_pending(&paused, |job, plan| {
+            notices.iter().any(|(_, n)| n.selects(job))
+                || plan.is_some_and(|p| {
+                    p.merges
+                        .iter()
+                        .any(|m| m.delete_ids.iter().any(|id| erased.contains(id.as_str())))
+                })
+        })?;
+        // A compaction that failed against the erase after its own sweep left copies behind.
+        self.remove_orphans(erased.iter().map(|id| id.to_string()).collect())
+            .await?;
+        let mut erased_again = 0;
+        for (_, notice) in &notices {
+            let written = self.feedback.written_across(notice.began, CLOCK_MARGIN);
+            if written.is_empty() {
+                continue;
+            }
+            let listed: Vec<String> = written.iter().map(|id| sql_literal(id)).collect();
+            let late = format!("id IN ({}) AND ({})", listed.join(", "), notice.predicate);
+            self.store.refresh().await?;
+            let late_ids = self.store.ids_where(&late).await?;
+            if !late_ids.is_empty() {
+                erased_again += self.store.writer().erase(late).await?.deleted;
+                self.remove_orphans(late_ids.into_iter().collect()).await?;
+            }
+        }
+        drop(paused);
+        for (name, _) in &notices {
+            self.erase_notices.mark_seen(name);
+        }
+        tracing::info!(
+            notices = notices.len(),
+            pending_feedback_dropped = dropped,
+            rows_erased_again = erased_again,
+            "applied other processes' erases"
+        );
+        Ok(notices.len())
+    }
+
+    /// Remove unreferenced data files holding any of `erased` (see `store::orphans`).
+    async fn remove_orphans(&self, erased: HashSet<String>) -> Result<(), MemoryError> {
+        let report = self.store.remove_orphans_holding(&erased).await?;
+        if report.removed > 0 {
+            tracing::info!(
+                unreferenced = report.unreferenced,
+                removed = report.removed,
+                "removed data files that failed commits left holding erased rows"
+            );
+        }
+        Ok(())
+    }
+}
+
+/// Apply other processes' erases every `every`, until the service or its writer is gone.
+pub(super) async fn keep_following_erasures(
+    memory: std::sync::Weak<MemoryService>,
+    every: Duration,
+) {
+    loop {
+        let Some(m) = memory.upgrade() else { return };
+        match m.follow_erasures().await {
+            Ok(_) => {}
+            Err(MemoryError::Store(StoreError::WriterGone)) => return,
+            Err(e) => {
+                tracing::warn!(error = %e, "could not apply other processes' erases; retrying")
+            }
+        }
+        drop(m);
+        tokio::time::sleep(every).await;
+    }
+}
