@@ -370,6 +370,87 @@ async fn three_instances_share_one_bucket_without_losing_doubling_or_leaking() {
         assert!(Instant::now() < deadline, "no row lost or doubled: {st}");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+
+    // Feedback accepted by one instance, its conversation forgotten through another: the
+    // erase notice in the bucket reaches the first, whose journal (in its own state_dir) then
+    // drops the text. Once applied and once still queued.
+    for (round, wait_applied) in [(0, true), (1, false)] {
+        let conversation = format!("default:GroupMessage:7700{round}");
+        let text = format!("zq-s3fb-{round} the pelican owes us three sandwiches");
+        let (status, r) = post(
+            &client,
+            &instances[0],
+            "/v1/feedback",
+            json!({"conversation_id": conversation, "new_memories": [{"content": text}]}),
+        )
+        .await;
+        assert_eq!(status, 202, "{r}");
+        if wait_applied {
+            let url = format!(
+                "{}/v1/feedback/{}",
+                instances[0].base,
+                r["job_id"].as_str().unwrap()
+            );
+            let applied = Instant::now();
+            while client
+                .get(&url)
+                .send()
+                .await
+                .unwrap()
+                .json::<Value>()
+                .await
+                .unwrap()["state"]
+                != "done"
+            {
+                assert!(
+                    applied.elapsed() < Duration::from_secs(10),
+                    "job never applied"
+                );
+                tokio::time::sleep(Duration::from_millis(25)).await;
+            }
+        }
+        let (status, r) = post(
+            &client,
+            &instances[1],
+            "/v1/forget",
+            json!({"conversation_id": conversation}),
+        )
+        .await;
+        assert_eq!(status, 200, "{r}");
+        let forgot = Instant::now();
+        loop {
+            let objects = moto.objects_containing("shared", &text[..9]).await;
+            let files = files_containing(dir.path(), &text[..9]);
+            if objects.is_empty() && files.is_empty() {
+                break;
+            }
+            assert!(
+                forgot.elapsed() < Duration::from_secs(10),
+                "erased feedback text still in objects {objects:?} and files {files:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        println!(
+            "RESULT s3 feedback here, forget there ({}): no copy {:?} after the forget",
+            if wait_applied { "applied" } else { "queued" },
+            forgot.elapsed()
+        );
+        // A recall reads other instances' commits at most read_consistency_ms late.
+        for s in &instances {
+            loop {
+                let hits = recalled(&client, s, &conversation, &text).await;
+                if hits.iter().all(|m| m["content"] != text.as_str()) {
+                    break;
+                }
+                assert!(
+                    forgot.elapsed() < Duration::from_secs(5),
+                    "{} still recalls the erased feedback memory",
+                    s.base
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
