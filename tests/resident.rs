@@ -135,6 +135,44 @@ async fn searches(store: &Store) -> (ResidentSearch, Arc<LanceSearch>) {
     (resident, lance)
 }
 
+/// The resident search answers `req` from memory with what LanceDB's exact prefiltered search
+/// returns: the same rows in the same order (a swap only between rows whose distances tie to
+/// within the f16 copies' rounding), none expired, every one admitted by the filter.
+async fn answers_as_lancedb(
+    store: &Store,
+    resident: &ResidentSearch,
+    lance: &LanceSearch,
+    req: &SearchRequest,
+    label: &str,
+) {
+    let served = store.resident().stats().served;
+    let got = resident.nearest(req).await.unwrap();
+    assert_eq!(
+        store.resident().stats().served,
+        served + 1,
+        "answered from memory"
+    );
+    let want = lance.nearest(req).await.unwrap();
+    assert_eq!(got.len(), want.len(), "{label}");
+    for (g, w) in got.iter().zip(&want) {
+        assert!(
+            g.record.id == w.record.id || (g.distance - w.distance).abs() < 1e-3,
+            "{label}: {:?} vs {:?}",
+            ids(&got),
+            ids(&want)
+        );
+        assert!((g.distance - w.distance).abs() < 1e-3, "{label}");
+    }
+    for h in &got {
+        assert!(h.record.expires_at.unwrap() > Utc::now(), "no expired row");
+        assert!(req
+            .rows
+            .as_ref()
+            .unwrap()
+            .admits_scope(h.record.memory_scope.as_deref()));
+    }
+}
+
 async fn loaded(store: &Store) {
     let resident = store.resident().clone();
     assert!(
@@ -161,34 +199,8 @@ async fn returns_what_lancedb_returns_for_every_filter() {
     for (scope, migration, filter) in cases {
         for _ in 0..10 {
             let req = request(rng.vector(), scope, migration, filter);
-            let served = store.resident().stats().served;
-            let got = resident.nearest(&req).await.unwrap();
-            assert_eq!(
-                store.resident().stats().served,
-                served + 1,
-                "answered from memory"
-            );
-            let want = lance.nearest(&req).await.unwrap();
-            assert_eq!(got.len(), want.len(), "{scope} {migration} {filter:?}");
-            for (g, w) in got.iter().zip(&want) {
-                // Same rows in the same order; a swap is allowed only between rows whose
-                // distances tie to within the f16 copies' rounding.
-                assert!(
-                    g.record.id == w.record.id || (g.distance - w.distance).abs() < 1e-3,
-                    "{scope} {migration} {filter:?}: {:?} vs {:?}",
-                    ids(&got),
-                    ids(&want)
-                );
-                assert!((g.distance - w.distance).abs() < 1e-3);
-            }
-            for h in &got {
-                assert!(h.record.expires_at.unwrap() > Utc::now(), "no expired row");
-                assert!(req
-                    .rows
-                    .as_ref()
-                    .unwrap()
-                    .admits_scope(h.record.memory_scope.as_deref()));
-            }
+            let label = format!("{scope} {migration} {filter:?}");
+            answers_as_lancedb(&store, &resident, &lance, &req, &label).await;
         }
     }
 }
@@ -599,27 +611,8 @@ async fn reads_wider_text_and_millisecond_times_as_lancedb_does() {
         for (scope, migration) in [("家人", false), ("public", true), ("工作", true)] {
             for _ in 0..5 {
                 let req = request(rng.vector(), scope, migration, ScopeFilterMode::Enforce);
-                let served = store.resident().stats().served;
-                let got = resident.nearest(&req).await.unwrap();
-                assert_eq!(store.resident().stats().served, served + 1, "from memory");
-                let want = lance.nearest(&req).await.unwrap();
-                assert_eq!(got.len(), want.len(), "{scope_type} {scope} {migration}");
-                for (g, w) in got.iter().zip(&want) {
-                    assert!(
-                        g.record.id == w.record.id || (g.distance - w.distance).abs() < 1e-3,
-                        "{scope_type} {scope} {migration}: {:?} vs {:?}",
-                        ids(&got),
-                        ids(&want)
-                    );
-                }
-                for h in &got {
-                    assert!(h.record.expires_at.unwrap() > Utc::now(), "no expired row");
-                    assert!(req
-                        .rows
-                        .as_ref()
-                        .unwrap()
-                        .admits_scope(h.record.memory_scope.as_deref()));
-                }
+                let label = format!("{scope_type} {scope} {migration}");
+                answers_as_lancedb(&store, &resident, &lance, &req, &label).await;
             }
         }
     }
