@@ -252,7 +252,31 @@ pub enum Switch {
 /// committed after V fails this commit (retryable: embed what it added, try again), and one
 /// staged before this commit fails to commit after it (its writer retries against the new
 /// schema). Deletes commute with it. Then the config records the model (guarded step).
+/// Rows per fragment when the switch first rewrites fragments (Lance's default target).
+const PURGE_TARGET_ROWS: usize = 1 << 20;
+
+/// Whether a fragment holds deleted rows. A row staged (rewritten with its new vector) or
+/// erased during the re-embed stays in its old fragment as a deleted row, and its
+/// `vector_next` there is NULL (or absent, in a fragment written before the column existed).
+/// After the switch it reads as NULL in the non-null `vector`, and the flat vector search,
+/// which reads a fragment's rows before it applies the deletion mask, failed with "unmasked
+/// nulls for non-nullable field vector". So the switch rewrites such fragments first.
+async fn holds_deleted_rows(table: &Table) -> Result<bool, StoreError> {
+    table.checkout_latest().await?;
+    let Some(wrapper) = table.dataset() else {
+        return Ok(false);
+    };
+    let dataset = wrapper.get().await?;
+    Ok(dataset
+        .get_fragments()
+        .iter()
+        .any(|f| f.metadata().deletion_file.is_some()))
+}
+
 pub async fn switch(table: &Table, model: &ModelInfo) -> Result<Switch, StoreError> {
+    if holds_deleted_rows(table).await? {
+        super::retention::purge_deleted_rows(table, PURGE_TARGET_ROWS).await?;
+    }
     table.checkout_latest().await?;
     let wrapper = table
         .dataset()
@@ -280,6 +304,14 @@ pub async fn switch(table: &Table, model: &ModelInfo) -> Result<Switch, StoreErr
         .await? as u64;
     if remaining > 0 {
         return Ok(Switch::Remaining(remaining));
+    }
+    if dataset
+        .get_fragments()
+        .iter()
+        .any(|f| f.metadata().deletion_file.is_some())
+    {
+        // A delete landed since the rewrite above: another pass, and the switch rewrites again.
+        return Ok(Switch::Remaining(0));
     }
     let mut projected = schema.clone();
     projected.fields.retain(|f| f.name != COL_VECTOR);

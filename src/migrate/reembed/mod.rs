@@ -25,8 +25,12 @@
 //! ([`super::pacing`]). A pass streams the rows left, embeds them as passages, stages each
 //! batch through the single writer. When a pass ends, the switch.
 //!
-//! **The switch is one commit.** At one table version V, [`store::reembed::switch`] checks that
-//! no row lacks `vector_next`, then commits, based on V, a Lance `Project` that drops
+//! **The switch is one commit.** It first rewrites every fragment holding deleted rows (a row
+//! staged or erased during the re-embed stays in its old fragment, deleted, with a NULL
+//! `vector_next`: after the switch that NULL sat in the non-null `vector`, and the flat vector
+//! search, which reads deleted rows before masking them, failed). At one table version V,
+//! [`store::reembed::switch`] checks that no row lacks `vector_next` and no fragment holds
+//! deleted rows, then commits, based on V, a Lance `Project` that drops
 //! `vector`, renames `vector_next` to `vector` (with its model in the field metadata) and
 //! makes it non-null. Every row moves to the new model in that commit, or none does: a reader
 //! sees the old schema or the new one. Why no row is lost or brought back with other
