@@ -195,7 +195,13 @@ pub fn bench_root() -> PathBuf {
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from("target"));
-    target.join("scopemem-bench")
+    let root = target.join("scopemem-bench");
+    // Created here, where every bench asks for it: a fresh clone has no such directory, and
+    // `tempdir_in` below it panicked (only scripts/bench-compare.sh used to create it).
+    if let Err(e) = std::fs::create_dir_all(&root) {
+        panic!("cannot create the bench directory {}: {e}", root.display());
+    }
+    root
 }
 
 pub async fn embed_all(e: &dyn Embedder, texts: Vec<String>) -> Vec<Vec<f32>> {
