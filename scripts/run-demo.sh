@@ -32,9 +32,9 @@ for _ in $(seq 1 120); do
 done
 echo "scopemem is serving on http://127.0.0.1:${port} (config: $cfg, log: ./data/demo-serve.log)"
 "$bin" demo --url "http://127.0.0.1:${port}"
-echo
-curl -fsS "http://127.0.0.1:${port}/v1/status"; echo
 if [ "${SERVE:-0}" = "1" ]; then
   echo "SERVE=1: still serving; Ctrl-C to stop"
   wait "$pid"
+else
+  echo "  the service stops now; SERVE=1 make run keeps it serving"
 fi

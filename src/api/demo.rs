@@ -2,6 +2,7 @@
 //! chat through a running service, then shows who recalls what.
 
 use serde_json::{json, Value};
+use unicode_width::{UnicodeWidthChar, UnicodeWidthStr};
 
 /// The conversations the demo config maps (see scripts/run-demo.sh).
 pub const FAMILY: &str = "default:GroupMessage:12345";
@@ -26,16 +27,20 @@ async fn post(
     path: &str,
     body: Value,
 ) -> Result<Value, DemoError> {
+    send(client.post(format!("{base}{path}")).json(&body), base, path).await
+}
+
+/// Send one request to `base` + `path`; its JSON body, or why there is none.
+async fn send(
+    request: reqwest::RequestBuilder,
+    base: &str,
+    path: &str,
+) -> Result<Value, DemoError> {
     let url = format!("{base}{path}");
-    let resp = client
-        .post(&url)
-        .json(&body)
-        .send()
-        .await
-        .map_err(|e| DemoError::Http {
-            url: url.clone(),
-            message: e.to_string(),
-        })?;
+    let resp = request.send().await.map_err(|e| DemoError::Http {
+        url: url.clone(),
+        message: e.to_string(),
+    })?;
     let status = resp.status().as_u16();
     let text = resp.text().await.map_err(|e| DemoError::Http {
         url: url.clone(),
@@ -101,9 +106,10 @@ pub async fn run(base: &str) -> Result<(), DemoError> {
         )
         .await?;
         println!(
-            "  [{label:<12}] scope={:<8} ({:<12}) {content}",
-            r["memory"]["memory_scope"].as_str().unwrap_or("?"),
-            r["memory"]["scope_source"].as_str().unwrap_or("?"),
+            "  [{}] scope={} ({}) {content}",
+            left(label, 12),
+            left(r["memory"]["memory_scope"].as_str().unwrap_or("?"), 8),
+            left(r["memory"]["scope_source"].as_str().unwrap_or("?"), 12),
         );
         written.push((
             r["memory"]["id"].as_str().unwrap_or_default().to_string(),
@@ -123,8 +129,11 @@ pub async fn run(base: &str) -> Result<(), DemoError> {
     ];
     println!("\n== Who sees what (recall from each conversation) ==");
     println!(
-        "  {:<64} {:^8} {:^10} {:^12}",
-        "memory [scope]", "家人群", "work group", "private chat"
+        "  {} {} {} {}",
+        left("[scope] memory", LABEL_WIDTH),
+        centred("家人群", 12),
+        centred("work group", 12),
+        centred("private chat", 12)
     );
     for (id, scope, content) in &written {
         let mut cells = Vec::new();
@@ -141,10 +150,12 @@ pub async fn run(base: &str) -> Result<(), DemoError> {
                 .is_some_and(|ms| ms.iter().any(|m| m["id"].as_str() == Some(id)));
             cells.push(if seen { "sees" } else { "-" });
         }
-        let label: String = format!("[{scope}] {content}").chars().take(64).collect();
         println!(
-            "  {label:<64} {:^8} {:^10} {:^12}",
-            cells[0], cells[1], cells[2]
+            "  {} {} {} {}",
+            left(&format!("[{scope}] {content}"), LABEL_WIDTH),
+            centred(cells[0], 12),
+            centred(cells[1], 12),
+            centred(cells[2], 12)
         );
     }
     let q = "When is grandma's birthday dinner?";
@@ -176,5 +187,76 @@ pub async fn run(base: &str) -> Result<(), DemoError> {
         }
     }
     println!("\nFamily memories stay in 家人, work memories in 工作; the unmapped private chat writes public memories that everyone sees.");
+    summary(&client, base).await
+}
+
+/// The closing lines: what the table holds, where, and where to look next.
+async fn summary(client: &reqwest::Client, base: &str) -> Result<(), DemoError> {
+    let status = send(client.get(format!("{base}/v1/status")), base, "/v1/status").await?;
+    let by_scope: Vec<String> = status["rows_by_scope"]
+        .as_object()
+        .map(|m| m.iter().map(|(scope, n)| format!("{scope} {n}")).collect())
+        .unwrap_or_default();
+    println!("\n== Summary ==");
+    println!(
+        "  {} memories ({}), stored in {}",
+        status["rows"],
+        by_scope.join(", "),
+        status["location"].as_str().unwrap_or("?")
+    );
+    println!("  operator page: {base}/ui    status: {base}/v1/status");
     Ok(())
+}
+
+/// Display columns the memory column of the table takes.
+const LABEL_WIDTH: usize = 64;
+
+/// `text` cut and padded to `width` terminal columns: a CJK character takes two, so `{:<n}`
+/// (which counts characters) misaligned every row holding Chinese.
+fn left(text: &str, width: usize) -> String {
+    let mut out = String::new();
+    let mut used = 0;
+    for c in text.chars() {
+        let w = c.width().unwrap_or(0);
+        if used + w > width {
+            break;
+        }
+        out.push(c);
+        used += w;
+    }
+    out.push_str(&" ".repeat(width - used));
+    out
+}
+
+/// `text` centred in `width` terminal columns (cut to fit).
+fn centred(text: &str, width: usize) -> String {
+    let text = left(text, width.min(text.width()));
+    let spare = width.saturating_sub(text.width());
+    format!(
+        "{}{text}{}",
+        " ".repeat(spare / 2),
+        " ".repeat(spare - spare / 2)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn columns_are_counted_in_terminal_cells() {
+        assert_eq!(left("家人群", 8), "家人群  ");
+        assert_eq!(left("work", 6), "work  ");
+        assert_eq!(
+            left("家人群很长", 7),
+            "家人群 ",
+            "a wide character never splits"
+        );
+        assert_eq!(centred("家人群", 12).width(), 12);
+        assert_eq!(centred("家人群", 12), "   家人群   ");
+        assert_eq!(centred("sees", 12).width(), 12);
+        for row in ["[家人] 妈妈对花生过敏", "[public] The user likes hotpot"] {
+            assert_eq!(left(row, LABEL_WIDTH).width(), LABEL_WIDTH);
+        }
+    }
 }
