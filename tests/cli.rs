@@ -209,14 +209,7 @@ async fn serve_shuts_down_cleanly_on_sigterm_and_keeps_what_it_accepted() {
     wait_up().await;
     let mut n = 0;
     for _ in 0..100 {
-        let s: Value = client
-            .get(format!("{base}/v1/status"))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let s: Value = get_json(&client, &format!("{base}/v1/status")).await;
         n = s["rows"].as_u64().unwrap();
         if n == 2 {
             break;

@@ -297,14 +297,7 @@ async fn events_tools_forget_and_metrics_over_http() {
     };
 
     // Tools: listed with schemas; arguments cannot steer the scope.
-    let tools: Value = client
-        .get(format!("{base}/v1/tools"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let tools: Value = get_json(&client, &format!("{base}/v1/tools")).await;
     let names: Vec<&str> = tools["tools"]
         .as_array()
         .unwrap()
@@ -375,14 +368,7 @@ async fn events_tools_forget_and_metrics_over_http() {
         .await
         .unwrap();
     assert_eq!(o.created.len(), 1);
-    let status: Value = client
-        .get(format!("{base}/v1/feedback/{job}"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let status: Value = get_json(&client, &format!("{base}/v1/feedback/{job}")).await;
     assert_eq!(status["state"], "done");
     let (code, _) = post("/v1/events/after_message_sent", json!({"conversation_id": FAMILY, "user_message": "hi", "bot_reply": "hello", "reflection": {"new_memories": [{"content": "x"}], "conversation_id": WORK}})).await;
     assert_eq!(code, 400, "a reflection cannot name another conversation");
@@ -416,23 +402,9 @@ async fn events_tools_forget_and_metrics_over_http() {
     assert!(text.contains("scopemem_rows{memory_scope=\"工作\"} 1"));
     assert!(text.contains("scopemem_feedback_queue_depth 0"));
     assert!(text.contains("scopemem_backfill_state{state=\"none\"} 1"));
-    let health: Value = client
-        .get(format!("{base}/healthz"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let health: Value = get_json(&client, &format!("{base}/healthz")).await;
     assert_eq!(health, json!({"status": "ok"}), "liveness only");
-    let status: Value = client
-        .get(format!("{base}/v1/status"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let status: Value = get_json(&client, &format!("{base}/v1/status")).await;
     assert_eq!(status["feedback_journal_ok"], true);
 }
 

@@ -121,6 +121,11 @@ pub async fn recall(
     (r["memory_scope"].as_str().unwrap_or("").to_string(), hits)
 }
 
+/// `GET url` as JSON (panics on a transport error or a body that is not JSON).
+pub async fn get_json(client: &reqwest::Client, url: &str) -> Value {
+    client.get(url).send().await.unwrap().json().await.unwrap()
+}
+
 pub async fn rows(host: &PluginHost) -> usize {
     host.memory().store().count(None).await.expect("count rows")
 }
