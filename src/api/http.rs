@@ -333,8 +333,6 @@ async fn status(State(host): State<AppState>) -> Result<Json<Value>, ApiError> {
     Ok(Json(host.invoke("status", Value::Null).await?))
 }
 
-/// Health of each part: the embedder (a tiny embedding), the store (a row count) and the
-/// feedback journal. 503 if any is down.
 /// Liveness only, for anyone who can reach the port (it is outside the Host and token guard):
 /// the process answers. Rows, the store's and the embedder's state and their error texts are
 /// for `/v1/status`, behind the guard.

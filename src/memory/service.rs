@@ -251,6 +251,12 @@ impl MemoryService {
             .with_maintainer(store.maintainer().clone()),
         );
         let latency = Arc::new(crate::migrate::ForegroundLatency::default());
+        // How often this process reads what the others did (the backfill checkpoint, erase
+        // notices): as stale as a read may be, and no busier than ten times a second.
+        let follow_others = config
+            .storage
+            .read_consistency()
+            .max(std::time::Duration::from_millis(100));
         let backfill = BackfillHandle::prepare(
             store.clone(),
             BackfillSettings {
@@ -268,10 +274,7 @@ impl MemoryService {
                     store.beside().clone(),
                     &config.storage.table_name,
                 ),
-                follow_every: config
-                    .storage
-                    .read_consistency()
-                    .max(std::time::Duration::from_millis(100)),
+                follow_every: follow_others,
             },
             outcome.backfill_needed,
         )
@@ -352,10 +355,7 @@ impl MemoryService {
                     .compaction_interval()
                     .max(std::time::Duration::from_secs(1)),
                 retention: super::retention::Retention::from_config(&config.retention),
-                follow_erasures: config
-                    .storage
-                    .read_consistency()
-                    .max(std::time::Duration::from_millis(100)),
+                follow_erasures: follow_others,
             },
             backfill,
             reembed: Arc::new(reembed),

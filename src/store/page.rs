@@ -1,8 +1,9 @@
 //! Rows matching a predicate, newest first, one page at a time (the operator page's browse).
 //!
 //! Lance has no `ORDER BY`, so a page reads only `id` and `created_at` of every matching row,
-//! sorts those, and then fetches the full rows of the one page by id, under the same predicate. The cost grows with the
-//! rows the predicate admits (two narrow columns), not with the page size or the text.
+//! sorts those, and then fetches the full rows of the one page by id, under the same predicate.
+//! The cost grows with the rows the predicate admits (two narrow columns), not with the page
+//! size or the text.
 
 use futures::TryStreamExt;
 use lancedb::arrow::arrow_array::{Array, StringArray};

@@ -106,7 +106,7 @@ impl MemoryService {
             }
             let listed: Vec<String> = written.iter().map(|id| sql_literal(id)).collect();
             let late = format!("id IN ({}) AND ({})", listed.join(", "), notice.predicate);
-            self.store.refresh().await?;
+            // `ids_where` reads the latest version.
             let late_ids = self.store.ids_where(&late).await?;
             if !late_ids.is_empty() {
                 erased_again += self.store.writer().erase(late).await?.deleted;
