@@ -167,14 +167,23 @@ impl BackfillHandle {
                 return;
             }
             match this.settings.checkpoint.load().await {
-                Ok(Some(cp)) if cp.state == BackfillState::Done => {
-                    this.gate.set(false);
-                    this.publish(&cp, 0, Instant::now(), cp.filled);
-                    tracing::info!(
-                        "the backfill is done (checkpoint); recall no longer shows NULL-scope rows"
-                    );
-                    return;
-                }
+                // The backfill committed its updates before it wrote "done": read them before
+                // the gate closes, or this process's view (up to read_consistency_ms old) still
+                // holds the rows as NULL and, the gate closed, shows none of them.
+                Ok(Some(cp)) if cp.state == BackfillState::Done => match this.store.refresh().await
+                {
+                    Ok(()) => {
+                        this.gate.set(false);
+                        this.publish(&cp, 0, Instant::now(), cp.filled);
+                        tracing::info!(
+                            "the backfill is done (checkpoint); recall no longer shows NULL-scope rows"
+                        );
+                        return;
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "could not read the backfilled table; the migration gate stays on")
+                    }
+                },
                 Ok(_) => {}
                 Err(e) => {
                     tracing::warn!(error = %e, "could not read the backfill checkpoint; the migration gate stays on")
