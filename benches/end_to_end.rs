@@ -36,7 +36,7 @@ fn main() {
     let host = Arc::new(rt.block_on(host_on(
         &dir,
         embedder.clone(),
-        json!({"conversation_scope_map": {"bench:conv": "scope_07"}, "recall": {"similarity_threshold": 0.0}}),
+        json!({"conversation_scope_map": {"bench:conv": "scope_07"}, "recall": {"similarity_threshold": 0.0, "similarity_cut": "fixed"}}),
     )));
     host.start_background();
     let loaded = wait_resident(&rt, &host, n);

@@ -22,11 +22,13 @@ mod common;
 
 use common::*;
 use scopemem::embed::Embedder;
-use scopemem::memory::hybrid::fuse;
+use scopemem::memory::hybrid::{fuse, Candidate};
 use scopemem::memory::retention::timestamp_literal;
 use scopemem::memory::sweeper::sweep_once;
 use scopemem::store::search::{build_vector_index, has_vector_index};
-use scopemem::store::{FulltextSearch, KeywordRequest, LanceSearch, NearestVisible, SearchRequest};
+use scopemem::store::{
+    FulltextSearch, KeywordRequest, LanceSearch, MemoryRecord, NearestVisible, SearchRequest,
+};
 use serde_json::json;
 
 fn report(label: &str, times: Vec<Duration>, extra: &str) {
@@ -64,9 +66,18 @@ async fn searches(vector: &LanceSearch, keywords: &FulltextSearch, qs: &[Query],
         let (vr, kr) = (vector_req(q), keyword_req(q));
         let t = Instant::now();
         let (v, k) = futures::join!(vector.nearest(&vr), keywords.matching(&kr));
-        let v = v.expect("vector").into_iter().map(|h| h.record).collect();
-        let k = k.expect("keyword").into_iter().map(|h| h.record).collect();
-        std::hint::black_box(fuse(&[v, k]));
+        let as_candidates = |records: Vec<MemoryRecord>| -> Vec<Candidate> {
+            records
+                .into_iter()
+                .map(|record| Candidate {
+                    record,
+                    relevance: 1.0,
+                })
+                .collect()
+        };
+        let v = as_candidates(v.expect("vector").into_iter().map(|h| h.record).collect());
+        let k = as_candidates(k.expect("keyword").into_iter().map(|h| h.record).collect());
+        std::hint::black_box(fuse(&[(0.5, v), (0.5, k)]));
         th.push(t.elapsed());
     }
     report(&format!("{n} rows: search only, vector (index)"), tv, "");
@@ -76,7 +87,7 @@ async fn searches(vector: &LanceSearch, keywords: &FulltextSearch, qs: &[Query],
         &format!("{:.1} hits/query", keyword_hits as f64 / qs.len() as f64),
     );
     report(
-        &format!("{n} rows: search only, hybrid (both + RRF)"),
+        &format!("{n} rows: search only, hybrid (both + weighted RRF)"),
         th,
         "",
     );
@@ -87,7 +98,7 @@ fn end_to_end(rt: &tokio::runtime::Runtime, dir: &std::path::Path, e: Arc<dyn Em
     let host = rt.block_on(host_on(
         dir,
         e,
-        json!({"conversation_scope_map": {"bench:conv": "scope_07"}, "recall": {"similarity_threshold": 0.0}}),
+        json!({"conversation_scope_map": {"bench:conv": "scope_07"}, "recall": {"similarity_threshold": 0.0, "similarity_cut": "fixed"}}),
     ));
     // Other questions per mode: the query-embedding cache must not serve one mode's queries
     // to the next.

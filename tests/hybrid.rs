@@ -190,7 +190,7 @@ fn rate(hits: &[bool]) -> String {
     format!("{}/{}", hits.iter().filter(|h| **h).count(), hits.len())
 }
 
-/// The product defaults (similarity threshold 0.5), not the test helper's -1.
+/// The product defaults (the calibrated similarity cut), not the test helper's fixed -1.
 fn default_config(dir: &std::path::Path) -> scopemem::config::Config {
     scopemem::config::Config::from_value(&json!({
         "conversation_scope_map": family_map(),
@@ -234,7 +234,7 @@ async fn measure(host: &PluginHost, label: &str) {
 async fn exact_terms_rank_first_under_hybrid_and_paraphrases_do_not_get_worse() {
     let dir = tempfile::tempdir().unwrap();
     let host = host_with(default_config(dir.path())).await;
-    measure(&host, "similarity_threshold 0.5, the default").await;
+    measure(&host, "calibrated similarity cut, the default").await;
     // The default search is hybrid: a request without `search` answers like one with it.
     for (query, _) in EXACT
         .iter()
@@ -265,6 +265,7 @@ async fn exact_terms_rank_first_under_hybrid_and_paraphrases_do_not_get_worse() 
 async fn keyword_only_candidates_survive_the_similarity_threshold() {
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = default_config(dir.path());
+    cfg.recall.similarity_cut = scopemem::config::SimilarityCut::Fixed;
     cfg.recall.similarity_threshold = 0.95;
     let host = host(cfg).await;
     remember(&host, PRIVATE, "快递单号SF1234567890已经签收").await;

@@ -218,7 +218,7 @@ impl Api {
             "conversation_scope_map": map,
             "unmapped_scope": "conversation",
             "storage": {"db_dir": dir.path().join("lancedb").to_string_lossy()},
-            "recall": {"similarity_threshold": -1.0},
+            "recall": {"similarity_threshold": -1.0, "similarity_cut": "fixed"},
         }))
         .expect("test config is valid")
         .config;

@@ -407,7 +407,7 @@ fn python_sdk_over_stdio() {
         serde_json::to_vec_pretty(&json!({
             "conversation_scope_map": family_map(),
             "storage": {"db_dir": dir.path().join("lancedb").to_string_lossy()},
-            "recall": {"similarity_threshold": -1.0},
+            "recall": {"similarity_threshold": -1.0, "similarity_cut": "fixed"},
         }))
         .unwrap(),
     )

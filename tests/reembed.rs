@@ -101,7 +101,7 @@ fn config_for(db: &Path, embedding: &Value, extra: Value) -> Config {
     let base = json!({
         "conversation_scope_map": family_map(),
         "storage": {"db_dir": db.to_string_lossy()},
-        "recall": {"similarity_threshold": -1.0},
+        "recall": {"similarity_threshold": -1.0, "similarity_cut": "fixed"},
         "embedding": embedding,
     });
     Config::from_value(&merged(base, &extra))

@@ -39,7 +39,7 @@ async fn app(server: Value) -> App {
     let config = Config::from_value(&json!({
         "conversation_scope_map": family_map(),
         "storage": {"db_dir": dir.path().join("lancedb").to_string_lossy()},
-        "recall": {"similarity_threshold": -1.0},
+        "recall": {"similarity_threshold": -1.0, "similarity_cut": "fixed"},
         "server": server,
     }))
     .expect("test config is valid")

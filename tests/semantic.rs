@@ -88,18 +88,42 @@ async fn a_query_about_a_fact_ranks_it_first() {
     );
 }
 
+/// The default cut (calibrated to the model, per script) and a fixed 0.5 both drop a memory
+/// unrelated to the query, which a fixed -1 (no cut) returns.
 #[tokio::test]
 async fn the_default_threshold_drops_unrelated_memories() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut cfg = config(dir.path(), family_map());
-    cfg.recall.similarity_threshold = 0.5;
-    let host = host(cfg).await;
-    remember(&host, PRIVATE, "The user's cat is named Mochi").await;
-    let r = host
-        .invoke("recall", json!({"conversation_id": PRIVATE, "query": "quarterly tax deadlines for corporations"}))
-        .await
-        .unwrap();
-    assert_eq!(r["memories"].as_array().unwrap().len(), 0, "{r}");
+    use scopemem::config::SimilarityCut;
+    let defaults = scopemem::config::Config::defaults().unwrap();
+    assert_eq!(defaults.recall.similarity_cut, SimilarityCut::Calibrated);
+    for (cut, threshold, kept) in [
+        (
+            SimilarityCut::Calibrated,
+            defaults.recall.similarity_threshold,
+            0,
+        ),
+        (SimilarityCut::Fixed, 0.5, 0),
+        (SimilarityCut::Fixed, -1.0, 1),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cfg = config(dir.path(), family_map());
+        cfg.recall.similarity_cut = cut;
+        cfg.recall.similarity_threshold = threshold;
+        let host = host(cfg).await;
+        remember(&host, PRIVATE, "The user's cat is named Mochi").await;
+        for search in ["vector", "hybrid"] {
+            let r = host
+                .invoke(
+                    "recall",
+                    json!({"conversation_id": PRIVATE, "search": search,
+                           "query": "quarterly tax deadlines for corporations"}),
+                )
+                .await
+                .unwrap();
+            let n = r["memories"].as_array().unwrap().len();
+            assert_eq!(n, kept, "{cut} {threshold} {search}: {r}");
+        }
+        host.shutdown().await;
+    }
 }
 
 #[tokio::test]

@@ -141,6 +141,18 @@ lowercase_enum! {
 }
 
 lowercase_enum! {
+    /// Where the vector list's similarity floor comes from (`recall.similarity_cut`).
+    SimilarityCut {
+        /// The embedding model's own noise level for the query's script (measured at start-up;
+        /// `embed::calibration`), so a provider switch neither empties nor floods recall.
+        /// `similarity_threshold` applies while the model is unmeasured.
+        Calibrated => "calibrated",
+        /// `similarity_threshold`, the same for every model.
+        Fixed => "fixed",
+    }
+}
+
+lowercase_enum! {
     /// How the legacy-row backfill paces its batches (`backfill.pacing`).
     BackfillPacing {
         /// No pause while foreground requests keep their latency; backs off while their p99
@@ -338,8 +350,11 @@ pub struct RecallConfig {
     pub default_limit: usize,
     /// Largest limit a request may ask for (at least 1).
     pub max_limit: usize,
-    /// Minimum similarity (1 − cosine distance), in [-1, 1].
+    /// Minimum similarity (1 − cosine distance), in [-1, 1], when `similarity_cut` is fixed
+    /// (or the model is unmeasured).
     pub similarity_threshold: f32,
+    /// Where the vector list's floor comes from.
+    pub similarity_cut: SimilarityCut,
     /// Chained recall candidate pool (at least 1).
     pub pool_size: usize,
     /// Chained recall: memories per given entity.
@@ -527,6 +542,10 @@ impl Config {
             default_limit: recall.count("default_limit", 1)?,
             max_limit: recall.count("max_limit", 1)?,
             similarity_threshold: recall.float("similarity_threshold", -1.0, 1.0)?,
+            similarity_cut: SimilarityCut::from_config(
+                "recall.similarity_cut",
+                recall.string("similarity_cut")?,
+            )?,
             strength_weight: recall.float("strength_weight", 0.0, 1.0)?,
             decay_half_life_days: recall.float("decay_half_life_days", 0.0, 36_500.0)?,
             pool_size: recall.count("pool_size", 1)?,

@@ -3,16 +3,15 @@
 //! Two numbers differ wildly between models:
 //! - **how well it ranks**, per script: all-MiniLM-L6-v2 was trained on English and ranks
 //!   Chinese paraphrases barely better than chance, while multilingual-e5 ranks them well;
-//! - **where unrelated texts sit**: MiniLM scores unrelated Chinese pairs around 0.6, English
-//!   ones around 0.1, e5 everything around 0.75, so one fixed `similarity_threshold` cannot
-//!   mean the same for every model.
+//! - **where unrelated texts sit**: MiniLM scores unrelated Chinese pairs around 0.47, English
+//!   ones around 0.08, e5 everything around 0.75–0.84, so one fixed `similarity_threshold`
+//!   cannot mean the same for every model.
 //!
-//! Both are reported (`/v1/status` `embedding_calibration`, and a start-up log line) so an
-//! operator sees what a provider switch does. They are not yet applied to ranking: weighing
-//! the vector list by [`ScriptFit::vector_weight`] lifted all-MiniLM's hybrid to keyword level
-//! on the quality bench's Chinese set, but lost an exact Chinese name that MiniLM's character
-//! overlap had ranked first (`tests/hybrid.rs`), so fusion needs BM25's margins as well before
-//! it can use these (the README's quality section).
+//! Recall uses both, per query script: the vector list's floor is [`ScriptFit::similarity_cut`]
+//! (with `recall.similarity_cut: calibrated`), and hybrid fusion weighs the vector list by
+//! [`ScriptFit::vector_weight`] and the keyword list by the rest (`memory::hybrid`). Both are
+//! also reported (`/v1/status` `embedding_calibration`, and a start-up log line) so an operator
+//! sees what a provider switch does.
 //!
 //! The probe is a fixed set of short question → memory pairs below (Chinese and English, none
 //! taken from any benchmark), embedded in four calls: milliseconds locally, four requests for a
@@ -20,6 +19,9 @@
 //! script's memories.
 
 use super::{EmbedError, Embedder, TextRole};
+
+/// The least share of hybrid fusion either list gets.
+pub const MIN_LIST_WEIGHT: f32 = 0.2;
 
 /// Question → the memory that answers it, in Chinese.
 const CJK_PAIRS: [(&str, &str); 24] = [
@@ -161,15 +163,19 @@ pub struct ScriptFit {
 }
 
 impl ScriptFit {
-    /// The lowest similarity that says more than "unrelated": three spreads above the floor.
-    pub fn floor_cut(&self) -> f32 {
-        self.noise_floor + 3.0 * self.noise_spread
+    /// The lowest similarity a vector hit needs under a calibrated cut: one spread above the
+    /// model's average unrelated pair. Not stricter: the quality bench's right answers sit 1–3
+    /// spreads above it for Chinese questions to English memories with multilingual-e5.
+    pub fn similarity_cut(&self) -> f32 {
+        self.noise_floor + self.noise_spread
     }
 
-    /// How much a vector list of this script could count in fusion, from 0 (at most half the
-    /// probe right) to 1 (nine in ten or better): all-MiniLM scores 0 on Chinese.
+    /// The vector list's share of hybrid fusion, from [`MIN_LIST_WEIGHT`] (a model that ranks
+    /// this script at most one time in five: all-MiniLM on Chinese) to `1 - MIN_LIST_WEIGHT`
+    /// (four in five or better: e5 on Chinese, MiniLM on English), linear between. Neither list
+    /// ever counts for nothing: a weak list still settles the stronger list's near-ties.
     pub fn vector_weight(&self) -> f32 {
-        ((self.accuracy - 0.5) / 0.4).clamp(0.0, 1.0)
+        ((self.accuracy - 0.2) / 0.6).clamp(MIN_LIST_WEIGHT, 1.0 - MIN_LIST_WEIGHT)
     }
 }
 
@@ -302,15 +308,16 @@ mod tests {
     }
 
     #[test]
-    fn weight_is_zero_near_chance_and_one_for_a_good_ranker() {
+    fn weight_runs_from_the_minimum_near_chance_to_its_complement_for_a_good_ranker() {
         let fit = |accuracy| ScriptFit {
             accuracy,
             noise_floor: 0.1,
             noise_spread: 0.05,
         };
-        assert_eq!(fit(0.3).vector_weight(), 0.0);
-        assert_eq!(fit(0.95).vector_weight(), 1.0);
-        assert!((fit(0.7).vector_weight() - 0.5).abs() < 1e-6);
-        assert!((fit(0.3).floor_cut() - 0.25).abs() < 1e-6);
+        assert_eq!(fit(0.05).vector_weight(), MIN_LIST_WEIGHT);
+        assert_eq!(fit(0.2).vector_weight(), MIN_LIST_WEIGHT);
+        assert_eq!(fit(0.95).vector_weight(), 1.0 - MIN_LIST_WEIGHT);
+        assert!((fit(0.5).vector_weight() - 0.5).abs() < 1e-6);
+        assert!((fit(0.3).similarity_cut() - 0.15).abs() < 1e-6);
     }
 }

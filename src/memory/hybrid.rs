@@ -1,15 +1,21 @@
 //! Recall candidates from the vector search, the keyword (BM25) search, or both fused by
-//! reciprocal rank (RRF).
+//! weighted reciprocal rank.
 //!
-//! Fusion: `rrf(m) = Σ 1 / (RRF_K + rank)` over the lists that hold `m` (ranks from 1). It is
-//! reported as a relevance in (0, 1] by dividing by the best possible sum, first in every list
-//! that ran: first in both lists scores 1.0, first in only one 0.5. Ranks, not raw scores, are
-//! fused because cosine similarity and BM25 live on unrelated scales. Each list has its own
-//! floor (the similarity threshold for vectors, [`KEYWORD_MIN_SHARE`] of the best BM25 score
-//! for keywords) and neither drops what the other found: a memory only the keywords find keeps
-//! its place (dropping those is mem0 #5742). Both searches run under the same filter: the
-//! admitted scopes scanned in the resident copy, or the predicate as a prefilter inside LanceDB
-//! (full-text search that ignores the scope is Graphiti #810).
+//! Fusion: `fused(m) = Σ w_list / (FUSION_K + rank)` over the lists that hold `m` (ranks from
+//! 1), reported as a relevance in (0, 1] by dividing by `1 / (FUSION_K + 1)`: first in both
+//! lists scores 1.0, first in only the vector list `w_vector`. Ranks, not raw scores, are fused
+//! because cosine similarity and BM25 live on unrelated scales. The weights come from the
+//! embedding model's calibration for the query's script ([`ScriptFit::vector_weight`]): a
+//! model that ranks Chinese near chance (all-MiniLM) lets the keyword order lead, a good one
+//! (multilingual-e5) leads itself, and the other list settles near-ties. Plain RRF (equal
+//! weights, k = 60) ranked below its own better list with both models on the quality bench:
+//! its flat head let a look-alike that one list liked outvote the other list's clear first.
+//!
+//! Each list has its own floor (the similarity cut for vectors, [`KEYWORD_MIN_SHARE`] of the
+//! best BM25 score for keywords) and neither drops what the other found: a memory only the
+//! keywords find keeps its place (dropping those is mem0 #5742). Both searches run under the
+//! same filter: the admitted scopes scanned in the resident copy, or the predicate as a
+//! prefilter inside LanceDB (full-text search that ignores the scope is Graphiti #810).
 //!
 //! When the embedding provider fails (a remote server down, slow or refusing its key), a
 //! vector or hybrid recall answers from the keyword list alone, under the same filter, and
@@ -19,6 +25,7 @@
 use std::collections::HashMap;
 
 use crate::config::SearchKind;
+use crate::embed::calibration::ScriptFit;
 use crate::embed::{Embedder, QueryCache};
 use crate::store::{
     KeywordMatching, KeywordRequest, MemoryRecord, NearestVisible, RowFilter, SearchRequest,
@@ -26,8 +33,11 @@ use crate::store::{
 
 use super::MemoryError;
 
-/// The usual RRF constant: damps the head so one list's first place does not decide alone.
-pub const RRF_K: f32 = 60.0;
+/// The rank constant of fusion. Small, so that rank differences near the head count: with the
+/// usual 60, first and second place differ by 1.6% and any agreement outvotes a clear first
+/// place. With 1 and weights of 0.8 and 0.2, the stronger list's first place stays first
+/// (0.8 / 2 > 0.8 / 3 + 0.2 / 2), and the weaker list reorders the rest of its head.
+pub const FUSION_K: f32 = 1.0;
 
 /// The keyword list keeps hits scoring at least this share of the query's best BM25 score.
 /// BM25 matches any shared word, so without a floor a memory sharing one common word (one
@@ -36,15 +46,15 @@ pub const RRF_K: f32 = 60.0;
 pub const KEYWORD_MIN_SHARE: f32 = 0.5;
 
 /// A memory that may be recalled, with its relevance: similarity for a vector-only recall,
-/// normalised RRF otherwise. Ranking may still weigh strength on top (see `ranking`).
+/// the share of the best BM25 score for a keyword-only one, normalised fusion for hybrid. Ranking may still weigh strength on top (see `ranking`).
 #[derive(Debug, Clone)]
 pub struct Candidate {
     pub record: MemoryRecord,
     pub relevance: f32,
 }
 
-/// What to search for: the (redacted) query text, the scope predicate, the pool size and the
-/// vector list's similarity threshold.
+/// What to search for: the (redacted) query text, the scope predicate, the pool size, the
+/// vector list's similarity floor and the model's fit for the query's script.
 pub struct CandidateQuery<'a> {
     pub text: &'a str,
     pub predicate: Option<String>,
@@ -53,6 +63,8 @@ pub struct CandidateQuery<'a> {
     pub k: usize,
     pub threshold: f32,
     pub kind: SearchKind,
+    /// How the embedding model ranks this query's script: the fusion weights.
+    pub fit: ScriptFit,
 }
 
 /// Why a recall answered with less than it was asked for.
@@ -85,8 +97,8 @@ impl Searchers<'_> {
             SearchKind::Keyword => return self.keyword_only(q).await,
             SearchKind::Hybrid => match futures::try_join!(self.by_vector(q), self.by_keyword(q)) {
                 Ok((vector, keyword)) => {
-                    let vector: Vec<MemoryRecord> = vector.into_iter().map(|c| c.record).collect();
-                    Ok(fuse(&[vector, keyword]))
+                    let w = q.fit.vector_weight();
+                    Ok(fuse(&[(w, vector), (1.0 - w, keyword)]))
                 }
                 Err(e) => Err(e),
             },
@@ -109,7 +121,7 @@ impl Searchers<'_> {
 
     async fn keyword_only(&self, q: &CandidateQuery<'_>) -> Result<Found, MemoryError> {
         Ok(Found {
-            candidates: fuse(&[self.by_keyword(q).await?]),
+            candidates: self.by_keyword(q).await?,
             degraded: None,
         })
     }
@@ -136,7 +148,8 @@ impl Searchers<'_> {
             .collect())
     }
 
-    async fn by_keyword(&self, q: &CandidateQuery<'_>) -> Result<Vec<MemoryRecord>, MemoryError> {
+    /// BM25 hits at or above [`KEYWORD_MIN_SHARE`] of the best, relevance = share of the best.
+    async fn by_keyword(&self, q: &CandidateQuery<'_>) -> Result<Vec<Candidate>, MemoryError> {
         let hits = self
             .keywords
             .matching(&KeywordRequest {
@@ -146,29 +159,33 @@ impl Searchers<'_> {
                 k: q.k,
             })
             .await?;
-        let floor = hits.first().map_or(0.0, |h| h.score) * KEYWORD_MIN_SHARE;
+        let best = hits.first().map_or(0.0, |h| h.score);
         Ok(hits
             .into_iter()
-            .take_while(|h| h.score >= floor)
-            .map(|h| h.record)
+            .take_while(|h| h.score >= best * KEYWORD_MIN_SHARE && h.score > 0.0)
+            .map(|h| Candidate {
+                relevance: h.score / best,
+                record: h.record,
+            })
             .collect())
     }
 }
 
-/// Reciprocal-rank fusion of ranked lists (best first), normalised to (0, 1]. Ties keep the
-/// order of first appearance, earlier lists first.
-pub fn fuse(lists: &[Vec<MemoryRecord>]) -> Vec<Candidate> {
-    let best = lists.len().max(1) as f32 / (RRF_K + 1.0);
+/// Weighted reciprocal-rank fusion of ranked lists (best first), each with its weight;
+/// relevance is normalised so that first place in every list scores the weights' sum. Ties
+/// keep the order of first appearance, earlier lists first.
+pub fn fuse(lists: &[(f32, Vec<Candidate>)]) -> Vec<Candidate> {
+    let best = 1.0 / (FUSION_K + 1.0);
     let mut order: Vec<MemoryRecord> = Vec::new();
     let mut sums: HashMap<String, f32> = HashMap::new();
-    for list in lists {
-        for (i, record) in list.iter().enumerate() {
-            let share = 1.0 / (RRF_K + (i + 1) as f32);
-            match sums.get_mut(&record.id) {
+    for (weight, list) in lists {
+        for (i, c) in list.iter().enumerate() {
+            let share = weight / (FUSION_K + (i + 1) as f32);
+            match sums.get_mut(&c.record.id) {
                 Some(sum) => *sum += share,
                 None => {
-                    sums.insert(record.id.clone(), share);
-                    order.push(record.clone());
+                    sums.insert(c.record.id.clone(), share);
+                    order.push(c.record.clone());
                 }
             }
         }
@@ -207,37 +224,55 @@ mod tests {
         }
     }
 
+    fn list(ids: &[&str]) -> Vec<Candidate> {
+        ids.iter()
+            .map(|id| Candidate {
+                record: r(id),
+                relevance: 1.0,
+            })
+            .collect()
+    }
+
     fn ids(c: &[Candidate]) -> Vec<&str> {
         c.iter().map(|c| c.record.id.as_str()).collect()
     }
 
     #[test]
     fn first_in_both_lists_scores_one_and_wins() {
-        let fused = fuse(&[vec![r("a"), r("b")], vec![r("a"), r("c")]]);
+        let fused = fuse(&[(0.5, list(&["a", "b"])), (0.5, list(&["a", "c"]))]);
         assert_eq!(ids(&fused), ["a", "b", "c"]);
         assert!((fused[0].relevance - 1.0).abs() < 1e-6);
-        assert!((fused[1].relevance - 0.5 * 61.0 / 62.0).abs() < 1e-6);
+        let second = 0.5 * (FUSION_K + 1.0) / (FUSION_K + 2.0);
+        assert!((fused[1].relevance - second).abs() < 1e-6);
     }
 
     #[test]
     fn keyword_only_candidates_survive() {
-        let fused = fuse(&[vec![], vec![r("only-keywords")]]);
+        let fused = fuse(&[(0.8, list(&[])), (0.2, list(&["only-keywords"]))]);
         assert_eq!(ids(&fused), ["only-keywords"]);
-        assert!((fused[0].relevance - 0.5).abs() < 1e-6);
+        assert!((fused[0].relevance - 0.2).abs() < 1e-6);
     }
 
     #[test]
-    fn agreement_beats_a_single_first_place() {
-        // Vector puts the wrong memory first and the right one fifth; keywords find only the
-        // right one: 1/61 + 1/65 > 1/61.
-        let vector = vec![r("wrong"), r("x"), r("y"), r("z"), r("right")];
-        let fused = fuse(&[vector, vec![r("right")]]);
-        assert_eq!(fused[0].record.id, "right");
+    fn the_stronger_list_leads_and_the_weaker_settles_its_near_ties() {
+        // A model that ranks well (weight 0.8): its first stays first although the keywords
+        // prefer its second.
+        let vector = list(&["right", "look-alike", "x", "y"]);
+        let keyword = list(&["look-alike", "y"]);
+        let fused = fuse(&[(0.8, vector.clone()), (0.2, keyword)]);
+        assert_eq!(ids(&fused)[..2], ["right", "look-alike"]);
+        // Agreement lifts a candidate over a neighbour: y (4th in vectors, 2nd in keywords)
+        // passes x (3rd in vectors only).
+        let pos = |id: &str| ids(&fused).iter().position(|i| *i == id);
+        assert!(pos("y") < pos("x"), "{:?}", ids(&fused));
+        // A model near chance (weight 0.2): the keyword order leads.
+        let fused = fuse(&[(0.2, vector), (0.8, list(&["look-alike", "y"]))]);
+        assert_eq!(ids(&fused)[..2], ["look-alike", "y"]);
     }
 
     #[test]
     fn one_list_keeps_its_order() {
-        let fused = fuse(&[vec![r("a"), r("b"), r("c")]]);
+        let fused = fuse(&[(1.0, list(&["a", "b", "c"]))]);
         assert_eq!(ids(&fused), ["a", "b", "c"]);
         assert!((fused[0].relevance - 1.0).abs() < 1e-6);
     }

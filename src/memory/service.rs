@@ -16,7 +16,9 @@ use super::model::*;
 use super::new_memory::{NewMemory, ValidMemory};
 use super::redact::redact;
 use super::MemoryError;
-use crate::config::{Config, MigrationMode, RecallConfig, ScopeFilterMode, SearchKind};
+use crate::config::{
+    Config, MigrationMode, RecallConfig, ScopeFilterMode, SearchKind, SimilarityCut,
+};
 use crate::embed::calibration::{calibrate, Calibration};
 use crate::embed::Embedder;
 use crate::migrate::backfill::{BackfillHandle, BackfillProgress, BackfillSettings};
@@ -573,14 +575,24 @@ impl MemoryService {
             vectors: &self.vectors,
             keywords: &self.vectors,
         };
+        let calibration = self.calibration();
+        let fit = *calibration
+            .as_ref()
+            .unwrap_or(&Calibration::UNMEASURED)
+            .for_query(query);
+        let threshold = match (cfg.similarity_cut, calibration) {
+            (SimilarityCut::Calibrated, Some(_)) => fit.similarity_cut(),
+            _ => cfg.similarity_threshold,
+        };
         let found = searchers
             .candidates(&CandidateQuery {
                 text: &redact(query),
                 predicate: Some(visible.predicate),
                 rows: Some(visible.rows),
                 k,
-                threshold: cfg.similarity_threshold,
+                threshold,
                 kind: search,
+                fit,
             })
             .await?;
         if found.degraded.is_some() {
@@ -955,10 +967,10 @@ async fn measure_model(embedder: Arc<dyn Embedder>, into: Arc<std::sync::OnceLoc
                 tracing::info!(
                     model = embedder.model_id(),
                     cjk_accuracy = c.cjk.accuracy,
-                    cjk_noise_cut = c.cjk.floor_cut(),
+                    cjk_similarity_cut = c.cjk.similarity_cut(),
                     cjk_vector_weight = c.cjk.vector_weight(),
                     latin_accuracy = c.latin.accuracy,
-                    latin_noise_cut = c.latin.floor_cut(),
+                    latin_similarity_cut = c.latin.similarity_cut(),
                     latin_vector_weight = c.latin.vector_weight(),
                     "embedding model calibrated"
                 );

@@ -153,7 +153,12 @@ impl FulltextSearch {
                 });
             }
         }
-        hits.sort_by(|a, b| b.score.total_cmp(&a.score));
+        // Ties (look-alike rows) by id, i.e. by age (ids are UUIDv7), as the resident copy does.
+        hits.sort_by(|a, b| {
+            b.score
+                .total_cmp(&a.score)
+                .then_with(|| a.record.id.cmp(&b.record.id))
+        });
         hits.truncate(req.k);
         Ok(hits)
     }

@@ -39,7 +39,7 @@ pub fn config(dir: &Path, map: Value) -> Config {
     let loaded = Config::from_value(&json!({
         "conversation_scope_map": map,
         "storage": {"db_dir": dir.join("lancedb").to_string_lossy()},
-        "recall": {"similarity_threshold": -1.0},
+        "recall": {"similarity_threshold": -1.0, "similarity_cut": "fixed"},
     }))
     .expect("test config is valid");
     loaded.config
@@ -355,7 +355,7 @@ pub fn legacy_config(dir: &Path, map: Value, mode: &str) -> Config {
         "conversation_scope_map": map,
         "migration_mode": mode,
         "storage": {"db_dir": dir.to_string_lossy()},
-        "recall": {"similarity_threshold": -1.0},
+        "recall": {"similarity_threshold": -1.0, "similarity_cut": "fixed"},
         "backfill": {"batch_size": 40, "pause_ms": 20},
     }))
     .expect("test config is valid")

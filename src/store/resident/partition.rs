@@ -160,6 +160,8 @@ impl Partition {
 }
 
 /// The `n` best offers seen so far (a min-heap on similarity, so a poor row costs one compare).
+/// Equal scores are ordered by position (earlier partition and row first), so that ties, which
+/// BM25 gives look-alike rows often, come out the same way on every search.
 pub struct TopN {
     n: usize,
     heap: std::collections::BinaryHeap<std::cmp::Reverse<ByScore>>,
@@ -181,7 +183,10 @@ impl PartialOrd for ByScore {
 }
 impl Ord for ByScore {
     fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        self.0.similarity.total_cmp(&other.0.similarity)
+        self.0
+            .similarity
+            .total_cmp(&other.0.similarity)
+            .then_with(|| (other.0.partition, other.0.row).cmp(&(self.0.partition, self.0.row)))
     }
 }
 
@@ -197,7 +202,7 @@ impl TopN {
         if self.heap.len() < self.n {
             self.heap.push(std::cmp::Reverse(ByScore(s)));
         } else if let Some(worst) = self.heap.peek() {
-            if s.similarity > worst.0 .0.similarity {
+            if ByScore(s) > worst.0 {
                 self.heap.pop();
                 self.heap.push(std::cmp::Reverse(ByScore(s)));
             }
@@ -206,9 +211,9 @@ impl TopN {
 
     /// Best first.
     pub fn into_sorted(self) -> Vec<Scored> {
-        let mut v: Vec<Scored> = self.heap.into_iter().map(|r| r.0 .0).collect();
-        v.sort_by(|a, b| b.similarity.total_cmp(&a.similarity));
-        v
+        let mut v: Vec<ByScore> = self.heap.into_iter().map(|r| r.0).collect();
+        v.sort_by(|a, b| b.cmp(a));
+        v.into_iter().map(|b| b.0).collect()
     }
 }
 
@@ -341,5 +346,23 @@ mod tests {
         p.scan_rows(0, &q, &all(), &mut b);
         let rows = |t: TopN| t.into_sorted().iter().map(|s| s.row).collect::<Vec<_>>();
         assert_eq!(rows(a), rows(b));
+    }
+
+    #[test]
+    fn top_n_breaks_ties_by_position_whatever_the_offer_order() {
+        let offers = |order: &[usize]| {
+            let mut top = TopN::new(3);
+            for &row in order {
+                let similarity = if row == 9 { 2.0 } else { 1.0 };
+                top.offer(Scored {
+                    similarity,
+                    partition: 0,
+                    row,
+                });
+            }
+            top.into_sorted().iter().map(|s| s.row).collect::<Vec<_>>()
+        };
+        assert_eq!(offers(&[5, 1, 9, 3, 2, 4]), [9, 1, 2]);
+        assert_eq!(offers(&[4, 2, 3, 1, 9, 5]), [9, 1, 2]);
     }
 }
