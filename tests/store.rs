@@ -315,3 +315,147 @@ async fn the_vector_index_is_retrained_once_the_table_grew_by_half() {
     store.writer().maintain().await.unwrap();
     assert_eq!(counters.retrains.load(Ordering::Relaxed), 1);
 }
+
+/// `storage.keep_versions_max`: a burst of single appends (one version each) past the limit is
+/// pruned down to half of it, keeping the rows; without a count limit nothing is pruned before
+/// `keep_versions_minutes`.
+#[tokio::test]
+async fn versions_past_the_count_limit_are_pruned_to_half_and_the_disk_shrinks() {
+    use scopemem::store::retention::{prune_to_count, VersionLimits};
+    use std::time::Duration;
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path()).await;
+    for i in 0..60 {
+        store.append(vec![row(i, "public")]).await.unwrap();
+    }
+    let before = store.version_count().await.unwrap();
+    assert!(before >= 60, "{before} versions");
+    let unlimited = VersionLimits {
+        max_age: Duration::from_secs(3600),
+        max_count: 0,
+        reader_grace: Duration::ZERO,
+    };
+    let (next, report) = prune_to_count(store.table(), &unlimited).await.unwrap();
+    assert_eq!((next, report.versions_removed), (None, 0));
+    // A reader grace longer than the burst keeps every version.
+    let graced = VersionLimits {
+        max_count: 20,
+        reader_grace: Duration::from_secs(3600),
+        ..unlimited
+    };
+    prune_to_count(store.table(), &graced).await.unwrap();
+    assert_eq!(store.version_count().await.unwrap(), before);
+    let disk = store.disk_bytes().await;
+    let limited = VersionLimits {
+        max_count: 20,
+        ..unlimited
+    };
+    let (next, report) = prune_to_count(store.table(), &limited).await.unwrap();
+    let after = store.version_count().await.unwrap();
+    assert_eq!(after, 10, "pruned to half the limit: {report:?}");
+    assert_eq!(report.versions_removed as usize, before - after);
+    assert!(store.disk_bytes().await < disk, "old manifests are gone");
+    let latest = store.table().version().await.unwrap();
+    assert_eq!(
+        next,
+        Some(latest + 10),
+        "listed again after 10 more versions"
+    );
+    assert_eq!(store.count(None).await.unwrap(), 60, "no row lost");
+}
+
+/// The background pruner applies the count limit while this process holds the maintenance
+/// lease, once the versions are older than the reader grace (10 s here).
+#[tokio::test]
+async fn the_pruner_keeps_the_version_count_bounded() {
+    use scopemem::store::retention::VersionLimits;
+    use std::time::{Duration, Instant};
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path()).await;
+    store
+        .maintainer()
+        .store(true, std::sync::atomic::Ordering::Release);
+    store.start_pruner(VersionLimits {
+        max_age: Duration::from_secs(3600),
+        max_count: 16,
+        reader_grace: VersionLimits::grace_for(Duration::from_millis(500)),
+    });
+    for i in 0..48 {
+        store.append(vec![row(i, "public")]).await.unwrap();
+    }
+    assert!(store.version_count().await.unwrap() > 48);
+    let started = Instant::now();
+    loop {
+        let n = store.version_count().await.unwrap();
+        if n <= 16 {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "{n} versions after 30 s"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert_eq!(store.count(None).await.unwrap(), 48);
+    store.shutdown().await;
+}
+
+/// `storage.commit_linger_ms`: 16 clients, each announcing an append, spending a few
+/// milliseconds on it (a remember embeds its text) and appending one row, make fewer commits
+/// when the writer waits for the announced appends, close to the least possible (16 rows a
+/// commit: each client waits for its append); a lone client's append is never held back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lingering_under_load_makes_fewer_larger_commits_and_never_delays_a_lone_append() {
+    use std::sync::atomic::Ordering::Relaxed;
+    use std::time::{Duration, Instant};
+    async fn lingering(dir: &std::path::Path, linger: Duration) -> Store {
+        let settings = WriterSettings {
+            commit_linger: linger,
+            compact_min_fragments: usize::MAX,
+            ..WriterSettings::default()
+        };
+        scopemem::migrate::open_store(dir, "memories", &model(), settings)
+            .await
+            .unwrap()
+            .0
+    }
+    async fn burst(store: &Store) -> u64 {
+        let tasks: Vec<_> = (0..16)
+            .map(|c| {
+                let s = store.clone();
+                tokio::spawn(async move {
+                    for i in 0..15 {
+                        let _coming = s.announce_append();
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                        s.append(vec![row(c * 100 + i, "public")]).await.unwrap();
+                    }
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await.unwrap();
+        }
+        assert_eq!(store.count(None).await.unwrap(), 240, "nothing lost");
+        store.writer().counters().commits.load(Relaxed)
+    }
+    let (a, b, c) = (
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+    );
+    let eager = burst(&lingering(a.path(), Duration::ZERO).await).await;
+    let held = burst(&lingering(b.path(), Duration::from_millis(50)).await).await;
+    println!("240 appends from 16 clients: {eager} commits eager, {held} lingering 50 ms");
+    assert!(
+        held <= 24 && held < eager,
+        "lingering must gather about 16 appends a commit: {held} commits (eager {eager})"
+    );
+    // Idle: one append at a time commits at once, not after the (here 5 s) linger.
+    let store = lingering(c.path(), Duration::from_secs(5)).await;
+    for i in 0..3 {
+        let t = Instant::now();
+        let _coming = store.announce_append();
+        store.append(vec![row(i, "public")]).await.unwrap();
+        assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+    }
+}

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+pub mod serve;
 pub mod workload;
 
 use scopemem::config::Config;

@@ -248,7 +248,7 @@ const ZH_WHEN: &[&str] = &[
     "这个周五",
 ];
 
-fn zh_sentence(rng: &mut Rng) -> String {
+pub fn zh_sentence(rng: &mut Rng) -> String {
     format!(
         "{}{}{}{}。",
         rng.pick(ZH_WHO),

@@ -210,11 +210,16 @@ pub struct StorageConfig {
     pub compaction_interval_secs: u64,
     /// Maximum rows in one group commit (at least 1).
     pub write_batch_max: usize,
+    /// Milliseconds the writer waits for more appends under load before committing a group.
+    pub commit_linger_ms: u64,
     /// Row count above which a vector index is built; below it search is exact.
     pub index_threshold_rows: usize,
     /// Minutes an old table version (and the data files only it references) is kept before
     /// the background pruner removes it. Old versions hold deleted and overwritten rows.
     pub keep_versions_minutes: f64,
+    /// Most table versions kept (older ones pruned sooner than `keep_versions_minutes` when a
+    /// burst of writes makes more); 0: no count limit.
+    pub keep_versions_max: usize,
     /// How stale a read may be with respect to other processes' commits (0: always checked).
     pub read_consistency_ms: u64,
     /// What an acknowledged write survives.
@@ -585,7 +590,9 @@ impl Config {
                 table_name: storage.non_empty("table_name")?.to_owned(),
                 compaction_interval_secs: storage.count("compaction_interval_secs", 1)?,
                 write_batch_max: storage.count("write_batch_max", 1)?,
+                commit_linger_ms: storage.count("commit_linger_ms", 0)?,
                 index_threshold_rows: storage.count("index_threshold_rows", 0)?,
+                keep_versions_max: storage.count("keep_versions_max", 0)?,
                 keep_versions_minutes: storage.float("keep_versions_minutes", 0.0, 525_600.0)?
                     as f64,
                 read_consistency_ms: storage.count("read_consistency_ms", 0)?,

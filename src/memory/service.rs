@@ -28,6 +28,7 @@ use crate::scope::{
 };
 use crate::store::beside::Beside;
 use crate::store::lease::{self, Lease};
+use crate::store::retention::VersionLimits;
 use crate::store::schema::COL_MEMORY_SCOPE;
 use crate::store::{LanceSearch, MemoryRecord, ModelInfo, RowFilter, Store, WriterSettings};
 
@@ -101,8 +102,8 @@ pub struct ServiceSettings {
     pub recall: RecallConfig,
     pub scope_filter: ScopeFilterMode,
     pub migration_mode: MigrationMode,
-    /// Age after which old table versions are pruned.
-    pub keep_versions: std::time::Duration,
+    /// How long and how many old table versions are kept.
+    pub keep_versions: VersionLimits,
     /// TTLs per memory type and the sweeper's interval.
     pub retention: super::retention::Retention,
     /// How often the maintainer checks whether the vector index is due, whatever wrote the
@@ -222,6 +223,7 @@ impl MemoryService {
         };
         let writer = WriterSettings {
             max_batch_rows: config.storage.write_batch_max.max(1),
+            commit_linger: std::time::Duration::from_millis(config.storage.commit_linger_ms),
             maintenance_interval: config
                 .storage
                 .compaction_interval()
@@ -351,7 +353,11 @@ impl MemoryService {
                 recall: config.recall.clone(),
                 scope_filter: config.scope_filter,
                 migration_mode: config.migration_mode,
-                keep_versions: config.storage.keep_versions(),
+                keep_versions: VersionLimits {
+                    max_age: config.storage.keep_versions(),
+                    max_count: config.storage.keep_versions_max,
+                    reader_grace: VersionLimits::grace_for(config.storage.read_consistency()),
+                },
                 index_check: config
                     .storage
                     .compaction_interval()
@@ -499,6 +505,8 @@ impl MemoryService {
         let Some(scope) = derive_scope(&map, &conversation, req.persona.as_deref()) else {
             return Ok(None);
         };
+        // Concurrent remembers share a commit: the writer waits for announced appends.
+        let _coming = self.store.announce_append();
         let vector = self
             .embedder
             .embed(crate::embed::TextRole::Passage, vec![content.clone()])

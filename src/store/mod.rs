@@ -324,6 +324,11 @@ impl Store {
         self.writer.append(rows).await
     }
 
+    /// Say that an append is coming (see [`writer::WriterHandle::announce`]).
+    pub fn announce_append(&self) -> writer::Announced {
+        self.writer.announce()
+    }
+
     /// Move this process's view of the table to the latest committed version now, instead of
     /// up to `read_consistency` later. Erases read and delete here: Lance commits a delete
     /// made on a stale version without conflicting with a newer append, so a delete that
@@ -475,12 +480,12 @@ impl Store {
         self.maintainer.load(std::sync::atomic::Ordering::Acquire)
     }
 
-    /// Start pruning versions older than `keep` in the background (routine retention), beside
-    /// the writer. Stopped by [`Store::shutdown`].
-    pub fn start_pruner(&self, keep: std::time::Duration) {
+    /// Start pruning old versions in the background (routine retention: by age and count),
+    /// beside the writer. Stopped by [`Store::shutdown`].
+    pub fn start_pruner(&self, limits: retention::VersionLimits) {
         tokio::spawn(retention::run_pruner(
             self.table.clone(),
-            keep,
+            limits,
             self.maintainer.clone(),
             self.pruner_stop.clone(),
         ));

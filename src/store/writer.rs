@@ -41,6 +41,10 @@ pub struct FilledBlanks {
 pub struct WriterSettings {
     /// Most rows merged into one commit.
     pub max_batch_rows: usize,
+    /// How long the writer waits for appends that are announced ([`WriterHandle::announce`])
+    /// but not queued yet before it commits a group. A lone append, or a group holding every
+    /// announced one, commits at once.
+    pub commit_linger: Duration,
     /// How often to check whether compaction is due.
     pub maintenance_interval: Duration,
     /// Compact as soon as the table has this many fragments (checked after every commit), so a
@@ -61,6 +65,7 @@ impl Default for WriterSettings {
     fn default() -> Self {
         WriterSettings {
             max_batch_rows: 512,
+            commit_linger: Duration::ZERO,
             maintenance_interval: Duration::from_secs(60),
             compact_min_fragments: 64,
             max_retries: 6,
@@ -143,9 +148,29 @@ pub struct WriterHandle {
     tx: mpsc::Sender<Op>,
     counters: Arc<WriterCounters>,
     maintenance: Arc<Maintenance>,
+    /// Appends announced and not yet answered.
+    announced: Arc<AtomicU64>,
+}
+
+/// An append on its way (its rows are still being embedded), from
+/// [`WriterHandle::announce`] until dropped.
+pub struct Announced(Arc<AtomicU64>);
+
+impl Drop for Announced {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl WriterHandle {
+    /// Say that an append is coming (call before the slow work that produces its rows, and
+    /// keep the guard until `append` returns): a group commit waits up to `commit_linger` for
+    /// the announced appends, so concurrent writers share one commit.
+    pub fn announce(&self) -> Announced {
+        self.announced.fetch_add(1, Ordering::AcqRel);
+        Announced(self.announced.clone())
+    }
+
     pub async fn append(&self, rows: Rows) -> Result<(), StoreError> {
         if rows.is_empty() {
             return Ok(());
@@ -336,16 +361,19 @@ pub fn spawn(
         counters.clone(),
         maintainer,
     );
+    let announced = Arc::new(AtomicU64::new(0));
     let shared = Shared {
         counters: counters.clone(),
         observers,
         maintenance: maintenance.clone(),
+        announced: announced.clone(),
     };
     tokio::spawn(run(table, settings, rx, shared));
     WriterHandle {
         tx,
         counters,
         maintenance,
+        announced,
     }
 }
 
@@ -356,6 +384,51 @@ struct Shared {
     observers: Vec<Arc<dyn CommitObserver>>,
     /// Told about every write, so it compacts when due.
     maintenance: Arc<Maintenance>,
+    /// Appends announced and not yet answered (see [`WriterHandle::announce`]).
+    announced: Arc<AtomicU64>,
+}
+
+/// How often a lingering group commit looks again at the announced count (an announced
+/// append whose embedding failed never arrives, and only its guard's drop says so).
+const LINGER_POLL: Duration = Duration::from_millis(2);
+
+/// Group commit: add every append already queued to `group`, then, while more appends are
+/// announced than the group holds, those arriving within `commit_linger`, up to the batch
+/// cap. Returns the first other op met, to run next.
+async fn gather(
+    rx: &mut mpsc::Receiver<Op>,
+    group: &mut Vec<(Rows, AppendReply)>,
+    settings: &WriterSettings,
+    announced: &AtomicU64,
+) -> Option<Op> {
+    let deadline = tokio::time::Instant::now() + settings.commit_linger;
+    let mut total: usize = group.iter().map(|(rows, _)| rows.len()).sum();
+    while total < settings.max_batch_rows {
+        let next = match rx.try_recv() {
+            Ok(op) => Some(op),
+            Err(_) => {
+                let coming = announced.load(Ordering::Acquire) > group.len() as u64;
+                let now = tokio::time::Instant::now();
+                if !coming || now >= deadline {
+                    return None;
+                }
+                match tokio::time::timeout_at(deadline.min(now + LINGER_POLL), rx.recv()).await {
+                    Ok(Some(op)) => Some(op),
+                    Ok(None) => return None,
+                    Err(_) => continue, // look at the announced count again
+                }
+            }
+        };
+        match next {
+            Some(Op::Append { rows, done }) => {
+                total += rows.len();
+                group.push((rows, done));
+            }
+            Some(other) => return Some(other),
+            None => return None,
+        }
+    }
+    None
 }
 
 async fn run(table: Table, settings: WriterSettings, mut rx: mpsc::Receiver<Op>, shared: Shared) {
@@ -371,22 +444,8 @@ async fn run(table: Table, settings: WriterSettings, mut rx: mpsc::Receiver<Op>,
         };
         match op {
             Op::Append { rows, done } => {
-                // Group commit: take every append already queued, up to the batch cap.
                 let mut group = vec![(rows, done)];
-                let mut total: usize = group[0].0.len();
-                while total < settings.max_batch_rows {
-                    match rx.try_recv() {
-                        Ok(Op::Append { rows, done }) => {
-                            total += rows.len();
-                            group.push((rows, done));
-                        }
-                        Ok(other) => {
-                            pending = Some(other);
-                            break;
-                        }
-                        Err(_) => break,
-                    }
-                }
+                pending = gather(&mut rx, &mut group, &settings, &shared.announced).await;
                 let wall = std::time::SystemTime::now();
                 let mut result =
                     commit_group(&table, &settings, counters, &shared.observers, &mut group).await;

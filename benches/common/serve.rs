@@ -1,0 +1,110 @@
+//! Real `scopemem serve` processes for the benches that measure over HTTP (quality, burst):
+//! started on a free loopback port with a config written beside their database, waited for
+//! on `/healthz`, and killed when dropped, so a failed bench leaves no server behind.
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+/// A child process killed (kill -9) and reaped on drop.
+pub struct Proc(pub Child);
+
+impl Proc {
+    pub fn id(&self) -> u32 {
+        self.0.id()
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}
+
+/// The last lines of a log before any backtrace: why a process did not come up.
+pub fn log_tail(path: &Path, lines: usize) -> String {
+    let log = std::fs::read_to_string(path).unwrap_or_default();
+    let head = log.split("Stack backtrace:").next().unwrap_or_default();
+    let tail: Vec<&str> = head.lines().rev().take(lines).collect();
+    tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+}
+
+/// Start `scopemem serve` with `cfg` (its `storage.db_dir` defaulting to `<dir>/db` and
+/// `server.http_addr` set to a free port) and wait for `/healthz`; Err(why) when it exits or
+/// never answers. Its log goes to `<dir>/serve.log`.
+pub async fn start_serve(
+    client: &reqwest::Client,
+    dir: &Path,
+    mut cfg: Value,
+) -> Result<(Proc, String), String> {
+    let port = free_port();
+    if cfg["storage"]["db_dir"].is_null() {
+        cfg["storage"]["db_dir"] = json!(dir.join("db"));
+    }
+    cfg["server"]["http_addr"] = json!(format!("127.0.0.1:{port}"));
+    let config = dir.join("config.json");
+    std::fs::write(&config, serde_json::to_vec_pretty(&cfg).unwrap()).unwrap();
+    let log = dir.join("serve.log");
+    let child = Command::new(env!("CARGO_BIN_EXE_scopemem"))
+        .args(["serve", "--config", config.to_str().unwrap()])
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .map_err(|e| format!("could not run scopemem: {e}"))?;
+    let mut proc = Proc(child);
+    let base = format!("http://127.0.0.1:{port}");
+    for _ in 0..1200 {
+        if let Ok(r) = client.get(format!("{base}/healthz")).send().await {
+            if r.status().is_success() {
+                return Ok((proc, base));
+            }
+        }
+        if let Ok(Some(status)) = proc.0.try_wait() {
+            return Err(format!(
+                "serve exited ({status}); its log ends:\n{}",
+                log_tail(&log, 12)
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Err(format!(
+        "serve did not become healthy in 120 s; its log ends:\n{}",
+        log_tail(&log, 12)
+    ))
+}
+
+pub async fn post(client: &reqwest::Client, url: &str, body: &Value) -> Result<Value, String> {
+    let r = client
+        .post(url)
+        .json(body)
+        .send()
+        .await
+        .map_err(|e| format!("POST {url}: {e}"))?;
+    let status = r.status();
+    let v: Value = r.json().await.unwrap_or(Value::Null);
+    if status.is_success() {
+        Ok(v)
+    } else {
+        Err(format!("POST {url}: {status} {v}"))
+    }
+}
+
+pub async fn get(client: &reqwest::Client, url: &str) -> Result<Value, String> {
+    let r = client
+        .get(url)
+        .send()
+        .await
+        .and_then(|r| r.error_for_status())
+        .map_err(|e| format!("GET {url}: {e}"))?;
+    r.json().await.map_err(|e| format!("GET {url}: {e}"))
+}
