@@ -212,6 +212,10 @@ pub struct StorageConfig {
     pub write_batch_max: usize,
     /// Milliseconds the writer waits for more appends under load before committing a group.
     pub commit_linger_ms: u64,
+    /// Megabytes Lance's index cache may hold (the whole process).
+    pub index_cache_mb: usize,
+    /// Megabytes Lance's metadata cache may hold (the whole process).
+    pub metadata_cache_mb: usize,
     /// Row count above which a vector index is built; below it search is exact.
     pub index_threshold_rows: usize,
     /// Minutes an old table version (and the data files only it references) is kept before
@@ -591,6 +595,8 @@ impl Config {
                 compaction_interval_secs: storage.count("compaction_interval_secs", 1)?,
                 write_batch_max: storage.count("write_batch_max", 1)?,
                 commit_linger_ms: storage.count("commit_linger_ms", 0)?,
+                index_cache_mb: storage.count("index_cache_mb", 1)?,
+                metadata_cache_mb: storage.count("metadata_cache_mb", 1)?,
                 index_threshold_rows: storage.count("index_threshold_rows", 0)?,
                 keep_versions_max: storage.count("keep_versions_max", 0)?,
                 keep_versions_minutes: storage.float("keep_versions_minutes", 0.0, 525_600.0)?

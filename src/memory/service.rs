@@ -221,6 +221,10 @@ impl MemoryService {
             id: embedder.model_id().to_string(),
             dimension: embedder.dimension(),
         };
+        crate::store::cache::configure(crate::store::cache::CacheLimits {
+            index_bytes: config.storage.index_cache_mb << 20,
+            metadata_bytes: config.storage.metadata_cache_mb << 20,
+        });
         let writer = WriterSettings {
             max_batch_rows: config.storage.write_batch_max.max(1),
             commit_linger: std::time::Duration::from_millis(config.storage.commit_linger_ms),

@@ -4,6 +4,7 @@
 //! [`writer`] task so appends are group-committed and commit conflicts retried in one place.
 
 pub mod beside;
+pub mod cache;
 pub mod durability;
 pub mod fulltext;
 pub mod index_state;
@@ -196,6 +197,7 @@ impl Store {
         let conn = lancedb::connect(&db.uri())
             .storage_options(db.options().clone())
             .read_consistency_interval(read_consistency)
+            .session(cache::shared())
             .execute()
             .await?;
         Ok((conn, beside))
