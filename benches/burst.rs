@@ -320,9 +320,13 @@ async fn run(
         "| resident copy: full reloads over the run / searches left to LanceDB | {} / {} |",
         settled.loads, settled.deferred
     );
-    println!(
-        "(bench finished in {:.0} s)",
-        started.elapsed().as_secs_f64()
-    );
     drop(serve);
+    // The temp dir goes; the server's log stays for a look at what it did.
+    let kept = dir.parent().unwrap_or(dir).join("serve-last.log");
+    let _ = std::fs::copy(dir.join("serve.log"), &kept);
+    println!(
+        "(bench finished in {:.0} s; the server's log is in {})",
+        started.elapsed().as_secs_f64(),
+        kept.display()
+    );
 }

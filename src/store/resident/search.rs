@@ -84,29 +84,40 @@ impl ResidentSearch {
         if let Some(hits) = answer(version) {
             return Ok(Some(hits));
         }
-        if self.explain(version).await {
-            if let Some(hits) = answer(version) {
-                return Ok(Some(hits));
-            }
-        }
+        let why = match self.explain(version).await {
+            Ok(()) => match answer(version) {
+                Some(hits) => return Ok(Some(hits)),
+                None => "the snapshot is loading or the table is too large",
+            },
+            Err(why) => why,
+        };
+        tracing::debug!(
+            version,
+            why,
+            "resident copy behind the table; searching LanceDB"
+        );
         self.resident.deferred_one();
         self.resident.reload_in_background(&self.table);
         Ok(None)
     }
 
-    /// Look up the versions nobody reported in their transactions; true if every one of them
+    /// Look up the versions nobody reported in their transactions; Ok if every one of them
     /// left the rows as they were (a compaction or an index build, by any process) or only
-    /// appended rows (another instance's remembers), which are then read from their fragments.
-    async fn explain(&self, version: u64) -> bool {
+    /// appended rows (another instance's remembers), which are then read from their fragments;
+    /// otherwise why not.
+    async fn explain(&self, version: u64) -> Result<(), &'static str> {
         let versions = self.resident.unexplained(version);
-        if versions.is_empty() || versions.len() > MAX_LOOKUPS {
-            return false;
+        if versions.is_empty() {
+            return Err("no snapshot to catch up");
+        }
+        if versions.len() > MAX_LOOKUPS {
+            return Err("too many versions behind");
         }
         let Some(wrapper) = self.table.dataset() else {
-            return false;
+            return Err("no dataset");
         };
         let Ok(dataset) = wrapper.get().await else {
-            return false;
+            return Err("dataset unreadable");
         };
         for v in versions {
             match dataset.read_transaction_by_version(v).await {
@@ -120,18 +131,22 @@ impl ResidentSearch {
                         Ok(rows) => self.resident.appended_at(v, rows),
                         Err(e) => {
                             tracing::debug!(version = v, error = %e, "could not read an append");
-                            return false;
+                            return Err("an append could not be read");
                         }
                     }
                 }
-                Ok(_) => return false,
+                Ok(Some(t)) => {
+                    tracing::debug!(version = v, operation = %t.operation, "a commit changed rows");
+                    return Err("a commit changed rows");
+                }
+                Ok(None) => return Err("a commit has no transaction"),
                 Err(e) => {
                     tracing::debug!(version = v, error = %e, "could not read a transaction");
-                    return false;
+                    return Err("a transaction could not be read");
                 }
             }
         }
-        true
+        Ok(())
     }
 }
 
