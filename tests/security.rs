@@ -836,3 +836,69 @@ async fn cross_site_state_changes_are_refused_even_with_the_token_and_change_not
     .await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.body);
 }
+
+/// Every refusal (401, 403 for a foreign Host or another origin, 415) is counted in
+/// `/metrics` by code and status, though no route saw the request.
+#[tokio::test]
+async fn refused_requests_are_counted_in_metrics() {
+    let app = app(json!({"auth_token": TOKEN})).await;
+    let right = format!("Bearer {TOKEN}");
+    let local = Some("localhost:8787");
+    let remember = json!({"conversation_id": FAMILY, "content": "Grandma likes orchids"});
+    for _ in 0..2 {
+        let r = send(&app, "GET", "/v1/status", local, None, None).await;
+        assert_eq!(r.status, StatusCode::UNAUTHORIZED);
+    }
+    let r = send(
+        &app,
+        "GET",
+        "/v1/status",
+        Some("evil.example"),
+        Some(&right),
+        None,
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    let evil = [
+        ("content-type", "application/json"),
+        ("origin", "http://evil.example"),
+    ];
+    let r = send_with(
+        &app,
+        "POST",
+        "/v1/remember",
+        local,
+        Some(&right),
+        &evil,
+        Some(&remember),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    let plain = [("content-type", "text/plain")];
+    let r = send_with(
+        &app,
+        "POST",
+        "/v1/remember",
+        local,
+        Some(&right),
+        &plain,
+        Some(&remember),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::UNSUPPORTED_MEDIA_TYPE);
+
+    let r = send(&app, "GET", "/metrics", local, Some(&right), None).await;
+    assert_eq!(r.status, StatusCode::OK);
+    for line in [
+        r#"scopemem_http_refused_total{code="unauthorized",status="401"} 2"#,
+        r#"scopemem_http_refused_total{code="forbidden_host",status="403"} 1"#,
+        r#"scopemem_http_refused_total{code="cross_site_request",status="403"} 1"#,
+        r#"scopemem_http_refused_total{code="unsupported_media_type",status="415"} 1"#,
+    ] {
+        assert!(
+            r.body.lines().any(|l| l == line),
+            "{line} missing:\n{}",
+            r.body
+        );
+    }
+}

@@ -273,6 +273,8 @@ pub struct Guard {
     hosts: Vec<Authority<String>>,
     /// SHA-256 of the configured token; the token itself is not kept here.
     token: Option<[u8; 32]>,
+    /// Where refusals are counted (`/metrics`), when the server keeps metrics.
+    metrics: Option<Arc<super::metrics::Metrics>>,
 }
 
 impl std::fmt::Debug for Guard {
@@ -307,6 +309,7 @@ impl Guard {
         Ok(Guard {
             hosts,
             token: token.map(|t| digest(t.expose().as_bytes())),
+            metrics: None,
         })
     }
 
@@ -327,7 +330,14 @@ impl Guard {
                 .auth_token
                 .as_ref()
                 .map(|t| digest(t.expose().as_bytes())),
+            metrics: None,
         }
+    }
+
+    /// Count every refusal in `metrics` (shown in `/metrics` as `scopemem_http_refused_total`).
+    pub fn counting_into(mut self, metrics: Arc<super::metrics::Metrics>) -> Guard {
+        self.metrics = Some(metrics);
+        self
     }
 
     /// Whether a token is required.
@@ -437,7 +447,12 @@ pub async fn enforce(State(guard): State<Arc<Guard>>, mut req: Request, next: Ne
             method = %req.method(),
             "refused HTTP request"
         );
-        return refusal.into_response();
+        let code = refusal.code();
+        let response = refusal.into_response();
+        if let Some(metrics) = &guard.metrics {
+            metrics.refused(code, response.status().as_u16());
+        }
+        return response;
     }
     // Handlers (and rmcp, which keeps the request parts) never need the credential.
     req.headers_mut().remove(AUTHORIZATION);

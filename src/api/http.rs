@@ -141,8 +141,8 @@ impl std::ops::Deref for AppState {
 
 /// Every route, behind the Host and token guard (`guard.rs`; `/healthz` is its only exemption).
 pub fn router(host: Arc<PluginHost>) -> Router {
-    let guard = Arc::new(Guard::for_server(&host.config().server));
     let metrics = Arc::new(Metrics::default());
+    let guard = Arc::new(Guard::for_server(&host.config().server).counting_into(metrics.clone()));
     let mcp = crate::api::mcp::http_service(host.clone());
     let state = AppState {
         host,

@@ -27,9 +27,18 @@ struct Histogram {
 pub struct Metrics {
     requests: Mutex<BTreeMap<(String, u16), u64>>,
     latency: Mutex<BTreeMap<String, Histogram>>,
+    /// Requests the guard refused before any route saw them, by error code and status.
+    refused: Mutex<BTreeMap<(&'static str, u16), u64>>,
 }
 
 impl Metrics {
+    /// Count a request the guard refused (`code` is the response's `error.code`).
+    pub fn refused(&self, code: &'static str, status: u16) {
+        if let Ok(mut r) = self.refused.lock() {
+            *r.entry((code, status)).or_default() += 1;
+        }
+    }
+
     fn observe(&self, route: &str, status: u16, secs: f64) {
         if let Ok(mut r) = self.requests.lock() {
             *r.entry((route.to_string(), status)).or_default() += 1;
@@ -85,6 +94,19 @@ pub async fn render(metrics: &Metrics, host: &PluginHost) -> String {
                 out,
                 "scopemem_http_requests_total{{route=\"{}\",status=\"{status}\"}} {n}",
                 label(route)
+            );
+        }
+    }
+    let _ = writeln!(
+        out,
+        "# HELP scopemem_http_refused_total HTTP requests refused by the Host, origin, media-type or token check, by error code and status."
+    );
+    let _ = writeln!(out, "# TYPE scopemem_http_refused_total counter");
+    if let Ok(r) = metrics.refused.lock() {
+        for ((code, status), n) in r.iter() {
+            let _ = writeln!(
+                out,
+                "scopemem_http_refused_total{{code=\"{code}\",status=\"{status}\"}} {n}"
             );
         }
     }
