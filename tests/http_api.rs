@@ -147,4 +147,6 @@ async fn remember_recall_status_and_errors() {
 
     let health = reqwest::get(format!("{base}/healthz")).await.unwrap();
     assert_eq!(health.status().as_u16(), 200);
+    let health: serde_json::Value = health.json().await.unwrap();
+    assert_eq!(health["auth"], "none", "no token configured: {health}");
 }

@@ -347,6 +347,8 @@ async fn token_is_required_everywhere_but_healthz() {
     // /healthz needs neither a token nor a known Host.
     let r = send(&app, "GET", "/healthz", Some("evil.example"), None, None).await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    // It says a token is needed (so the operator page asks for one), never which.
+    assert_eq!(r.json(), json!({"status": "ok", "auth": "token"}));
 
     // The right token opens every route; the scheme name is case-insensitive.
     for auth in [

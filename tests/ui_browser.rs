@@ -102,6 +102,8 @@ async fn operator_page_in_chromium() {
     let dir = tempfile::tempdir().unwrap();
     let serve = spawn_serve(dir.path(), "ui", json!({"server": {"auth_token": TOKEN}})).await;
     let seed = seed(&serve.base).await;
+    let open_dir = tempfile::tempdir().unwrap();
+    let open = spawn_serve(open_dir.path(), "ui-open", json!({})).await;
 
     let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("ui");
     std::fs::create_dir_all(&out).unwrap();
@@ -111,11 +113,13 @@ async fn operator_page_in_chromium() {
     let started = Instant::now();
     let run = tokio::task::spawn_blocking({
         let (base, seed, out) = (serve.base.clone(), seed.to_string(), out.clone());
+        let open_base = open.base.clone();
         move || {
             Command::new("node")
                 .arg(spec)
                 .env("SCOPEMEM_UI_BASE", base)
                 .env("SCOPEMEM_UI_TOKEN", TOKEN)
+                .env("SCOPEMEM_UI_OPEN_BASE", open_base)
                 .env("SCOPEMEM_UI_SEED", seed)
                 .env("SCOPEMEM_UI_OUT", out)
                 .env("SCOPEMEM_BROWSER_DEPS", deps)

@@ -336,8 +336,14 @@ async fn status(State(host): State<AppState>) -> Result<Json<Value>, ApiError> {
 /// Liveness only, for anyone who can reach the port (it is outside the Host and token guard):
 /// the process answers. Rows, the store's and the embedder's state and their error texts are
 /// for `/v1/status`, behind the guard.
-async fn healthz() -> Json<Value> {
-    Json(json!({"status": "ok"}))
+/// Liveness, and whether the other routes need the token (`auth`: `token` or `none`), so the
+/// operator page connects by itself to a service without one instead of drawing a 401.
+async fn healthz(State(state): State<AppState>) -> Json<Value> {
+    let auth = match state.host.config().server.auth_token {
+        Some(_) => "token",
+        None => "none",
+    };
+    Json(json!({"status": "ok", "auth": auth}))
 }
 
 /// Serve on `listener` until `shutdown` resolves, then let in-flight requests finish.

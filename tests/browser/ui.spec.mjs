@@ -3,6 +3,7 @@
 // table and passes everything in the environment:
 //   SCOPEMEM_UI_BASE      http://127.0.0.1:<port> of the service
 //   SCOPEMEM_UI_TOKEN     its server.auth_token
+//   SCOPEMEM_UI_OPEN_BASE a second service, with no token
 //   SCOPEMEM_UI_SEED      JSON {family_conversation, work_conversation, counts, family, work, public}
 //   SCOPEMEM_UI_OUT       directory for the screenshot
 //   SCOPEMEM_BROWSER_DEPS where scripts/setup-browser.sh installed playwright-core
@@ -22,6 +23,7 @@ const env = (name) => {
 };
 const BASE = env('SCOPEMEM_UI_BASE');
 const TOKEN = env('SCOPEMEM_UI_TOKEN');
+const OPEN_BASE = env('SCOPEMEM_UI_OPEN_BASE');
 const SEED = JSON.parse(env('SCOPEMEM_UI_SEED'));
 const OUT = env('SCOPEMEM_UI_OUT');
 const require = createRequire(join(env('SCOPEMEM_BROWSER_DEPS'), 'package.json'));
@@ -162,6 +164,15 @@ async function main() {
     const publicItem = page.locator('#memories li.memory', { hasText: SEED.public[0] });
     assert.equal(await publicItem.locator('button').count(), 0);
 
+    step('the page refreshes itself: a memory remembered elsewhere shows up without a click');
+    const fresh = 'Grandpa repaints the fence every May';
+    const added = await api('/v1/remember', { conversation_id: SEED.family_conversation, content: fresh });
+    assert.equal(added.status, 200, JSON.stringify(added.json));
+    await page.waitForFunction((text) => [...document.querySelectorAll('#memories li.memory .content')]
+      .some((p) => p.textContent === text), fresh, { timeout: 15000 });
+    assert.ok((await page.textContent('#updated')).startsWith('updated '));
+    assert.ok((await page.textContent('#view-info')).endsWith('newest first'), 'the view stays as it was');
+
     step('a reload keeps the token for this tab');
     await page.reload();
     await page.waitForSelector('body.connected');
@@ -172,6 +183,15 @@ async function main() {
     assert.deepEqual(sorted(await recallContents(SEED.family_conversation)), before);
 
     assert.deepEqual(problems, [], 'the page logged errors or had failed requests');
+
+    step('a service without a token is connected at once, with no refused request');
+    const open = await context.newPage();
+    const openProblems = watch(open);
+    await open.goto(`${OPEN_BASE}/ui`);
+    await open.waitForSelector('body.connected');
+    assert.ok((await open.textContent('#message')).startsWith('Connected'));
+    assert.deepEqual(openProblems, [], 'the tokenless page logged errors or had refused requests');
+    await open.close();
     step('all checks passed');
   } finally {
     await context.close();

@@ -4,6 +4,8 @@
 
 const TOKEN_KEY = 'scopemem.token';
 const PAGE = 20;
+/** How often a connected page refreshes the status, the map and the shown memories. */
+const LIVE_MS = 5000;
 const $ = (id) => document.getElementById(id);
 
 const view = { conversation: '', persona: '', query: '', offset: 0, total: 0 };
@@ -141,12 +143,14 @@ function renderMap(map) {
     .map((e) => { const o = el('option'); o.value = e.key; o.label = e.scope; return o; }));
 }
 
-async function refresh() {
+/** Status and map; `quiet` (the live refresh) leaves the message line alone unless it fails. */
+async function refresh(quiet) {
   try {
     const [status, map] = await Promise.all([api('GET', '/v1/status'), api('GET', '/v1/scope_map')]);
     renderStatus(status);
     renderMap(map);
-    say('Connected. Status at ' + new Date().toLocaleTimeString() + '.');
+    $('updated').textContent = 'updated ' + new Date().toLocaleTimeString();
+    if (!quiet) say('Connected. Status at ' + new Date().toLocaleTimeString() + '.');
     document.body.classList.add('connected');
   } catch (e) {
     document.body.classList.remove('connected');
@@ -223,6 +227,28 @@ async function show() {
   } catch (e) { say(String(e.message), true); }
 }
 
+/** Connect at once when the service needs no token (its /healthz says so), else ask for it. */
+async function connectIfOpen() {
+  try {
+    const r = await fetch('/healthz', { credentials: 'omit', cache: 'no-store' });
+    if (r.ok && (await r.json()).auth === 'none') {
+      sessionStorage.setItem(TOKEN_KEY, '');
+      await refresh();
+      return;
+    }
+  } catch (_) { /* the prompt below */ }
+  say('Enter the token (leave it empty if the service has none) and press Connect.');
+}
+
+/** Keep a connected, visible page current without losing the browse position (the same
+ *  offset is asked again) or a Delete that is waiting for its second click. */
+async function liveTick() {
+  if (!document.body.classList.contains('connected') || document.hidden) return;
+  if (document.querySelector('#memories button.armed')) return;
+  await refresh(true);
+  if (view.conversation && !view.query) await show();
+}
+
 function init() {
   $('token-form').addEventListener('submit', (ev) => {
     ev.preventDefault();
@@ -249,9 +275,10 @@ function init() {
   $('prev').disabled = true;
   $('next').disabled = true;
   // A request without a token would be refused (and logged by the browser) when one is set,
-  // so nothing is fetched until the operator connects once in this tab.
-  if (token() === null) say('Enter the token (leave it empty if the service has none) and press Connect.');
+  // so nothing but /healthz is fetched until the operator connects once in this tab.
+  if (token() === null) connectIfOpen();
   else refresh();
+  setInterval(liveTick, LIVE_MS);
 }
 
 document.addEventListener('DOMContentLoaded', init);
