@@ -102,8 +102,16 @@ async fn operator_page_in_chromium() {
     let dir = tempfile::tempdir().unwrap();
     let serve = spawn_serve(dir.path(), "ui", json!({"server": {"auth_token": TOKEN}})).await;
     let seed = seed(&serve.base).await;
+    // The tokenless service holds a legacy row without a scope that the backfill skips (it has
+    // no date), so it stays NULL and visible while migration mode is on.
     let open_dir = tempfile::tempdir().unwrap();
-    let open = spawn_serve(open_dir.path(), "ui-open", json!({})).await;
+    let legacy = LegacyRow {
+        content: "A legacy note nobody dated".into(),
+        created_at: None,
+        ..LegacyRow::default()
+    };
+    make_legacy_table(&open_dir.path().join("db"), &[legacy], false, true).await;
+    let open = spawn_serve(open_dir.path(), "ui-open", json!({"migration_mode": "on"})).await;
 
     let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("ui");
     std::fs::create_dir_all(&out).unwrap();
@@ -120,6 +128,7 @@ async fn operator_page_in_chromium() {
                 .env("SCOPEMEM_UI_BASE", base)
                 .env("SCOPEMEM_UI_TOKEN", TOKEN)
                 .env("SCOPEMEM_UI_OPEN_BASE", open_base)
+                .env("SCOPEMEM_UI_PUBLIC_CONVERSATION", PRIVATE)
                 .env("SCOPEMEM_UI_SEED", seed)
                 .env("SCOPEMEM_UI_OUT", out)
                 .env("SCOPEMEM_BROWSER_DEPS", deps)

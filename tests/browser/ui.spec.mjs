@@ -3,7 +3,9 @@
 // table and passes everything in the environment:
 //   SCOPEMEM_UI_BASE      http://127.0.0.1:<port> of the service
 //   SCOPEMEM_UI_TOKEN     its server.auth_token
-//   SCOPEMEM_UI_OPEN_BASE a second service, with no token
+//   SCOPEMEM_UI_OPEN_BASE a second service, with no token, in migration mode, holding one legacy
+//                         row without a scope
+//   SCOPEMEM_UI_PUBLIC_CONVERSATION an unmapped (public-scope) conversation
 //   SCOPEMEM_UI_SEED      JSON {family_conversation, work_conversation, counts, family, work, public}
 //   SCOPEMEM_UI_OUT       directory for the screenshot
 //   SCOPEMEM_BROWSER_DEPS where scripts/setup-browser.sh installed playwright-core
@@ -24,6 +26,7 @@ const env = (name) => {
 const BASE = env('SCOPEMEM_UI_BASE');
 const TOKEN = env('SCOPEMEM_UI_TOKEN');
 const OPEN_BASE = env('SCOPEMEM_UI_OPEN_BASE');
+const PUBLIC_CONVERSATION = env('SCOPEMEM_UI_PUBLIC_CONVERSATION');
 const SEED = JSON.parse(env('SCOPEMEM_UI_SEED'));
 const OUT = env('SCOPEMEM_UI_OUT');
 const require = createRequire(join(env('SCOPEMEM_BROWSER_DEPS'), 'package.json'));
@@ -190,6 +193,16 @@ async function main() {
     await open.goto(`${OPEN_BASE}/ui`);
     await open.waitForSelector('body.connected');
     assert.ok((await open.textContent('#message')).startsWith('Connected'));
+
+    step('a legacy row without a scope has a Delete button for a public conversation, and it erases');
+    await show(open, SEED.family_conversation, '', 'newest first');
+    const legacy = open.locator('#memories li.memory', { hasText: 'A legacy note nobody dated' });
+    assert.equal(await legacy.locator('button').count(), 0, 'a family conversation may not delete it');
+    await show(open, PUBLIC_CONVERSATION, '', 'newest first');
+    await legacy.locator('button').click();
+    await legacy.locator('button.armed').click();
+    await open.waitForFunction(() => document.querySelector('#message').textContent.startsWith('Deleted'));
+    await legacy.waitFor({ state: 'detached' });
     assert.deepEqual(openProblems, [], 'the tokenless page logged errors or had refused requests');
     await open.close();
     step('all checks passed');

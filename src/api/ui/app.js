@@ -158,7 +158,14 @@ async function refresh(quiet) {
   }
 }
 
-function memoryItem(m, ownScope) {
+/** Whether forget would erase `m` for this view: its own scope, or (forget's rule for legacy
+ *  rows) a NULL-scope row from a public conversation while migration mode is on. */
+function deletable(m, ownScope, migrating) {
+  if (m.memory_scope === ownScope) return true;
+  return (m.memory_scope === null || m.memory_scope === undefined) && ownScope === 'public' && migrating;
+}
+
+function memoryItem(m, ownScope, migrating) {
   const meta = [m.memory_scope || '(legacy, no scope)', m.memory_type, m.created_at || ''];
   if (typeof m.score === 'number') meta.push('score ' + m.score.toFixed(3));
   const li = el('li', null, 'memory', [
@@ -167,7 +174,7 @@ function memoryItem(m, ownScope) {
   ]);
   li.dataset.id = m.id;
   li.dataset.scope = m.memory_scope || '';
-  if (m.memory_scope === ownScope) {
+  if (deletable(m, ownScope, migrating)) {
     const b = el('button', 'Delete', 'danger');
     b.type = 'button';
     b.addEventListener('click', () => confirmDelete(b, m.id));
@@ -222,7 +229,7 @@ async function show() {
     $('prev').disabled = !!view.query || view.offset === 0;
     $('next').disabled = !!view.query || view.offset + PAGE >= view.total;
     const list = $('memories');
-    if (r.memories.length) list.replaceChildren(...r.memories.map((m) => memoryItem(m, r.memory_scope)));
+    if (r.memories.length) list.replaceChildren(...r.memories.map((m) => memoryItem(m, r.memory_scope, r.migration_mode)));
     else list.replaceChildren(el('li', 'nothing visible to this conversation', 'muted'));
   } catch (e) { say(String(e.message), true); }
 }
