@@ -23,9 +23,9 @@ mod common;
 use common::*;
 use scopemem::embed::Embedder;
 use scopemem::memory::hybrid::{fuse, Candidate};
-use scopemem::memory::retention::timestamp_literal;
 use scopemem::memory::sweeper::sweep_once;
 use scopemem::store::search::{build_vector_index, has_vector_index};
+use scopemem::store::timestamp_literal;
 use scopemem::store::{
     FulltextSearch, KeywordRequest, LanceSearch, MemoryRecord, NearestVisible, SearchRequest,
 };
@@ -40,14 +40,12 @@ fn report(label: &str, times: Vec<Duration>, extra: &str) {
 async fn searches(vector: &LanceSearch, keywords: &FulltextSearch, qs: &[Query], n: usize) {
     let vector_req = |q: &Query| SearchRequest {
         vector: q.vector.clone(),
-        predicate: Some(q.predicate.clone()),
-        rows: None,
+        rows: q.rows.clone(),
         k: K,
     };
     let keyword_req = |q: &Query| KeywordRequest {
         text: q.text.clone(),
-        predicate: Some(q.predicate.clone()),
-        rows: None,
+        rows: q.rows.clone(),
         k: K,
     };
     let (mut tv, mut tk, mut th) = (Vec::new(), Vec::new(), Vec::new());

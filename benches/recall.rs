@@ -25,8 +25,7 @@ async fn run_all(search: &dyn NearestVisible, qs: &[Query]) -> (Vec<Duration>, V
     for q in qs {
         let req = SearchRequest {
             vector: q.vector.clone(),
-            predicate: Some(q.predicate.clone()),
-            rows: None,
+            rows: q.rows.clone(),
             k: K,
         };
         let t = Instant::now();
@@ -86,8 +85,7 @@ fn main() {
                 i += 1;
                 rt.block_on(flat.nearest(&SearchRequest {
                     vector: q.vector.clone(),
-                    predicate: Some(q.predicate.clone()),
-                    rows: None,
+                    rows: q.rows.clone(),
                     k: K,
                 }))
                 .expect("search")
@@ -120,8 +118,7 @@ fn main() {
                         j += 1;
                         rt.block_on(indexed.nearest(&SearchRequest {
                             vector: q.vector.clone(),
-                            predicate: Some(q.predicate.clone()),
-                            rows: None,
+                            rows: q.rows.clone(),
                             k: K,
                         }))
                         .expect("search")

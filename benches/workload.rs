@@ -26,7 +26,6 @@ mod common;
 use chrono::Utc;
 use common::workload::{Workload, DIM};
 use common::*;
-use scopemem::scope::sql_literal;
 use scopemem::store::resident::ResidentSearch;
 use scopemem::store::search::build_vector_index;
 use scopemem::store::{
@@ -97,14 +96,12 @@ fn request(w: &Workload, qi: usize) -> SearchRequest {
     if scope != "public" {
         names.push("public".into());
     }
-    let listed: Vec<String> = names.iter().map(|n| sql_literal(n)).collect();
     SearchRequest {
         vector: w.query(qi).to_vec(),
-        predicate: Some(format!("memory_scope IN ({})", listed.join(", "))),
-        rows: Some(RowFilter {
+        rows: RowFilter {
             scopes: Some(ScopeSet { names, null: false }),
             alive_at: Some(Utc::now()),
-        }),
+        },
         k: K,
     }
 }

@@ -11,12 +11,12 @@ use std::time::Duration;
 
 use chrono::Utc;
 use scopemem::config::ScopeFilterMode;
-use scopemem::memory::retention::and_alive;
-use scopemem::scope::{recall_predicate, recall_scopes, ScopeName};
+use scopemem::memory::read_filter::recall_filter;
+use scopemem::scope::ScopeName;
 use scopemem::store::resident::ResidentSearch;
 use scopemem::store::{
-    FulltextSearch, Hit, LanceSearch, MemoryRecord, ModelInfo, NearestVisible, RowFilter,
-    SearchRequest, Store, WriterSettings,
+    FulltextSearch, Hit, LanceSearch, MemoryRecord, ModelInfo, NearestVisible, SearchRequest,
+    Store, WriterSettings,
 };
 
 const DIM: usize = 32;
@@ -90,22 +90,17 @@ fn table_rows(rng: &mut Rng) -> Vec<(MemoryRecord, Vec<f32>)> {
         .collect()
 }
 
-/// The request a recall in `scope` makes, in both forms.
+/// The request a recall in `scope` makes.
 fn request(
     vector: Vec<f32>,
     scope: &str,
     migration: bool,
     filter: ScopeFilterMode,
 ) -> SearchRequest {
-    let now = Utc::now();
     let scope = ScopeName::parse(scope).unwrap();
     SearchRequest {
         vector,
-        predicate: Some(and_alive(recall_predicate(&scope, migration, filter), now)),
-        rows: Some(RowFilter {
-            scopes: recall_scopes(&scope, migration, filter),
-            alive_at: Some(now),
-        }),
+        rows: recall_filter(&scope, migration, filter, Utc::now()),
         k: 10,
     }
 }
@@ -165,11 +160,7 @@ async fn answers_as_lancedb(
     }
     for h in &got {
         assert!(h.record.expires_at.unwrap() > Utc::now(), "no expired row");
-        assert!(req
-            .rows
-            .as_ref()
-            .unwrap()
-            .admits_scope(h.record.memory_scope.as_deref()));
+        assert!(req.rows.admits_scope(h.record.memory_scope.as_deref()));
     }
 }
 
@@ -459,7 +450,6 @@ async fn keyword_matches_are_lancedbs_and_respect_the_filter() {
         let filter = request(vec![0.0; DIM], scope, migration, ScopeFilterMode::Enforce);
         let req = KeywordRequest {
             text: query.into(),
-            predicate: filter.predicate.clone(),
             rows: filter.rows.clone(),
             k: 500,
         };
@@ -480,11 +470,7 @@ async fn keyword_matches_are_lancedbs_and_respect_the_filter() {
         assert_eq!(got_ids, want_ids, "the same rows match {query:?}");
         for h in &got {
             assert!(h.record.expires_at.unwrap() > Utc::now(), "no expired row");
-            assert!(filter
-                .rows
-                .as_ref()
-                .unwrap()
-                .admits_scope(h.record.memory_scope.as_deref()));
+            assert!(filter.rows.admits_scope(h.record.memory_scope.as_deref()));
         }
         // Best first, by a score that only falls.
         assert!(got.windows(2).all(|w| w[0].score >= w[1].score));

@@ -68,8 +68,13 @@ async fn prefilter_returns_k_rows_of_a_rare_scope() {
     let hits = search
         .nearest(&SearchRequest {
             vector: vector(3),
-            predicate: Some("memory_scope = 'rare'".into()),
-            rows: None,
+            rows: scopemem::store::RowFilter {
+                scopes: Some(scopemem::store::ScopeSet {
+                    names: vec!["rare".into()],
+                    null: false,
+                }),
+                alive_at: None,
+            },
             k: 10,
         })
         .await

@@ -289,7 +289,8 @@ pub struct Query {
     /// The question as a user would type it (keyword search uses the text).
     pub text: String,
     pub vector: Vec<f32>,
-    pub predicate: String,
+    /// Its scope and `public`.
+    pub rows: scopemem::store::RowFilter,
 }
 
 pub async fn queries(e: &dyn Embedder) -> Vec<Query> {
@@ -307,7 +308,13 @@ pub async fn queries(e: &dyn Embedder) -> Vec<Query> {
             Query {
                 text,
                 vector,
-                predicate: format!("memory_scope IN ('{scope}', 'public')"),
+                rows: scopemem::store::RowFilter {
+                    scopes: Some(scopemem::store::ScopeSet {
+                        names: vec![scope, "public".into()],
+                        null: false,
+                    }),
+                    alive_at: None,
+                },
             }
         })
         .collect()

@@ -304,7 +304,7 @@ impl PluginHost {
                 ..Default::default()
             },
             vectors,
-            visibility: Some(visible.predicate),
+            visibility: visible.rows.to_sql(),
         };
         let mut out = Vec::new();
         let report = crate::transfer::export(

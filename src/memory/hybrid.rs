@@ -53,13 +53,12 @@ pub struct Candidate {
     pub relevance: f32,
 }
 
-/// What to search for: the (redacted) query text, the scope predicate, the pool size, the
+/// What to search for: the (redacted) query text, the rows it may return, the pool size, the
 /// vector list's similarity floor and the model's fit for the query's script.
 pub struct CandidateQuery<'a> {
     pub text: &'a str,
-    pub predicate: Option<String>,
-    /// The same filter in column terms (the resident search runs no SQL).
-    pub rows: Option<RowFilter>,
+    /// Which rows both searches may return.
+    pub rows: RowFilter,
     pub k: usize,
     pub threshold: f32,
     pub kind: SearchKind,
@@ -133,7 +132,6 @@ impl Searchers<'_> {
             .vectors
             .nearest(&SearchRequest {
                 vector: vector.as_ref().clone(),
-                predicate: q.predicate.clone(),
                 rows: q.rows.clone(),
                 k: q.k,
             })
@@ -154,7 +152,6 @@ impl Searchers<'_> {
             .keywords
             .matching(&KeywordRequest {
                 text: q.text.to_string(),
-                predicate: q.predicate.clone(),
                 rows: q.rows.clone(),
                 k: q.k,
             })

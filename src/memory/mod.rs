@@ -8,6 +8,7 @@ pub mod injection;
 pub mod model;
 pub mod new_memory;
 pub mod ranking;
+pub mod read_filter;
 pub mod redact;
 pub mod retention;
 pub mod service;

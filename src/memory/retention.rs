@@ -1,17 +1,16 @@
-//! Memory life cycle: when a new memory expires, and the clause that hides expired rows.
+//! Memory life cycle: when a new memory expires.
 //!
 //! Expiry is decided once, when a memory is written (from an explicit `expires_at` or the TTL
 //! of its type), and stored in the row. Recall hides a row as soon as its time has passed, in
-//! the same prefilter as the scope, so an expired memory is never recalled even before the
-//! sweeper has erased it.
+//! the same filter as the scope (`read_filter`, applied by `store::filter`), so an expired
+//! memory is never recalled even before the sweeper has erased it.
 
 use std::collections::BTreeMap;
 
-use chrono::{DateTime, Duration, SecondsFormat, Utc};
+use chrono::{DateTime, Duration, Utc};
 
 use super::MemoryError;
 use crate::config::RetentionConfig;
-use crate::store::schema::COL_EXPIRES_AT;
 
 /// TTLs per memory type, from `retention.*`.
 #[derive(Debug, Clone, Default)]
@@ -75,38 +74,6 @@ pub fn parse_expires_at(raw: &str, now: DateTime<Utc>) -> Result<DateTime<Utc>, 
     Ok(t)
 }
 
-/// Rows still alive at `now`: NULL never expires.
-pub fn alive_clause(now: DateTime<Utc>) -> String {
-    format!(
-        "({COL_EXPIRES_AT} IS NULL OR {COL_EXPIRES_AT} > {})",
-        timestamp_literal(now)
-    )
-}
-
-/// Rows that expired at or before `now`: what the sweeper erases.
-pub fn expired_clause(now: DateTime<Utc>) -> String {
-    format!(
-        "{COL_EXPIRES_AT} IS NOT NULL AND {COL_EXPIRES_AT} <= {}",
-        timestamp_literal(now)
-    )
-}
-
-/// `predicate AND alive`, or just `alive` when recall has no scope predicate.
-pub fn and_alive(predicate: Option<String>, now: DateTime<Utc>) -> String {
-    match predicate {
-        Some(p) => format!("({p}) AND {}", alive_clause(now)),
-        None => alive_clause(now),
-    }
-}
-
-/// A UTC timestamp literal Lance's SQL filter compares with the microsecond UTC column.
-pub fn timestamp_literal(t: DateTime<Utc>) -> String {
-    format!(
-        "arrow_cast('{}', 'Timestamp(Microsecond, Some(\"UTC\"))')",
-        t.to_rfc3339_opts(SecondsFormat::Micros, true)
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -155,19 +122,5 @@ mod tests {
                 "{bad}"
             );
         }
-    }
-
-    #[test]
-    fn clauses_name_the_column_and_a_utc_literal() {
-        let now = DateTime::parse_from_rfc3339("2026-11-22T10:00:00Z")
-            .unwrap()
-            .with_timezone(&Utc);
-        let alive = and_alive(Some("memory_scope = 'public'".into()), now);
-        assert_eq!(
-            alive,
-            "(memory_scope = 'public') AND (expires_at IS NULL OR expires_at > \
-             arrow_cast('2026-11-22T10:00:00.000000Z', 'Timestamp(Microsecond, Some(\"UTC\"))'))"
-        );
-        assert!(expired_clause(now).starts_with("expires_at IS NOT NULL AND expires_at <= "));
     }
 }

@@ -14,6 +14,7 @@ use super::chained::{self, ChainedLimits};
 use super::hybrid::{CandidateQuery, Searchers};
 use super::model::*;
 use super::new_memory::{NewMemory, ValidMemory};
+use super::read_filter::recall_filter;
 use super::redact::redact;
 use super::MemoryError;
 use crate::config::{
@@ -23,14 +24,14 @@ use crate::embed::calibration::{calibrate, Calibration};
 use crate::embed::Embedder;
 use crate::migrate::backfill::{BackfillHandle, BackfillProgress, BackfillSettings};
 use crate::migrate::checkpoint;
-use crate::scope::{
-    sql_literal, ConversationId, MapSummary, ResolvedScope, ScopeMap, ScopeResolver,
-};
+use crate::scope::{ConversationId, MapSummary, ResolvedScope, ScopeMap, ScopeResolver};
 use crate::store::beside::Beside;
 use crate::store::lease::{self, Lease};
 use crate::store::retention::VersionLimits;
 use crate::store::schema::COL_MEMORY_SCOPE;
-use crate::store::{LanceSearch, MemoryRecord, ModelInfo, RowFilter, Store, WriterSettings};
+use crate::store::{
+    sql_literal, LanceSearch, MemoryRecord, ModelInfo, RowFilter, Store, WriterSettings,
+};
 
 const MAX_QUERY_CHARS: usize = 2000;
 const DEFAULT_STRENGTH: i64 = 50;
@@ -171,9 +172,7 @@ pub struct MigrationStatus {
 /// What one conversation may read (see [`MemoryService::visible_to`]).
 #[derive(Debug, Clone)]
 pub struct Visibility {
-    /// SQL predicate over the table's columns.
-    pub predicate: String,
-    /// The same filter in column terms, for the resident search.
+    /// The rows it may read (`rows.to_sql()` for LanceDB).
     pub rows: RowFilter,
     pub memory_scope: String,
     pub migration_mode: bool,
@@ -599,8 +598,7 @@ impl MemoryService {
         let found = searchers
             .candidates(&CandidateQuery {
                 text: &redact(query),
-                predicate: Some(visible.predicate),
-                rows: Some(visible.rows),
+                rows: visible.rows,
                 k,
                 threshold,
                 kind: search,
@@ -678,16 +676,9 @@ impl MemoryService {
         let map = self.scopes.snapshot();
         let scope = map.resolve(conversation, persona);
         let migration = self.migration_active();
-        let now = Utc::now();
+        let rows = recall_filter(&scope.scope, migration, map.filter_mode(), Utc::now());
         Visibility {
-            predicate: super::retention::and_alive(
-                map.recall_predicate(&scope.scope, migration),
-                now,
-            ),
-            rows: RowFilter {
-                scopes: map.recall_scopes(&scope.scope, migration),
-                alive_at: Some(now),
-            },
+            rows,
             memory_scope: scope.scope.as_str().to_string(),
             migration_mode: migration,
         }
@@ -713,7 +704,7 @@ impl MemoryService {
         let visible = self.visibility(&conversation, req.persona.as_deref());
         let page = self
             .store
-            .page_newest(Some(&visible.predicate), offset, limit)
+            .page_newest(visible.rows.to_sql().as_deref(), offset, limit)
             .await?;
         tracing::debug!(
             conversation_id = conversation.as_str(),

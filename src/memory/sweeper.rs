@@ -12,9 +12,9 @@ use std::time::{Duration, Instant};
 
 use chrono::Utc;
 
-use super::retention::expired_clause;
 use super::service::MemoryService;
 use super::MemoryError;
+use crate::store::filter::expired_clause;
 use crate::store::StoreError;
 
 /// Sweep every `interval` while this process is the maintainer, until the service or its

@@ -11,9 +11,10 @@ use std::time::Duration;
 use chrono::Utc;
 use tokio::sync::mpsc;
 
-use super::retention::{timestamp_literal, Retention};
-use crate::scope::sql_literal;
+use super::retention::Retention;
 use crate::store::schema::{COL_EXPIRES_AT, COL_LAST_RECALLED_AT, COL_MEMORY_TYPE};
+use crate::store::sql_literal;
+use crate::store::timestamp_literal;
 use crate::store::{Store, StoreError};
 
 /// How long recalled ids are collected before one batch of updates.

@@ -20,9 +20,10 @@ use tokio::sync::watch;
 use super::checkpoint::{BackfillState, Checkpoint, CheckpointFile, Damaged};
 use super::MigrateError;
 use crate::config::MigrationMode;
-use crate::scope::{sql_literal, ScopeName, ScopeSource, PUBLIC_SCOPE};
+use crate::scope::{ScopeName, ScopeSource, PUBLIC_SCOPE};
 use crate::store::record::created_at_micros;
 use crate::store::schema::{COL_CREATED_AT, COL_ID, COL_MEMORY_SCOPE, COL_SCOPE_SOURCE, COL_TAGS};
+use crate::store::sql_literal;
 
 /// What the backfill writes into `scope_source` (and what revert-backfill looks for).
 const BACKFILL_SOURCE: &str = ScopeSource::Backfill.as_str();

@@ -11,7 +11,7 @@ use sha2::{Digest, Sha256};
 
 use crate::config::{Config, ScopeFilterMode, UnmappedPolicy};
 
-use super::{display_truncated, recall_predicate, ConversationId, ScopeName, ScopeSource};
+use super::{display_truncated, ConversationId, ScopeName, ScopeSource};
 
 /// Prefix of persona keys in the map (`persona:<name>`).
 pub const PERSONA_KEY_PREFIX: &str = "persona:";
@@ -324,20 +324,6 @@ impl ScopeMap {
         }
         self.failed_closed.contains(key).then(|| private_scope(key))
     }
-
-    /// The recall prefilter for `current` under this snapshot's filter switch.
-    pub fn recall_predicate(&self, current: &ScopeName, migration_mode_on: bool) -> Option<String> {
-        recall_predicate(current, migration_mode_on, self.filter)
-    }
-
-    /// The same filter as [`Self::recall_predicate`], as a set of scopes.
-    pub fn recall_scopes(
-        &self,
-        current: &ScopeName,
-        migration_mode_on: bool,
-    ) -> Option<crate::store::ScopeSet> {
-        super::filter::recall_scopes(current, migration_mode_on, self.filter)
-    }
 }
 
 /// `c_` + the first 16 lowercase hex chars of sha256(key): the private scope of an unmapped
@@ -626,13 +612,6 @@ mod tests {
         // The same private scope an unmapped-conversation policy would give it.
         let per_chat = ScopeMap::build(&json!({}), UnmappedPolicy::Conversation);
         assert_eq!(r.scope, per_chat.resolve(&conv(family), None).scope);
-        // Recall in that scope sees its own rows and public, not another group's.
-        let p = m.recall_predicate(&r.scope, false).unwrap();
-        assert!(
-            p.contains(r.scope.as_str()) && p.contains("'public'"),
-            "{p}"
-        );
-        assert!(!p.contains("work"), "{p}");
         let ignored = &m.ignored()[0];
         assert_eq!(ignored.key, family);
         assert_eq!(ignored.fails_closed_to.as_deref(), Some(r.scope.as_str()));
@@ -694,7 +673,6 @@ mod tests {
         let m = ScopeMap::from_config(&c);
         assert_eq!(m.unmapped(), UnmappedPolicy::Conversation);
         assert_eq!(m.filter_mode(), ScopeFilterMode::Disabled);
-        assert_eq!(m.recall_predicate(&scope("x"), false), None);
         let s = serde_json::to_value(m.summary()).unwrap();
         assert_eq!(s["entries"], 2);
         assert_eq!(s["distinct_scopes"], 1);

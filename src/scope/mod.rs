@@ -4,11 +4,9 @@
 //!   reach the store.
 //! - [`ScopeMap`]: the conversation/persona → scope map with the unmapped policy; the one place
 //!   a scope is derived ([`ScopeMap::resolve`]).
-//! - [`recall_predicate`]: the one place the recall prefilter is built.
 //! - [`ScopeResolver`] + [`watch_config`]: the hot-reloaded, lock-free current map.
 
 mod conversation;
-mod filter;
 mod map;
 mod name;
 mod reload;
@@ -17,7 +15,6 @@ mod source;
 mod view;
 
 pub use conversation::{ConversationId, MAX_CONVERSATION_ID_BYTES};
-pub use filter::{recall_predicate, recall_scopes, sql_literal, SCOPE_COLUMN};
 pub use map::{IgnoredEntry, MapSummary, ResolvedScope, ScopeMap, PERSONA_KEY_PREFIX};
 pub use name::{ScopeName, MAX_SCOPE_NAME_CHARS, PUBLIC_SCOPE};
 pub use reload::{watch_config, ConfigWatcher, DEFAULT_DEBOUNCE};

@@ -66,14 +66,11 @@ async fn has_fulltext_indexes(table: &Table) -> Result<bool, StoreError> {
         .all(|column| has_fulltext(&indices, column)))
 }
 
-/// One keyword search: the text as the user wrote it, the scope predicate (None = no scope
-/// filter, the rollback switch) and how many rows to return.
+/// One keyword search: the text as the user wrote it, which rows it may return, and how many.
 #[derive(Debug, Clone)]
 pub struct KeywordRequest {
     pub text: String,
-    pub predicate: Option<String>,
-    /// The same filter in column terms, for the resident search (`None`: LanceDB only).
-    pub rows: Option<super::search::RowFilter>,
+    pub rows: super::filter::RowFilter,
     pub k: usize,
 }
 
@@ -140,7 +137,7 @@ impl FulltextSearch {
             .full_text_search(fts)
             .select(Select::columns(&RECORD_COLUMNS))
             .limit(req.k.max(1));
-        if let Some(p) = &req.predicate {
+        if let Some(p) = req.rows.to_sql() {
             query = query.only_if(p);
         }
         let batches: Vec<_> = query.execute().await?.try_collect().await?;

@@ -6,6 +6,7 @@
 pub mod beside;
 pub mod cache;
 pub mod durability;
+pub mod filter;
 pub mod fulltext;
 pub mod index_state;
 pub mod lease;
@@ -34,13 +35,14 @@ use lancedb::index::{Index, IndexType};
 use lancedb::query::{ExecutableQuery, QueryBase, Select};
 use lancedb::Table;
 
+pub use filter::{sql_literal, timestamp_literal, RowFilter, ScopeSet};
 pub use fulltext::{FulltextSearch, KeywordHit, KeywordMatching, KeywordRequest};
 pub use index_state::IndexState;
 pub use page::Page;
 pub use record::MemoryRecord;
 pub use retention::PruneReport;
 use schema::*;
-pub use search::{Hit, LanceSearch, NearestVisible, RowFilter, ScopeSet, SearchRequest};
+pub use search::{Hit, LanceSearch, NearestVisible, SearchRequest};
 pub use strengths::{StrengthChange, StrengthSet};
 pub use writer::{EraseReport, WriterHandle, WriterSettings};
 
@@ -361,10 +363,7 @@ impl Store {
             if chunk.is_empty() {
                 continue;
             }
-            let list: Vec<String> = chunk
-                .iter()
-                .map(|id| crate::scope::sql_literal(id))
-                .collect();
+            let list: Vec<String> = chunk.iter().map(|id| sql_literal(id)).collect();
             let predicate = match visible {
                 Some(v) => format!("{COL_ID} IN ({}) AND ({v})", list.join(", ")),
                 None => format!("{COL_ID} IN ({})", list.join(", ")),

@@ -12,55 +12,17 @@ use lancedb::index::{Index, IndexType};
 use lancedb::query::{ExecutableQuery, QueryBase, Select};
 use lancedb::{DistanceType, Table};
 
+use super::filter::RowFilter;
 use super::record::{distances, from_batch, MemoryRecord};
 use super::schema::{COL_VECTOR, RECORD_COLUMNS};
 use super::StoreError;
 
-/// One search: the query vector, the scope predicate (None = no scope filter, the rollback
-/// switch) and how many rows to return.
+/// One search: the query vector, which rows it may return, and how many.
 #[derive(Debug, Clone)]
 pub struct SearchRequest {
     pub vector: Vec<f32>,
-    pub predicate: Option<String>,
-    /// The same filter in column terms, for searches that run no SQL (the resident search).
-    /// `None`: not given, so such a search defers to LanceDB.
-    pub rows: Option<RowFilter>,
+    pub rows: RowFilter,
     pub k: usize,
-}
-
-/// Which rows a search may return, in column terms: built beside the SQL predicate from the
-/// same inputs (see `scope::filter`), so the resident search and LanceDB admit the same rows.
-#[derive(Debug, Clone, PartialEq)]
-pub struct RowFilter {
-    /// `None`: every scope (the filter is disabled).
-    pub scopes: Option<ScopeSet>,
-    /// Rows whose `expires_at` is at or before this time are hidden.
-    pub alive_at: Option<chrono::DateTime<chrono::Utc>>,
-}
-
-/// Admitted `memory_scope` values.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ScopeSet {
-    pub names: Vec<String>,
-    /// Whether rows with no scope (legacy, NULL) are admitted.
-    pub null: bool,
-}
-
-impl RowFilter {
-    pub fn admits_scope(&self, scope: Option<&str>) -> bool {
-        match (&self.scopes, scope) {
-            (None, _) => true,
-            (Some(set), None) => set.null,
-            (Some(set), Some(s)) => set.names.iter().any(|n| n == s),
-        }
-    }
-
-    pub fn admits_expiry(&self, expires_at_micros: Option<i64>) -> bool {
-        match (self.alive_at, expires_at_micros) {
-            (Some(now), Some(t)) => t > now.timestamp_micros(),
-            _ => true,
-        }
-    }
 }
 
 /// A row with its cosine distance to the query.
@@ -256,7 +218,7 @@ impl LanceSearch {
             query = query.refine_factor(self.refine_factor);
         }
         // Prefilter is lancedb's default for vector queries; we never call postfilter().
-        if let Some(p) = &req.predicate {
+        if let Some(p) = req.rows.to_sql() {
             query = query.only_if(p);
         }
         let batches: Vec<_> = query.execute().await?.try_collect().await?;

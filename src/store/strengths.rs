@@ -5,8 +5,8 @@
 
 use chrono::{DateTime, Utc};
 
+use super::filter::{sql_literal, timestamp_literal};
 use super::schema::COL_LAST_RECALLED_AT;
-use crate::scope::sql_literal;
 
 /// One row's strength change: written only where the row still has `expected` (any strength
 /// when `None`).
@@ -66,7 +66,7 @@ impl StrengthSet {
             ("strength".to_string(), value),
             (
                 COL_LAST_RECALLED_AT.to_string(),
-                crate::memory::retention::timestamp_literal(self.recalled_at),
+                timestamp_literal(self.recalled_at),
             ),
         ];
         Some((predicate.join(" OR "), columns))

@@ -719,13 +719,16 @@ async fn fill_blank(
             // Lance refuses the column patch on tables with an unenforced primary key (the
             // ones scopemem creates); rewrite the rows instead. Same condition, same result.
             tracing::debug!(error = %e, "column-patching merge refused; updating whole rows");
-            let list: Vec<String> = ids.iter().map(|id| crate::scope::sql_literal(id)).collect();
+            let list: Vec<String> = ids
+                .iter()
+                .map(|id| super::filter::sql_literal(id))
+                .collect();
             let mut update = table.update().only_if(format!(
                 "id IN ({}) AND ({first} IS NULL OR btrim({first}) = '')",
                 list.join(", ")
             ));
             for (name, value) in values {
-                update = update.column(name.as_str(), crate::scope::sql_literal(value));
+                update = update.column(name.as_str(), super::filter::sql_literal(value));
             }
             let result = update.execute().await?;
             Ok((result.rows_updated, result.version))

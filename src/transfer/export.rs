@@ -10,8 +10,9 @@ use futures::TryStreamExt;
 use lancedb::arrow::arrow_array::{Array, FixedSizeListArray, Float32Array, RecordBatch};
 use lancedb::query::{ExecutableQuery, QueryBase, Select};
 
-use crate::scope::{sql_literal, ConversationId, ScopeName};
+use crate::scope::{ConversationId, ScopeName};
 use crate::store::schema::{COL_CONVERSATION_ID, COL_MEMORY_SCOPE, COL_VECTOR, RECORD_COLUMNS};
+use crate::store::sql_literal;
 use crate::store::{record, ModelInfo, Store};
 
 use super::format::{ExportFilter, Header, RowOut, FORMAT_VERSION};

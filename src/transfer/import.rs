@@ -10,8 +10,8 @@ use std::io::{BufRead, Read};
 use std::time::Instant;
 
 use crate::embed::Embedder;
-use crate::scope::sql_literal;
 use crate::store::schema::COL_ID;
+use crate::store::sql_literal;
 use crate::store::{MemoryRecord, Store};
 
 use super::format::{parse_header, parse_row, Header};

@@ -7,7 +7,7 @@ use chrono::Utc;
 
 use super::queue::Shared;
 use super::*;
-use crate::scope::sql_literal;
+use crate::store::sql_literal;
 use crate::store::{MemoryRecord, StrengthChange, StrengthSet};
 
 pub(super) async fn apply(

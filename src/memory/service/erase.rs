@@ -18,7 +18,7 @@ use super::super::erase_notices::EraseNotice;
 use super::super::model::ForgetOutcome;
 use super::super::MemoryError;
 use super::MemoryService;
-use crate::scope::sql_literal;
+use crate::store::sql_literal;
 use crate::store::StoreError;
 
 /// Clock difference allowed between processes when deciding which rows a job wrote after

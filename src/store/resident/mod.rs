@@ -26,10 +26,11 @@ use std::time::{Duration, Instant};
 
 use lancedb::Table;
 
+use super::filter::RowFilter;
 use super::fulltext::KeywordHit;
 use super::record::MemoryRecord;
 use super::schema::{COL_MEMORY_SCOPE, COL_SCOPE_SOURCE};
-use super::search::{Hit, RowFilter};
+use super::search::Hit;
 use super::strengths::StrengthSet;
 use super::writer::{CommitObserver, FilledBlanks};
 use keywords::{Postings, Vocabulary};

@@ -4,8 +4,8 @@
 
 use half::f16;
 
+use super::super::filter::RowFilter;
 use super::super::record::MemoryRecord;
-use super::super::search::RowFilter;
 
 /// Rows of one `memory_scope` value (or of the NULL scope).
 #[derive(Default)]

@@ -42,14 +42,12 @@ impl ResidentSearch {
     }
 
     async fn keywords(&self, req: &KeywordRequest) -> Result<Vec<KeywordHit>, StoreError> {
-        if let Some(rows) = &req.rows {
-            let k = req.k.max(1);
-            let hits = self
-                .answer_from_memory(|version| self.resident.matching(version, &req.text, rows, k))
-                .await?;
-            if let Some(hits) = hits {
-                return Ok(hits);
-            }
+        let k = req.k.max(1);
+        let hits = self
+            .answer_from_memory(|version| self.resident.matching(version, &req.text, &req.rows, k))
+            .await?;
+        if let Some(hits) = hits {
+            return Ok(hits);
         }
         let _running = self.resident.foreground.enter();
         self.fulltext.matching(req).await
@@ -60,14 +58,12 @@ impl ResidentSearch {
     }
 
     async fn search(&self, req: &SearchRequest) -> Result<Vec<Hit>, StoreError> {
-        if let Some(rows) = &req.rows {
-            let k = req.k.max(1);
-            let hits = self
-                .answer_from_memory(|version| self.resident.nearest(version, &req.vector, rows, k))
-                .await?;
-            if let Some(hits) = hits {
-                return Ok(hits);
-            }
+        let k = req.k.max(1);
+        let hits = self
+            .answer_from_memory(|version| self.resident.nearest(version, &req.vector, &req.rows, k))
+            .await?;
+        if let Some(hits) = hits {
+            return Ok(hits);
         }
         let _running = self.resident.foreground.enter();
         self.lance.nearest(req).await
