@@ -27,6 +27,10 @@ enum Command {
     Serve {
         #[arg(long)]
         config: Option<PathBuf>,
+        /// Stop (cleanly, as on SIGTERM) when stdin reaches its end: a supervisor that passes
+        /// a pipe as stdin and dies, even by kill -9, takes this server with it.
+        #[arg(long)]
+        exit_with_parent: bool,
     },
     /// Serve the LLM tools over MCP on stdin/stdout (logs go to stderr).
     Mcp {
@@ -160,6 +164,20 @@ fn confirm(question: &str) -> anyhow::Result<bool> {
     Ok(line.trim() == "yes")
 }
 
+/// Resolves when stdin reaches its end (or fails): the write end of the pipe closes when the
+/// process holding it exits, however it exits. Bytes sent on it are ignored.
+async fn parent_gone() {
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    std::thread::spawn(move || {
+        use std::io::Read;
+        let mut stdin = std::io::stdin();
+        let mut buf = [0u8; 256];
+        while matches!(stdin.read(&mut buf), Ok(n) if n > 0) {}
+        let _ = tx.send(());
+    });
+    let _ = rx.await;
+}
+
 async fn shutdown_signal() {
     let ctrl_c = async {
         let _ = tokio::signal::ctrl_c().await;
@@ -207,7 +225,10 @@ fn main() -> anyhow::Result<()> {
 async fn run() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
-        Command::Serve { config } => {
+        Command::Serve {
+            config,
+            exit_with_parent,
+        } => {
             init_logging(&level_of(config.as_ref()));
             // Refuse an open listener (non-loopback, no token) or a bad allowed_hosts entry before
             // the model loads or the store is opened (which may migrate it).
@@ -226,7 +247,15 @@ async fn run() -> anyhow::Result<()> {
                 .with_context(|| format!("cannot listen on server.http_addr '{addr}'"))?;
             // Indexes and the legacy backfill start only once we are accepting requests.
             host.start_background();
-            scopemem::api::http::serve(host.clone(), listener, shutdown_signal())
+            let stop = async move {
+                tokio::select! {
+                    _ = shutdown_signal() => {}
+                    _ = parent_gone(), if exit_with_parent => {
+                        tracing::info!("stdin closed: the parent is gone; shutting down");
+                    }
+                }
+            };
+            scopemem::api::http::serve(host.clone(), listener, stop)
                 .await
                 .with_context(|| format!("serving on {addr}"))?;
             host.shutdown().await;

@@ -222,3 +222,92 @@ async fn serve_shuts_down_cleanly_on_sigterm_and_keeps_what_it_accepted() {
     let _ = child.wait();
     assert_eq!(n, 2, "nothing accepted is lost across a restart");
 }
+
+/// `serve --exit-with-parent`: a parent that passes a pipe as stdin and is killed with kill -9
+/// (as AstrBot may be) takes the server with it; without the flag the server outlives its
+/// parent, as before.
+#[tokio::test]
+async fn serve_exits_with_a_parent_killed_by_sigkill_only_when_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    for with_flag in [true, false] {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let cfg = dir.path().join(format!("parent-{with_flag}.json"));
+        std::fs::write(
+            &cfg,
+            json!({
+                "storage": {"db_dir": dir.path().join(format!("db-{with_flag}"))},
+                "server": {"http_addr": format!("127.0.0.1:{port}")},
+            })
+            .to_string(),
+        )
+        .unwrap();
+        // The parent: Python starting serve with a pipe as stdin, printing its pid, then idling.
+        let mut args = vec![
+            env!("CARGO_BIN_EXE_scopemem").to_string(),
+            "serve".into(),
+            "--config".into(),
+            cfg.to_string_lossy().into_owned(),
+        ];
+        if with_flag {
+            args.push("--exit-with-parent".into());
+        }
+        let script = format!(
+            "import subprocess, time\n\
+             p = subprocess.Popen({args:?}, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)\n\
+             print(p.pid, flush=True)\n\
+             time.sleep(600)\n"
+        );
+        let mut parent = Command::new("python3")
+            .args(["-c", &script])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("python3 runs");
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(parent.stdout.take().unwrap()),
+            &mut line,
+        )
+        .unwrap();
+        let serve_pid: i32 = line.trim().parse().expect("the parent prints serve's pid");
+        let base = format!("http://127.0.0.1:{port}");
+        let client = reqwest::Client::new();
+        assert!(
+            eventually(Duration::from_secs(60), || {
+                std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+            })
+            .await,
+            "serve never listened"
+        );
+        let r = client
+            .post(format!("{base}/v1/remember"))
+            .json(&json!({"conversation_id": FAMILY, "content": "said just before the crash"}))
+            .send()
+            .await
+            .unwrap();
+        assert!(r.status().is_success());
+        parent.kill().unwrap(); // SIGKILL: no handler runs in the parent
+        parent.wait().unwrap();
+        let alive = || {
+            std::path::Path::new(&format!("/proc/{serve_pid}")).exists()
+                && !std::fs::read_to_string(format!("/proc/{serve_pid}/stat"))
+                    .unwrap_or_default()
+                    .contains(") Z ")
+        };
+        let wait = Duration::from_secs(if with_flag { 20 } else { 5 });
+        let gone = eventually(wait, || !alive()).await;
+        if with_flag {
+            assert!(gone, "serve {serve_pid} outlived its killed parent");
+        } else {
+            assert!(!gone, "without the flag serve keeps running");
+            // SAFETY: kill(2) on a pid this test started; it only sends a signal.
+            unsafe {
+                libc::kill(serve_pid, libc::SIGKILL);
+            }
+            assert!(eventually(Duration::from_secs(10), || !alive()).await);
+        }
+    }
+}

@@ -403,7 +403,11 @@ async fn events_tools_forget_and_metrics_over_http() {
     assert!(text.contains("scopemem_feedback_queue_depth 0"));
     assert!(text.contains("scopemem_backfill_state{state=\"none\"} 1"));
     let health: Value = get_json(&client, &format!("{base}/healthz")).await;
-    assert_eq!(health, json!({"status": "ok"}), "liveness only");
+    assert_eq!(
+        health,
+        json!({"status": "ok", "auth": "none"}),
+        "liveness, and whether a token is needed"
+    );
     let status: Value = get_json(&client, &format!("{base}/v1/status")).await;
     assert_eq!(status["feedback_journal_ok"], true);
 }

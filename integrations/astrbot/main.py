@@ -206,13 +206,16 @@ class Supervisor:
         while not self.stopping:
             started = time.monotonic()
             try:
+                # stdin is a pipe nothing is written to: when AstrBot exits, even by kill -9,
+                # its end closes and `--exit-with-parent` stops the server, so none is left.
                 self.proc = await asyncio.create_subprocess_exec(
                     self.binary,
                     "serve",
+                    "--exit-with-parent",
                     "--config",
                     self.config_path,
                     env=env,
-                    stdin=asyncio.subprocess.DEVNULL,
+                    stdin=asyncio.subprocess.PIPE,
                 )
                 logger.info("[scopemem] started %s (pid %s)", self.binary, self.proc.pid)
                 code = await self.proc.wait()
