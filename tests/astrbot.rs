@@ -10,10 +10,11 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use common::astrbot_python;
 use common::serve::{post, spawn_serve, status, Serve};
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -23,22 +24,6 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 const FAMILY_UMO: &str = "webchat:FriendMessage:webchat!alice!family-chat";
 const WORK_UMO: &str = "webchat:FriendMessage:webchat!alice!work-chat";
 const PRIVATE_UMO: &str = "webchat:FriendMessage:webchat!bob!private-chat";
-
-fn astrbot_python() -> PathBuf {
-    let venv = std::env::var_os("SCOPEMEM_ASTRBOT_VENV")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").expect("HOME is set"))
-                .join(".cache/scopemem/astrbot-venv")
-        });
-    let python = venv.join("bin/python");
-    assert!(
-        python.exists(),
-        "the AstrBot venv is missing ({}): run scripts/setup-astrbot.sh",
-        python.display()
-    );
-    python
-}
 
 /// Start `serve` again with the config `spawn_serve` wrote, so it comes back on the same port.
 async fn respawn(dir: &Path, name: &str, base: &str) -> Serve {

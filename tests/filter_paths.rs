@@ -6,18 +6,13 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use scopemem::config::ScopeFilterMode;
 use scopemem::memory::read_filter::recall_filter;
 use scopemem::scope::ScopeName;
-use scopemem::store::resident::ResidentSearch;
-use scopemem::store::{
-    FulltextSearch, LanceSearch, MemoryRecord, ModelInfo, NearestVisible, RowFilter, ScopeSet,
-    SearchRequest, Store, WriterSettings,
-};
+use scopemem::store::{MemoryRecord, NearestVisible, RowFilter, ScopeSet, SearchRequest};
 
 const DIM: usize = 8;
 const ROWS: usize = 160;
@@ -120,36 +115,28 @@ fn filter(rng: &mut Rng, clocks: &[DateTime<Utc>]) -> RowFilter {
     }
 }
 
-async fn open(dir: &std::path::Path) -> Store {
-    let model = ModelInfo {
-        id: "test-model".into(),
-        dimension: DIM,
-    };
-    scopemem::migrate::open_store(dir, "memories", &model, WriterSettings::default())
+/// Row ids of a search, sorted.
+async fn ids_of(search: &dyn NearestVisible, req: &SearchRequest) -> Vec<String> {
+    let mut ids: Vec<String> = search
+        .nearest(req)
         .await
         .unwrap()
-        .0
+        .into_iter()
+        .map(|h| h.record.id)
+        .collect();
+    ids.sort();
+    ids
 }
 
 #[tokio::test]
 async fn lancedb_sql_and_the_resident_copy_admit_the_same_rows() {
     let dir = tempfile::tempdir().unwrap();
-    let store = open(dir.path()).await;
+    let store = common::test_store(dir.path(), DIM).await;
     let mut rng = Rng(2025);
     let clocks = clocks(Utc::now());
     let rows = table(&mut rng, &clocks);
     store.append(rows).await.unwrap();
-    let lance = Arc::new(
-        LanceSearch::new(store.table().clone(), usize::MAX, 0)
-            .await
-            .unwrap(),
-    );
-    let resident = ResidentSearch::new(
-        store.table().clone(),
-        store.resident().clone(),
-        lance.clone(),
-        Arc::new(FulltextSearch::new(store.table().clone())),
-    );
+    let (resident, lance) = common::resident_and_lance(&store).await;
     let copy = store.resident().clone();
     assert!(
         common::eventually(Duration::from_secs(20), || copy.stats().loads > 0).await,
@@ -166,27 +153,13 @@ async fn lancedb_sql_and_the_resident_copy_admit_the_same_rows() {
             k: ROWS,
         };
         let served = copy.stats().served;
-        let mut from_memory: Vec<String> = resident
-            .nearest(&req)
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|h| h.record.id)
-            .collect();
+        let from_memory = ids_of(&resident, &req).await;
         assert_eq!(
             copy.stats().served,
             served + 1,
             "case {case}: answered from memory"
         );
-        let mut from_sql: Vec<String> = lance
-            .nearest(&req)
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|h| h.record.id)
-            .collect();
-        from_memory.sort();
-        from_sql.sort();
+        let from_sql = ids_of(lance.as_ref(), &req).await;
         assert_eq!(
             from_memory,
             from_sql,

@@ -15,8 +15,7 @@ use scopemem::memory::read_filter::recall_filter;
 use scopemem::scope::ScopeName;
 use scopemem::store::resident::ResidentSearch;
 use scopemem::store::{
-    FulltextSearch, Hit, LanceSearch, MemoryRecord, ModelInfo, NearestVisible, SearchRequest,
-    Store, WriterSettings,
+    FulltextSearch, Hit, LanceSearch, MemoryRecord, NearestVisible, SearchRequest, Store,
 };
 
 const DIM: usize = 32;
@@ -69,14 +68,7 @@ fn row(
 }
 
 async fn open(dir: &std::path::Path) -> Store {
-    let model = ModelInfo {
-        id: "test-model".into(),
-        dimension: DIM,
-    };
-    scopemem::migrate::open_store(dir, "memories", &model, WriterSettings::default())
-        .await
-        .unwrap()
-        .0
+    common::test_store(dir, DIM).await
 }
 
 /// 300 rows: two scopes, public, legacy NULL rows, and expired rows in each.
@@ -116,18 +108,7 @@ async fn ids_in(resident: &ResidentSearch, vector: &[f32], scope: &str) -> Vec<S
 }
 
 async fn searches(store: &Store) -> (ResidentSearch, Arc<LanceSearch>) {
-    let lance = Arc::new(
-        LanceSearch::new(store.table().clone(), usize::MAX, 0)
-            .await
-            .unwrap(),
-    );
-    let resident = ResidentSearch::new(
-        store.table().clone(),
-        store.resident().clone(),
-        lance.clone(),
-        Arc::new(FulltextSearch::new(store.table().clone())),
-    );
-    (resident, lance)
+    common::resident_and_lance(store).await
 }
 
 /// The resident search answers `req` from memory with what LanceDB's exact prefiltered search

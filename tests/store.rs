@@ -1,6 +1,8 @@
 //! The store against a real LanceDB directory, with synthetic vectors (no model needed):
 //! prefilter completeness, group commit, compaction, model/dimension checks.
 
+mod common;
+
 use chrono::Utc;
 use scopemem::store::{
     LanceSearch, MemoryRecord, ModelInfo, NearestVisible, SearchRequest, Store, StoreError,
@@ -47,10 +49,7 @@ fn row(i: usize, scope: &str) -> (MemoryRecord, Vec<f32>) {
 }
 
 async fn open(dir: &std::path::Path) -> Store {
-    scopemem::migrate::open_store(dir, "memories", &model(), WriterSettings::default())
-        .await
-        .unwrap()
-        .0
+    common::test_store(dir, DIM).await
 }
 
 #[tokio::test]

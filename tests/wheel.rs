@@ -6,6 +6,8 @@
 //! /healthz and remember and recall with the bundled model. Fails, never skips, when python3,
 //! the assets or the AstrBot venv are missing (the Makefile installs them).
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -24,22 +26,6 @@ fn assets() -> PathBuf {
         dir.display()
     );
     dir
-}
-
-fn astrbot_python() -> PathBuf {
-    let venv = std::env::var_os("SCOPEMEM_ASTRBOT_VENV")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").expect("HOME"))
-                .join(".cache/scopemem/astrbot-venv")
-        });
-    let python = venv.join("bin/python");
-    assert!(
-        python.exists(),
-        "the AstrBot venv is missing ({}): run scripts/setup-astrbot.sh",
-        python.display()
-    );
-    python
 }
 
 fn run(cmd: &mut Command) -> String {
@@ -199,7 +185,7 @@ async fn the_wheel_installs_and_runs_with_no_other_set_up() {
     // AstrBot's Python (3.12), with AstrBot importable: the environment the plugin runs in.
     let astrbot = dir.path().join("astrbot");
     std::fs::create_dir_all(&astrbot).unwrap();
-    let python = astrbot_python();
+    let python = common::astrbot_python();
     let exe = install(&python, &astrbot.join("venv"), &wheel, Some(&python));
     run(Command::new(astrbot.join("venv/bin/python")).args(["-c", "import astrbot"]));
     serves_from(&exe, &astrbot).await;

@@ -389,3 +389,55 @@ pub fn scopemem(args: &[&str]) -> (i32, String, String) {
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
 }
+
+/// The Python of the AstrBot venv scripts/setup-astrbot.sh makes (fails, never skips, when it
+/// is missing).
+pub fn astrbot_python() -> std::path::PathBuf {
+    let venv = std::env::var_os("SCOPEMEM_ASTRBOT_VENV")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            std::path::PathBuf::from(std::env::var_os("HOME").expect("HOME is set"))
+                .join(".cache/scopemem/astrbot-venv")
+        });
+    let python = venv.join("bin/python");
+    assert!(
+        python.exists(),
+        "the AstrBot venv is missing ({}): run scripts/setup-astrbot.sh",
+        python.display()
+    );
+    python
+}
+
+/// A store on `dir` for synthetic vectors of `dim` dimensions (no model).
+pub async fn test_store(dir: &Path, dim: usize) -> scopemem::store::Store {
+    let model = scopemem::store::ModelInfo {
+        id: "test-model".into(),
+        dimension: dim,
+    };
+    let settings = scopemem::store::WriterSettings::default();
+    scopemem::migrate::open_store(dir, "memories", &model, settings)
+        .await
+        .unwrap()
+        .0
+}
+
+/// The resident search over `store` (in front of LanceDB), and LanceDB's exact search alone.
+pub async fn resident_and_lance(
+    store: &scopemem::store::Store,
+) -> (
+    scopemem::store::resident::ResidentSearch,
+    Arc<scopemem::store::LanceSearch>,
+) {
+    let lance = Arc::new(
+        scopemem::store::LanceSearch::new(store.table().clone(), usize::MAX, 0)
+            .await
+            .unwrap(),
+    );
+    let resident = scopemem::store::resident::ResidentSearch::new(
+        store.table().clone(),
+        store.resident().clone(),
+        lance.clone(),
+        Arc::new(scopemem::store::FulltextSearch::new(store.table().clone())),
+    );
+    (resident, lance)
+}
