@@ -202,7 +202,11 @@ impl FastEmbedder {
                 PoolingKind::Cls => Pooling::Cls,
             })
             .with_quantization(QuantizationMode::None);
-        let options = InitOptionsUserDefined::default().with_max_length(settings.max_length.max(1));
+        // ORT's intra-op threads busy-wait for the next piece of work by default; beside the
+        // HTTP server and LanceDB on a small box that spinning takes the cores they need.
+        let options = InitOptionsUserDefined::default()
+            .with_max_length(settings.max_length.max(1))
+            .with_session_config("session.intra_op.allow_spinning", "0");
         let mut embedding = TextEmbedding::try_new_from_user_defined(model, options)
             .map_err(|e| EmbedError::Model(e.to_string()))?;
         let probe = embedding
