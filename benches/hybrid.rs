@@ -23,7 +23,7 @@ mod common;
 use common::*;
 use scopemem::embed::Embedder;
 use scopemem::memory::hybrid::{fuse, Candidate};
-use scopemem::memory::sweeper::sweep_once;
+use scopemem::memory::service::sweeper::sweep_once;
 use scopemem::store::search::{build_vector_index, has_vector_index};
 use scopemem::store::timestamp_literal;
 use scopemem::store::{

@@ -101,7 +101,7 @@ async fn expired_memories_are_never_recalled_and_the_sweeper_erases_them() {
     }
     assert_eq!(refused.as_array().map(Vec::len), Some(1), "{refused}");
 
-    let swept = scopemem::memory::sweeper::sweep_once(host.memory())
+    let swept = scopemem::memory::service::sweeper::sweep_once(host.memory())
         .await
         .unwrap();
     assert_eq!(swept, 1);

@@ -641,7 +641,7 @@ async fn reembed_figures() {
         dimension: 384,
     };
     let (store, _) = scopemem::migrate::open_store(
-        scopemem::store::location::DbLocation::dir(&db),
+        scopemem::config::DbLocation::dir(&db),
         "memories",
         &model,
         Default::default(),

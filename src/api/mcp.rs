@@ -130,7 +130,7 @@ pub fn tool_result(outcome: Result<Value, PluginError>) -> CallToolResult {
             }
             result
         }
-        Err(e) => error_result(e.code, &crate::api::http::without_paths(&e.message)),
+        Err(e) => error_result(e.code, &crate::api::error_text::without_paths(&e.message)),
     }
 }
 

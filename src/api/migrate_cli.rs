@@ -10,9 +10,8 @@ use serde_json::json;
 
 use crate::config::Config;
 use crate::host::{HostError, PluginHost};
-use crate::migrate::backfill::{self, BackfillProgress, CANDIDATES};
-use crate::migrate::{checkpoint, runner, MigrateError};
-use crate::store::lease;
+use crate::migrate::backfill::{self, BackfillProgress};
+use crate::migrate::MigrateError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum CliError {
@@ -24,56 +23,26 @@ pub enum CliError {
     Other(String),
 }
 
-impl From<lancedb::Error> for CliError {
-    fn from(e: lancedb::Error) -> Self {
-        CliError::Migrate(e.into())
-    }
-}
-
 /// Read-only: shows the schema version, pending migrations and backfill progress without
 /// applying anything or loading the model.
 pub async fn status(config: &Config) -> Result<serde_json::Value, CliError> {
     let db = &config.storage.db_dir;
     let name = &config.storage.table_name;
-    let (conn, beside) = crate::store::Store::connect(db, config.storage.read_consistency())
-        .await
-        .map_err(crate::migrate::MigrateError::from)?;
-    if !conn
-        .table_names()
-        .execute()
-        .await?
-        .iter()
-        .any(|n| n == name)
-    {
+    let Some(s) = crate::migrate::status::read(db, name, config.storage.read_consistency()).await?
+    else {
         return Ok(json!({"table": name, "exists": false, "db_dir": db}));
-    }
-    let table = conn.open_table(name).execute().await?;
-    let schema = runner::status(&table).await?;
-    let has_scope = table
-        .schema()
-        .await?
-        .field_with_name("memory_scope")
-        .is_ok();
-    let rows = table.count_rows(None).await?;
-    let unscoped = if has_scope {
-        table.count_rows(Some(CANDIDATES.to_string())).await?
-    } else {
-        rows
     };
-    let cp = checkpoint::CheckpointFile::new(beside.clone(), name)
-        .load()
-        .await?;
     Ok(json!({
         "table": name,
         "db_dir": db,
-        "schema_version": schema.version,
-        "latest_version": schema.latest,
-        "pending_migrations": schema.pending,
-        "rows": rows,
-        "unscoped_rows": unscoped,
+        "schema_version": s.schema.version,
+        "latest_version": s.schema.latest,
+        "pending_migrations": s.schema.pending,
+        "rows": s.rows,
+        "unscoped_rows": s.unscoped_rows,
         "migration_mode": config.migration_mode,
-        "backfill": cp,
-        "maintenance_lease": lease::current_holder(&beside, name).await,
+        "backfill": s.backfill,
+        "maintenance_lease": s.maintenance_lease,
     }))
 }
 

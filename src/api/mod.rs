@@ -2,6 +2,7 @@
 //! demo client, the migrate and export/import CLIs.
 
 pub mod demo;
+pub mod error_text;
 pub mod guard;
 pub mod http;
 pub mod mcp;

@@ -5,6 +5,7 @@
 //! names; unknown keys are warnings (old plugin versions leave keys behind), wrong types are
 //! errors naming the dotted key path.
 
+pub mod location;
 pub mod schema;
 
 use std::fmt;
@@ -14,7 +15,11 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-pub use crate::store::location::DbLocation;
+pub use location::DbLocation;
+
+/// The five kinds of memory the upstream plugin distinguishes; each has its own retention key
+/// (`retention.<type>_ttl_days`), which is why the list lives with the config.
+pub const MEMORY_TYPES: [&str; 5] = ["knowledge", "event", "skill", "task", "emotional"];
 
 pub use schema::{FieldSchema, FieldType, Schema};
 
@@ -635,7 +640,7 @@ impl Config {
                 retry_backoff_ms: feedback.count("retry_backoff_ms", 0)?,
             },
             retention: RetentionConfig {
-                ttl_days: crate::memory::MEMORY_TYPES
+                ttl_days: MEMORY_TYPES
                     .iter()
                     .map(|t| Ok((t.to_string(), retention.count(&format!("{t}_ttl_days"), 0)?)))
                     .collect::<Result<_, ConfigError>>()?,

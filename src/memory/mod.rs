@@ -12,12 +12,11 @@ pub mod read_filter;
 pub mod redact;
 pub mod retention;
 pub mod service;
-pub mod sweeper;
 pub mod touch;
 
 pub use feedback::{journal, journal_files};
 pub use model::*;
-pub use service::{derive_scope, MemoryService, Status, Visibility};
+pub use service::{MemoryService, Status, Visibility};
 
 use crate::embed::EmbedError;
 use crate::scope::ScopeError;

@@ -5,8 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::store::MemoryRecord;
 
-/// The five kinds of memory the upstream plugin distinguishes.
-pub const MEMORY_TYPES: [&str; 5] = ["knowledge", "event", "skill", "task", "emotional"];
+pub use crate::config::MEMORY_TYPES;
 
 /// Memory JSON (DESIGN.md section 8). Vectors never leave the store.
 #[derive(Debug, Clone, Serialize, PartialEq)]

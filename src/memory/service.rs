@@ -1,5 +1,7 @@
 //! MemoryService: every read and write of memories. The scope of a new memory is derived in
-//! exactly one place, [`derive_scope`], from the conversation id (and persona) alone.
+//! exactly one place, [`derive_scope`], from the conversation id (and persona) alone. How the
+//! service is wired and kept maintained is in `service/wiring.rs`; the erase path in
+//! `service/erase.rs`; the expiry sweeper in `service/sweeper.rs`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -9,6 +11,8 @@ use chrono::Utc;
 use serde::Serialize;
 
 mod erase;
+pub mod sweeper;
+mod wiring;
 
 use super::chained::{self, ChainedLimits};
 use super::hybrid::{CandidateQuery, Searchers};
@@ -24,7 +28,7 @@ use crate::embed::calibration::{calibrate, Calibration};
 use crate::embed::Embedder;
 use crate::migrate::backfill::{BackfillHandle, BackfillProgress, BackfillSettings};
 use crate::migrate::checkpoint;
-use crate::scope::{ConversationId, MapSummary, ResolvedScope, ScopeMap, ScopeResolver};
+use crate::scope::{derive_scope, ConversationId, MapSummary, ScopeResolver};
 use crate::store::beside::Beside;
 use crate::store::lease::{self, Lease};
 use crate::store::retention::VersionLimits;
@@ -38,24 +42,6 @@ const DEFAULT_STRENGTH: i64 = 50;
 const MAX_FORGET_IDS: usize = 100;
 /// Memories per browse page when the request names no limit (capped by `recall.max_limit`).
 const BROWSE_DEFAULT_LIMIT: usize = 20;
-
-/// The one function that decides a memory's scope. Every write path calls it with only what
-/// the request context carries: the conversation id and the persona. `None` means the
-/// conversation (or persona) is incognito: the write path stores nothing and says so.
-pub fn derive_scope(
-    map: &ScopeMap,
-    conversation: &ConversationId,
-    persona: Option<&str>,
-) -> Option<ResolvedScope> {
-    if map.is_incognito(conversation, persona) {
-        tracing::info!(
-            conversation_id = conversation.as_str(),
-            "incognito conversation: write not stored"
-        );
-        return None;
-    }
-    Some(map.resolve(conversation, persona))
-}
 
 /// Validate a conversation id per rule 5, logging the refusal (not the id's content).
 fn conversation(raw: &str) -> Result<ConversationId, MemoryError> {
@@ -210,208 +196,9 @@ pub struct MemoryService {
 }
 
 impl MemoryService {
-    /// Open the store for this embedder and wire everything up.
-    pub async fn open(
-        config: &Config,
-        embedder: Arc<dyn Embedder>,
-        scopes: Arc<ScopeResolver>,
-    ) -> Result<MemoryService, MemoryError> {
-        let model = ModelInfo {
-            id: embedder.model_id().to_string(),
-            dimension: embedder.dimension(),
-        };
-        crate::store::cache::configure(crate::store::cache::CacheLimits {
-            index_bytes: config.storage.index_cache_mb << 20,
-            metadata_bytes: config.storage.metadata_cache_mb << 20,
-        });
-        let writer = WriterSettings {
-            max_batch_rows: config.storage.write_batch_max.max(1),
-            commit_linger: std::time::Duration::from_millis(config.storage.commit_linger_ms),
-            maintenance_interval: config
-                .storage
-                .compaction_interval()
-                .max(std::time::Duration::from_secs(1)),
-            durability: match config.storage.durability {
-                crate::config::DurabilityMode::Process => {
-                    crate::store::durability::Durability::Process
-                }
-                crate::config::DurabilityMode::Power => crate::store::durability::Durability::Power,
-            },
-            ..WriterSettings::default()
-        };
-        let (store, outcome) = crate::migrate::reembed::open_store(
-            &config.storage.db_dir,
-            &config.storage.table_name,
-            &model,
-            writer,
-            config.storage.read_consistency(),
-            config.migration.reembed == crate::config::ReembedMode::Auto,
-        )
-        .await?;
-        let search = Arc::new(
-            LanceSearch::new(
-                store.table().clone(),
-                config.storage.index_threshold_rows,
-                4,
-            )
-            .await?
-            .with_maintainer(store.maintainer().clone()),
-        );
-        let latency = Arc::new(crate::migrate::ForegroundLatency::default());
-        // How often this process reads what the others did (the backfill checkpoint, erase
-        // notices): as stale as a read may be, and no busier than ten times a second.
-        let follow_others = config
-            .storage
-            .read_consistency()
-            .max(std::time::Duration::from_millis(100));
-        let backfill = BackfillHandle::prepare(
-            store.clone(),
-            BackfillSettings {
-                batch_size: config.backfill.batch_size.max(1),
-                pacing: match config.backfill.pacing {
-                    crate::config::BackfillPacing::Fixed => {
-                        crate::migrate::Pacing::Fixed(config.backfill.pause())
-                    }
-                    crate::config::BackfillPacing::Adaptive => {
-                        crate::migrate::Pacing::Adaptive(latency.clone())
-                    }
-                },
-                mode: config.migration_mode,
-                checkpoint: checkpoint::CheckpointFile::new(
-                    store.beside().clone(),
-                    &config.storage.table_name,
-                ),
-                follow_every: follow_others,
-            },
-            outcome.backfill_needed,
-        )
-        .await
-        .map_err(|e| MemoryError::Internal(e.to_string()))?;
-        let reembed = crate::migrate::reembed::ReembedHandle::open(
-            store.clone(),
-            embedder.clone(),
-            crate::migrate::reembed::ReembedSettings::from_config(config, &latency),
-        )
-        .await
-        .map_err(|e| MemoryError::Internal(e.to_string()))?;
-        if config.scope_filter == ScopeFilterMode::Disabled {
-            tracing::warn!(
-                "scope_filter = disabled: recall ignores scopes (emergency rollback mode)"
-            );
-        }
-        let feedback = super::feedback::FeedbackQueue::open(
-            &config.storage.state_dir(),
-            &config.storage.table_name,
-            super::feedback::QueueSettings {
-                capacity: config.feedback.queue_capacity,
-                retry: super::feedback::RetryPolicy {
-                    max_attempts: config.feedback.max_attempts,
-                    base: std::time::Duration::from_millis(config.feedback.retry_backoff_ms),
-                    cap: std::time::Duration::from_secs(30),
-                },
-                retention: super::retention::Retention::from_config(&config.retention),
-            },
-            store.clone(),
-            embedder.clone(),
-            scopes.clone(),
-            backfill.gate().clone(),
-        )?;
-        let lease = Lease::new(
-            store.beside(),
-            &config.storage.table_name,
-            feedback.instance(),
-            store.maintainer().clone(),
-            config.storage.lease_ttl(),
-        );
-        if let Err(e) = lease.try_acquire().await {
-            tracing::warn!(error = %e, "could not try the maintenance lease; will retry");
-        }
-        store.resident().limit_rows(config.recall.resident_max_rows);
-        let vectors = crate::store::resident::ResidentSearch::new(
-            store.table().clone(),
-            store.resident().clone(),
-            search.clone(),
-            std::sync::Arc::new(crate::store::FulltextSearch::new(store.table().clone())),
-        );
-        let calibration = Arc::new(std::sync::OnceLock::new());
-        measure_model(embedder.clone(), calibration.clone()).await;
-        let backfill = Arc::new(backfill);
-        let erase_notices = super::erase_notices::EraseNotices::new(
-            store.beside().clone(),
-            &config.storage.table_name,
-            feedback.instance(),
-        );
-        // From the moment the service opens: a process that never runs the backfill still
-        // closes its gate when another one finishes it.
-        tokio::spawn(BackfillHandle::follow_checkpoint(Arc::downgrade(&backfill)));
-        Ok(MemoryService {
-            lease,
-            vectors,
-            queries: Default::default(),
-            store,
-            search,
-            embedder,
-            scopes,
-            settings: ServiceSettings {
-                recall: config.recall.clone(),
-                scope_filter: config.scope_filter,
-                migration_mode: config.migration_mode,
-                keep_versions: VersionLimits {
-                    max_age: config.storage.keep_versions(),
-                    max_count: config.storage.keep_versions_max,
-                    reader_grace: VersionLimits::grace_for(config.storage.read_consistency()),
-                },
-                index_check: config
-                    .storage
-                    .compaction_interval()
-                    .max(std::time::Duration::from_secs(1)),
-                retention: super::retention::Retention::from_config(&config.retention),
-                follow_erasures: follow_others,
-            },
-            backfill,
-            reembed: Arc::new(reembed),
-            latency,
-            erase_notices,
-            feedback,
-            touches: std::sync::OnceLock::new(),
-            degraded_recalls: AtomicU64::new(0),
-            calibration,
-        })
-    }
-
     /// The embedder's calibration, once measured.
     pub fn calibration(&self) -> Option<Calibration> {
         self.calibration.get().copied()
-    }
-
-    /// Work that must not delay start-up: scalar indexes and the legacy backfill. Call once
-    /// the service is serving.
-    pub fn start_background(self: &Arc<Self>) {
-        tokio::spawn(erase::keep_following_erasures(
-            Arc::downgrade(self),
-            self.settings.follow_erasures,
-        ));
-        self.feedback.start();
-        self.store.start_pruner(self.settings.keep_versions);
-        tokio::spawn(super::sweeper::run_sweeper(
-            Arc::downgrade(self),
-            self.settings.retention.sweep_interval,
-        ));
-        if self.records_recalls() {
-            let _ = self.touches.set(super::touch::RecallTouches::spawn(
-                self.store.clone(),
-                self.settings.retention.clone(),
-            ));
-        }
-        self.reembed.start(self.search.clone());
-        tokio::spawn(keep_maintaining(
-            self.lease.downgrade(),
-            self.store.beside().clone(),
-            self.store.clone(),
-            Arc::downgrade(&self.backfill),
-            self.search.clone(),
-            self.settings.index_check,
-        ));
     }
 
     /// Whether recalls are written back (`last_recalled_at`, refreshed expiry): only when decay
@@ -875,130 +662,4 @@ impl MemoryService {
         self.store.shutdown().await;
         self.lease.release().await;
     }
-}
-
-/// How often a process without the maintenance lease tries to take it.
-const LEASE_RETRY: std::time::Duration = std::time::Duration::from_secs(2);
-
-/// The maintenance loop of one service: wait for the lease, start the maintenance, keep the
-/// lease renewed and the vector index checked, and go back to waiting if the lease is lost. It
-/// holds the lease and the backfill weakly: it ends when the service is shut down or dropped.
-async fn keep_maintaining(
-    lease: lease::WeakLease,
-    beside: Beside,
-    store: Store,
-    backfill: std::sync::Weak<BackfillHandle>,
-    search: Arc<LanceSearch>,
-    index_check: Duration,
-) {
-    let table = store.table().name().to_owned();
-    loop {
-        // Maintenance runs in the one instance holding the lease; the others take over when it
-        // dies (the OS releases a local lock; a bucket lease lapses unrenewed).
-        let mut announced = false;
-        loop {
-            let Some(l) = lease.upgrade().filter(|_| !store.writer().is_stopped()) else {
-                return;
-            };
-            match l.try_acquire().await {
-                Ok(true) => break,
-                Ok(false) if !announced => {
-                    announced = true;
-                    let holder = lease::current_holder(&beside, &table).await;
-                    tracing::info!(
-                        holder = ?holder,
-                        "another instance holds the maintenance lease; this one only serves"
-                    );
-                }
-                Ok(false) => {}
-                Err(e) => tracing::warn!(error = %e, "could not try the maintenance lease"),
-            }
-            drop(l);
-            tokio::time::sleep(LEASE_RETRY).await;
-        }
-        let Some(bf) = backfill.upgrade() else { return };
-        start_maintenance(&store, &bf, &search).await;
-        drop(bf);
-        let (mut waited, mut since_renewal) = (Duration::ZERO, Duration::ZERO);
-        loop {
-            tokio::time::sleep(INDEX_CHECK_STEP).await;
-            let Some(l) = lease.upgrade().filter(|_| !store.writer().is_stopped()) else {
-                return;
-            };
-            since_renewal += INDEX_CHECK_STEP;
-            if since_renewal >= l.renew_every() {
-                since_renewal = Duration::ZERO;
-                match l.renew().await {
-                    Ok(true) => {}
-                    Ok(false) => break,
-                    Err(e) => tracing::warn!(error = %e, "could not renew the maintenance lease"),
-                }
-            }
-            waited += INDEX_CHECK_STEP;
-            if waited < index_check {
-                continue;
-            }
-            waited = Duration::ZERO;
-            if let Err(e) = search.maybe_build_index().await {
-                tracing::warn!(error = %e, "could not check whether a vector index is due");
-            }
-        }
-    }
-}
-
-/// What the lease holder starts: scalar indexes, the legacy backfill, the vector index of a
-/// large table opened from elsewhere (the writer's compaction and the pruner follow the flag).
-async fn start_maintenance(store: &Store, backfill: &Arc<BackfillHandle>, search: &LanceSearch) {
-    if let Err(e) = store.ensure_indexes().await {
-        tracing::error!(error = %e, "could not build scalar indexes; recall still works, unindexed");
-    }
-    backfill.start();
-    if let Err(e) = search.maybe_build_index().await {
-        tracing::warn!(error = %e, "could not check whether a vector index is due");
-    }
-}
-
-/// How long start-up waits to measure the embedder before serving with it unmeasured.
-const CALIBRATION_WAIT: Duration = Duration::from_secs(10);
-
-/// Measure the embedder (see `embed::calibration`) before serving; a provider that cannot
-/// answer now is measured in the background, retrying every 30 s.
-async fn measure_model(embedder: Arc<dyn Embedder>, into: Arc<std::sync::OnceLock<Calibration>>) {
-    async fn once(embedder: &dyn Embedder, into: &std::sync::OnceLock<Calibration>) -> bool {
-        match tokio::time::timeout(CALIBRATION_WAIT, calibrate(embedder)).await {
-            Ok(Ok(c)) => {
-                tracing::info!(
-                    model = embedder.model_id(),
-                    cjk_accuracy = c.cjk.accuracy,
-                    cjk_similarity_cut = c.cjk.similarity_cut(),
-                    cjk_vector_weight = c.cjk.vector_weight(),
-                    latin_accuracy = c.latin.accuracy,
-                    latin_similarity_cut = c.latin.similarity_cut(),
-                    latin_vector_weight = c.latin.vector_weight(),
-                    "embedding model calibrated"
-                );
-                let _ = into.set(c);
-                true
-            }
-            Ok(Err(e)) => {
-                tracing::warn!(error = %e, "embedding model not calibrated yet; retrying in the background");
-                false
-            }
-            Err(_) => {
-                tracing::warn!("embedding model calibration timed out; retrying in the background");
-                false
-            }
-        }
-    }
-    if once(embedder.as_ref(), &into).await {
-        return;
-    }
-    tokio::spawn(async move {
-        loop {
-            tokio::time::sleep(Duration::from_secs(30)).await;
-            if once(embedder.as_ref(), &into).await {
-                return;
-            }
-        }
-    });
 }

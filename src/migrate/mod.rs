@@ -7,13 +7,14 @@ pub mod files;
 pub mod pacing;
 pub mod reembed;
 pub mod runner;
+pub mod status;
 
 pub use backfill::{BackfillHandle, BackfillProgress, BackfillSettings, MigrationGate, Pacing};
 pub use checkpoint::{BackfillState, Checkpoint, Damaged};
 pub use pacing::ForegroundLatency;
 pub use runner::{open_or_create, MigrationOutcome, SchemaStatus};
 
-use crate::store::location::DbLocation;
+use crate::config::DbLocation;
 use crate::store::{ModelInfo, Store, StoreError, WriterSettings, DEFAULT_READ_CONSISTENCY};
 use checkpoint::CheckpointFile;
 

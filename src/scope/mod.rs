@@ -7,6 +7,7 @@
 //! - [`ScopeResolver`] + [`watch_config`]: the hot-reloaded, lock-free current map.
 
 mod conversation;
+mod derive;
 mod map;
 mod name;
 mod reload;
@@ -15,6 +16,7 @@ mod source;
 mod view;
 
 pub use conversation::{ConversationId, MAX_CONVERSATION_ID_BYTES};
+pub use derive::derive_scope;
 pub use map::{IgnoredEntry, MapSummary, ResolvedScope, ScopeMap, PERSONA_KEY_PREFIX};
 pub use name::{ScopeName, MAX_SCOPE_NAME_CHARS, PUBLIC_SCOPE};
 pub use reload::{watch_config, ConfigWatcher, DEFAULT_DEBOUNCE};

@@ -10,7 +10,7 @@ use lance::io::{ObjectStore as LanceObjectStore, ObjectStoreParams, ObjectStoreR
 use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersion};
 
-use super::location::DbLocation;
+use crate::config::DbLocation;
 
 /// Where the side state of one database lives.
 #[derive(Clone, Debug)]

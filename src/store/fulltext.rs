@@ -125,7 +125,7 @@ impl FulltextSearch {
             }
             self.ready.store(true, Ordering::Release);
         }
-        super::read_retrying(&self.table, || self.search_once(req)).await
+        super::commit::read_retrying(&self.table, || self.search_once(req)).await
     }
 
     async fn search_once(&self, req: &KeywordRequest) -> Result<Vec<KeywordHit>, StoreError> {

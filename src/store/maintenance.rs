@@ -16,8 +16,8 @@ use lancedb::table::{CompactionOptions, OptimizeAction};
 use lancedb::Table;
 use tokio::sync::{Mutex, Notify};
 
+use super::commit::{make_durable, retry, WriterCounters, WriterSettings};
 use super::retention::{prune_versions, purge_deleted_rows, PruneReport};
-use super::writer::{make_durable, retry, WriterCounters, WriterSettings};
 use super::StoreError;
 
 /// What a maintenance pass did.

@@ -5,12 +5,12 @@
 
 pub mod beside;
 pub mod cache;
+pub mod commit;
 pub mod durability;
 pub mod filter;
 pub mod fulltext;
 pub mod index_state;
 pub mod lease;
-pub mod location;
 pub mod maintenance;
 pub mod orphans;
 pub mod page;
@@ -35,6 +35,10 @@ use lancedb::index::{Index, IndexType};
 use lancedb::query::{ExecutableQuery, QueryBase, Select};
 use lancedb::Table;
 
+use crate::config::DbLocation;
+use commit::read_retrying;
+
+pub use commit::WriterSettings;
 pub use filter::{sql_literal, timestamp_literal, RowFilter, ScopeSet};
 pub use fulltext::{FulltextSearch, KeywordHit, KeywordMatching, KeywordRequest};
 pub use index_state::IndexState;
@@ -44,7 +48,7 @@ pub use retention::PruneReport;
 use schema::*;
 pub use search::{Hit, LanceSearch, NearestVisible, SearchRequest};
 pub use strengths::{StrengthChange, StrengthSet};
-pub use writer::{EraseReport, WriterHandle, WriterSettings};
+pub use writer::{EraseReport, WriterHandle};
 
 /// Store failures. Lance errors are kept as text plus a retry hint: callers only need to know
 /// whether retrying can help and what to tell the operator.
@@ -148,7 +152,7 @@ pub struct Store {
     table: Table,
     writer: WriterHandle,
     dimension: usize,
-    location: location::DbLocation,
+    location: DbLocation,
     /// The state beside the table (backfill checkpoint, lease record).
     beside: beside::Beside,
     /// Stops the background version pruner.
@@ -187,7 +191,7 @@ impl Store {
     /// bucket is listed once first, so a wrong endpoint, bucket or credentials fail here with
     /// a one-line reason.
     pub async fn connect(
-        db: &location::DbLocation,
+        db: &DbLocation,
         read_consistency: std::time::Duration,
     ) -> Result<(lancedb::Connection, beside::Beside), StoreError> {
         if let Some(dir) = db.local_dir() {
@@ -209,7 +213,7 @@ impl Store {
     /// embedding provider that cannot be asked at start-up falls back to. `None` when the
     /// table does not exist yet.
     pub async fn recorded_dimension(
-        db: &location::DbLocation,
+        db: &DbLocation,
         table_name: &str,
     ) -> Result<Option<usize>, StoreError> {
         let (conn, _) = Self::connect(db, std::time::Duration::ZERO).await?;
@@ -233,7 +237,7 @@ impl Store {
     /// [`Store::ensure_indexes`] in the background.
     pub async fn attach(
         table: Table,
-        db: &location::DbLocation,
+        db: &DbLocation,
         beside: beside::Beside,
         model: &ModelInfo,
         settings: WriterSettings,
@@ -306,7 +310,7 @@ impl Store {
     }
 
     /// Where the table lives.
-    pub fn location(&self) -> &location::DbLocation {
+    pub fn location(&self) -> &DbLocation {
         &self.location
     }
 
@@ -447,17 +451,10 @@ impl Store {
     /// Table versions on disk. Listing reads each manifest, and the pruner may delete one
     /// between the listing and the read: that race is retried, not reported.
     pub async fn version_count(&self) -> Result<usize, StoreError> {
-        let mut attempt = 0;
-        loop {
-            match self.table.list_versions().await.map_err(StoreError::from) {
-                Ok(v) => return Ok(v.len()),
-                Err(e) if attempt < 5 && e.is_vanished_file() => {
-                    attempt += 1;
-                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-                }
-                Err(e) => return Err(e),
-            }
-        }
+        read_retrying(&self.table, || async {
+            Ok(self.table.list_versions().await?.len())
+        })
+        .await
     }
 
     /// Bytes of every file under the database directory (0 in an object store).
@@ -497,28 +494,6 @@ impl Store {
         self.pruner_stop.notify_one();
         self.counts_stop.notify_one();
         self.writer.shutdown().await;
-    }
-}
-
-/// Run a read again (up to three times) when another process's erase or prune removed the
-/// files of the version it started on: move to the latest version first, where the read
-/// succeeds. (Without the move, the cached version stays the pruned one until
-/// `read_consistency` passes, and every retry fails the same way.)
-pub(crate) async fn read_retrying<T, F, Fut>(table: &Table, mut read: F) -> Result<T, StoreError>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<T, StoreError>>,
-{
-    let mut attempt = 0;
-    loop {
-        match read().await {
-            Err(e) if attempt < 3 && e.is_vanished_file() => {
-                attempt += 1;
-                tracing::debug!(attempt, error = %e, "read hit a pruned version; reading the latest");
-                table.checkout_latest().await?;
-            }
-            other => return other,
-        }
     }
 }
 

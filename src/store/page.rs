@@ -31,7 +31,8 @@ impl Store {
         offset: usize,
         limit: usize,
     ) -> Result<Page, StoreError> {
-        let mut keys = super::read_retrying(self.table(), || self.page_keys(predicate)).await?;
+        let mut keys =
+            super::commit::read_retrying(self.table(), || self.page_keys(predicate)).await?;
         let total = keys.len();
         // Descending: `Some(newer)` > `Some(older)` > `None`.
         keys.sort_unstable_by(|a, b| b.cmp(a));

@@ -11,8 +11,8 @@ use std::time::Instant;
 use lancedb::table::{OptimizeAction, OptimizeOptions};
 use lancedb::Table;
 
+use super::commit::{retry, WriterCounters, WriterSettings};
 use super::schema::COL_VECTOR;
-use super::writer::{retry, WriterCounters, WriterSettings};
 use super::StoreError;
 
 /// Growth since the last training that makes the next refresh a retrain.

@@ -201,7 +201,9 @@ impl NearestVisible for LanceSearch {
         &'a self,
         req: &'a SearchRequest,
     ) -> BoxFuture<'a, Result<Vec<Hit>, StoreError>> {
-        Box::pin(super::read_retrying(&self.table, || self.search_once(req)))
+        Box::pin(super::commit::read_retrying(&self.table, || {
+            self.search_once(req)
+        }))
     }
 }
 

@@ -103,7 +103,7 @@ mod tests {
         );
         assert_eq!(columns[1].0, COL_LAST_RECALLED_AT);
         let listed = set.changes.iter().map(|c| c.id.as_str());
-        assert_eq!(crate::store::writer::distinct(listed), 3);
+        assert_eq!(crate::store::commit::distinct(listed), 3);
         assert!(StrengthSet::new(vec![], Utc::now()).update_sql().is_none());
     }
 }

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use lancedb::Table;
 use tokio::sync::{mpsc, oneshot};
 
+use super::commit::{distinct, make_durable, retry, WriterCounters, WriterSettings};
 use super::maintenance::Maintenance;
 pub use super::maintenance::MaintenanceReport;
 use super::record::{to_batch_for, MemoryRecord};
@@ -34,46 +35,6 @@ pub trait CommitObserver: Send + Sync {
 pub struct FilledBlanks {
     pub ids: Vec<String>,
     pub values: Vec<(String, String)>,
-}
-
-/// Tunables for the writer (from the `storage` config section).
-#[derive(Debug, Clone)]
-pub struct WriterSettings {
-    /// Most rows merged into one commit.
-    pub max_batch_rows: usize,
-    /// How long the writer waits for appends that are announced ([`WriterHandle::announce`])
-    /// but not queued yet before it commits a group. A lone append, or a group holding every
-    /// announced one, commits at once.
-    pub commit_linger: Duration,
-    /// How often to check whether compaction is due.
-    pub maintenance_interval: Duration,
-    /// Compact as soon as the table has this many fragments (checked after every commit), so a
-    /// stream of single writes never piles up hundreds of fragments between timer ticks.
-    pub compact_min_fragments: usize,
-    /// Retries of a conflicting commit before giving up.
-    pub max_retries: u32,
-    /// What an acknowledged write survives.
-    pub durability: super::durability::Durability,
-    /// The table's directory, for `Durability::Power` (set by `Store::attach`).
-    pub table_dir: Option<std::path::PathBuf>,
-    /// The model that made the appended vectors (set by `Store::attach`): during a re-embed to
-    /// it they go to `vector_next` (see `store::reembed`).
-    pub model_id: Option<String>,
-}
-
-impl Default for WriterSettings {
-    fn default() -> Self {
-        WriterSettings {
-            max_batch_rows: 512,
-            commit_linger: Duration::ZERO,
-            maintenance_interval: Duration::from_secs(60),
-            compact_min_fragments: 64,
-            max_retries: 6,
-            durability: super::durability::Durability::Process,
-            table_dir: None,
-            model_id: None,
-        }
-    }
 }
 
 /// Rows to append, already paired with their vectors.
@@ -127,19 +88,6 @@ pub struct EraseReport {
     pub versions_removed: u64,
     /// Bytes of files removed.
     pub bytes_removed: u64,
-}
-
-/// Counters the writer keeps, for status and metrics.
-#[derive(Debug, Default)]
-pub struct WriterCounters {
-    pub commits: AtomicU64,
-    pub rows_appended: AtomicU64,
-    pub conflicts_retried: AtomicU64,
-    pub compactions: AtomicU64,
-    /// Vector index retrains (the table grew by half since the last training).
-    pub retrains: AtomicU64,
-    /// Commits whose files were fsynced before the acknowledgement (`Durability::Power`).
-    pub durable_syncs: AtomicU64,
 }
 
 /// Cheap-to-clone handle to the writer task.
@@ -584,27 +532,6 @@ async fn run(table: Table, settings: WriterSettings, mut rx: mpsc::Receiver<Op>,
     tracing::info!("store writer stopped");
 }
 
-/// With `Durability::Power`, fsync what the commit(s) since `started` wrote before the caller
-/// is answered; a failure fails the write (it may be lost on power loss).
-pub(super) async fn make_durable(
-    settings: &WriterSettings,
-    counters: &WriterCounters,
-    started: std::time::SystemTime,
-) -> Result<(), StoreError> {
-    if settings.durability != super::durability::Durability::Power {
-        return Ok(());
-    }
-    let Some(dir) = settings.table_dir.clone() else {
-        return Ok(());
-    };
-    tokio::task::spawn_blocking(move || super::durability::sync_since(&dir, started))
-        .await
-        .map_err(|e| StoreError::Commit(format!("fsync task failed: {e}")))?
-        .map_err(|e| StoreError::Commit(format!("fsync after commit failed: {e}")))?;
-    counters.durable_syncs.fetch_add(1, Ordering::Relaxed);
-    Ok(())
-}
-
 async fn commit_group(
     table: &Table,
     settings: &WriterSettings,
@@ -644,11 +571,6 @@ async fn commit_group(
         "group commit"
     );
     Ok(())
-}
-
-/// How many different ids: an update keyed by id changed them all when it reports this many.
-pub(super) fn distinct<'a>(ids: impl Iterator<Item = &'a str>) -> usize {
-    ids.collect::<std::collections::HashSet<_>>().len()
 }
 
 /// Rows changed and the version the update committed.
@@ -732,45 +654,6 @@ async fn fill_blank(
             }
             let result = update.execute().await?;
             Ok((result.rows_updated, result.version))
-        }
-    }
-}
-
-/// Run a commit, and again (up to `max_retries` times, with jittered backoff, each time on the
-/// latest version) when it lost a race: a concurrent commit conflicted, or another process's
-/// erase pruned a manifest or file the commit was reading. Neither left a commit behind.
-pub(super) async fn retry<T, F, Fut>(
-    table: &Table,
-    settings: &WriterSettings,
-    counters: &WriterCounters,
-    mut f: F,
-) -> Result<T, StoreError>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<T, StoreError>>,
-{
-    let mut attempt = 0;
-    loop {
-        match f().await {
-            Err(e)
-                if (e.is_retryable() || e.is_vanished_file()) && attempt < settings.max_retries =>
-            {
-                attempt += 1;
-                counters.conflicts_retried.fetch_add(1, Ordering::Relaxed);
-                // Jittered, so instances that lost the same race do not retry in lockstep.
-                let base = 20 * (1u64 << attempt.min(6));
-                let jitter = u64::from(
-                    std::time::SystemTime::now()
-                        .duration_since(std::time::UNIX_EPOCH)
-                        .map(|d| d.subsec_nanos())
-                        .unwrap_or(0),
-                ) % base;
-                let backoff = Duration::from_millis(base + jitter);
-                tracing::warn!(attempt, error = %e, "commit conflict; retrying");
-                tokio::time::sleep(backoff).await;
-                table.checkout_latest().await?;
-            }
-            other => return other,
         }
     }
 }

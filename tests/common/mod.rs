@@ -191,13 +191,13 @@ pub async fn make_legacy_table(
     text_created_at: bool,
     scope_column: bool,
 ) -> Vec<String> {
-    let db = scopemem::store::location::DbLocation::dir(db_dir);
+    let db = scopemem::config::DbLocation::dir(db_dir);
     make_legacy_table_in(&db, rows, text_created_at, scope_column).await
 }
 
 /// [`make_legacy_table`] in a directory or a bucket.
 pub async fn make_legacy_table_in(
-    db: &scopemem::store::location::DbLocation,
+    db: &scopemem::config::DbLocation,
     rows: &[LegacyRow],
     text_created_at: bool,
     scope_column: bool,

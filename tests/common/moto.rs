@@ -101,7 +101,7 @@ impl Moto {
         })
     }
 
-    /// The same options as a map, for lancedb and [`scopemem::store::location::DbLocation`].
+    /// The same options as a map, for lancedb and [`scopemem::config::DbLocation`].
     pub fn option_map(&self) -> std::collections::BTreeMap<String, String> {
         self.options()
             .as_object()
@@ -112,8 +112,8 @@ impl Moto {
     }
 
     /// `uri` with this endpoint's options.
-    pub fn location(&self, uri: &str) -> scopemem::store::location::DbLocation {
-        scopemem::store::location::DbLocation::parse(uri)
+    pub fn location(&self, uri: &str) -> scopemem::config::DbLocation {
+        scopemem::config::DbLocation::parse(uri)
             .unwrap()
             .with_options(self.option_map())
             .unwrap()

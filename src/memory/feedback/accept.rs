@@ -8,8 +8,8 @@ use chrono::Utc;
 
 use super::*;
 use crate::memory::retention::Retention;
-use crate::memory::service::derive_scope;
 use crate::memory::MemoryError;
+use crate::scope::derive_scope;
 use crate::scope::{ConversationId, ScopeResolver};
 
 /// A validated, journal-ready job for `req`, scoped by `scopes`' current snapshot; `None` when

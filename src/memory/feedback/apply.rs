@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 
 use chrono::Utc;
 
-use super::queue::Shared;
+use super::shared::Shared;
 use super::*;
 use crate::store::sql_literal;
 use crate::store::{MemoryRecord, StrengthChange, StrengthSet};

@@ -15,7 +15,7 @@ use tokio::sync::Notify;
 use super::apply::{new_memory_record, set_strengths};
 use super::journal::{PendingJob, Record};
 use super::plan::{ids_read, plan_from};
-use super::queue::Shared;
+use super::shared::Shared;
 use super::worker::{finish, run_job, Run};
 use super::*;
 use crate::store::{MemoryRecord, StrengthChange};

@@ -327,7 +327,7 @@ fn rewrite(
     std::fs::rename(&tmp, path).map_err(|e| err(path, e))?;
     if let Some(dir) = path.parent() {
         // The rename is durable only once the directory entry is.
-        super::journal_files::sync_dir(dir).map_err(|e| err(path, e))?;
+        sync_dir(dir).map_err(|e| err(path, e))?;
     }
     std::fs::OpenOptions::new()
         .append(true)
@@ -339,6 +339,11 @@ fn write_line(f: &mut std::fs::File, record: &Record) -> std::io::Result<()> {
     let mut line = serde_json::to_vec(record).map_err(std::io::Error::other)?;
     line.push(b'\n');
     f.write_all(&line)
+}
+
+/// Make a file's creation or removal in `dir` durable (the directory entry itself).
+pub(super) fn sync_dir(dir: &std::path::Path) -> std::io::Result<()> {
+    std::fs::File::open(dir)?.sync_all()
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@
 use std::fs::{File, OpenOptions, TryLockError};
 use std::path::{Path, PathBuf};
 
-use super::journal::{Journal, JournalError, Pending};
+use super::journal::{sync_dir, Journal, JournalError, Pending};
 
 /// This process's journal and the lock that marks it alive.
 pub struct InstanceJournal {
@@ -190,10 +190,6 @@ fn remove(path: &Path) -> Result<(), JournalError> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(err(path, e)),
     }
-}
-
-pub(crate) fn sync_dir(dir: &Path) -> std::io::Result<()> {
-    File::open(dir)?.sync_all()
 }
 
 fn err(path: &Path, e: impl ToString) -> JournalError {

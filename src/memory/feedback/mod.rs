@@ -1,7 +1,7 @@
 //! The feedback (reflection) write path (DESIGN.md section 6): where most memories are born.
 //! One file per stage:
 //! - [`accept`]: validate, derive the scope once from the conversation id (the same
-//!   [`derive_scope`](crate::memory::derive_scope) as every other write), pre-assign ids;
+//!   [`derive_scope`](crate::scope::derive_scope) as every other write), pre-assign ids;
 //! - [`queue`]: journal the job durably before the 202, queue it, pause for erases, keep outcomes;
 //! - [`worker`]: apply jobs in order, retry a failing one in place, dead-letter it at the end;
 //! - [`batch`]: apply the jobs waiting together (one lookup, embedding, insert, update, two
@@ -18,6 +18,7 @@ pub mod journal;
 pub mod journal_files;
 mod plan;
 mod queue;
+mod shared;
 mod worker;
 
 use chrono::{DateTime, Utc};

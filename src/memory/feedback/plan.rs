@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use super::queue::Shared;
+use super::shared::Shared;
 use super::*;
 use crate::memory::redact::redact;
 use crate::store::MemoryRecord;

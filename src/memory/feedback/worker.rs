@@ -6,7 +6,7 @@ use tokio::sync::Notify;
 use super::apply::apply;
 use super::journal::{PendingJob, Record};
 use super::plan::make_plan;
-use super::queue::Shared;
+use super::shared::Shared;
 use super::*;
 
 /// Whether the worker should go on after a job.

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use chrono::Utc;
 
-use super::service::MemoryService;
-use super::MemoryError;
+use super::MemoryService;
+use crate::memory::MemoryError;
 use crate::store::filter::expired_clause;
 use crate::store::StoreError;
 

@@ -1,7 +1,8 @@
 //! Where the table lives: a local directory, or a prefix in an object store (`s3://bucket/p`)
 //! that several instances on machines of their own share. Lance commits to S3 with a
 //! conditional PUT, so concurrent writers need no lock service; what differs for scopemem is
-//! only where the small state beside the table goes ([`super::beside`]) and what can be fsynced.
+//! only where the small state beside the table goes ([`crate::store::beside`]) and what can be
+//! fsynced. A plain config value: it lives here so that `config` imports nothing above it.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;

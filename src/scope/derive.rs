@@ -1,0 +1,25 @@
+//! The one place a memory's scope is derived for a write: every write path (remember, the
+//! remember tool, feedback's new memories) calls [`derive_scope`] with only what the
+//! request context carries, the conversation id and the persona; never with anything the LLM
+//! or the caller says. It lives in `scope` so that the writers (the service, feedback's
+//! acceptance) depend on it and not on each other.
+
+use super::{ConversationId, ResolvedScope, ScopeMap};
+
+/// The one function that decides a memory's scope. Every write path calls it with only what
+/// the request context carries: the conversation id and the persona. `None` means the
+/// conversation (or persona) is incognito: the write path stores nothing and says so.
+pub fn derive_scope(
+    map: &ScopeMap,
+    conversation: &ConversationId,
+    persona: Option<&str>,
+) -> Option<ResolvedScope> {
+    if map.is_incognito(conversation, persona) {
+        tracing::info!(
+            conversation_id = conversation.as_str(),
+            "incognito conversation: write not stored"
+        );
+        return None;
+    }
+    Some(map.resolve(conversation, persona))
+}
