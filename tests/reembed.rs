@@ -496,12 +496,12 @@ async fn a_dimension_change_384_to_16_with_a_forget_and_a_remember_during_it() {
 /// re-embeds and switches: every one lands, with the new model's vector, before or after the
 /// switch (one staged before it and committed after is refused by Lance and reshaped).
 ///
-/// Ignored for now: with a remember every ~10 ms from the other service, a staging batch (a
-/// merge that joins without the id index, see `store::reembed::stage_vectors`) loses every
-/// commit race for Lance's 30 s retry budget on a loaded 2-core machine (debug build), so the
-/// run never reaches the switch. Staging must stop conflicting with appends first.
+/// Before `store::reembed::stage_vectors` dropped the (empty) inserted-keys filter Lance puts
+/// on a merge keyed by the primary key, every staging batch lost every commit race to a
+/// remember every ~10 ms and the run never reached the switch; before the switch retried its
+/// commit at once on what landed, it lost every race too ("three runs gave up: ... Project
+/// transaction was preempted by concurrent transaction Append").
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "staging loses every commit race to a remember every ~10 ms for Lance's 30 s budget (see the doc comment); staging must stop conflicting with appends first"]
 async fn remembers_racing_the_switch_all_land_with_the_new_model() {
     use std::sync::atomic::{AtomicBool, Ordering};
     let dir = tempfile::tempdir().unwrap();

@@ -17,6 +17,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use lance::dataset::transaction::{Operation, Transaction};
+use lance::dataset::{CommitBuilder, MergeInsertBuilder, WhenMatched, WhenNotMatched};
+use lance_table::format::Fragment;
 use lancedb::arrow::arrow_array::{
     FixedSizeListArray, Float32Array, RecordBatch, RecordBatchIterator, StringArray,
 };
@@ -182,12 +184,102 @@ pub async fn prepare(table: &Table, model: &ModelInfo) -> Result<(), StoreError>
 /// patches that one column), only where it is still NULL, so a row is never staged twice, and
 /// only on rows that still exist: a row erased meanwhile matches nothing, and a merge without
 /// an insert clause inserts nothing. Returns rows changed and the version committed.
+///
+/// The merge is planned here and committed with Lance's `CommitBuilder` rather than through
+/// lancedb's `merge_insert`, for one reason: on a table with an unenforced primary key (the
+/// ones scopemem creates) Lance attaches a filter of inserted keys to every merge keyed by
+/// it, and a transaction carrying that filter conflicts with *every* append committed after
+/// its read version ("we don't know if the appended rows conflict with inserted rows"). A
+/// staging batch inserts nothing, so the filter is empty by construction; dropping it lets the
+/// batch rebase over the remembers other processes append meanwhile instead of losing every
+/// commit race to them. Conflicts with updates and deletes of the same fragments stay.
 pub async fn stage_vectors(
     table: &Table,
     ids: &[String],
     vectors: &[Vec<f32>],
     dimension: usize,
 ) -> Result<(u64, u64), StoreError> {
+    let batch = staging_batch(ids, vectors, dimension)?;
+    let wrapper = table
+        .dataset()
+        .ok_or_else(|| StoreError::Schema("only local tables are supported".into()))?;
+    let dataset = wrapper.get().await?;
+    let mut merge = MergeInsertBuilder::try_new(dataset.clone(), vec![COL_ID.to_string()])?;
+    merge
+        .when_matched(WhenMatched::update_if(
+            &dataset,
+            &format!("target.{COL_VECTOR_NEXT} IS NULL"),
+        )?)
+        .when_not_matched(WhenNotMatched::DoNothing)
+        // The index-probing path patches the column in place, which Lance refuses on a table
+        // with an unenforced primary key ("primary key column ... must not be nullable"); the
+        // plain join rewrites the matched rows instead (its cost: `reembed_figures` in
+        // tests/reembed.rs).
+        .use_index(false);
+    let schema = batch.schema();
+    let reader = RecordBatchIterator::new(vec![Ok(batch)], schema);
+    let uncommitted = merge.try_build()?.execute_uncommitted(reader).await?;
+    let updated = uncommitted.stats.num_updated_rows;
+    let mut transaction = uncommitted.transaction;
+    if let Operation::Update {
+        inserted_rows_filter,
+        ..
+    } = &mut transaction.operation
+    {
+        *inserted_rows_filter = None;
+    }
+    let written: Vec<String> = match &transaction.operation {
+        Operation::Update { new_fragments, .. } => new_fragments
+            .iter()
+            .flat_map(|f| f.files.iter().map(|d| d.path.clone()))
+            .collect(),
+        _ => Vec::new(),
+    };
+    let mut commit = CommitBuilder::new(dataset.clone());
+    if let Some(rows) = uncommitted.affected_rows {
+        commit = commit.with_affected_rows(rows);
+    }
+    match commit.execute(transaction).await.map_err(StoreError::from) {
+        Ok(committed) => {
+            let version = committed.version().version;
+            table.checkout_latest().await?;
+            Ok((updated, version))
+        }
+        Err(e) => {
+            if e.is_retryable() {
+                remove_uncommitted(&dataset, &written).await;
+            }
+            Err(e)
+        }
+    }
+}
+
+/// Remove the data files of a staging batch whose commit was refused (certainly not
+/// committed: a conflict). They hold copies of the rows the batch rewrote; when the conflict
+/// was another process's erase of one of them, an erase that already swept the unreferenced
+/// files (`store::orphans`) would otherwise leave that copy on disk for good.
+async fn remove_uncommitted(dataset: &lance::Dataset, files: &[String]) {
+    let store = match dataset.object_store(None).await {
+        Ok(store) => store,
+        Err(e) => {
+            tracing::warn!(error = %e, "could not remove a refused staging batch's files");
+            return;
+        }
+    };
+    let data_dir = dataset.data_dir();
+    for name in files {
+        if let Err(e) = store.delete(&data_dir.clone().join(name.as_str())).await {
+            tracing::warn!(file = %name, error = %e, "could not remove a refused staging batch's file");
+        }
+    }
+}
+
+/// `id` and `vector_next` of the rows to stage, checked against the column's dimension.
+fn staging_batch(
+    ids: &[String],
+    vectors: &[Vec<f32>],
+    dimension: usize,
+) -> Result<RecordBatch, StoreError> {
     if ids.len() != vectors.len() {
         return Err(StoreError::Schema(format!(
             "{} ids but {} vectors",
@@ -215,22 +307,13 @@ pub async fn stage_vectors(
         Field::new(COL_ID, DataType::Utf8, false),
         Field::new(COL_VECTOR_NEXT, vector_type(dimension), true),
     ]));
-    let batch = RecordBatch::try_new(
-        schema.clone(),
+    Ok(RecordBatch::try_new(
+        schema,
         vec![
             Arc::new(StringArray::from_iter_values(ids.iter())),
             Arc::new(list),
         ],
-    )?;
-    let mut merge = table.merge_insert(&[COL_ID]);
-    merge.when_matched_update_all(Some(format!("target.{COL_VECTOR_NEXT} IS NULL")));
-    // The index-probing path patches the column in place, which Lance refuses on a table with
-    // an unenforced primary key ("primary key column ... must not be nullable"); the plain
-    // join rewrites the matched rows instead (its cost: `reembed_figures` in tests/reembed.rs).
-    merge.use_index(false);
-    let reader = RecordBatchIterator::new(vec![Ok(batch)], schema);
-    let result = merge.execute(Box::new(reader)).await?;
-    Ok((result.num_updated_rows, result.version))
+    )?)
 }
 
 /// What [`switch`] did.
@@ -245,13 +328,6 @@ pub enum Switch {
     AlreadyCurrent,
 }
 
-/// The switch: at one table version V, check that every row has its `vector_next`, then
-/// commit, based on V, a `Project` that drops `vector` and makes `vector_next` the non-null
-/// `vector` (its vector index goes with it). Lance makes a nullability-tightening `Project`
-/// conflict with every value-writing commit (append, update, merge) in either order: one
-/// committed after V fails this commit (retryable: embed what it added, try again), and one
-/// staged before this commit fails to commit after it (its writer retries against the new
-/// schema). Deletes commute with it. Then the config records the model (guarded step).
 /// Rows per fragment when the switch first rewrites fragments (Lance's default target).
 const PURGE_TARGET_ROWS: usize = 1 << 20;
 
@@ -273,6 +349,17 @@ async fn holds_deleted_rows(table: &Table) -> Result<bool, StoreError> {
         .any(|f| f.metadata().deletion_file.is_some()))
 }
 
+/// The switch: at one table version V, check that every row has its `vector_next`, then
+/// commit, based on V, a `Project` that drops `vector` and makes `vector_next` the non-null
+/// `vector` (its vector index goes with it). Lance makes a nullability-tightening `Project`
+/// conflict with every value-writing commit (append, update, merge) in either order: one
+/// staged before this commit fails to commit after it (its writer retries against the new
+/// schema), and one committed after V fails this commit. Then the switch looks only at what
+/// landed since (fragments it has not seen whole: a few appends) and commits again from the
+/// latest version, up to [`SWITCH_COMMIT_TRIES`] times, so a stream of remembers from other
+/// processes cannot hold it off: each retry is far shorter than a pass. A landed row without
+/// `vector_next` (a process on the old model) or a delete hands back to the pass.
+/// Deletes commute with the `Project`. Then the config records the model (guarded step).
 pub async fn switch(table: &Table, model: &ModelInfo) -> Result<Switch, StoreError> {
     if holds_deleted_rows(table).await? {
         super::retention::purge_deleted_rows(table, PURGE_TARGET_ROWS).await?;
@@ -281,13 +368,75 @@ pub async fn switch(table: &Table, model: &ModelInfo) -> Result<Switch, StoreErr
     let wrapper = table
         .dataset()
         .ok_or_else(|| StoreError::Schema("only local tables are supported".into()))?;
-    let dataset = wrapper.get().await?;
-    let schema = dataset.schema();
-    let Some(next) = schema.field(COL_VECTOR_NEXT) else {
+    let mut dataset = wrapper.get().await?;
+    // Fragments whose rows were all seen with a `vector_next`, as they were then.
+    let mut checked: HashMap<u64, Fragment> = HashMap::new();
+    let mut attempt = 0;
+    loop {
+        if let Some(verdict) = check_switchable(table, &dataset, model, &mut checked).await? {
+            return Ok(verdict);
+        }
+        let read_version = dataset.version().version;
+        let transaction = Transaction::new(
+            read_version,
+            Operation::Project {
+                schema: switched_schema(&dataset, model),
+                preserves_nullability: false,
+            },
+            None,
+        );
+        match CommitBuilder::new(dataset.clone())
+            .execute(transaction)
+            .await
+            .map_err(StoreError::from)
+        {
+            Ok(committed) => {
+                let version = committed.version().version;
+                table.checkout_latest().await?;
+                tracing::info!(
+                    to_model = %model.id,
+                    dimension = model.dimension,
+                    read_version,
+                    version,
+                    attempts = attempt + 1,
+                    "re-embed switched: every row's vector is the new model's"
+                );
+                record_model(table, model).await?;
+                return Ok(Switch::Done { version });
+            }
+            // An append (or update) committed after the read version: look at what it added,
+            // and try again at once from the latest version.
+            Err(e) if e.is_retryable() && attempt < SWITCH_COMMIT_TRIES => {
+                attempt += 1;
+                tracing::debug!(attempt, error = %e, "the switch lost a commit race; re-checking what landed");
+                table.checkout_latest().await?;
+                dataset = wrapper.get().await?;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Tries of the switch's commit, each from the latest version, before the pass that called
+/// it gives up for now. Remembers arriving every few ms win most races; each retry costs
+/// only a look at what they added, so many are cheap.
+const SWITCH_COMMIT_TRIES: u32 = 200;
+
+/// Whether `dataset` may be switched as it is: `None` if so, else what to do instead. Every
+/// row must have its `vector_next` and no fragment may hold deleted rows (see
+/// [`holds_deleted_rows`]). Fragments in `checked` (unchanged since they were seen whole) are
+/// not read again, so a retry after losing to a few appends reads only those appends.
+async fn check_switchable(
+    table: &Table,
+    dataset: &lance::Dataset,
+    model: &ModelInfo,
+    checked: &mut HashMap<u64, Fragment>,
+) -> Result<Option<Switch>, StoreError> {
+    let Some(next) = dataset.schema().field(COL_VECTOR_NEXT) else {
         let cols = vector_columns(table).await?;
         if cols.is_current(model) {
             record_model(table, model).await?;
-            return Ok(Switch::AlreadyCurrent);
+            return Ok(Some(Switch::AlreadyCurrent));
         }
         return Err(StoreError::Schema(
             "no re-embed is under way on this table (no vector_next column)".into(),
@@ -299,21 +448,40 @@ pub async fn switch(table: &Table, model: &ModelInfo) -> Result<Switch, StoreErr
             model: model.id.clone(),
         });
     }
-    let remaining = dataset
-        .count_rows(Some(format!("{COL_VECTOR_NEXT} IS NULL")))
-        .await? as u64;
-    if remaining > 0 {
-        return Ok(Switch::Remaining(remaining));
+    let fragments = dataset.fragments();
+    if fragments.iter().any(|f| f.deletion_file.is_some()) {
+        // A delete (or a staging batch) landed since the rewrite: another pass, and the
+        // switch rewrites again.
+        return Ok(Some(Switch::Remaining(0)));
     }
-    if dataset
-        .get_fragments()
+    let unseen: Vec<Fragment> = fragments
         .iter()
-        .any(|f| f.metadata().deletion_file.is_some())
-    {
-        // A delete landed since the rewrite above: another pass, and the switch rewrites again.
-        return Ok(Switch::Remaining(0));
+        .filter(|f| checked.get(&f.id) != Some(*f))
+        .cloned()
+        .collect();
+    if !unseen.is_empty() {
+        let remaining = if unseen.len() == fragments.len() {
+            dataset
+                .count_rows(Some(format!("{COL_VECTOR_NEXT} IS NULL")))
+                .await? as u64
+        } else {
+            let mut scan = dataset.scan();
+            scan.with_fragments(unseen.clone())
+                .filter(&format!("{COL_VECTOR_NEXT} IS NULL"))?;
+            scan.count_rows().await?
+        };
+        if remaining > 0 {
+            return Ok(Some(Switch::Remaining(remaining)));
+        }
+        checked.extend(unseen.into_iter().map(|f| (f.id, f)));
     }
-    let mut projected = schema.clone();
+    Ok(None)
+}
+
+/// The schema after the switch: `vector` dropped, `vector_next` renamed to it, non-null, and
+/// naming `model`.
+fn switched_schema(dataset: &lance::Dataset, model: &ModelInfo) -> lance_core::datatypes::Schema {
+    let mut projected = dataset.schema().clone();
     projected.fields.retain(|f| f.name != COL_VECTOR);
     for f in projected
         .fields
@@ -324,29 +492,7 @@ pub async fn switch(table: &Table, model: &ModelInfo) -> Result<Switch, StoreErr
         f.nullable = false;
         f.metadata.insert(FIELD_MODEL.to_string(), model.id.clone());
     }
-    let read_version = dataset.version().version;
-    let transaction = Transaction::new(
-        read_version,
-        Operation::Project {
-            schema: projected,
-            preserves_nullability: false,
-        },
-        None,
-    );
-    let committed = lance::dataset::CommitBuilder::new(dataset.clone())
-        .execute(transaction)
-        .await?;
-    let version = committed.version().version;
-    table.checkout_latest().await?;
-    tracing::info!(
-        to_model = %model.id,
-        dimension = model.dimension,
-        read_version,
-        version,
-        "re-embed switched: every row's vector is the new model's"
-    );
-    record_model(table, model).await?;
-    Ok(Switch::Done { version })
+    projected
 }
 
 /// Bring the table config in line with `vector` after a switch (model, dimension, no target).

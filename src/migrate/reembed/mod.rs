@@ -39,7 +39,9 @@
 //!   at any time stays deleted; an erased row cannot come back;
 //! - Lance makes a nullability-tightening Project conflict with every value-writing commit
 //!   (append, update, merge) in either order. One that committed after V makes the switch
-//!   fail (retryable): the runner embeds what appeared and tries again. One staged before the
+//!   fail (retryable): the switch checks only what landed since and commits again from the
+//!   latest version (a row without `vector_next` or a delete among it hands back to a pass,
+//!   which embeds what appeared, and the switch is tried again). One staged before the
 //!   switch and committing after it is refused, and its writer shapes its batch again from
 //!   the new schema (`store::writer`), so a remember in flight lands in the new `vector`;
 //! - the table config then records the new model (a second step; until it happens the field
@@ -62,9 +64,11 @@
 //! - Staging a batch is a merge that rewrites the matched rows (Lance refuses the in-place
 //!   column patch on a table with an unenforced primary key), joined without the id index.
 //!   It conflicts with an erase's rewrite (the run gives way for [`pass`]'s `ERASE_ROOM`
-//!   after any delete) and, under continuous appends (a remember every ~10 ms, debug build,
-//!   loaded machine), it lost every commit race for Lance's 30 s budget: the run errs and
-//!   the service's loop resumes it, but it may not finish while such traffic lasts.
+//!   after any delete). It does not conflict with appends: it is committed without the
+//!   inserted-keys filter Lance attaches to merges on the primary key (it inserts nothing;
+//!   see `store::reembed::stage_vectors`), so remembers from other processes every ~10 ms
+//!   neither stop the passes nor, with the switch's quick retries, the switch
+//!   (`remembers_racing_the_switch_all_land_with_the_new_model` in tests/reembed.rs).
 
 mod pass;
 
@@ -77,9 +81,9 @@ use tokio::sync::watch;
 
 use super::backfill::Pacing;
 use super::{ForegroundLatency, MigrateError, MigrationOutcome};
+use crate::config::DbLocation;
 use crate::config::{BackfillPacing, Config};
 use crate::embed::Embedder;
-use crate::store::location::DbLocation;
 use crate::store::reembed::{vector_columns, VectorColumns};
 use crate::store::{LanceSearch, ModelInfo, Store, StoreError, WriterSettings};
 
