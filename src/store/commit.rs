@@ -103,16 +103,22 @@ pub(super) fn distinct<'a>(ids: impl Iterator<Item = &'a str>) -> usize {
 pub(crate) struct RetryPolicy {
     /// Tries after the first.
     pub retries: u32,
-    /// Commit conflicts are retried too (after a jittered backoff), not only reads that found
-    /// a file pruned under them.
+    /// Commit conflicts are retried too, not only reads that found a file pruned under them.
     pub conflicts: bool,
+    /// The unit of the jittered, doubling pause before each retry (0: none).
+    pub pause_ms: u64,
 }
 
 impl RetryPolicy {
-    /// A read that hit a pruned version: read the latest, at most three times more.
+    /// A read that hit a pruned version: read the latest, at most six times more, pausing a
+    /// little longer each time (from ~10 ms, doubling, jittered; ~1.3 s at most in all).
+    /// Another process erasing in a loop prunes every older version after each delete; three
+    /// immediate retries could each land on a version it was about to prune, and the caller
+    /// got `store_busy`.
     pub const READ: RetryPolicy = RetryPolicy {
-        retries: 3,
+        retries: 6,
         conflicts: false,
+        pause_ms: 5,
     };
 
     /// A commit: conflicts and pruned files, up to `max_retries` times.
@@ -120,6 +126,7 @@ impl RetryPolicy {
         RetryPolicy {
             retries: max_retries,
             conflicts: true,
+            pause_ms: 20,
         }
     }
 }
@@ -151,9 +158,11 @@ where
                         c.conflicts_retried.fetch_add(1, Ordering::Relaxed);
                     }
                     tracing::warn!(attempt, error = %e, "commit conflict; retrying");
-                    tokio::time::sleep(backoff(attempt)).await;
                 } else {
                     tracing::debug!(attempt, error = %e, "read hit a pruned version; reading the latest");
+                }
+                if policy.pause_ms > 0 {
+                    tokio::time::sleep(backoff(policy.pause_ms, attempt)).await;
                 }
                 table.checkout_latest().await?;
             }
@@ -163,8 +172,8 @@ where
 }
 
 /// Jittered, so instances that lost the same race do not retry in lockstep.
-fn backoff(attempt: u32) -> Duration {
-    let base = 20 * (1u64 << attempt.min(6));
+fn backoff(unit_ms: u64, attempt: u32) -> Duration {
+    let base = unit_ms * (1u64 << attempt.min(6));
     let jitter = u64::from(
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -196,7 +205,7 @@ where
     .await
 }
 
-/// Run a read again (up to three times) when another process's erase or prune removed the
+/// Run a read again (up to six times, see [`RetryPolicy::READ`]) when another process's erase or prune removed the
 /// files of the version it started on: move to the latest version first, where the read
 /// succeeds. (Without the move, the cached version stays the pruned one until
 /// `read_consistency` passes, and every retry fails the same way.)
