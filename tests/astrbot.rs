@@ -8,7 +8,7 @@
 //! and restart scopemem, and asserts on the prompts the stub received and on scopemem's table.
 //! It needs the venv from scripts/setup-astrbot.sh and fails, rather than skips, without it.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Stdio;

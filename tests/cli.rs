@@ -1,7 +1,7 @@
 //! The operator CLI against a real legacy table: `migrate status`, `migrate run`,
 //! `migrate revert-backfill`, `scope check`.
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 use std::time::Duration;

@@ -1,7 +1,7 @@
 //! 8 tasks remembering and recalling across scopes while the map is reloaded: no cross-scope
 //! leaks and no lost rows.
 
-mod common;
+use crate::common;
 
 use std::collections::HashSet;
 use std::sync::Arc;

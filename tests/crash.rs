@@ -2,7 +2,7 @@
 //! middle of a backfill. After each restart every acknowledged write is there, no id appears
 //! twice, and the row count never exceeds acknowledged plus in flight.
 
-mod common;
+use crate::common;
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicUsize, Ordering};

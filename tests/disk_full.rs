@@ -3,7 +3,7 @@
 //! readable, and everything works again once space is freed. Mounting needs root, which `make
 //! test` has on these machines (as CI does).
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -4,7 +4,7 @@
 //! or by scope from the CLI, a fourth process) is gone: the forget counts it, no process
 //! recalls it, and no file under the directory holds its text.
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

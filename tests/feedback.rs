@@ -1,7 +1,7 @@
 //! The feedback (reflection) write path, events, tools, forget and metrics (issue 4), against a
 //! real LanceDB directory and the real model.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

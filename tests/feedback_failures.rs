@@ -3,7 +3,7 @@
 //! overwrites what a newer job did. The real model does the embedding; a wrapper beside it
 //! fails on purpose for texts carrying a marker.
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

@@ -4,7 +4,7 @@
 //! one microsecond before, at and after the clock, `scope_filter: disabled`, migration mode,
 //! and scope sets no recall builds (empty, blank names). Real LanceDB, real resident copy.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

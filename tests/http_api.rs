@@ -1,6 +1,6 @@
 //! The HTTP API over a real socket on loopback (DESIGN.md section 8).
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

@@ -3,7 +3,7 @@
 //! and for hybrid; the other tests pin the prefilter of each search, NULL rows in migration
 //! mode, keyword-only candidates, index freshness and bad input. Real model, real LanceDB.
 
-mod common;
+use crate::common;
 
 use common::*;
 use scopemem::host::PluginHost;

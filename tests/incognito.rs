@@ -2,7 +2,7 @@
 //! nothing and answers `"stored": false`, never an error. Against a real `scopemem serve`
 //! process so the HTTP status codes and the hot reload are the ones users get.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

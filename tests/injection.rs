@@ -12,7 +12,7 @@
 //! The expected scope of every request is computed here by an independent model of DESIGN rules
 //! 2, 3 and 5 ([`Resolver`]), never read back from the service.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;

@@ -2,7 +2,7 @@
 //! scan of the table per call; a delete or another process's write is reconciled with one scan.
 //! Metric labels stay bounded when every chat is its own scope. Real LanceDB, real model.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -1,7 +1,7 @@
 //! Legacy (schema v1) tables: migrations on open, NULL-compatible migration mode, the resumable
 //! background backfill, and its revert. Real LanceDB directories, real embeddings.
 
-mod common;
+use crate::common;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;

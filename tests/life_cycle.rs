@@ -1,7 +1,7 @@
 //! Memory life cycle (migration 0003): `expires_at` from the request or the type's TTL, expired
 //! rows hidden from recall at once (in the prefilter), and erased from disk by the sweeper.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -5,7 +5,7 @@
 //! and against `/mcp` on the HTTP server. They need the venv from scripts/setup-mcp-client.sh
 //! (`make test` runs it) and fail, rather than skip, without it.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

@@ -4,7 +4,7 @@
 //! paraphrases, real batching under concurrency, and a real process killed, frozen and
 //! restarted under the embedder.
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

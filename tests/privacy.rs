@@ -3,7 +3,7 @@
 //! retention, single-memory forget limited to the caller's own scope, redaction on every write
 //! path before the journal, and map entries that fail closed.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::sync::Arc;

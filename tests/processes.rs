@@ -2,7 +2,7 @@
 //! the read-consistency interval, nothing crosses a scope, and jobs a killed process accepted
 //! are adopted by the next process that starts.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

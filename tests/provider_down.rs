@@ -3,7 +3,7 @@
 //! keyword search under the same filter (and says so), feedback waits in its queue. The real
 //! model does the embedding; a switch beside it fails it on purpose.
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

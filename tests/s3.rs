@@ -3,7 +3,7 @@
 //! doubling or leaking a row; the bucket lease passes to another instance when its holder is
 //! killed, and that instance finishes the backfill.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -1,7 +1,7 @@
 //! The plan's acceptance lines (seed section 9) for new tables, against a real LanceDB
 //! directory and the real embedding model.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

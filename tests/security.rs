@@ -5,7 +5,7 @@
 //! Decision pinned here: the `Bearer` scheme name is case-insensitive (RFC 7235 section 2.1), so
 //! `bearer <token>` is accepted; the token itself is compared exactly.
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::process::{Command, Stdio};

@@ -1,6 +1,6 @@
 //! The real model ranks a remembered fact above unrelated memories, and embeddings are sane.
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::json;

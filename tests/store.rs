@@ -1,7 +1,7 @@
 //! The store against a real LanceDB directory, with synthetic vectors (no model needed):
 //! prefilter completeness, group commit, compaction, model/dimension checks.
 
-mod common;
+use crate::common;
 
 use chrono::Utc;
 use scopemem::store::{

@@ -2,7 +2,7 @@
 //! trips, filters, re-embedding, rejected lines, redaction, and both commands through the real
 //! binary while a real `serve` runs on the same directory.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::time::{Duration, Instant};

@@ -3,7 +3,7 @@
 //! `POST /v1/memories/browse` and `GET /v1/export`, on the real router over a real LanceDB dir and the real model.
 //! The page itself is driven in a real browser by tests/ui_browser.rs.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

@@ -5,7 +5,7 @@
 //! The screenshot goes to `$CARGO_TARGET_TMPDIR/ui/operator-page.png`; with
 //! `SCOPEMEM_UPDATE_SCREENSHOT=1` it is also copied to `docs/operator-page.png` for the README.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -6,7 +6,7 @@
 //! /healthz and remember and recall with the bundled model. Fails, never skips, when python3,
 //! the assets or the AstrBot venv are missing (the Makefile installs them).
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
