@@ -70,11 +70,36 @@ pub async fn remove_orphans_holding(
                 tracing::info!(file = %name, "removed an unreferenced data file holding erased rows");
             }
             Ok(false) => {}
-            // Still being written, of another schema (a partial-column update), or gone.
-            Err(e) => tracing::debug!(file = %name, error = %e, "unreferenced data file not read"),
+            // Not readable as a fragment: still being written, cut short by a writer killed
+            // mid-write (kill -9), of another schema (a partial-column update), or gone. Its
+            // bytes may still hold an erased row: ids are stored as plain strings, so look for
+            // them there. A file still being written that holds a row deleted before it could
+            // only commit by writing the row back, which Lance refuses (see the module header).
+            Err(e) => {
+                let path = data_dir.clone().join(name.as_str());
+                let holds = match store.read_one_all(&path).await {
+                    Ok(bytes) => bytes_hold_any(&bytes, erased),
+                    Err(_) => false,
+                };
+                if holds {
+                    store.delete(&path).await?;
+                    report.removed += 1;
+                    tracing::info!(file = %name, "removed an unreadable unreferenced data file holding erased rows");
+                } else {
+                    tracing::debug!(file = %name, error = %e, "unreferenced data file not read");
+                }
+            }
         }
     }
     Ok(report)
+}
+
+/// Whether any of `erased` appears in `bytes` as a plain string.
+fn bytes_hold_any(bytes: &[u8], erased: &HashSet<String>) -> bool {
+    erased.iter().any(|id| {
+        let id = id.as_bytes();
+        !id.is_empty() && bytes.windows(id.len()).any(|w| w == id)
+    })
 }
 
 /// Every data file (relative to `data/`) some version of the table still references.
@@ -118,4 +143,22 @@ async fn holds_any(
         }
     }
     Ok(false)
+}
+
+#[cfg(test)]
+mod raw_bytes_tests {
+    use super::bytes_hold_any;
+    use std::collections::HashSet;
+
+    #[test]
+    fn an_erased_id_is_found_in_raw_bytes_and_nothing_else_is() {
+        let erased: HashSet<String> = ["0b1d-erased".to_string()].into();
+        assert!(bytes_hold_any(b"\x00\x07junk0b1d-erased\xff", &erased));
+        assert!(!bytes_hold_any(b"\x00\x07junk0b1d-erase\xff", &erased));
+        assert!(!bytes_hold_any(b"", &erased));
+        assert!(!bytes_hold_any(
+            b"anything",
+            &HashSet::from([String::new()])
+        ));
+    }
 }
