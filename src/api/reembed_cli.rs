@@ -12,7 +12,7 @@ use crate::config::{Config, ConfigError, ReembedMode};
 use crate::host::{HostError, PluginHost};
 use crate::migrate::reembed::{prepare_at, ReembedProgress};
 use crate::migrate::MigrateError;
-use crate::store::{lease, ModelInfo, Store, StoreError};
+use crate::store::{lease, ModelInfo, StoreError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReembedCliError {
@@ -62,8 +62,7 @@ pub async fn reembed(
     let name = config.storage.table_name.clone();
     let consistency = config.storage.read_consistency();
     // Before anything changes: a running service that holds the lease refuses us.
-    let (_, beside) = Store::connect(&db, consistency).await?;
-    if let Some(holder) = lease::current_holder(&beside, &name).await {
+    if let Some(holder) = crate::migrate::status::lease_holder(&db, &name, consistency).await? {
         return Err(refused(Some(holder)));
     }
     prepare_at(&db, &name, &model, consistency).await?;

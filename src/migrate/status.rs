@@ -64,3 +64,14 @@ pub async fn read(
         maintenance_lease: lease::current_holder(&beside, table).await,
     }))
 }
+
+/// Who holds the maintenance lease of `table` now (a running service, which does the
+/// migrations and a re-embed itself), read from the state beside the table without opening it.
+pub async fn lease_holder(
+    db: &DbLocation,
+    table: &str,
+    read_consistency: Duration,
+) -> Result<Option<LeaseHolder>, MigrateError> {
+    let (_, beside) = Store::connect(db, read_consistency).await?;
+    Ok(lease::current_holder(&beside, table).await)
+}
