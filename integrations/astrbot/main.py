@@ -20,7 +20,9 @@ import aiohttp
 from astrbot.api import AstrBotConfig, logger
 from astrbot.api.event import AstrMessageEvent, filter
 from astrbot.api.provider import LLMResponse, ProviderRequest
-from astrbot.api.star import Context, Star, register
+from astrbot.api.star import Context, Star, StarTools, register
+
+from . import own_config
 
 PLUGIN_NAME = "astrbot_plugin_scopemem"
 
@@ -187,10 +189,13 @@ def split_reflection(text: str) -> tuple[str, dict[str, Any] | None]:
 class Supervisor:
     """Runs `scopemem serve --config FILE` as a child, restarting it with backoff."""
 
-    def __init__(self, binary: str, config_path: str, token: str) -> None:
+    def __init__(
+        self, binary: str, config_path: str, token: str, extra_env: dict[str, str] | None = None
+    ) -> None:
         self.binary = binary
         self.config_path = config_path
         self.token = token
+        self.extra_env = extra_env or {}
         self.proc: asyncio.subprocess.Process | None = None
         self.task: asyncio.Task | None = None
         self.stopping = False
@@ -201,6 +206,7 @@ class Supervisor:
     async def _run(self) -> None:
         backoff = 1.0
         env = dict(os.environ)
+        env.update(self.extra_env)
         if self.token:
             env["SCOPEMEM_AUTH_TOKEN"] = self.token
         while not self.stopping:
@@ -261,22 +267,127 @@ class Supervisor:
 class ScopememPlugin(Star):
     def __init__(self, context: Context, config: AstrBotConfig | None = None) -> None:
         super().__init__(context)
-        cfg: Any = config if config is not None else {}
-        self.base_url = str(cfg.get("scopemem_url", "http://127.0.0.1:8787"))
-        token = str(cfg.get("auth_token", "") or os.environ.get("SCOPEMEM_AUTH_TOKEN", ""))
+        self.cfg: Any = config if config is not None else {}
+        cfg = self.cfg
+        url = str(cfg.get("scopemem_url", "") or "").strip()
+        self.token = str(cfg.get("auth_token", "") or os.environ.get("SCOPEMEM_AUTH_TOKEN", ""))
         self.request_timeout = float(cfg.get("request_timeout_secs", 3.0))
         self.reflection_mode = str(cfg.get("reflection", "inline"))
-        self.client = ScopememClient(self.base_url, token, self.request_timeout)
+        # The plugin runs scopemem itself (and owns its config) unless the operator points it
+        # at a scopemem that runs elsewhere. A configured binary always means "run this one".
+        self.owns_scopemem = not url or bool(str(cfg.get("scopemem_binary", "") or ""))
+        self.base_url = url or "http://127.0.0.1:8787"
+        self.client = ScopememClient(self.base_url, self.token, self.request_timeout)
         self.supervisor: Supervisor | None = None
-        binary = str(cfg.get("scopemem_binary", "") or "")
-        if binary:
-            self.supervisor = Supervisor(binary, str(cfg.get("scopemem_config", "")), token)
+        self.own_config_path: Any = None
+        self.embedding_key = ""
+        # `/scopemem forget` waits for `/scopemem forget confirm`: UMO -> (sender, deadline).
+        self.pending_forget: dict[str, tuple[str, float]] = {}
         # Time spent inside on_llm_request (ms), newest last; shown by /scopemem status.
         self.hook_latency_ms: deque[float] = deque(maxlen=1000)
 
     async def initialize(self) -> None:
-        if self.supervisor is not None:
-            self.supervisor.start()
+        if not self.owns_scopemem:
+            return
+        try:
+            self._write_own_config()
+        except (OSError, ValueError) as e:
+            logger.error("[scopemem] cannot write scopemem's config: %s; memory is off", e)
+            return
+        binary = own_config.find_binary(
+            str(self.cfg.get("scopemem_binary", "") or ""), self._target_dirs()
+        )
+        if binary is None:
+            logger.error(
+                "[scopemem] no scopemem binary found: install the scopemem wheel into "
+                "AstrBot's environment (pip install scopemem-*.whl) or set scopemem_binary; "
+                "chatting continues without memory"
+            )
+            return
+        extra = {own_config.EMBEDDING_KEY_ENV: self.embedding_key} if self.embedding_key else {}
+        self.supervisor = Supervisor(binary, str(self.own_config_path), self.token, extra)
+        self.supervisor.start()
+        asyncio.create_task(self._report_map_problems(), name="scopemem_map_check")
+
+    @staticmethod
+    def _target_dirs() -> list[str]:
+        """Where AstrBot's packaged desktop build pip-installs plugin requirements."""
+        try:
+            from astrbot.core.utils.astrbot_path import get_astrbot_site_packages_path
+
+            return [get_astrbot_site_packages_path()]
+        except Exception:
+            return []
+
+    def _embedding_settings(self) -> dict[str, Any] | None:
+        """The embedding part of scopemem's config: None for the bundled local model, or
+        AstrBot's own OpenAI-compatible embedding provider handed over."""
+        if str(self.cfg.get("embedding_provider", "local")) != "astrbot":
+            return None
+        pm = getattr(self.context, "provider_manager", None)
+        providers = []
+        for pc in getattr(pm, "providers_config", None) or []:
+            merge = getattr(pm, "get_merged_provider_config", None)
+            providers.append(merge(pc) if merge else pc)
+        found = own_config.embedding_from_astrbot(
+            providers,
+            str(self.cfg.get("astrbot_embedding_provider_id", "") or ""),
+            bool(self.cfg.get("embedding_input_types", False)),
+        )
+        if found is None:
+            logger.warning(
+                "[scopemem] embedding_provider is 'astrbot' but AstrBot has no enabled "
+                "OpenAI-compatible embedding provider%s; using the bundled local model",
+                " with that id" if self.cfg.get("astrbot_embedding_provider_id") else "",
+            )
+            return None
+        emb, self.embedding_key = found
+        logger.info(
+            "[scopemem] embedding through AstrBot's provider: model %s at %s",
+            emb["model"],
+            emb["base_url"],
+        )
+        return emb
+
+    def _write_own_config(self) -> None:
+        """Write scopemem's config from this plugin's settings (the source of truth while the
+        plugin runs scopemem); scopemem hot-reloads the map, unmapped policy and incognito."""
+        from pathlib import Path
+
+        data_dir = Path(StarTools.get_data_dir(PLUGIN_NAME))
+        configured = str(self.cfg.get("scopemem_config", "") or "")
+        path = Path(configured) if configured else data_dir / "scopemem.json"
+        embedding = self._embedding_settings()
+        try:
+            existing = own_config.read(path)
+        except ValueError as e:
+            logger.error("[scopemem] %s; rewriting it from the plugin config", e)
+            existing = {}
+        rendered = own_config.render(existing, self.cfg, data_dir, embedding)
+        own_config.write_atomically(path, rendered)
+        self.own_config_path = path
+        self.base_url = "http://" + rendered["server"]["http_addr"]
+        self.client.base_url = self.base_url
+
+    async def _report_map_problems(self) -> None:
+        """A map entry scopemem cannot use fails closed there; say so here, in AstrBot's log,
+        once the supervised server answers."""
+        for _ in range(120):
+            try:
+                code, body = await self.client.request("GET", "/v1/scope_map")
+            except ScopememDown:
+                await asyncio.sleep(1.0)
+                continue
+            if code == 200 and isinstance(body, dict):
+                for bad in body.get("ignored") or []:
+                    logger.error(
+                        "[scopemem] conversation_scope_map entry %r is not usable (%s)%s",
+                        bad.get("key"),
+                        bad.get("reason"),
+                        f"; that chat uses private scope {bad['fails_closed_to']} until it "
+                        "is fixed" if bad.get("fails_closed_to") else "",
+                    )
+            return
 
     async def terminate(self) -> None:
         if self.supervisor is not None:
@@ -463,6 +574,135 @@ class ScopememPlugin(Star):
         yield event.plain_result(
             await self.status_text(event.unified_msg_origin, full=event.is_admin())
         )
+
+    @scopemem.command("map")
+    async def map_chat(self, event: AstrMessageEvent, scope: str = ""):
+        """(admin) Map this chat to a scope: /scopemem map 家人"""
+        yield event.plain_result(await self._edit_map(event, scope.strip()))
+
+    @scopemem.command("unmap")
+    async def unmap_chat(self, event: AstrMessageEvent):
+        """(admin) Remove this chat from the scope map."""
+        yield event.plain_result(await self._edit_map(event, None))
+
+    @scopemem.command("incognito")
+    async def incognito(self, event: AstrMessageEvent, state: str = ""):
+        """(admin) /scopemem incognito on|off: while on, nothing this chat says is stored."""
+        yield event.plain_result(await self._edit_incognito(event, state.strip().lower()))
+
+    @scopemem.command("forget")
+    async def forget(self, event: AstrMessageEvent, confirm: str = ""):
+        """Erase the memories written in this chat (asks for /scopemem forget confirm)."""
+        yield event.plain_result(await self._forget(event, confirm.strip().lower()))
+
+    def _refusal(self) -> str | None:
+        if not self.owns_scopemem:
+            return (
+                "scopemem runs on its own (scopemem_url is set): its conversation_scope_map "
+                "and incognito list live in that server's config file."
+            )
+        if self.own_config_path is None:
+            return "scopemem is not running under this plugin (see AstrBot's log)."
+        return None
+
+    async def _save_and_apply(self, umo: str, want: Any, what: str) -> str:
+        """Persist the plugin config (the source of truth), rewrite scopemem's config from it,
+        and wait until scopemem has reloaded it, checked through /v1/scope_map."""
+        try:
+            save = getattr(self.cfg, "save_config", None)
+            if save is not None:
+                save()
+            self._write_own_config()
+        except (OSError, ValueError) as e:
+            logger.error("[scopemem] saving the %s failed: %s", what, e)
+            return f"could not save the {what}: {e}"
+        deadline = time.monotonic() + 5.0
+        while time.monotonic() < deadline:
+            try:
+                code, body = await self.client.request("GET", "/v1/scope_map")
+            except ScopememDown:
+                return f"{what} saved; scopemem is down and applies it when it is back."
+            if code == 200 and isinstance(body, dict) and want(body):
+                return ""
+            await asyncio.sleep(0.2)
+        return f"{what} saved, but scopemem has not applied it yet (see its log)."
+
+    async def _edit_map(self, event: AstrMessageEvent, scope: str | None) -> str:
+        if not event.is_admin():
+            return "Only an AstrBot admin can change the scope map."
+        refused = self._refusal()
+        if refused:
+            return refused
+        if scope is not None and not own_config.SCOPE_NAME_RE.match(scope):
+            return (
+                "Usage: /scopemem map <scope>. A scope name is 1-64 letters, digits, CJK, "
+                "'_' or '-'."
+            )
+        umo = event.unified_msg_origin
+        current = own_config.scope_map_of(self.cfg)
+        if scope is None:
+            current.pop(umo, None)
+        else:
+            current[umo] = scope
+        self.cfg["conversation_scope_map"] = current
+
+        def applied(body: dict[str, Any]) -> bool:
+            entries = {e.get("key"): e.get("scope") for e in body.get("entries") or []}
+            return entries.get(umo) == scope if scope is not None else umo not in entries
+
+        problem = await self._save_and_apply(umo, applied, "scope map")
+        if problem:
+            return problem
+        if scope is None:
+            return f"This chat ({umo}) is no longer mapped; it uses the unmapped scope."
+        return f"This chat ({umo}) now uses scope {scope}."
+
+    async def _edit_incognito(self, event: AstrMessageEvent, state: str) -> str:
+        if not event.is_admin():
+            return "Only an AstrBot admin can change incognito."
+        if state not in ("on", "off"):
+            return "Usage: /scopemem incognito on|off"
+        refused = self._refusal()
+        if refused:
+            return refused
+        umo = event.unified_msg_origin
+        listed = [k for k in own_config.incognito_of(self.cfg) if k != umo]
+        if state == "on":
+            listed.append(umo)
+        self.cfg["incognito"] = listed
+        want_on = state == "on"
+
+        def applied(body: dict[str, Any]) -> bool:
+            return (umo in set(body.get("incognito") or [])) == want_on
+
+        problem = await self._save_and_apply(umo, applied, "incognito list")
+        if problem:
+            return problem
+        if want_on:
+            return "Incognito is on: nothing said in this chat is stored (recall still works)."
+        return "Incognito is off: this chat's memories are stored again."
+
+    async def _forget(self, event: AstrMessageEvent, confirm: str) -> str:
+        if not (event.is_admin() or event.is_private_chat()):
+            return "In a group only an AstrBot admin can erase its memories."
+        umo = event.unified_msg_origin
+        sender = str(event.get_sender_id())
+        if confirm != "confirm":
+            self.pending_forget[umo] = (sender, time.monotonic() + 60.0)
+            return (
+                "This erases every memory written in this chat, for good. "
+                "Send /scopemem forget confirm within 60 s to go ahead."
+            )
+        pending = self.pending_forget.pop(umo, None)
+        if pending is None or pending[0] != sender or pending[1] < time.monotonic():
+            return "Nothing to confirm: send /scopemem forget first."
+        try:
+            code, body = await self.client.request("POST", "/v1/forget", {"conversation_id": umo})
+        except ScopememDown:
+            return "scopemem is down; nothing was erased. Try again when it is back."
+        if code != 200 or not isinstance(body, dict):
+            return f"forget failed: {_error_code(body) or code}"
+        return f"Erased {body.get('deleted', 0)} memories written in this chat."
 
     async def status_text(self, umo: str, full: bool = False) -> str:
         """Status for `umo`. Only an AstrBot admin (`full`) sees other scopes' names and counts

