@@ -24,7 +24,8 @@ use common::*;
 use scopemem::embed::Embedder;
 use scopemem::memory::hybrid::{fuse, Candidate};
 use scopemem::memory::service::sweeper::sweep_once;
-use scopemem::store::search::{build_vector_index, has_vector_index};
+use scopemem::store::maintenance::indexes::build_vector_index;
+use scopemem::store::search::has_vector_index;
 use scopemem::store::timestamp_literal;
 use scopemem::store::{
     FulltextSearch, KeywordRequest, LanceSearch, MemoryRecord, NearestVisible, SearchRequest,

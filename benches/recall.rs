@@ -15,7 +15,7 @@ mod common;
 
 use common::*;
 use criterion::Criterion;
-use scopemem::store::search::build_vector_index;
+use scopemem::store::maintenance::indexes::build_vector_index;
 use scopemem::store::{Hit, LanceSearch, NearestVisible, SearchRequest};
 use serde_json::json;
 

@@ -26,8 +26,8 @@ mod common;
 use chrono::Utc;
 use common::workload::{Workload, DIM};
 use common::*;
+use scopemem::store::maintenance::indexes::build_vector_index;
 use scopemem::store::resident::ResidentSearch;
-use scopemem::store::search::build_vector_index;
 use scopemem::store::{
     Hit, LanceSearch, MemoryRecord, ModelInfo, NearestVisible, RowFilter, ScopeSet, SearchRequest,
     Store, WriterSettings,

@@ -414,7 +414,7 @@ async fn keyword_matches_are_lancedbs_and_respect_the_filter() {
         })
         .collect();
     store.append(rows).await.unwrap();
-    scopemem::store::fulltext::ensure_fulltext_indexes(store.table())
+    scopemem::store::maintenance::indexes::ensure_fulltext_indexes(store.table())
         .await
         .unwrap();
     let (resident, _) = searches(&store).await;

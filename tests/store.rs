@@ -286,7 +286,7 @@ async fn the_vector_index_is_retrained_once_the_table_grew_by_half() {
         .append((0..1000).map(|i| row(i, "public")).collect())
         .await
         .unwrap();
-    scopemem::store::search::build_vector_index(store.table())
+    scopemem::store::maintenance::indexes::build_vector_index(store.table())
         .await
         .unwrap();
     let counters = store.writer().counters();
@@ -325,7 +325,7 @@ async fn the_vector_index_is_retrained_once_the_table_grew_by_half() {
 /// `keep_versions_minutes`.
 #[tokio::test]
 async fn versions_past_the_count_limit_are_pruned_to_half_and_the_disk_shrinks() {
-    use scopemem::store::retention::{prune_to_count, VersionLimits};
+    use scopemem::store::maintenance::pruning::{prune_to_count, VersionLimits};
     use std::time::Duration;
     let dir = tempfile::tempdir().unwrap();
     let store = open(dir.path()).await;
@@ -372,7 +372,7 @@ async fn versions_past_the_count_limit_are_pruned_to_half_and_the_disk_shrinks()
 /// lease, once the versions are older than the reader grace (10 s here).
 #[tokio::test]
 async fn the_pruner_keeps_the_version_count_bounded() {
-    use scopemem::store::retention::VersionLimits;
+    use scopemem::store::maintenance::pruning::VersionLimits;
     use std::time::{Duration, Instant};
     let dir = tempfile::tempdir().unwrap();
     let store = open(dir.path()).await;

@@ -31,7 +31,7 @@ use crate::migrate::checkpoint;
 use crate::scope::{derive_scope, ConversationId, MapSummary, ScopeResolver};
 use crate::store::beside::Beside;
 use crate::store::lease::{self, Lease};
-use crate::store::retention::VersionLimits;
+use crate::store::maintenance::pruning::VersionLimits;
 use crate::store::schema::COL_MEMORY_SCOPE;
 use crate::store::{
     sql_literal, LanceSearch, MemoryRecord, ModelInfo, RowFilter, Store, WriterSettings,

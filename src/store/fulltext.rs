@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use futures::TryStreamExt;
 use lancedb::index::scalar::{FtsIndexBuilder, FullTextSearchQuery};
-use lancedb::index::{Index, IndexConfig, IndexType};
+use lancedb::index::{IndexConfig, IndexType};
 use lancedb::query::{ExecutableQuery, QueryBase, Select};
 use lancedb::Table;
 
@@ -23,7 +23,7 @@ use super::StoreError;
 pub const FULLTEXT_COLUMNS: [&str; 2] = [COL_CONTENT, COL_TAGS];
 
 /// The index parameters. Changing them changes what a query matches: an index built with other
-/// parameters is rebuilt by [`ensure_fulltext_indexes`] only when missing, so keep them stable.
+/// parameters is rebuilt by `maintenance::indexes::ensure_fulltext_indexes` only when missing, so keep them stable.
 pub fn fulltext_params() -> FtsIndexBuilder {
     FtsIndexBuilder::default()
         .base_tokenizer("icu".to_string())
@@ -35,25 +35,7 @@ pub fn fulltext_params() -> FtsIndexBuilder {
         .with_position(false)
 }
 
-/// Create the full-text index of each column that lacks one. Rows appended later are searched
-/// without the index (Lance tokenizes them at query time) until maintenance folds them in.
-pub async fn ensure_fulltext_indexes(table: &Table) -> Result<(), StoreError> {
-    let indices = table.list_indices().await?;
-    let schema = table.schema().await?;
-    for column in FULLTEXT_COLUMNS {
-        if has_fulltext(&indices, column) || schema.field_with_name(column).is_err() {
-            continue;
-        }
-        table
-            .create_index(&[column], Index::FTS(fulltext_params()))
-            .execute()
-            .await?;
-        tracing::info!(column, "created full-text index");
-    }
-    Ok(())
-}
-
-fn has_fulltext(indices: &[IndexConfig], column: &str) -> bool {
+pub(crate) fn has_fulltext(indices: &[IndexConfig], column: &str) -> bool {
     indices
         .iter()
         .any(|i| i.index_type == IndexType::FTS && i.columns.iter().any(|c| c == column))

@@ -17,8 +17,6 @@ pub mod page;
 pub mod record;
 pub mod reembed;
 pub mod resident;
-pub mod retention;
-pub mod retrain;
 pub mod schema;
 pub mod scope_counts;
 pub mod search;
@@ -30,8 +28,6 @@ use std::path::Path;
 
 use futures::TryStreamExt;
 use lancedb::arrow::arrow_array::{Array, StringArray};
-use lancedb::index::scalar::{BTreeIndexBuilder, BitmapIndexBuilder};
-use lancedb::index::{Index, IndexType};
 use lancedb::query::{ExecutableQuery, QueryBase, Select};
 use lancedb::Table;
 
@@ -42,9 +38,9 @@ pub use commit::WriterSettings;
 pub use filter::{sql_literal, timestamp_literal, RowFilter, ScopeSet};
 pub use fulltext::{FulltextSearch, KeywordHit, KeywordMatching, KeywordRequest};
 pub use index_state::IndexState;
+pub use maintenance::pruning::PruneReport;
 pub use page::Page;
 pub use record::MemoryRecord;
-pub use retention::PruneReport;
 use schema::*;
 pub use search::{Hit, LanceSearch, NearestVisible, SearchRequest};
 pub use strengths::{StrengthChange, StrengthSet};
@@ -245,7 +241,7 @@ impl Store {
     ) -> Result<Store, StoreError> {
         if created {
             write_model_meta(&table, model).await?;
-            ensure_scalar_indexes(&table).await?;
+            maintenance::indexes::ensure_scalar_indexes(&table).await?;
         } else {
             check_model(&table, model).await?;
         }
@@ -287,22 +283,14 @@ impl Store {
     /// and compaction rewrote the fragments, Lance's incremental index optimisation leaves the
     /// rewritten rows unindexed (pinned by a test); a fresh bitmap covers every row again.
     pub async fn rebuild_scope_index(&self) -> Result<(), StoreError> {
-        self.table
-            .create_index(
-                &[COL_MEMORY_SCOPE],
-                Index::Bitmap(BitmapIndexBuilder::default()),
-            )
-            .replace(true)
-            .execute()
-            .await?;
-        Ok(())
+        maintenance::indexes::rebuild_scope_index(&self.table).await
     }
 
     /// Build missing scalar indexes: the bitmap on `memory_scope` (recall prefilter), a BTree
     /// on `id` (lets the backfill patch scope columns without rewriting rows), the BTree on
     /// `expires_at` and the full-text indexes of keyword recall.
     pub async fn ensure_indexes(&self) -> Result<(), StoreError> {
-        ensure_scalar_indexes(&self.table).await
+        maintenance::indexes::ensure_scalar_indexes(&self.table).await
     }
 
     pub fn table(&self) -> &Table {
@@ -462,7 +450,7 @@ impl Store {
         let Some(dir) = self.location.local_dir().map(Path::to_path_buf) else {
             return 0;
         };
-        tokio::task::spawn_blocking(move || retention::disk_bytes(&dir))
+        tokio::task::spawn_blocking(move || maintenance::pruning::disk_bytes(&dir))
             .await
             .unwrap_or(0)
     }
@@ -480,8 +468,8 @@ impl Store {
 
     /// Start pruning old versions in the background (routine retention: by age and count),
     /// beside the writer. Stopped by [`Store::shutdown`].
-    pub fn start_pruner(&self, limits: retention::VersionLimits) {
-        tokio::spawn(retention::run_pruner(
+    pub fn start_pruner(&self, limits: maintenance::pruning::VersionLimits) {
+        tokio::spawn(maintenance::pruning::run_pruner(
             self.table.clone(),
             limits,
             self.maintainer.clone(),
@@ -609,51 +597,4 @@ pub async fn update_config_settled(
         tracing::debug!(error = %err, attempt, "a config commit raced another process; retrying");
         tokio::time::sleep(std::time::Duration::from_millis(50 * attempt)).await;
     }
-}
-
-/// The bitmap index on `memory_scope` serves the recall prefilter (`=`, `IN`, `IS NULL`), the
-/// BTree on `expires_at` its expiry part; the BTree on `id` serves lookups by id and the
-/// backfill's column-patching merge.
-async fn ensure_scalar_indexes(table: &Table) -> Result<(), StoreError> {
-    let indices = table.list_indices().await?;
-    if !indices
-        .iter()
-        .any(|i| i.columns.iter().any(|c| c == COL_ID))
-    {
-        table
-            .create_index(&[COL_ID], Index::BTree(BTreeIndexBuilder::default()))
-            .execute()
-            .await?;
-        tracing::info!(column = COL_ID, "created btree index");
-    }
-    let has_scope = indices.iter().any(|i| {
-        i.columns.iter().any(|c| c == COL_MEMORY_SCOPE) && i.index_type == IndexType::Bitmap
-    });
-    let schema = table.schema().await?;
-    if !has_scope && schema.field_with_name(COL_MEMORY_SCOPE).is_ok() {
-        table
-            .create_index(
-                &[COL_MEMORY_SCOPE],
-                Index::Bitmap(BitmapIndexBuilder::default()),
-            )
-            .execute()
-            .await?;
-        tracing::info!(column = COL_MEMORY_SCOPE, "created bitmap index");
-    }
-    // Recall's prefilter also says `expires_at IS NULL OR expires_at > now`: served by an index
-    // instead of a column scan per query.
-    let has_expiry = indices
-        .iter()
-        .any(|i| i.columns.iter().any(|c| c == COL_EXPIRES_AT));
-    if !has_expiry && schema.field_with_name(COL_EXPIRES_AT).is_ok() {
-        table
-            .create_index(
-                &[COL_EXPIRES_AT],
-                Index::BTree(BTreeIndexBuilder::default()),
-            )
-            .execute()
-            .await?;
-        tracing::info!(column = COL_EXPIRES_AT, "created btree index");
-    }
-    fulltext::ensure_fulltext_indexes(table).await
 }

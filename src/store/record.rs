@@ -110,7 +110,7 @@ pub fn to_batch_for(
     let dimension = schema
         .field_with_name(target)
         .ok()
-        .and_then(super::reembed::field_dimension)
+        .and_then(super::schema::field_dimension)
         .ok_or_else(|| StoreError::Schema("table has no float32 vector column".into()))?;
     let mut tags = ListBuilder::new(StringBuilder::new());
     let mut flat = Vec::with_capacity(rows.len() * dimension);

@@ -27,8 +27,8 @@ use lancedb::table::{ColumnAlteration, NewColumnTransform};
 use lancedb::Table;
 
 use super::schema::{
-    item_field, vector_type, COL_ID, COL_VECTOR, COL_VECTOR_NEXT, FIELD_MODEL, META_DIMENSION,
-    META_MODEL_ID, META_REEMBED_TARGET,
+    field_dimension, item_field, vector_type, COL_ID, COL_VECTOR, COL_VECTOR_NEXT, FIELD_MODEL,
+    META_DIMENSION, META_MODEL_ID, META_REEMBED_TARGET,
 };
 use super::{update_config_settled, ModelInfo, StoreError};
 
@@ -63,16 +63,6 @@ impl VectorColumns {
 
 fn field_model(field: &Field) -> Option<String> {
     field.metadata().get(FIELD_MODEL).cloned()
-}
-
-/// The dimension of a `FixedSizeList<Float32>` field.
-pub fn field_dimension(field: &Field) -> Option<usize> {
-    match field.data_type() {
-        DataType::FixedSizeList(item, n) if item.data_type() == &DataType::Float32 => {
-            usize::try_from(*n).ok()
-        }
-        _ => None,
-    }
 }
 
 fn native(table: &Table) -> Result<&lancedb::table::NativeTable, StoreError> {
@@ -362,7 +352,7 @@ async fn holds_deleted_rows(table: &Table) -> Result<bool, StoreError> {
 /// Deletes commute with the `Project`. Then the config records the model (guarded step).
 pub async fn switch(table: &Table, model: &ModelInfo) -> Result<Switch, StoreError> {
     if holds_deleted_rows(table).await? {
-        super::retention::purge_deleted_rows(table, PURGE_TARGET_ROWS).await?;
+        super::maintenance::pruning::purge_deleted_rows(table, PURGE_TARGET_ROWS).await?;
     }
     table.checkout_latest().await?;
     let wrapper = table

@@ -96,6 +96,16 @@ pub fn vector_dimension(schema: &Schema) -> Option<usize> {
     }
 }
 
+/// The dimension of a `FixedSizeList<Float32>` field.
+pub fn field_dimension(field: &Field) -> Option<usize> {
+    match field.data_type() {
+        DataType::FixedSizeList(item, n) if item.data_type() == &DataType::Float32 => {
+            usize::try_from(*n).ok()
+        }
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -7,8 +7,7 @@ use std::time::Instant;
 
 use futures::future::BoxFuture;
 use futures::TryStreamExt;
-use lancedb::index::vector::IvfHnswSqIndexBuilder;
-use lancedb::index::{Index, IndexType};
+use lancedb::index::IndexType;
 use lancedb::query::{ExecutableQuery, QueryBase, Select};
 use lancedb::{DistanceType, Table};
 
@@ -51,19 +50,16 @@ pub trait NearestVisible: Send + Sync {
 /// use it with a refine step (exact re-ranking of `refine_factor * k` candidates). Rows added
 /// after the index was built are still searched (flat) until maintenance folds them in.
 pub struct LanceSearch {
-    table: Table,
-    index_threshold_rows: usize,
+    pub(in crate::store) table: Table,
+    pub(in crate::store) index_threshold_rows: usize,
     refine_factor: u32,
-    indexed: Arc<AtomicBool>,
-    building: Arc<AtomicBool>,
+    pub(in crate::store) indexed: Arc<AtomicBool>,
+    pub(in crate::store) building: Arc<AtomicBool>,
     /// Index builds run only in the process holding the maintenance lease.
-    maintainer: Arc<AtomicBool>,
+    pub(in crate::store) maintainer: Arc<AtomicBool>,
     /// When the row count was last checked: a check is a table query, and every remember asks.
-    last_check: std::sync::Mutex<Option<Instant>>,
+    pub(in crate::store) last_check: std::sync::Mutex<Option<Instant>>,
 }
-
-/// Row-count checks for the index build are at least this far apart.
-const INDEX_CHECK_SPACING: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl LanceSearch {
     pub async fn new(
@@ -93,93 +89,9 @@ impl LanceSearch {
     pub fn is_indexed(&self) -> bool {
         self.indexed.load(Ordering::Relaxed)
     }
-
-    /// Build the cosine vector index if the table has outgrown flat search. Returns at once;
-    /// the build runs on its own task (Lance lets appends commit concurrently with it). The
-    /// row count is read at most once a second.
-    pub async fn maybe_build_index(&self) -> Result<bool, StoreError> {
-        if self.is_indexed()
-            || self.building.load(Ordering::Relaxed)
-            || !self.maintainer.load(Ordering::Acquire)
-        {
-            return Ok(false);
-        }
-        {
-            let mut last = self.last_check.lock().unwrap_or_else(|e| e.into_inner());
-            if last.is_some_and(|t| t.elapsed() < INDEX_CHECK_SPACING) {
-                return Ok(false);
-            }
-            *last = Some(Instant::now());
-        }
-        let rows = self.table.count_rows(None).await?;
-        if rows < self.index_threshold_rows {
-            return Ok(false);
-        }
-        // During a re-embed `vector` is about to go (and may hold NULLs): index after the switch.
-        if self
-            .table
-            .schema()
-            .await?
-            .field_with_name(super::schema::COL_VECTOR_NEXT)
-            .is_ok()
-        {
-            return Ok(false);
-        }
-        if self.building.swap(true, Ordering::AcqRel) {
-            return Ok(false);
-        }
-        let table = self.table.clone();
-        let indexed = self.indexed.clone();
-        let building = self.building.clone();
-        tokio::spawn(async move {
-            let started = Instant::now();
-            match build_vector_index(&table).await {
-                Ok(()) => {
-                    indexed.store(true, Ordering::Release);
-                    tracing::info!(
-                        rows,
-                        ms = started.elapsed().as_millis() as u64,
-                        "vector index built"
-                    );
-                }
-                Err(e) => {
-                    tracing::error!(error = %e, "vector index build failed; staying on flat search")
-                }
-            }
-            building.store(false, Ordering::Release);
-        });
-        Ok(true)
-    }
-
-    /// Read again whether a vector index exists: a re-embed's switch drops the old model's,
-    /// and the maintenance then builds one on the new vectors when the table is large enough.
-    pub async fn refresh_indexed(&self) -> Result<bool, StoreError> {
-        let indexed = has_vector_index(&self.table).await?;
-        self.indexed.store(indexed, Ordering::Release);
-        Ok(indexed)
-    }
-
-    /// Build the index now and wait for it (benches, CLI).
-    pub async fn build_index_now(&self) -> Result<(), StoreError> {
-        build_vector_index(&self.table).await?;
-        self.indexed.store(true, Ordering::Release);
-        Ok(())
-    }
 }
 
-/// The index must use the query's distance type: a mismatch silently falls back to flat.
-pub async fn build_vector_index(table: &Table) -> Result<(), StoreError> {
-    table
-        .create_index(
-            &[COL_VECTOR],
-            Index::IvfHnswSq(IvfHnswSqIndexBuilder::default().distance_type(DistanceType::Cosine)),
-        )
-        .replace(true)
-        .execute()
-        .await?;
-    Ok(())
-}
-
+/// Whether the table has a vector index of any IVF kind (queries then go through it).
 pub async fn has_vector_index(table: &Table) -> Result<bool, StoreError> {
     Ok(table.list_indices().await?.iter().any(|i| {
         i.columns.iter().any(|c| c == COL_VECTOR)

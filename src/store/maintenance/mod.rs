@@ -1,24 +1,30 @@
-//! Table maintenance beside the writer: compaction, the index refresh, and the rewrite-and-prune
-//! half of an erase. Appends keep committing while these run: Lance commits a compaction or an
-//! index refresh on top of appends that landed meanwhile, and a commit that does conflict (a
-//! delete in a fragment being rewritten) is retried. One pass runs at a time, so an erase's
-//! prune never removes files a compaction is still reading.
+//! Table maintenance beside the writer, in one place: this scheduler (one pass at a time, on its
+//! own thread, run on the lease holder's schedule or on demand), [`compaction`] (merging the
+//! small tail of fragments), [`pruning`] (old versions and erased rows off the disk) and
+//! [`indexes`] (building, refreshing and retraining every index). Appends keep committing while
+//! these run: Lance commits a compaction or an index refresh on top of appends that landed
+//! meanwhile, and a commit that does conflict (a delete in a fragment being rewritten) is
+//! retried. One pass runs at a time, so an erase's prune never removes files a compaction is
+//! still reading.
 //!
 //! Passes run on a thread of their own with its own runtime: a rewrite keeps a runtime worker
 //! busy for long stretches, and on two cores that starved the requests' runtime (one append
 //! waited 13.5 s behind a 15 s erase at 100k rows before this).
 
+pub mod compaction;
+pub mod indexes;
+pub mod pruning;
+
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
-use std::time::Instant;
 
-use lancedb::table::{CompactionOptions, OptimizeAction};
 use lancedb::Table;
 use tokio::sync::{Mutex, Notify};
 
 use super::commit::{make_durable, retry, WriterCounters, WriterSettings};
-use super::retention::{prune_versions, purge_deleted_rows, PruneReport};
 use super::StoreError;
+use compaction::{others_piled_up, tail_target};
+use pruning::{prune_versions, purge_deleted_rows, PruneReport};
 
 /// What a maintenance pass did.
 #[derive(Debug, Clone, Default)]
@@ -44,7 +50,7 @@ pub struct Maintenance {
     stopped: AtomicBool,
     /// The maintenance thread's runtime, where every pass runs.
     runtime: tokio::runtime::Handle,
-    /// Rows the vector index was last trained on (see `retrain`).
+    /// Rows the vector index was last trained on (see [`indexes`]).
     trained_rows: AtomicUsize,
 }
 
@@ -106,7 +112,7 @@ impl Maintenance {
     async fn pass_now(&self, full: bool) -> Result<MaintenanceReport, StoreError> {
         let _pass = self.pass.lock().await;
         self.dirty.store(false, Ordering::Release);
-        let result = maintain(
+        let result = compaction::maintain(
             &self.table,
             &self.settings,
             &self.counters,
@@ -237,78 +243,4 @@ async fn scheduled_loop(
         }
         maintenance.scheduled().await;
     }
-}
-
-/// Compact small fragments, then fold unindexed rows into the existing indexes (retraining the
-/// vector index when the table has outgrown it).
-///
-/// Lance merges every adjacent fragment smaller than `target_rows_per_fragment`. With the
-/// default (1M rows) each compaction would rewrite the whole growing table; a target of
-/// rows/16 (at least 1024) leaves the big fragments alone and merges only the small tail, so
-/// each row is rewritten a logarithmic number of times as the table grows.
-async fn maintain(
-    table: &Table,
-    settings: &WriterSettings,
-    counters: &WriterCounters,
-    full: bool,
-    trained: &AtomicUsize,
-) -> Result<MaintenanceReport, StoreError> {
-    let native = table
-        .as_native()
-        .ok_or_else(|| StoreError::Schema("only local tables are supported".into()))?;
-    let before = native.count_fragments().await?;
-    if before >= 2 {
-        let rows = table.count_rows(None).await?;
-        let target = if full {
-            CompactionOptions::default().target_rows_per_fragment
-        } else {
-            tail_target(rows)
-        };
-        let started = Instant::now();
-        let wall = std::time::SystemTime::now();
-        retry(table, settings, counters, || async {
-            table
-                .optimize(OptimizeAction::Compact {
-                    options: CompactionOptions {
-                        target_rows_per_fragment: target,
-                        // One core for compaction, the rest for requests.
-                        num_threads: Some(1),
-                        ..CompactionOptions::default()
-                    },
-                    remap_options: None,
-                })
-                .await?;
-            Ok(())
-        })
-        .await?;
-        counters.compactions.fetch_add(1, Ordering::Relaxed);
-        make_durable(settings, counters, wall).await?;
-        tracing::info!(
-            fragments_before = before,
-            target_rows = target,
-            ms = started.elapsed().as_millis() as u64,
-            "compacted"
-        );
-    }
-    super::retrain::refresh_indexes(table, settings, counters, trained).await?;
-    let after = native.count_fragments().await?;
-    Ok(MaintenanceReport {
-        fragments_before: before,
-        fragments_after: after,
-    })
-}
-
-/// Compaction target that merges only the small tail of a table of `rows` rows: rows/16, at
-/// least 1024 (see [`maintain`]).
-fn tail_target(rows: usize) -> usize {
-    (rows / 16).clamp(1024, 1024 * 1024)
-}
-
-/// Whether enough fragments piled up (from any process) to be worth a compaction.
-async fn others_piled_up(table: &Table, settings: &WriterSettings) -> bool {
-    let fragments = match table.as_native() {
-        Some(native) => native.count_fragments().await.unwrap_or(0),
-        None => 0,
-    };
-    fragments >= (settings.compact_min_fragments / 8).max(2)
 }

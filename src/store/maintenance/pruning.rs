@@ -26,7 +26,7 @@ use lancedb::table::{CompactionOptions, OptimizeAction};
 use lancedb::Table;
 use tokio::sync::Notify;
 
-use super::StoreError;
+use crate::store::StoreError;
 
 /// What [`prune_versions`] removed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]

@@ -1,0 +1,275 @@
+//! Every index of the table, built and kept current here: the scalar indexes recall's prefilter
+//! and the backfill use, the full-text indexes of keyword recall, and the vector index, which is
+//! built once the table outgrows flat search and then refreshed or retrained.
+//!
+//! Retraining: Lance's incremental refresh files new rows into the IVF partitions trained on
+//! the rows the index was built from; once the table has grown well past those, the centroids
+//! no longer describe the data and the partitions grow uneven. So the vector index is retrained
+//! (new centroids, one merged index) when the table has grown by [`RETRAIN_GROWTH`] since its
+//! last training, and refreshed incrementally otherwise.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
+
+use lancedb::index::scalar::{BTreeIndexBuilder, BitmapIndexBuilder};
+use lancedb::index::vector::IvfHnswSqIndexBuilder;
+use lancedb::index::{Index, IndexType};
+use lancedb::table::{OptimizeAction, OptimizeOptions};
+use lancedb::{DistanceType, Table};
+
+use crate::store::commit::{retry, WriterCounters, WriterSettings};
+use crate::store::fulltext::{fulltext_params, has_fulltext, FULLTEXT_COLUMNS};
+use crate::store::schema::{COL_EXPIRES_AT, COL_ID, COL_MEMORY_SCOPE, COL_VECTOR, COL_VECTOR_NEXT};
+use crate::store::search::{has_vector_index, LanceSearch};
+use crate::store::StoreError;
+
+/// Growth since the last training that makes the next refresh a retrain.
+pub const RETRAIN_GROWTH: f64 = 0.5;
+
+/// Whether a vector index trained on `trained` rows should be retrained at `rows` rows.
+pub fn retrain_due(trained: usize, rows: usize) -> bool {
+    trained > 0 && rows as f64 >= trained as f64 * (1.0 + RETRAIN_GROWTH)
+}
+
+/// Retrain the vector index if due, then fold unindexed rows into every index. `trained`
+/// holds the rows the vector index was last trained on (0: not known yet; a process learns
+/// it from the index's indexed rows at its first refresh, which counts rows added by earlier
+/// refreshes too, so after a restart a retrain comes later rather than sooner).
+pub(crate) async fn refresh_indexes(
+    table: &Table,
+    settings: &WriterSettings,
+    counters: &WriterCounters,
+    trained: &AtomicUsize,
+) -> Result<(), StoreError> {
+    let indices = table.list_indices().await?;
+    if indices.is_empty() {
+        return Ok(());
+    }
+    let vector = indices
+        .iter()
+        .find(|i| i.columns.iter().any(|c| c == COL_VECTOR))
+        .map(|i| i.name.clone());
+    if let Some(name) = vector {
+        if let Some(stats) = table.index_stats(&name).await? {
+            let rows = stats.num_indexed_rows + stats.num_unindexed_rows;
+            if trained.load(Ordering::Relaxed) == 0 {
+                trained.store(stats.num_indexed_rows, Ordering::Relaxed);
+            }
+            let last = trained.load(Ordering::Relaxed);
+            if retrain_due(last, rows) {
+                let started = Instant::now();
+                let options = OptimizeOptions::retrain().index_names(vec![name]);
+                let result = retry(table, settings, counters, || async {
+                    table
+                        .optimize(OptimizeAction::Index(options.clone()))
+                        .await?;
+                    Ok(())
+                })
+                .await;
+                match result {
+                    Ok(()) => {
+                        trained.store(rows, Ordering::Relaxed);
+                        counters.retrains.fetch_add(1, Ordering::Relaxed);
+                        tracing::info!(
+                            rows,
+                            trained_on = last,
+                            ms = started.elapsed().as_millis() as u64,
+                            "vector index retrained"
+                        );
+                    }
+                    // The incremental refresh below still folds the new rows in.
+                    Err(e) => tracing::warn!(error = %e, "vector index retrain failed"),
+                }
+            }
+        }
+    }
+    retry(table, settings, counters, || async {
+        table
+            .optimize(OptimizeAction::Index(OptimizeOptions::default()))
+            .await?;
+        Ok(())
+    })
+    .await
+}
+
+/// Rebuild the `memory_scope` bitmap from scratch (see [`crate::store::Store::rebuild_scope_index`]).
+pub(crate) async fn rebuild_scope_index(table: &Table) -> Result<(), StoreError> {
+    table
+        .create_index(
+            &[COL_MEMORY_SCOPE],
+            Index::Bitmap(BitmapIndexBuilder::default()),
+        )
+        .replace(true)
+        .execute()
+        .await?;
+    Ok(())
+}
+
+/// The bitmap index on `memory_scope` serves the recall prefilter (`=`, `IN`, `IS NULL`), the
+/// BTree on `expires_at` its expiry part; the BTree on `id` serves lookups by id and the
+/// backfill's column-patching merge.
+pub(crate) async fn ensure_scalar_indexes(table: &Table) -> Result<(), StoreError> {
+    let indices = table.list_indices().await?;
+    if !indices
+        .iter()
+        .any(|i| i.columns.iter().any(|c| c == COL_ID))
+    {
+        table
+            .create_index(&[COL_ID], Index::BTree(BTreeIndexBuilder::default()))
+            .execute()
+            .await?;
+        tracing::info!(column = COL_ID, "created btree index");
+    }
+    let has_scope = indices.iter().any(|i| {
+        i.columns.iter().any(|c| c == COL_MEMORY_SCOPE) && i.index_type == IndexType::Bitmap
+    });
+    let schema = table.schema().await?;
+    if !has_scope && schema.field_with_name(COL_MEMORY_SCOPE).is_ok() {
+        table
+            .create_index(
+                &[COL_MEMORY_SCOPE],
+                Index::Bitmap(BitmapIndexBuilder::default()),
+            )
+            .execute()
+            .await?;
+        tracing::info!(column = COL_MEMORY_SCOPE, "created bitmap index");
+    }
+    // Recall's prefilter also says `expires_at IS NULL OR expires_at > now`: served by an index
+    // instead of a column scan per query.
+    let has_expiry = indices
+        .iter()
+        .any(|i| i.columns.iter().any(|c| c == COL_EXPIRES_AT));
+    if !has_expiry && schema.field_with_name(COL_EXPIRES_AT).is_ok() {
+        table
+            .create_index(
+                &[COL_EXPIRES_AT],
+                Index::BTree(BTreeIndexBuilder::default()),
+            )
+            .execute()
+            .await?;
+        tracing::info!(column = COL_EXPIRES_AT, "created btree index");
+    }
+    ensure_fulltext_indexes(table).await
+}
+
+/// Create the full-text index of each column that lacks one. Rows appended later are searched
+/// without the index (Lance tokenizes them at query time) until maintenance folds them in.
+pub async fn ensure_fulltext_indexes(table: &Table) -> Result<(), StoreError> {
+    let indices = table.list_indices().await?;
+    let schema = table.schema().await?;
+    for column in FULLTEXT_COLUMNS {
+        if has_fulltext(&indices, column) || schema.field_with_name(column).is_err() {
+            continue;
+        }
+        table
+            .create_index(&[column], Index::FTS(fulltext_params()))
+            .execute()
+            .await?;
+        tracing::info!(column, "created full-text index");
+    }
+    Ok(())
+}
+
+/// The index must use the query's distance type: a mismatch silently falls back to flat.
+pub async fn build_vector_index(table: &Table) -> Result<(), StoreError> {
+    table
+        .create_index(
+            &[COL_VECTOR],
+            Index::IvfHnswSq(IvfHnswSqIndexBuilder::default().distance_type(DistanceType::Cosine)),
+        )
+        .replace(true)
+        .execute()
+        .await?;
+    Ok(())
+}
+
+/// Row-count checks for the index build are at least this far apart.
+const INDEX_CHECK_SPACING: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The vector index's life on a search handle: built once the table outgrows flat search,
+/// re-read after a re-embed's switch, or built on demand.
+impl LanceSearch {
+    /// Build the cosine vector index if the table has outgrown flat search. Returns at once;
+    /// the build runs on its own task (Lance lets appends commit concurrently with it). The
+    /// row count is read at most once a second.
+    pub async fn maybe_build_index(&self) -> Result<bool, StoreError> {
+        if self.is_indexed()
+            || self.building.load(Ordering::Relaxed)
+            || !self.maintainer.load(Ordering::Acquire)
+        {
+            return Ok(false);
+        }
+        {
+            let mut last = self.last_check.lock().unwrap_or_else(|e| e.into_inner());
+            if last.is_some_and(|t| t.elapsed() < INDEX_CHECK_SPACING) {
+                return Ok(false);
+            }
+            *last = Some(Instant::now());
+        }
+        let rows = self.table.count_rows(None).await?;
+        if rows < self.index_threshold_rows {
+            return Ok(false);
+        }
+        // During a re-embed `vector` is about to go (and may hold NULLs): index after the switch.
+        if self
+            .table
+            .schema()
+            .await?
+            .field_with_name(COL_VECTOR_NEXT)
+            .is_ok()
+        {
+            return Ok(false);
+        }
+        if self.building.swap(true, Ordering::AcqRel) {
+            return Ok(false);
+        }
+        let table = self.table.clone();
+        let indexed = self.indexed.clone();
+        let building = self.building.clone();
+        tokio::spawn(async move {
+            let started = Instant::now();
+            match build_vector_index(&table).await {
+                Ok(()) => {
+                    indexed.store(true, Ordering::Release);
+                    tracing::info!(
+                        rows,
+                        ms = started.elapsed().as_millis() as u64,
+                        "vector index built"
+                    );
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "vector index build failed; staying on flat search")
+                }
+            }
+            building.store(false, Ordering::Release);
+        });
+        Ok(true)
+    }
+
+    /// Read again whether a vector index exists: a re-embed's switch drops the old model's,
+    /// and the maintenance then builds one on the new vectors when the table is large enough.
+    pub async fn refresh_indexed(&self) -> Result<bool, StoreError> {
+        let indexed = has_vector_index(&self.table).await?;
+        self.indexed.store(indexed, Ordering::Release);
+        Ok(indexed)
+    }
+
+    /// Build the index now and wait for it (benches, CLI).
+    pub async fn build_index_now(&self) -> Result<(), StoreError> {
+        build_vector_index(&self.table).await?;
+        self.indexed.store(true, Ordering::Release);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retrains_once_the_table_grew_by_half() {
+        assert!(!retrain_due(0, 1_000_000), "unknown training size");
+        assert!(!retrain_due(100_000, 149_999));
+        assert!(retrain_due(100_000, 150_000));
+    }
+}
