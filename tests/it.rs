@@ -57,6 +57,9 @@ mod life_cycle;
 #[path = "mcp.rs"]
 mod mcp;
 
+#[path = "nonebot.rs"]
+mod nonebot;
+
 #[path = "openai_provider.rs"]
 mod openai_provider;
 

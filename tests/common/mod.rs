@@ -391,22 +391,33 @@ pub fn scopemem(args: &[&str]) -> (i32, String, String) {
     )
 }
 
-/// The Python of the AstrBot venv scripts/setup-astrbot.sh makes (fails, never skips, when it
-/// is missing).
-pub fn astrbot_python() -> std::path::PathBuf {
-    let venv = std::env::var_os("SCOPEMEM_ASTRBOT_VENV")
+/// The Python of a test host's venv: `$<var>`, else `~/.cache/scopemem/<dir>`, made by
+/// `scripts/<setup>` (fails, never skips, when it is missing).
+fn venv_python(var: &str, dir: &str, setup: &str) -> std::path::PathBuf {
+    let venv = std::env::var_os(var)
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|| {
             std::path::PathBuf::from(std::env::var_os("HOME").expect("HOME is set"))
-                .join(".cache/scopemem/astrbot-venv")
+                .join(".cache/scopemem")
+                .join(dir)
         });
     let python = venv.join("bin/python");
     assert!(
         python.exists(),
-        "the AstrBot venv is missing ({}): run scripts/setup-astrbot.sh",
-        python.display()
+        "the venv {} is missing: run scripts/{setup}",
+        venv.display()
     );
     python
+}
+
+/// AstrBot 4.29.0's venv (scripts/setup-astrbot.sh).
+pub fn astrbot_python() -> std::path::PathBuf {
+    venv_python("SCOPEMEM_ASTRBOT_VENV", "astrbot-venv", "setup-astrbot.sh")
+}
+
+/// NoneBot2 2.5 with nonebug and the OneBot adapter (scripts/setup-nonebot.sh).
+pub fn nonebot_python() -> std::path::PathBuf {
+    venv_python("SCOPEMEM_NONEBOT_VENV", "nonebot-venv", "setup-nonebot.sh")
 }
 
 /// A store on `dir` for synthetic vectors of `dim` dimensions (no model).

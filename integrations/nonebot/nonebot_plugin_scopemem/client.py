@@ -1,0 +1,118 @@
+"""A small JSON client for scopemem's HTTP API that fails soft and logs an outage only twice.
+
+Every memory call of the plugin goes through here, so "scopemem is down" is decided in one
+place: a transport error, a time-out or a 5xx raises `ScopememDown` (logged once when the
+outage starts and once when it ends); any other answer is returned as (status, json). Nothing
+here logs a request or response body, so memory content never reaches the bot's log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any, Optional
+from urllib.parse import urlsplit
+
+import httpx
+from nonebot import logger
+
+
+class ScopememDown(Exception):
+    """scopemem could not be reached, timed out, or answered 5xx."""
+
+
+def error_code(payload: Any) -> str:
+    """The `error.code` of a scopemem error body, or ""."""
+    if isinstance(payload, dict) and isinstance(payload.get("error"), dict):
+        return str(payload["error"].get("code", ""))
+    return ""
+
+
+def error_text(payload: Any) -> str:
+    """`code: message` of a scopemem error body (its messages never quote memory content)."""
+    if isinstance(payload, dict) and isinstance(payload.get("error"), dict):
+        err = payload["error"]
+        code = str(err.get("code", ""))
+        message = str(err.get("message", ""))
+        return f"{code}: {message}" if message else code
+    return ""
+
+
+def _is_loopback(url: str) -> bool:
+    host = (urlsplit(url).hostname or "").lower()
+    return host in ("127.0.0.1", "localhost", "::1") or host.startswith("127.")
+
+
+class ScopememClient:
+    def __init__(self, base_url: str, token: str, timeout_s: float) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.token = token
+        self.timeout_s = timeout_s
+        self.down = False
+        self.last_error = ""
+        self._client: Optional[httpx.AsyncClient] = None
+        self._loop: Optional[asyncio.AbstractEventLoop] = None
+
+    def _headers(self) -> dict[str, str]:
+        headers = {"content-type": "application/json"}
+        if self.token:
+            headers["authorization"] = f"Bearer {self.token}"
+        return headers
+
+    def _http(self) -> httpx.AsyncClient:
+        # An httpx client belongs to the loop it was made on.
+        loop = asyncio.get_running_loop()
+        if self._client is None or self._client.is_closed or self._loop is not loop:
+            # A proxy from the environment (common for LLM APIs) must not capture a local
+            # scopemem; a remote one may need it.
+            self._client = httpx.AsyncClient(
+                timeout=self.timeout_s, trust_env=not _is_loopback(self.base_url)
+            )
+            self._loop = loop
+        return self._client
+
+    async def close(self) -> None:
+        if self._client is not None and not self._client.is_closed:
+            try:
+                await self._client.aclose()
+            except RuntimeError:  # its loop is already closed
+                pass
+        self._client = None
+
+    def _mark_down(self, error: str) -> None:
+        self.last_error = error
+        if not self.down:
+            self.down = True
+            logger.warning(
+                f"[scopemem] {self.base_url} unreachable ({error}): the bot goes on without "
+                "memory until it is back (logged once per outage)"
+            )
+
+    def _mark_up(self) -> None:
+        if self.down:
+            self.down = False
+            logger.info(f"[scopemem] {self.base_url} is reachable again: memory is back")
+
+    async def request(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        """(status, json or None). Raises ScopememDown on transport errors, time-outs and 5xx."""
+        content = None if body is None else json.dumps(body, ensure_ascii=False).encode()
+        try:
+            resp = await self._http().request(
+                method, self.base_url + path, headers=self._headers(), content=content
+            )
+            text = resp.text
+            status = resp.status_code
+        except (httpx.HTTPError, OSError) as e:
+            name = type(e).__name__
+            self._mark_down(name)
+            raise ScopememDown(name) from e
+        try:
+            payload = json.loads(text) if text else None
+        except ValueError:
+            payload = None
+        if status >= 500:
+            code = error_code(payload) or f"HTTP {status}"
+            self._mark_down(code)
+            raise ScopememDown(code)
+        self._mark_up()
+        return status, payload

@@ -1,0 +1,119 @@
+"""Edits to scopemem's JSON config for `/scopemem map|unmap|incognito`.
+
+scopemem hot-reloads its config file, so changing one key in it is how a chat is mapped or
+made incognito while everything runs. Each edit reads the file, changes only that key (every
+other key and value stays), and replaces the file atomically (a temp file in the same
+directory, fsync, os.replace, fsync of the directory), so the server's reload never reads
+half a file. Scope names are checked against scopemem's own rule before anything is written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Any, Optional
+
+# scopemem's rule for scope names (src/scope/name.rs): ^[A-Za-z0-9\u4e00-\u9fff_-]{1,64}$
+SCOPE_NAME_RE = re.compile(r"[A-Za-z0-9\u4e00-\u9fff_-]{1,64}")
+
+
+def valid_scope_name(name: str) -> bool:
+    return SCOPE_NAME_RE.fullmatch(name) is not None
+
+
+def read(path: Path) -> dict[str, Any]:
+    """The config as an object; {} for a missing file; ValueError for anything unusable."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except FileNotFoundError:
+        return {}
+    if not text.strip():
+        return {}
+    try:
+        got = json.loads(text)
+    except ValueError as e:
+        raise ValueError(f"{path.name} is not valid JSON ({e})") from None
+    if not isinstance(got, dict):
+        raise ValueError(f"{path.name} does not hold a JSON object")
+    return got
+
+
+def write_atomically(path: Path, config: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(config, f, ensure_ascii=False, indent=2)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        try:  # keep the operator's permissions (the file may hold an auth token)
+            os.chmod(tmp, os.stat(path).st_mode & 0o7777)
+        except FileNotFoundError:
+            pass
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def _scope_map(config: dict[str, Any]) -> dict[str, Any]:
+    raw = config.get("conversation_scope_map") or {}
+    if isinstance(raw, str):  # scopemem also accepts the map as a JSON string
+        try:
+            raw = json.loads(raw) if raw.strip() else {}
+        except ValueError:
+            raise ValueError("conversation_scope_map is a string that is not JSON") from None
+    if not isinstance(raw, dict):
+        raise ValueError("conversation_scope_map is not an object")
+    return dict(raw)
+
+
+def set_scope(path: Path, conversation_id: str, scope: Optional[str]) -> None:
+    """Map `conversation_id` to `scope`, or remove its entry when `scope` is None."""
+    if scope is not None and not valid_scope_name(scope):
+        raise ValueError(f"invalid scope name {scope!r}")
+    config = read(path)
+    mapping = _scope_map(config)
+    if scope is None:
+        mapping.pop(conversation_id, None)
+    else:
+        mapping[conversation_id] = scope
+    config["conversation_scope_map"] = mapping
+    write_atomically(path, config)
+
+
+def set_incognito(path: Path, conversation_id: str, on: bool) -> None:
+    """Add `conversation_id` to the `incognito` list, or remove every occurrence of it."""
+    config = read(path)
+    listed = config.get("incognito") or []
+    if not isinstance(listed, list):
+        raise ValueError("incognito is not a list")
+    listed = [k for k in listed if k != conversation_id]
+    if on:
+        listed.append(conversation_id)
+    config["incognito"] = listed
+    write_atomically(path, config)
+
+
+def http_addr(path: Path) -> Optional[str]:
+    """`server.http_addr` from the config, if it names one (for the supervised server's URL)."""
+    try:
+        server = read(path).get("server")
+    except (OSError, ValueError):
+        return None
+    if isinstance(server, dict) and isinstance(server.get("http_addr"), str):
+        return server["http_addr"].strip() or None
+    return None

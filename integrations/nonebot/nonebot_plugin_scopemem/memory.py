@@ -1,0 +1,191 @@
+"""The public API a bot's own LLM handler calls: NoneBot has no standard LLM hook, so this is it.
+
+Before calling the model: `memory_context(event, query)` returns the `<memory_context>` block to
+put in the system prompt and the ids it recalled. After the reply: `split_reflection(reply)`
+removes the model's `<memory_reflection>` block, and `after_reply(...)` hands it to scopemem.
+For function calling: `tools()` lists scopemem's LLM tools as OpenAI function specs and
+`call_tool(event, name, arguments)` runs one. The conversation is always the event's chat
+(`conversation_id(event)`), never anything in the arguments. Every call fails soft: with
+scopemem down or slow the bot gets empty context or an error string, never an exception, and
+the log says what failed without quoting memory content.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Optional, Sequence, Union
+
+from nonebot import logger
+from nonebot.adapters import Event
+
+from .client import ScopememDown, error_code, error_text
+from .conversation import conversation_id
+from .reflection import clean_reflection
+from .runtime import get_runtime
+
+UNAVAILABLE = "Memory is unavailable right now; continue without it."
+
+
+def _conversation(event: Event, what: str) -> Optional[str]:
+    try:
+        return conversation_id(event)
+    except Exception as e:
+        logger.warning(f"[scopemem] {what} skipped: the event has no chat ({type(e).__name__})")
+        return None
+
+
+def _whole(v: Any) -> Any:
+    """JSON-schema integers often arrive as floats (50.0); scopemem wants integers."""
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    return v
+
+
+async def memory_context(
+    event: Event, query: str, *, persona: Optional[str] = None
+) -> tuple[str, list[str]]:
+    """(injection text for the system prompt, recalled memory ids) for this chat and query.
+
+    ("", []) when nothing is relevant, the query is empty, or scopemem is unavailable.
+    """
+    conv = _conversation(event, "memory_context")
+    if conv is None or not isinstance(query, str) or not query.strip():
+        return "", []
+    body: dict[str, Any] = {"conversation_id": conv, "query": query}
+    if persona:
+        body["persona"] = persona
+    try:
+        status, payload = await get_runtime().client.request(
+            "POST", "/v1/events/llm_request", body
+        )
+    except ScopememDown:
+        return "", []  # logged once per outage
+    except Exception as e:
+        logger.warning(f"[scopemem] memory_context skipped: {type(e).__name__}")
+        return "", []
+    if status != 200 or not isinstance(payload, dict):
+        logger.warning(f"[scopemem] llm_request refused ({status} {error_code(payload)})")
+        return "", []
+    ids = [str(i) for i in payload.get("memory_ids") or []]
+    return str(payload.get("injection") or ""), ids
+
+
+async def after_reply(
+    event: Event,
+    user_message: str,
+    bot_reply: str,
+    memory_ids: Optional[Sequence[str]] = None,
+    reflection: Optional[dict[str, Any]] = None,
+    *,
+    persona: Optional[str] = None,
+) -> Optional[str]:
+    """Report a finished turn (POST /v1/events/after_message_sent) with its reflection.
+
+    Returns the feedback job id when scopemem accepted a reflection to store, else None (no
+    reflection, an incognito chat, a refusal, or scopemem unavailable). The user message and
+    the reply themselves are not stored by scopemem.
+    """
+    conv = _conversation(event, "after_reply")
+    if conv is None:
+        return None
+    body: dict[str, Any] = {
+        "conversation_id": conv,
+        "user_message": user_message or "",
+        "bot_reply": bot_reply or "",
+        "recalled_memory_ids": [str(i) for i in (memory_ids or [])],
+    }
+    cleaned = clean_reflection(reflection) if reflection else None
+    if cleaned:
+        body["reflection"] = cleaned
+    if persona:
+        body["persona"] = persona
+    try:
+        status, payload = await get_runtime().client.request(
+            "POST", "/v1/events/after_message_sent", body
+        )
+    except ScopememDown:
+        return None
+    except Exception as e:
+        logger.warning(f"[scopemem] after_reply skipped: {type(e).__name__}")
+        return None
+    if status >= 400 or not isinstance(payload, dict):
+        logger.warning(f"[scopemem] after_message_sent refused ({status} {error_code(payload)})")
+        return None
+    job = payload.get("job_id")
+    return str(job) if job else None
+
+
+async def tools() -> list[dict[str, Any]]:
+    """scopemem's LLM tools as OpenAI function specs ([] when scopemem is unavailable):
+    `[{"type": "function", "function": {"name", "description", "parameters"}}]`."""
+    try:
+        status, payload = await get_runtime().client.request("GET", "/v1/tools")
+    except ScopememDown:
+        return []
+    except Exception as e:
+        logger.warning(f"[scopemem] tools skipped: {type(e).__name__}")
+        return []
+    if status != 200 or not isinstance(payload, dict):
+        logger.warning(f"[scopemem] tools refused ({status} {error_code(payload)})")
+        return []
+    specs = []
+    for tool in payload.get("tools") or []:
+        if not isinstance(tool, dict) or not tool.get("name"):
+            continue
+        specs.append(
+            {
+                "type": "function",
+                "function": {
+                    "name": str(tool["name"]),
+                    "description": str(tool.get("description") or ""),
+                    "parameters": tool.get("input_schema") or {"type": "object"},
+                },
+            }
+        )
+    return specs
+
+
+async def call_tool(
+    event: Event,
+    name: str,
+    arguments: Union[dict[str, Any], str, None],
+    *,
+    persona: Optional[str] = None,
+) -> str:
+    """Run one of scopemem's tools for this chat; the result as text for the model.
+
+    `arguments` is the model's object (or its JSON string, as OpenAI tool calls carry it).
+    Every argument is passed on, so one that tries to name a conversation or scope is refused
+    by scopemem ("error: invalid_arguments: …"); none of them chooses where a memory goes.
+    """
+    conv = _conversation(event, "call_tool")
+    if conv is None:
+        return "error: this event belongs to no chat"
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments) if arguments.strip() else {}
+        except ValueError:
+            return "error: invalid_arguments: the arguments are not JSON"
+    if arguments is None:
+        arguments = {}
+    if not isinstance(arguments, dict):
+        return "error: invalid_arguments: the arguments must be a JSON object"
+    if not isinstance(name, str) or not name or "/" in name or "?" in name or "#" in name:
+        return "error: unknown_tool"
+    body: dict[str, Any] = {
+        "conversation_id": conv,
+        "arguments": {k: _whole(v) for k, v in arguments.items() if v is not None},
+    }
+    if persona:
+        body["persona"] = persona
+    try:
+        status, payload = await get_runtime().client.request("POST", f"/v1/tools/{name}", body)
+    except ScopememDown:
+        return UNAVAILABLE
+    except Exception as e:
+        logger.warning(f"[scopemem] call_tool skipped: {type(e).__name__}")
+        return UNAVAILABLE
+    if status != 200:
+        logger.warning(f"[scopemem] tool {name} refused ({status} {error_code(payload)})")
+        return f"error: {error_text(payload) or status}"
+    return json.dumps(payload, ensure_ascii=False)

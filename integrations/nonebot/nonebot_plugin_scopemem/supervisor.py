@@ -1,0 +1,93 @@
+"""Runs `scopemem serve` as a child of the bot, for operators who want one process to manage.
+
+A port of the AstrBot plugin's Supervisor: `<binary> serve --exit-with-parent --config FILE`
+with stdin a pipe nothing is written to, so the server also stops when the bot dies (even by
+kill -9: the pipe's end closes). A child that exits is restarted after 1 s, doubling to 30 s
+(reset after a minute of uptime); `stop()` sends SIGTERM, which makes scopemem drain and flush.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from typing import Optional
+
+from nonebot import logger
+
+
+class Supervisor:
+    def __init__(self, binary: str, config_path: str, token: str = "") -> None:
+        self.binary = binary
+        self.config_path = config_path
+        self.token = token
+        self.proc: Optional[asyncio.subprocess.Process] = None
+        self.task: Optional[asyncio.Task] = None
+        self.stopping = False
+        self.starts = 0
+
+    def start(self) -> None:
+        self.stopping = False
+        self.task = asyncio.create_task(self._run(), name="scopemem_supervisor")
+
+    async def _run(self) -> None:
+        backoff = 1.0
+        env = dict(os.environ)
+        if self.token:
+            env["SCOPEMEM_AUTH_TOKEN"] = self.token
+        while not self.stopping:
+            started = time.monotonic()
+            try:
+                self.proc = await asyncio.create_subprocess_exec(
+                    self.binary,
+                    "serve",
+                    "--exit-with-parent",
+                    "--config",
+                    self.config_path,
+                    env=env,
+                    stdin=asyncio.subprocess.PIPE,
+                )
+                self.starts += 1
+                logger.info(f"[scopemem] started {self.binary} (pid {self.proc.pid})")
+                code = await self.proc.wait()
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # a missing binary, a bad path, ...
+                code = None
+                logger.error(f"[scopemem] could not start {self.binary}: {e}")
+            if self.stopping:
+                return
+            if time.monotonic() - started > 60:
+                backoff = 1.0
+            logger.warning(f"[scopemem] serve exited (code {code}); restarting in {backoff:.0f} s")
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, 30.0)
+
+    async def _terminate(self) -> None:
+        proc = self.proc
+        if proc is None or proc.returncode is not None:
+            return
+        try:
+            proc.terminate()  # SIGTERM: scopemem drains and flushes, then exits 0
+        except ProcessLookupError:
+            return
+        try:
+            await asyncio.wait_for(proc.wait(), timeout=15)
+        except asyncio.TimeoutError:
+            logger.warning("[scopemem] serve did not stop within 15 s of SIGTERM; killing it")
+            proc.kill()
+            await proc.wait()
+
+    async def stop(self) -> None:
+        self.stopping = True
+        await self._terminate()
+        if self.task is not None:
+            self.task.cancel()
+            try:
+                await self.task
+            except (asyncio.CancelledError, Exception):
+                pass
+        # A child started while the task was being cancelled goes the same way.
+        await self._terminate()
+        if self.proc is not None:
+            logger.info(f"[scopemem] serve stopped (code {self.proc.returncode})")
