@@ -11,8 +11,8 @@ use crate::api::transfer_cli::{load_embedder, TransferCliError};
 use crate::config::{Config, ConfigError, ReembedMode};
 use crate::host::{HostError, PluginHost};
 use crate::migrate::reembed::{prepare_at, ReembedProgress};
+use crate::migrate::status::LeaseHolder;
 use crate::migrate::MigrateError;
-use crate::store::{lease, ModelInfo, StoreError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReembedCliError {
@@ -23,14 +23,12 @@ pub enum ReembedCliError {
     #[error(transparent)]
     Host(#[from] HostError),
     #[error(transparent)]
-    Store(#[from] StoreError),
-    #[error(transparent)]
     Migrate(#[from] MigrateError),
     #[error("{0}")]
     Refused(String),
 }
 
-fn refused(holder: Option<lease::LeaseHolder>) -> ReembedCliError {
+fn refused(holder: Option<LeaseHolder>) -> ReembedCliError {
     ReembedCliError::Refused(match holder {
         Some(h) => format!(
             "cannot re-embed: process {} (instance {}, since {}) holds the maintenance lease; \
@@ -54,10 +52,7 @@ pub async fn reembed(
     }
     let mut config = loaded.config;
     let embedder = load_embedder(&config).await?;
-    let model = ModelInfo {
-        id: embedder.model_id().to_string(),
-        dimension: embedder.dimension(),
-    };
+    let model = embedder.model_info();
     let db = config.storage.db_dir.clone();
     let name = config.storage.table_name.clone();
     let consistency = config.storage.read_consistency();
@@ -65,7 +60,9 @@ pub async fn reembed(
     if let Some(holder) = crate::migrate::status::lease_holder(&db, &name, consistency).await? {
         return Err(refused(Some(holder)));
     }
-    prepare_at(&db, &name, &model, consistency).await?;
+    prepare_at(&db, &name, &model, consistency)
+        .await
+        .map_err(MigrateError::from)?;
     config.migration.reembed = ReembedMode::Auto;
     let host = PluginHost::start_with(config, None, embedder as Arc<_>).await?;
     if !host.memory().is_maintainer() {

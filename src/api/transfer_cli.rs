@@ -3,12 +3,11 @@
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, BufWriter, Read};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use crate::config::Config;
 use crate::embed::{EmbedError, Embedder};
-use crate::store::ModelInfo;
 use crate::transfer::{self, ExportOptions, ExportReport, ImportOptions, ImportReport, Importer};
 
 use super::progress::Bar;
@@ -39,13 +38,6 @@ pub async fn load_embedder(config: &Config) -> Result<Arc<dyn Embedder>, Transfe
     Ok(crate::embed::provider::load(config).await?)
 }
 
-fn model_info(embedder: &dyn Embedder) -> ModelInfo {
-    ModelInfo {
-        id: embedder.model_id().to_string(),
-        dimension: embedder.dimension(),
-    }
-}
-
 /// Export to stdout, or to `output` atomically (a temp file beside it, fsynced, renamed), so
 /// an interrupted export never leaves a truncated file under the final name.
 pub async fn export(
@@ -57,10 +49,10 @@ pub async fn export(
     // A bad filter fails before the model loads.
     transfer::export::normalize_filter(&options.filter)?;
     let embedder = load_embedder(config).await?;
-    let store = transfer::open(config, &model_info(embedder.as_ref()), false).await?;
+    let model = embedder.model_info();
+    let store = transfer::open(config, &model, false).await?;
     let bar = Bar::new(quiet);
     let mut progress = |done: u64, total: u64| bar.draw(done, Some(total), "rows");
-    let model = model_info(embedder.as_ref());
     let result = match output {
         None => {
             let mut out = BufWriter::with_capacity(1 << 16, std::io::stdout());
@@ -68,7 +60,11 @@ pub async fn export(
                 .await
                 .map_err(TransferCliError::from)
         }
-        Some(path) => export_to_file(&store, &model, options, path, &mut progress).await,
+        Some(path) => {
+            transfer::export::export_to_path(&store, &model, options, path, &mut progress)
+                .await
+                .map_err(TransferCliError::from)
+        }
     };
     store.shutdown().await;
     let report = result?;
@@ -80,44 +76,6 @@ pub async fn export(
         report.rows as f64 / report.seconds.max(1e-3)
     ));
     Ok(report)
-}
-
-async fn export_to_file(
-    store: &crate::store::Store,
-    model: &ModelInfo,
-    options: &ExportOptions,
-    path: &Path,
-    progress: &mut dyn FnMut(u64, u64),
-) -> Result<ExportReport, TransferCliError> {
-    let tmp = temp_path(path);
-    let file = File::create(&tmp).map_err(file_error(&tmp))?;
-    let mut out = BufWriter::with_capacity(1 << 16, file);
-    let written = transfer::export(store, model, options, &mut out, progress).await;
-    let finished = written.map_err(TransferCliError::from).and_then(|report| {
-        let file = out
-            .into_inner()
-            .map_err(|e| file_error(&tmp)(e.into_error()))?;
-        file.sync_all().map_err(file_error(&tmp))?;
-        std::fs::rename(&tmp, path).map_err(file_error(path))?;
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            File::open(dir)
-                .and_then(|d| d.sync_all())
-                .map_err(file_error(dir))?;
-        }
-        Ok(report)
-    });
-    if finished.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    finished
-}
-
-fn temp_path(path: &Path) -> PathBuf {
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "export".into());
-    path.with_file_name(format!(".{name}.tmp.{}", std::process::id()))
 }
 
 /// Import `input` (a file, or `-` for stdin). Rejected lines are printed on stderr as they
@@ -138,7 +96,7 @@ pub async fn import(
         )
     };
     let embedder = load_embedder(config).await?;
-    let store = transfer::open(config, &model_info(embedder.as_ref()), true).await?;
+    let store = transfer::open(config, &embedder.model_info(), true).await?;
     let bar = Bar::new(quiet);
     let mut on_progress = |p: transfer::Progress<'_>| {
         let r = p.report;

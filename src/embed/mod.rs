@@ -76,4 +76,12 @@ pub trait Embedder: Send + Sync {
         role: TextRole,
         texts: Vec<String>,
     ) -> BoxFuture<'_, Result<Vec<Vec<f32>>, EmbedError>>;
+
+    /// What a table records about the model its vectors came from.
+    fn model_info(&self) -> crate::store::ModelInfo {
+        crate::store::ModelInfo {
+            id: self.model_id().to_string(),
+            dimension: self.dimension(),
+        }
+    }
 }

@@ -294,10 +294,7 @@ impl PluginHost {
     ) -> Result<Vec<u8>, PluginError> {
         let visible = self.memory.visible_to(conversation_id, persona)?;
         let embedder = self.memory.embedder();
-        let model = crate::store::ModelInfo {
-            id: embedder.model_id().to_string(),
-            dimension: embedder.dimension(),
-        };
+        let model = embedder.model_info();
         let options = crate::transfer::ExportOptions {
             filter: crate::transfer::ExportFilter {
                 visible_to: Some(conversation_id.to_string()),

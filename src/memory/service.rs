@@ -33,9 +33,7 @@ use crate::store::beside::Beside;
 use crate::store::lease::{self, Lease};
 use crate::store::maintenance::pruning::VersionLimits;
 use crate::store::schema::COL_MEMORY_SCOPE;
-use crate::store::{
-    sql_literal, LanceSearch, MemoryRecord, ModelInfo, RowFilter, Store, WriterSettings,
-};
+use crate::store::{sql_literal, LanceSearch, MemoryRecord, RowFilter, Store, WriterSettings};
 
 const MAX_QUERY_CHARS: usize = 2000;
 const DEFAULT_STRENGTH: i64 = 50;

@@ -11,7 +11,9 @@ use super::checkpoint::{Checkpoint, CheckpointFile};
 use super::runner::{self, SchemaStatus};
 use super::MigrateError;
 use crate::config::DbLocation;
-use crate::store::lease::{self, LeaseHolder};
+pub use crate::store::lease::LeaseHolder;
+
+use crate::store::lease;
 use crate::store::schema::COL_MEMORY_SCOPE;
 use crate::store::Store;
 

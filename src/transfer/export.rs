@@ -2,7 +2,9 @@
 //! not grow with the table. Reads only: safe while other processes write (each batch comes from
 //! one consistent table version).
 
-use std::io::Write;
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use chrono::{SecondsFormat, Utc};
@@ -171,6 +173,54 @@ fn write_line<W: Write + ?Sized>(
     serde_json::to_writer(&mut *out, value).map_err(|e| TransferError::Io(e.into()))?;
     out.write_all(b"\n")?;
     Ok(())
+}
+
+/// [`export`] into the file `path`, atomically: a temp file beside it, fsynced and renamed (and
+/// the directory fsynced), so an interrupted export never leaves a truncated file under the
+/// final name; the temp file is removed on failure.
+pub async fn export_to_path(
+    store: &Store,
+    model: &ModelInfo,
+    options: &ExportOptions,
+    path: &Path,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<ExportReport, TransferError> {
+    let tmp = temp_path(path);
+    let file = File::create(&tmp).map_err(file_error(&tmp))?;
+    let mut out = BufWriter::with_capacity(1 << 16, file);
+    let written = export(store, model, options, &mut out, progress).await;
+    let finished = written.and_then(|report| {
+        let file = out
+            .into_inner()
+            .map_err(|e| file_error(&tmp)(e.into_error()))?;
+        file.sync_all().map_err(file_error(&tmp))?;
+        std::fs::rename(&tmp, path).map_err(file_error(path))?;
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            File::open(dir)
+                .and_then(|d| d.sync_all())
+                .map_err(file_error(dir))?;
+        }
+        Ok(report)
+    });
+    if finished.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    finished
+}
+
+fn file_error(path: &Path) -> impl FnOnce(std::io::Error) -> TransferError + '_ {
+    move |source| TransferError::File {
+        path: path.display().to_string(),
+        source,
+    }
+}
+
+fn temp_path(path: &Path) -> PathBuf {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "export".into());
+    path.with_file_name(format!(".{name}.tmp.{}", std::process::id()))
 }
 
 #[cfg(test)]

@@ -32,6 +32,11 @@ pub enum TransferError {
     Header { line: u64, message: String },
     #[error("i/o: {0}")]
     Io(#[from] std::io::Error),
+    #[error("{path}: {source}")]
+    File {
+        path: String,
+        source: std::io::Error,
+    },
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error(transparent)]

@@ -13,10 +13,7 @@ impl MemoryService {
         embedder: Arc<dyn Embedder>,
         scopes: Arc<ScopeResolver>,
     ) -> Result<MemoryService, MemoryError> {
-        let model = ModelInfo {
-            id: embedder.model_id().to_string(),
-            dimension: embedder.dimension(),
-        };
+        let model = embedder.model_info();
         crate::store::cache::configure(crate::store::cache::CacheLimits {
             index_bytes: config.storage.index_cache_mb << 20,
             metadata_bytes: config.storage.metadata_cache_mb << 20,

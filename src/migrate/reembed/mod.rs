@@ -213,10 +213,7 @@ impl ReembedHandle {
         embedder: Arc<dyn Embedder>,
         settings: ReembedSettings,
     ) -> Result<ReembedHandle, MigrateError> {
-        let model = ModelInfo {
-            id: embedder.model_id().to_string(),
-            dimension: embedder.dimension(),
-        };
+        let model = embedder.model_info();
         let cols = vector_columns(store.table()).await?;
         let current = holds(&cols, &model);
         let (cancel, _) = watch::channel(false);
