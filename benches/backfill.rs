@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use common::{bench_root, copy_dir, du, percentiles, Rng};
+use common::{bench_root, copy_dir, du, percentiles, smoke, Rng};
 use lancedb::arrow::arrow_array::builder::{ListBuilder, StringBuilder};
 use lancedb::arrow::arrow_array::{
     ArrayRef, BooleanArray, FixedSizeListArray, Float32Array, Int32Array, RecordBatch, StringArray,
@@ -196,7 +196,13 @@ fn main() {
     let sizes: Vec<usize> = std::env::var("SCOPEMEM_BACKFILL_SIZES")
         .ok()
         .map(|s| s.split(',').filter_map(|x| x.trim().parse().ok()).collect())
-        .unwrap_or_else(|| vec![100_000, 1_000_000]);
+        .unwrap_or_else(|| {
+            if smoke() {
+                vec![300]
+            } else {
+                vec![100_000, 1_000_000]
+            }
+        });
     let batch: usize = env_or("SCOPEMEM_BACKFILL_BATCH", 300);
     let pause: u64 = env_or("SCOPEMEM_BACKFILL_PAUSE_MS", 100);
     let pacing = std::env::var("SCOPEMEM_BACKFILL_PACING").unwrap_or_else(|_| "fixed".into());

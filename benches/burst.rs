@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use common::serve::{get, post, start_serve};
 use common::workload::zh_sentence;
-use common::{bench_root, sentence, Rng};
+use common::{bench_root, scaled, sentence, Rng};
 use serde_json::{json, Value};
 
 const CONVERSATIONS: [(&str, Option<&str>); 5] = [
@@ -38,7 +38,10 @@ const CONVERSATIONS: [(&str, Option<&str>); 5] = [
     ("qq:GroupMessage:1004", Some("同学")),
     ("qq:GroupMessage:9999", None),
 ];
-const AFTER_RECALLS: usize = 200;
+/// Recalls timed right after the burst (a few in a smoke run).
+fn after_recalls() -> usize {
+    scaled(200, 5)
+}
 
 fn env_usize(key: &str, default: usize) -> usize {
     std::env::var(key)
@@ -119,9 +122,10 @@ fn ms(xs: &mut [Duration], p: f64) -> f64 {
 const MB: f64 = 1024.0 * 1024.0;
 
 fn main() {
-    let rows = env_usize("SCOPEMEM_BURST_ROWS", 100_000);
+    let rows = env_usize("SCOPEMEM_BURST_ROWS", scaled(100_000, 200));
     let clients = env_usize("SCOPEMEM_BURST_CLIENTS", 16);
-    let settle = Duration::from_secs(env_usize("SCOPEMEM_BURST_SETTLE_SECS", 600) as u64);
+    let settle =
+        Duration::from_secs(env_usize("SCOPEMEM_BURST_SETTLE_SECS", scaled(600, 1)) as u64);
     let profile = if cfg!(debug_assertions) {
         "dev (debug build: not production figures)"
     } else {
@@ -254,8 +258,8 @@ async fn run(
     let end = sample(client, &base, pid, started).await;
 
     // Right after the burst.
-    let mut after = Vec::with_capacity(AFTER_RECALLS);
-    for n in 0..AFTER_RECALLS {
+    let mut after = Vec::with_capacity(after_recalls());
+    for n in 0..after_recalls() {
         after.push(recall_once(client, &base, 10_000 + n).await);
     }
     let after_end = sample(client, &base, pid, started).await;
@@ -311,7 +315,8 @@ async fn run(
         ms(&mut during, 0.99)
     );
     println!(
-        "| recall right after the burst ({AFTER_RECALLS} back to back) | p50 {:.1} ms, p99 {:.1} ms; {} left to LanceDB |",
+        "| recall right after the burst ({} back to back) | p50 {:.1} ms, p99 {:.1} ms; {} left to LanceDB |",
+        after.len(),
         ms(&mut after, 0.5),
         ms(&mut after, 0.99),
         after_end.deferred - end.deferred

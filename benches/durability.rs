@@ -12,8 +12,13 @@ use scopemem::embed::{Embedder, FastEmbedder, ModelFiles};
 use serde_json::json;
 
 const CLIENTS: usize = 32;
-const REMEMBERS: usize = 2048;
-const ACCEPTS: usize = 800;
+/// Remembers and feedback accepts per mode (a few in a smoke run).
+fn remembers() -> usize {
+    common::scaled(2048, 64)
+}
+fn accepts() -> usize {
+    common::scaled(800, 16)
+}
 
 fn main() {
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -30,9 +35,9 @@ fn main() {
         let host = Arc::new(rt.block_on(host_on(
             tmp.path(),
             embedder.clone(),
-            json!({"storage": storage, "feedback": {"queue_capacity": ACCEPTS + 1}}),
+            json!({"storage": storage, "feedback": {"queue_capacity": accepts() + 1}}),
         )));
-        let per = REMEMBERS / CLIENTS;
+        let per = remembers() / CLIENTS;
         let t = Instant::now();
         rt.block_on(async {
             let mut tasks = Vec::new();
@@ -58,9 +63,9 @@ fn main() {
 
         // Accept latency: what the framework waits for (journal append + fsync). The worker
         // is not started, so applying jobs does not compete with accepting them.
-        let mut times: Vec<Duration> = Vec::with_capacity(ACCEPTS);
+        let mut times: Vec<Duration> = Vec::with_capacity(accepts());
         let mut rng = Rng(42);
-        for i in 0..ACCEPTS {
+        for i in 0..accepts() {
             let body = json!({"conversation_id": format!("bench:{}", i % 8),
                               "new_memories": [{"content": sentence(&mut rng)}]});
             let t = Instant::now();

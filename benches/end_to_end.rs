@@ -85,7 +85,7 @@ fn wait_resident(rt: &tokio::runtime::Runtime, host: &PluginHost, n: usize) -> b
 /// again through the cache in front of it.
 fn query_embedding(rt: &tokio::runtime::Runtime, embedder: &Arc<dyn scopemem::embed::Embedder>) {
     let mut rng = Rng(21);
-    let questions: Vec<String> = (0..QUERIES).map(|_| question(&mut rng)).collect();
+    let questions: Vec<String> = (0..query_count()).map(|_| question(&mut rng)).collect();
     let mut times = Vec::new();
     for q in &questions {
         let t = Instant::now();
@@ -128,9 +128,9 @@ fn over_http(rt: &tokio::runtime::Runtime, host: &Arc<PluginHost>, n: usize) {
     // Other questions per mode, so the query cache never serves one mode's questions to the next.
     for (seed, search) in [(7, "vector"), (8, "keyword"), (9, "hybrid")] {
         let mut rng = Rng(seed);
-        let mut times = Vec::with_capacity(QUERIES);
+        let mut times = Vec::with_capacity(query_count());
         let mut hits = 0usize;
-        for _ in 0..QUERIES {
+        for _ in 0..query_count() {
             let body = json!({"conversation_id": "bench:conv", "query": question(&mut rng),
                               "limit": K, "search": search});
             let t = Instant::now();
@@ -143,7 +143,7 @@ fn over_http(rt: &tokio::runtime::Runtime, host: &Arc<PluginHost>, n: usize) {
         report(
             &format!("{n} rows: POST /v1/recall, search={search}"),
             times,
-            &format!("{:.1} memories/recall", hits as f64 / QUERIES as f64),
+            &format!("{:.1} memories/recall", hits as f64 / query_count() as f64),
         );
     }
     let _ = stop.send(());

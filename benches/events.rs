@@ -24,7 +24,7 @@ fn main() {
     let n: usize = std::env::var("SCOPEMEM_BENCH_SIZES")
         .ok()
         .and_then(|s| s.split(',').next_back().and_then(|x| x.trim().parse().ok()))
-        .unwrap_or(100_000);
+        .unwrap_or(common::scaled(100_000, 300));
 
     // on_llm_request at n rows: chained recall (pool 100) + injection rendering, end to end.
     let (dir, store) = rt.block_on(dataset(&embedder, n));
@@ -62,7 +62,7 @@ fn main() {
     )));
     host.start_background();
     let mut rng = Rng(3);
-    let ids: Vec<String> = (0..200)
+    let ids: Vec<String> = (0..scaled(200, 10))
         .map(|_| {
             let r = rt
                 .block_on(host.invoke(
@@ -74,7 +74,7 @@ fn main() {
         })
         .collect();
     let ids = Arc::new(ids);
-    let jobs_per_client = 100;
+    let jobs_per_client = scaled(100, 4);
     let clients = 8;
     let t = Instant::now();
     let (job_ids, accept_times) = rt.block_on(async {

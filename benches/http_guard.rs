@@ -5,21 +5,25 @@
 //! Prints `RESULT http guard: ...` lines from interleaved timing rounds (median of rounds), then
 //! Criterion times the same four cases.
 
+mod common;
+
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use axum::body::Body;
 use axum::http::Request;
 use axum::routing::get;
 use axum::Router;
-use criterion::Criterion;
 use scopemem::api::guard::{protect, Guard};
 use scopemem::config::Secret;
 use tower::ServiceExt;
 
 const TOKEN: &str = "bench-token-0123456789abcdef0123456789abcdef";
 const ROUNDS: usize = 15;
-const PER_ROUND: usize = 20_000;
+/// Requests per round (a few in a smoke run).
+fn per_round() -> usize {
+    common::scaled(20_000, 20)
+}
 
 fn routes() -> Router {
     Router::new().route("/v1/status", get(|| async { "ok" }))
@@ -56,17 +60,17 @@ fn once(rt: &tokio::runtime::Runtime, router: &Router) {
 fn measure(rt: &tokio::runtime::Runtime, cases: &[(&str, Router)]) -> Vec<f64> {
     let mut samples = vec![Vec::with_capacity(ROUNDS); cases.len()];
     for (_, router) in cases {
-        for _ in 0..PER_ROUND / 10 {
+        for _ in 0..per_round() / 10 {
             once(rt, router);
         }
     }
     for _ in 0..ROUNDS {
         for (i, (_, router)) in cases.iter().enumerate() {
             let t = Instant::now();
-            for _ in 0..PER_ROUND {
+            for _ in 0..per_round() {
                 once(rt, router);
             }
-            samples[i].push(t.elapsed().as_nanos() as f64 / PER_ROUND as f64);
+            samples[i].push(t.elapsed().as_nanos() as f64 / per_round() as f64);
         }
     }
     samples
@@ -103,10 +107,7 @@ fn main() {
     );
 
     let refusing = guarded(&allowed, Some(TOKEN));
-    let mut criterion = Criterion::default()
-        .configure_from_args()
-        .sample_size(50)
-        .warm_up_time(Duration::from_secs(1));
+    let mut criterion = common::criterion(50);
     let mut group = criterion.benchmark_group("http_guard");
     for (name, router) in &cases {
         group.bench_function(*name, |b| b.iter(|| once(&rt, router)));

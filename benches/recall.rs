@@ -14,7 +14,6 @@ use std::time::{Duration, Instant};
 mod common;
 
 use common::*;
-use criterion::Criterion;
 use scopemem::store::maintenance::indexes::build_vector_index;
 use scopemem::store::{Hit, LanceSearch, NearestVisible, SearchRequest};
 use serde_json::json;
@@ -60,10 +59,7 @@ fn main() {
     let embedder = model();
     let sizes = sizes(&[10_000, 100_000]);
     let qs = rt.block_on(queries(embedder.as_ref()));
-    let mut criterion = Criterion::default()
-        .configure_from_args()
-        .sample_size(30)
-        .warm_up_time(Duration::from_secs(1));
+    let mut criterion = criterion(30);
 
     for &n in &sizes {
         let (dir, store) = rt.block_on(dataset(&embedder, n));

@@ -19,7 +19,7 @@ fn main() {
     for clients in [1usize, 8, 32] {
         let tmp = tempfile::tempdir().expect("tempdir");
         let host = Arc::new(rt.block_on(host_on(tmp.path(), embedder.clone(), json!({}))));
-        let per = 2000 / clients;
+        let per = scaled(2000, 64) / clients;
         let t = Instant::now();
         rt.block_on(async {
             let mut tasks = Vec::new();
@@ -49,7 +49,7 @@ fn main() {
         rt.block_on(host.shutdown());
     }
 
-    if std::env::var("SCOPEMEM_BENCH_QUICK").is_err() {
+    if std::env::var("SCOPEMEM_BENCH_QUICK").is_err() && !smoke() {
         let tmp = tempfile::tempdir().expect("tempdir");
         let host = rt.block_on(host_on(tmp.path(), embedder.clone(), json!({})));
         let mut rng = Rng(4242);

@@ -17,11 +17,18 @@ use scopemem::host::PluginHost;
 use serde_json::{json, Value};
 
 /// Remembers per configuration, spread over the instances by 8 concurrent clients.
-const REMEMBERS: usize = 400;
+/// Remembers and recalls per configuration, and calls counted one by one (fewer in a smoke run).
+fn remembers() -> usize {
+    common::scaled(400, 16)
+}
 const CLIENTS: usize = 8;
-const RECALLS: usize = 200;
+fn recalls() -> usize {
+    common::scaled(200, 4)
+}
 /// Sequential operations whose requests are counted.
-const COUNTED: usize = 40;
+fn counted() -> usize {
+    common::scaled(40, 4)
+}
 
 fn storage(db: Value, moto: &moto::Moto, state: &std::path::Path, remote: bool) -> Value {
     if remote {
@@ -50,7 +57,7 @@ fn start(
 }
 
 fn remember_load(rt: &tokio::runtime::Runtime, hosts: &[Arc<PluginHost>]) -> f64 {
-    let per = REMEMBERS / CLIENTS;
+    let per = remembers() / CLIENTS;
     let t = Instant::now();
     rt.block_on(async {
         let mut tasks = Vec::new();
@@ -77,8 +84,8 @@ fn remember_load(rt: &tokio::runtime::Runtime, hosts: &[Arc<PluginHost>]) -> f64
 
 fn recall_latency(rt: &tokio::runtime::Runtime, hosts: &[Arc<PluginHost>]) -> (f64, f64) {
     let mut rng = Rng(31);
-    let mut times = Vec::with_capacity(RECALLS);
-    for i in 0..RECALLS {
+    let mut times = Vec::with_capacity(recalls());
+    for i in 0..recalls() {
         let body = json!({"conversation_id": "bench:1", "query": question(&mut rng), "limit": 10});
         let t = Instant::now();
         rt.block_on(hosts[i % hosts.len()].invoke("recall", body))
@@ -132,7 +139,7 @@ fn recall_during_writes(
     )
 }
 
-/// Requests per operation on one instance, counted call by call (`COUNTED` sequential calls,
+/// Requests per operation on one instance, counted call by call (`counted()` sequential calls,
 /// each followed by a short pause so its requests are logged before the next starts): the
 /// median is what a typical call costs, the mean adds what they set off in the background
 /// (compaction every few dozen remembers, the lease renewal).
@@ -143,8 +150,8 @@ fn requests_per_op(
     op: impl Fn(usize) -> (&'static str, Value),
 ) -> (u64, f64, moto::Requests) {
     let first = moto.requests();
-    let mut counts = Vec::with_capacity(COUNTED);
-    for i in 0..COUNTED {
+    let mut counts = Vec::with_capacity(counted());
+    for i in 0..counted() {
         let before = moto.requests();
         let (tool, body) = op(i);
         rt.block_on(host.invoke(tool, body)).expect(tool);
@@ -153,8 +160,8 @@ fn requests_per_op(
     }
     let all = moto.requests().since(&first);
     counts.sort_unstable();
-    let mean = counts.iter().sum::<u64>() as f64 / COUNTED as f64;
-    (counts[COUNTED / 2], mean, all)
+    let mean = counts.iter().sum::<u64>() as f64 / counted() as f64;
+    (counts[counted() / 2], mean, all)
 }
 
 fn main() {
@@ -162,7 +169,11 @@ fn main() {
     let _guard = rt.enter();
     let embedder = model();
     let moto = rt.block_on(moto::Moto::start());
-    println!("RESULT s3 bench: {REMEMBERS} remembers by {CLIENTS} clients, {RECALLS} recalls (k=10), per configuration");
+    println!(
+        "RESULT s3 bench: {} remembers by {CLIENTS} clients, {} recalls (k=10), per configuration",
+        remembers(),
+        recalls()
+    );
     for (remote, instances) in [(false, 1usize), (true, 1), (true, 2), (true, 3)] {
         let tmp = tempfile::tempdir().expect("tempdir");
         let db = if remote {
@@ -178,7 +189,7 @@ fn main() {
             .collect();
         let before = moto.requests();
         let per_sec = remember_load(&rt, &hosts);
-        let remember_requests = moto.requests().since(&before).total() as f64 / REMEMBERS as f64;
+        let remember_requests = moto.requests().since(&before).total() as f64 / remembers() as f64;
         let commits: u64 = hosts
             .iter()
             .map(|h| {
@@ -188,7 +199,7 @@ fn main() {
             .sum();
         // Every instance sees every row before recall is timed.
         for h in &hosts {
-            while rt.block_on(h.memory().store().count(None)).expect("count") < REMEMBERS {
+            while rt.block_on(h.memory().store().count(None)).expect("count") < remembers() {
                 std::thread::sleep(Duration::from_millis(50));
             }
         }
@@ -227,8 +238,8 @@ fn main() {
     let idle_requests = moto.requests().since(&before);
     let idle_per_sec = idle_requests.total() as f64 / idle.as_secs_f64();
     let mut rng = Rng(5);
-    let sentences: Vec<String> = (0..COUNTED).map(|_| sentence(&mut rng)).collect();
-    let questions: Vec<String> = (0..COUNTED).map(|_| question(&mut rng)).collect();
+    let sentences: Vec<String> = (0..counted()).map(|_| sentence(&mut rng)).collect();
+    let questions: Vec<String> = (0..counted()).map(|_| question(&mut rng)).collect();
     let (remember, remember_mean, r_during) = requests_per_op(&rt, &moto, &host, |i| {
         (
             "remember",
@@ -247,10 +258,12 @@ fn main() {
         "RESULT s3 idle instance: {idle_per_sec:.1} requests/s ({idle_requests:?} in {idle:?})"
     );
     println!(
-        "RESULT s3 requests per remember: median {remember}, mean {remember_mean:.1} ({COUNTED} sequential remembers: {r_during:?})"
+        "RESULT s3 requests per remember: median {remember}, mean {remember_mean:.1} ({} sequential remembers: {r_during:?})",
+        counted()
     );
     println!(
-        "RESULT s3 requests per recall: median {recall}, mean {recall_mean:.1} ({COUNTED} sequential recalls: {q_during:?})"
+        "RESULT s3 requests per recall: median {recall}, mean {recall_mean:.1} ({} sequential recalls: {q_during:?})",
+        counted()
     );
     rt.block_on(host.shutdown());
 }

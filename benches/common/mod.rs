@@ -17,7 +17,39 @@ use serde_json::json;
 
 pub const SCOPES: usize = 50;
 pub const K: usize = 10;
-pub const QUERIES: usize = 200;
+/// Timed queries per run (a handful in a smoke run).
+pub fn query_count() -> usize {
+    scaled(200, 5)
+}
+
+/// `SCOPEMEM_BENCH_SMOKE=1`: run every stage of the bench once at a tiny size, to prove a
+/// fresh clone can run it (`make bench-smoke`, part of `make lint`); the figures mean nothing.
+pub fn smoke() -> bool {
+    std::env::var("SCOPEMEM_BENCH_SMOKE").is_ok_and(|v| v == "1")
+}
+
+/// `full`, or `tiny` in a smoke run.
+pub fn scaled(full: usize, tiny: usize) -> usize {
+    if smoke() {
+        tiny
+    } else {
+        full
+    }
+}
+
+/// Criterion with the bench's sample size, or the least work Criterion accepts in a smoke run.
+pub fn criterion(sample_size: usize) -> criterion::Criterion {
+    let c = criterion::Criterion::default().configure_from_args();
+    if smoke() {
+        c.sample_size(10)
+            .warm_up_time(Duration::from_millis(10))
+            .measurement_time(Duration::from_millis(10))
+            .without_plots()
+    } else {
+        c.sample_size(sample_size)
+            .warm_up_time(Duration::from_secs(1))
+    }
+}
 
 /// splitmix64: deterministic data without a rand dependency.
 pub struct Rng(pub u64);
@@ -295,7 +327,7 @@ pub struct Query {
 
 pub async fn queries(e: &dyn Embedder) -> Vec<Query> {
     let mut rng = Rng(0xC0FFEE);
-    let texts: Vec<String> = (0..QUERIES).map(|_| question(&mut rng)).collect();
+    let texts: Vec<String> = (0..query_count()).map(|_| question(&mut rng)).collect();
     let vectors = e
         .embed(scopemem::embed::TextRole::Query, texts.clone())
         .await
@@ -387,10 +419,10 @@ pub fn sizes(default: &[usize]) -> Vec<usize> {
     std::env::var("SCOPEMEM_BENCH_SIZES")
         .ok()
         .map(|s| s.split(',').filter_map(|x| x.trim().parse().ok()).collect())
-        .unwrap_or_else(|| default.to_vec())
+        .unwrap_or_else(|| if smoke() { vec![300] } else { default.to_vec() })
 }
 
-/// `QUERIES` recalls of generated questions (from `seed`) as `bench:conv`, each timed end to
+/// `query_count()` recalls of generated questions (from `seed`) as `bench:conv`, each timed end to
 /// end; `search` sets the request's `search` field.
 pub fn timed_recalls(
     rt: &tokio::runtime::Runtime,
@@ -399,8 +431,8 @@ pub fn timed_recalls(
     search: Option<&str>,
 ) -> Vec<Duration> {
     let mut rng = Rng(seed);
-    let mut times = Vec::with_capacity(QUERIES);
-    for _ in 0..QUERIES {
+    let mut times = Vec::with_capacity(query_count());
+    for _ in 0..query_count() {
         let mut body =
             json!({"conversation_id": "bench:conv", "query": question(&mut rng), "limit": K});
         if let Some(search) = search {
@@ -413,13 +445,13 @@ pub fn timed_recalls(
     times
 }
 
-/// `on_llm_request` (chained recall + injection) for `QUERIES` questions: each call's time,
+/// `on_llm_request` (chained recall + injection) for `query_count()` questions: each call's time,
 /// and the memories injected per call on average.
 pub fn timed_llm_requests(rt: &tokio::runtime::Runtime, host: &PluginHost) -> (Vec<Duration>, f64) {
     let mut rng = Rng(11);
-    let mut times = Vec::with_capacity(QUERIES);
+    let mut times = Vec::with_capacity(query_count());
     let mut injected = 0usize;
-    for _ in 0..QUERIES {
+    for _ in 0..query_count() {
         let q = question(&mut rng);
         let t = Instant::now();
         let r = rt
@@ -431,5 +463,5 @@ pub fn timed_llm_requests(rt: &tokio::runtime::Runtime, host: &PluginHost) -> (V
         times.push(t.elapsed());
         injected += r["memory_ids"].as_array().map_or(0, Vec::len);
     }
-    (times, injected as f64 / QUERIES as f64)
+    (times, injected as f64 / query_count() as f64)
 }
