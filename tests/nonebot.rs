@@ -4,7 +4,9 @@
 //! fixture starts on a free loopback port. It covers scope isolation between two mapped groups,
 //! public memories, the reflection path, tool arguments that try to name a conversation, the
 //! `/scopemem` commands (map, unmap, incognito, forget, status) and their permissions, scopemem
-//! being down, and the supervisor inside a real `nonebot.run()` process.
+//! being down, the supervisor inside a real `nonebot.run()` process, and the zero-set-up path:
+//! with no URL, binary or config set, the plugin finds `scopemem` beside its Python (as the
+//! wheel installs it) or on PATH, creates its config under the data dir and runs it.
 //! It needs the venv from scripts/setup-nonebot.sh and fails, rather than skips, without it.
 
 use crate::common;

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import importlib
-import itertools
 import json
 import os
 import signal
@@ -23,68 +22,33 @@ from typing import Any, Optional
 import httpx
 import nonebot
 import pytest
-from nonebot.adapters.onebot.v11 import Adapter, Bot, GroupMessageEvent, Message
-from nonebot.adapters.onebot.v11 import PrivateMessageEvent
-from nonebot.adapters.onebot.v11.event import FriendAddNoticeEvent, LifecycleMetaEvent, Sender
+from nonebot.adapters.onebot.v11 import Adapter, Bot
+from nonebot.adapters.onebot.v11.event import FriendAddNoticeEvent, LifecycleMetaEvent
 from nonebug import App
 
 from conftest import (
+    FAMILY,
     FAMILY_GROUP,
     SUPERUSER_ID,
     TOKEN,
+    USER_ID,
+    WORK,
     WORK_GROUP,
     Scopemem,
+    alive,
+    cmdline,
     free_port,
+    group_event,
+    live_children,
+    private_event,
     scopemem_bin,
     wait_healthy,
 )
-
-USER_ID = 20000  # an ordinary group member, not a superuser
-FAMILY = f"onebot11:group_{FAMILY_GROUP}"
-WORK = f"onebot11:group_{WORK_GROUP}"
-_message_ids = itertools.count(1)
 
 
 def plugin():
     """The loaded plugin module (importable only once conftest has let NoneBot load it)."""
     return importlib.import_module("nonebot_plugin_scopemem")
-
-
-def group_event(group_id: int, text: str = "hello", user_id: int = USER_ID) -> GroupMessageEvent:
-    return GroupMessageEvent(
-        time=int(time.time()),
-        self_id=1,
-        post_type="message",
-        sub_type="normal",
-        user_id=user_id,
-        message_type="group",
-        message_id=next(_message_ids),
-        message=Message(text),
-        original_message=Message(text),
-        raw_message=text,
-        font=0,
-        sender=Sender(user_id=user_id, nickname=f"user{user_id}"),
-        to_me=False,
-        group_id=group_id,
-    )
-
-
-def private_event(user_id: int, text: str = "hello") -> PrivateMessageEvent:
-    return PrivateMessageEvent(
-        time=int(time.time()),
-        self_id=1,
-        post_type="message",
-        sub_type="friend",
-        user_id=user_id,
-        message_type="private",
-        message_id=next(_message_ids),
-        message=Message(text),
-        original_message=Message(text),
-        raw_message=text,
-        font=0,
-        sender=Sender(user_id=user_id, nickname=f"user{user_id}"),
-        to_me=True,
-    )
 
 
 async def command(app: App, event: Any, reply: str) -> None:
@@ -523,37 +487,6 @@ async def test_scopemem_down_fails_soft(app: App, scopemem: Scopemem) -> None:
 # ---- the supervisor -------------------------------------------------------------------------
 
 
-def _children(pid: int) -> list[int]:
-    """Live (not zombie) child processes of `pid`."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2 :].split()
-        if int(fields[1]) == pid and fields[0] != "Z":
-            found.append(int(entry.name))
-    return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat[stat.rindex(")") + 2 :].split()[0] != "Z"
-
-
-def _cmdline(pid: int) -> list[str]:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")[:-1]
-    except OSError:
-        return []
-
-
 def test_supervisor_runs_serve_with_the_driver_and_stops_it(tmp_path: Path) -> None:
     """A real NoneBot2 process (nonebot.run(), uvicorn) with scopemem_binary set."""
     binary = scopemem_bin()
@@ -598,17 +531,17 @@ def test_supervisor_runs_serve_with_the_driver_and_stops_it(tmp_path: Path) -> N
         health = wait_healthy(base, 90.0, bot)
         assert health["auth"] == "token", health
         assert f"memory at {base}" in output(), output()
-        kids = [k for k in _children(bot.pid) if "serve" in _cmdline(k)]
+        kids = [k for k in live_children(bot.pid) if "serve" in cmdline(k)]
         assert len(kids) == 1, (kids, output())
         child = kids[0]
-        assert _cmdline(child) == [binary, "serve", "--exit-with-parent", "--config", str(config)]
+        assert cmdline(child) == [binary, "serve", "--exit-with-parent", "--config", str(config)]
 
         # A child that dies is restarted (after 1 s of backoff).
         os.kill(child, signal.SIGKILL)
         deadline = time.monotonic() + 60
         restarted: list[int] = []
         while time.monotonic() < deadline and not restarted:
-            restarted = [k for k in _children(bot.pid) if k != child and "serve" in _cmdline(k)]
+            restarted = [k for k in live_children(bot.pid) if k != child and "serve" in cmdline(k)]
             time.sleep(0.1)
         assert len(restarted) == 1, output()
         child = restarted[0]
@@ -630,6 +563,6 @@ def test_supervisor_runs_serve_with_the_driver_and_stops_it(tmp_path: Path) -> N
     # When nonebot.run() returned, the plugin had already stopped and reaped its child.
     assert json.loads(after[len("@@AFTER_RUN ") :]) == {"children": []}, text
     assert "serve stopped (code 0)" in text, text
-    assert not _alive(child), text
+    assert not alive(child), text
     with pytest.raises(httpx.HTTPError):
         httpx.get(f"{base}/healthz", timeout=1.0, trust_env=False)

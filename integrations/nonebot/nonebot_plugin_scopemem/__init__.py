@@ -2,8 +2,9 @@
 
 scopemem maps each chat (its conversation id, derived here from the event alone) to a scope
 with the operator's `conversation_scope_map`; a memory written in one scope is recalled only
-there, `public` ones everywhere. This package registers the `/scopemem` commands, optionally
-supervises `scopemem serve`, and exports the calls a bot's LLM handler makes:
+there, `public` ones everywhere. This package registers the `/scopemem` commands, runs
+`scopemem serve` itself unless `scopemem_url` names a server the operator runs, and exports
+the calls a bot's LLM handler makes:
 
     from nonebot import require
     require("nonebot_plugin_scopemem")

@@ -52,6 +52,16 @@ class ScopememClient:
         self.last_error = ""
         self._client: Optional[httpx.AsyncClient] = None
         self._loop: Optional[asyncio.AbstractEventLoop] = None
+        # Set when there is no server to ask at all (the plugin was to run scopemem and could
+        # not): every request fails soft at once, with this as the reason.
+        self.unavailable = ""
+
+    def disable(self, reason: str) -> None:
+        """Answer every request with ScopememDown(reason), without touching the network (the
+        reason was logged once by whoever disabled the client)."""
+        self.unavailable = reason
+        self.down = True
+        self.last_error = reason
 
     def _headers(self) -> dict[str, str]:
         headers = {"content-type": "application/json"}
@@ -95,6 +105,8 @@ class ScopememClient:
 
     async def request(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
         """(status, json or None). Raises ScopememDown on transport errors, time-outs and 5xx."""
+        if self.unavailable:
+            raise ScopememDown(self.unavailable)
         content = None if body is None else json.dumps(body, ensure_ascii=False).encode()
         try:
             resp = await self._http().request(

@@ -4,8 +4,9 @@
 through the command group "scopemem" (so `/scopemem.status` works too, and `/scopemem status`
 with a space whatever COMMAND_SEP is). They act on the chat the command is sent in, whose id
 comes from the event alone; no reply names another chat's scope, and only superusers see the
-other scopes' names. Edits change scopemem's own config file (`scopemem_config`), which the
-server hot-reloads; the reply comes once the server applies the change (or says it did not).
+other scopes' names. Edits change scopemem's own config file (`scopemem_config`, or the one
+the plugin created when it runs scopemem itself), which the server hot-reloads; the reply
+comes once the server applies the change (or says it did not).
 """
 
 from __future__ import annotations

@@ -8,14 +8,21 @@ from pydantic import BaseModel
 
 
 class Config(BaseModel):
-    # Where `scopemem serve` answers. When the plugin supervises scopemem (`scopemem_binary`)
-    # and this is not set, the address comes from `server.http_addr` in `scopemem_config`.
-    scopemem_url: str = "http://127.0.0.1:8787"
+    # Where an operator's own `scopemem serve` answers. Empty (the default): the plugin runs
+    # scopemem itself and reaches it at `server.http_addr` of its config file.
+    scopemem_url: str = ""
     # Sent as `Authorization: Bearer …` (scopemem's `server.auth_token`); empty: no header.
+    # A scopemem the plugin runs gets it as SCOPEMEM_AUTH_TOKEN.
     scopemem_token: str = ""
     # Seconds one request to scopemem may take before the bot goes on without memory.
     scopemem_timeout: float = 3.0
-    # Optional: run `<binary> serve --exit-with-parent --config <scopemem_config>` as a child.
+    # The scopemem binary the plugin runs. Empty: the one the scopemem wheel installed beside
+    # the bot's Python, else `scopemem` on PATH. With `scopemem_url` set, the plugin runs this
+    # binary only when it is set.
     scopemem_binary: str = ""
     # scopemem's JSON config, which `/scopemem map|unmap|incognito` edit (and the child uses).
+    # Empty: `<scopemem_data_dir>/scopemem.json` when the plugin runs scopemem, else none.
     scopemem_config: str = ""
+    # Where a scopemem the plugin runs keeps its config file and table (relative paths are
+    # relative to the bot's working directory).
+    scopemem_data_dir: str = "./data/scopemem"

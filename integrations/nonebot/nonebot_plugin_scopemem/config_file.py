@@ -42,7 +42,10 @@ def read(path: Path) -> dict[str, Any]:
     return got
 
 
-def write_atomically(path: Path, config: dict[str, Any]) -> None:
+def write_atomically(path: Path, config: dict[str, Any], replace: bool = True) -> None:
+    """Write `config` to `path` whole or not at all; with `replace=False` an existing file is
+    kept and FileExistsError raised (a hard link of the finished temp file, which never
+    replaces anything)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
@@ -51,11 +54,23 @@ def write_atomically(path: Path, config: dict[str, Any]) -> None:
             f.write("\n")
             f.flush()
             os.fsync(f.fileno())
-        try:  # keep the operator's permissions (the file may hold an auth token)
-            os.chmod(tmp, os.stat(path).st_mode & 0o7777)
-        except FileNotFoundError:
-            pass
-        os.replace(tmp, path)
+        if not replace:
+            try:
+                os.link(tmp, path)  # FileExistsError when a file is there
+            except FileExistsError:
+                raise
+            except OSError:  # a file system without hard links: check, then rename
+                if path.exists():
+                    raise FileExistsError(str(path)) from None
+                os.replace(tmp, path)
+            else:
+                os.unlink(tmp)
+        else:
+            try:  # keep the operator's permissions (the file may hold an auth token)
+                os.chmod(tmp, os.stat(path).st_mode & 0o7777)
+            except FileNotFoundError:
+                pass
+            os.replace(tmp, path)
     except BaseException:
         try:
             os.unlink(tmp)

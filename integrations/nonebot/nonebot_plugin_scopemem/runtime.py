@@ -2,7 +2,9 @@
 
 Built once when NoneBot loads the plugin, from `get_plugin_config(Config)`; the public API
 (`memory.py`) and the chat commands (`commands.py`) share it, and the driver's startup and
-shutdown hooks start and stop the supervised server through it.
+shutdown hooks start and stop the supervised server through it. Which server that is, is
+decided here: with no `scopemem_url` the plugin runs scopemem itself (`own_server.py`), with
+one it talks to the operator's and starts nothing unless `scopemem_binary` is also set.
 """
 
 from __future__ import annotations
@@ -13,17 +15,13 @@ from typing import Optional
 
 from nonebot import logger
 
-from . import config_file
+from . import config_file, own_server
 from .client import ScopememClient
 from .config import Config
 from .supervisor import Supervisor
 
-
-def _fields_set(cfg: Config) -> set[str]:
-    got = getattr(cfg, "model_fields_set", None)  # pydantic 2
-    if got is None:
-        got = getattr(cfg, "__fields_set__", set())  # pydantic 1
-    return set(got)
+# scopemem's own default `server.http_addr`, for a config file that names none.
+DEFAULT_ADDR = "127.0.0.1:8787"
 
 
 def _url_of_addr(addr: str) -> str:
@@ -38,20 +36,31 @@ def _url_of_addr(addr: str) -> str:
 class Runtime:
     def __init__(self, cfg: Config) -> None:
         self.cfg = cfg
+        url = cfg.scopemem_url.strip()
         path = cfg.scopemem_config.strip()
-        self.config_path: Optional[Path] = Path(path).expanduser() if path else None
         self.binary = cfg.scopemem_binary.strip()
-        base_url = cfg.scopemem_url.strip() or "http://127.0.0.1:8787"
-        if self.binary and self.config_path and "scopemem_url" not in _fields_set(cfg):
-            # The supervised server answers where its own config says.
-            addr = config_file.http_addr(self.config_path)
-            if addr:
-                base_url = _url_of_addr(addr)
+        # No URL: nothing else is set up, and the plugin runs scopemem itself.
+        self.owns_server = not url
+        data_dir = cfg.scopemem_data_dir.strip() or "./data/scopemem"
+        self.data_dir = Path(data_dir).expanduser().absolute()  # the bot's cwd, now
+        self.config_path: Optional[Path]
+        if self.owns_server:
+            configured = Path(path).expanduser().absolute() if path else None
+            self.config_path = configured or self.data_dir / "scopemem.json"
+            base_url = self._url_from_config()
+        else:
+            self.config_path = Path(path).expanduser() if path else None
+            base_url = url
         self.client = ScopememClient(base_url, cfg.scopemem_token, cfg.scopemem_timeout)
         self.supervisor: Optional[Supervisor] = None
         # `/scopemem forget` waits for `/scopemem forget confirm`: chat -> (sender, deadline).
         self.pending_forget: dict[str, tuple[str, float]] = {}
         self._edit_lock: Optional[asyncio.Lock] = None
+
+    def _url_from_config(self) -> str:
+        """Where a server started with `config_path` answers: its `server.http_addr`."""
+        assert self.config_path is not None
+        return _url_of_addr(config_file.http_addr(self.config_path) or DEFAULT_ADDR)
 
     @property
     def base_url(self) -> str:
@@ -65,17 +74,47 @@ class Runtime:
         return self._edit_lock
 
     async def start(self) -> None:
-        if not self.binary:
+        if self.owns_server:
+            self._start_own()
             return
+        if not self.binary:
+            return  # the operator runs scopemem at scopemem_url
         if self.config_path is None:
             logger.error(
                 "[scopemem] scopemem_binary is set but scopemem_config is not: the server "
                 "needs its config file; not starting it"
             )
             return
-        self.supervisor = Supervisor(self.binary, str(self.config_path), self.cfg.scopemem_token)
+        self._supervise(self.binary)
+
+    def _start_own(self) -> None:
+        """Run scopemem with nothing else set up: find it, create its config on the first
+        start (an existing file is used as it is), and reach it where that file says."""
+        assert self.config_path is not None
+        binary = own_server.find_binary(self.binary)
+        if binary is None:
+            logger.error(f"[scopemem] {own_server.NO_BINARY}; the bot goes on without memory")
+            self.client.disable(own_server.NO_BINARY)
+            return
+        try:
+            if own_server.ensure_config(self.config_path, self.data_dir):
+                logger.info(f"[scopemem] created {self.config_path} (data in {self.data_dir})")
+        except OSError as e:
+            logger.error(
+                f"[scopemem] cannot create {self.config_path}: {e}; the bot goes on without memory"
+            )
+            self.client.disable(f"cannot create {self.config_path.name}: {e}")
+            return
+        self.client.base_url = self._url_from_config()
+        self._supervise(binary)
+
+    def _supervise(self, binary: str) -> None:
+        assert self.config_path is not None
+        self.supervisor = Supervisor(binary, str(self.config_path), self.cfg.scopemem_token)
         self.supervisor.start()
-        logger.info(f"[scopemem] supervising {self.binary}; memory at {self.base_url}")
+        logger.info(
+            f"[scopemem] supervising {binary} with {self.config_path}; memory at {self.base_url}"
+        )
 
     async def stop(self) -> None:
         if self.supervisor is not None:

@@ -1,4 +1,4 @@
-"""Runs `scopemem serve` as a child of the bot, for operators who want one process to manage.
+"""Runs `scopemem serve` as a child of the bot, so the bot is the one process to manage.
 
 A port of the AstrBot plugin's Supervisor: `<binary> serve --exit-with-parent --config FILE`
 with stdin a pipe nothing is written to, so the server also stops when the bot dies (even by

@@ -1,0 +1,82 @@
+"""What the plugin needs to run scopemem itself when nothing else is set up (no `scopemem_url`).
+
+Installing the scopemem wheel into the bot's environment should be the whole set-up, as for
+the AstrBot plugin: this module finds the `scopemem` binary the wheel put beside the bot's
+Python and, on the first start, creates scopemem's config file under the plugin's data dir
+(its table beside it, a free loopback port). An existing file is the operator's and the
+`/scopemem map` commands' file, so it is never rewritten here; the plugin reaches the server
+at whatever `server.http_addr` it names.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+from . import config_file
+
+# What the plugin logs (and `/scopemem status` shows) when it should run scopemem but cannot
+# find it.
+NO_BINARY = (
+    "no scopemem binary found: install the scopemem wheel into the bot's environment "
+    "(pip install scopemem-*.whl) or set SCOPEMEM_BINARY / SCOPEMEM_URL"
+)
+
+
+def _executable(path: Path) -> bool:
+    return path.is_file() and os.access(path, os.X_OK)
+
+
+def find_binary(
+    configured: str,
+    prefix: Optional[str] = None,
+    executable: Optional[str] = None,
+    path: Optional[str] = None,
+) -> Optional[str]:
+    """The `scopemem` to run: `configured` if set; else the one the wheel installed beside
+    this Python (`<sys.prefix>/bin/scopemem`, then the directory of `sys.executable`); else
+    the first on `PATH`; else None. The arguments other than `configured` are for tests."""
+    if configured:
+        return configured
+    prefix = sys.prefix if prefix is None else prefix
+    executable = sys.executable if executable is None else executable
+    candidates = [Path(prefix) / "bin" / "scopemem"]
+    if executable:
+        candidates.append(Path(executable).parent / "scopemem")
+    for exe in candidates:
+        if _executable(exe):
+            return str(exe)
+    return shutil.which("scopemem", path=path)
+
+
+def free_loopback_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def initial_config(data_dir: Path) -> dict[str, Any]:
+    """The file written on the first start: the table under the data dir, a loopback port."""
+    return {
+        "storage": {"db_dir": str(data_dir / "lancedb")},
+        "server": {"http_addr": f"127.0.0.1:{free_loopback_port()}"},
+    }
+
+
+def ensure_config(path: Path, data_dir: Path) -> bool:
+    """Create scopemem's config at `path` unless a file is there; True when it was created.
+
+    Created atomically and without ever replacing a file (another process may create it at
+    the same moment: then that one is kept).
+    """
+    if path.exists():
+        return False
+    try:
+        config_file.write_atomically(path, initial_config(data_dir), replace=False)
+    except FileExistsError:
+        return False
+    return True
