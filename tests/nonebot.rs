@@ -44,18 +44,7 @@ fn nonebot_plugin_suite_passes_against_a_real_serve() {
         .stderr(out)
         .spawn()
         .unwrap_or_else(|e| panic!("cannot run {}: {e}", python.display()));
-    let deadline = Instant::now() + Duration::from_secs(600);
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break Some(s);
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let status = common::wait_or_kill(&mut child, Duration::from_secs(600));
     let elapsed = started.elapsed();
     let output = std::fs::read_to_string(&out_path).unwrap_or_default();
     let ok = status.is_some_and(|s| s.success());

@@ -391,6 +391,26 @@ pub fn scopemem(args: &[&str]) -> (i32, String, String) {
     )
 }
 
+/// Wait for `child` at most `timeout`; past it the child is killed and reaped, and `None` says
+/// it timed out.
+pub fn wait_or_kill(
+    child: &mut std::process::Child,
+    timeout: Duration,
+) -> Option<std::process::ExitStatus> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(s) = child.try_wait().expect("try_wait") {
+            return Some(s);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// The Python of a test host's venv: `$<var>`, else `~/.cache/scopemem/<dir>`, made by
 /// `scripts/<setup>` (fails, never skips, when it is missing).
 fn venv_python(var: &str, dir: &str, setup: &str) -> std::path::PathBuf {
