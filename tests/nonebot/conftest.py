@@ -9,7 +9,6 @@ resolve to integrations/nonebot in this repo (the editable install of scripts/se
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import shutil
@@ -23,9 +22,9 @@ from typing import Any, Optional
 
 import httpx
 import pytest
-from nonebot.adapters.onebot.v11 import GroupMessageEvent, Message, PrivateMessageEvent
-from nonebot.adapters.onebot.v11.event import Sender
 from nonebug import NONEBOT_INIT_KWARGS
+
+from helpers import USER_ID, alive, group_event, live_children, private_event  # noqa: F401
 
 REPO = Path(__file__).resolve().parents[2]
 TOKEN = "nonebot-test-token"
@@ -33,71 +32,8 @@ SUPERUSER_ID = 10000
 FAMILY_GROUP = 1001
 WORK_GROUP = 2002
 SCOPE_MAP = {f"onebot11:group_{FAMILY_GROUP}": "家人", f"onebot11:group_{WORK_GROUP}": "工作"}
-USER_ID = 20000  # an ordinary group member, not a superuser
 FAMILY = f"onebot11:group_{FAMILY_GROUP}"
 WORK = f"onebot11:group_{WORK_GROUP}"
-_message_ids = itertools.count(1)
-
-
-def group_event(group_id: int, text: str = "hello", user_id: int = USER_ID) -> GroupMessageEvent:
-    return GroupMessageEvent(
-        time=int(time.time()),
-        self_id=1,
-        post_type="message",
-        sub_type="normal",
-        user_id=user_id,
-        message_type="group",
-        message_id=next(_message_ids),
-        message=Message(text),
-        original_message=Message(text),
-        raw_message=text,
-        font=0,
-        sender=Sender(user_id=user_id, nickname=f"user{user_id}"),
-        to_me=False,
-        group_id=group_id,
-    )
-
-
-def private_event(user_id: int, text: str = "hello") -> PrivateMessageEvent:
-    return PrivateMessageEvent(
-        time=int(time.time()),
-        self_id=1,
-        post_type="message",
-        sub_type="friend",
-        user_id=user_id,
-        message_type="private",
-        message_id=next(_message_ids),
-        message=Message(text),
-        original_message=Message(text),
-        raw_message=text,
-        font=0,
-        sender=Sender(user_id=user_id, nickname=f"user{user_id}"),
-        to_me=True,
-    )
-
-
-def live_children(pid: int) -> list[int]:
-    """Live (not zombie) child processes of `pid`."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2 :].split()
-        if int(fields[1]) == pid and fields[0] != "Z":
-            found.append(int(entry.name))
-    return found
-
-
-def alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat[stat.rindex(")") + 2 :].split()[0] != "Z"
 
 
 def cmdline(pid: int) -> list[str]:

@@ -17,50 +17,12 @@ import argparse
 import json
 import os
 import signal
-import time
-from pathlib import Path
 from typing import Any
 
 import nonebot
 from fastapi import Request  # module level: the routes' string annotations resolve here
 
-
-def live_children() -> list[int]:
-    me = os.getpid()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2 :].split()
-        if int(fields[1]) == me and fields[0] != "Z":
-            found.append(int(entry.name))
-    return found
-
-
-def group_event(group_id: int, text: str) -> Any:
-    from nonebot.adapters.onebot.v11 import GroupMessageEvent, Message
-    from nonebot.adapters.onebot.v11.event import Sender
-
-    return GroupMessageEvent(
-        time=int(time.time()),
-        self_id=1,
-        post_type="message",
-        sub_type="normal",
-        user_id=20000,
-        message_type="group",
-        message_id=1,
-        message=Message(text),
-        original_message=Message(text),
-        raw_message=text,
-        font=0,
-        sender=Sender(user_id=20000, nickname="user"),
-        to_me=False,
-        group_id=group_id,
-    )
+from helpers import group_event, live_children
 
 
 def add_test_routes() -> None:
@@ -124,7 +86,7 @@ def main() -> None:
     # then re-raises it to the handler it found: this one, so the process can report.
     signal.signal(signal.SIGTERM, lambda *_: None)
     nonebot.run()
-    print("@@AFTER_RUN " + json.dumps({"children": live_children()}), flush=True)
+    print("@@AFTER_RUN " + json.dumps({"children": live_children(os.getpid())}), flush=True)
 
 
 if __name__ == "__main__":
