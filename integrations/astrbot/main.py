@@ -678,8 +678,9 @@ class ScopememPlugin(Star):
                 save()
             self._write_own_config()
         except (OSError, ValueError) as e:
+            # The cause (which can name a path) goes to the log, not into the chat.
             logger.error("[scopemem] saving the %s failed: %s", what, e)
-            return f"could not save the {what}: {e}"
+            return f"could not save the {what} (see AstrBot's log)."
         deadline = time.monotonic() + 5.0
         while time.monotonic() < deadline:
             try:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
 from typing import Any, Callable, Optional
 
 from nonebot import CommandGroup, logger
@@ -124,6 +125,22 @@ async def _wait_applied(rt: Runtime, applied: Callable[[dict[str, Any]], bool]) 
         await asyncio.sleep(0.2)
 
 
+async def _edit_and_wait(
+    rt: Runtime, change: Callable[[Path], None], applied: Callable[[dict[str, Any]], bool]
+) -> str:
+    """Apply `change` to the config file, then wait for scopemem to apply it: "" when it has,
+    otherwise the reply. A failed edit is logged with its cause; the reply names neither the
+    file's path nor the error, which can hold one."""
+    assert rt.config_path is not None
+    async with rt.edit_lock:
+        try:
+            change(rt.config_path)
+        except (OSError, ValueError) as e:
+            logger.error(f"[scopemem] editing {rt.config_path} failed: {e}")
+            return "Could not change scopemem's config (see the bot's log); nothing was changed."
+    return await _wait_applied(rt, applied)
+
+
 async def edit_map(rt: Runtime, conv: str, scope: Optional[str]) -> str:
     """Set (or with None remove) this chat's entry in conversation_scope_map."""
     if rt.config_path is None:
@@ -133,18 +150,13 @@ async def edit_map(rt: Runtime, conv: str, scope: Optional[str]) -> str:
             "Not a scope name: use 1-64 letters, digits, CJK characters, '_' or '-'. "
             "Nothing was changed."
         )
-    async with rt.edit_lock:
-        try:
-            config_file.set_scope(rt.config_path, conv, scope)
-        except (OSError, ValueError) as e:
-            logger.error(f"[scopemem] editing {rt.config_path} failed: {e}")
-            return f"Could not change {rt.config_path.name}: {e}"
-
     def applied(body: dict[str, Any]) -> bool:
         entries = {e.get("key"): e.get("scope") for e in body.get("entries") or []}
         return entries.get(conv) == scope if scope is not None else conv not in entries
 
-    problem = await _wait_applied(rt, applied)
+    problem = await _edit_and_wait(
+        rt, lambda path: config_file.set_scope(path, conv, scope), applied
+    )
     if problem:
         return problem
     if scope is not None:
@@ -157,17 +169,12 @@ async def edit_incognito(rt: Runtime, conv: str, on: bool) -> str:
     """Add this chat to (or remove it from) scopemem's incognito list."""
     if rt.config_path is None:
         return _not_managed(conv)
-    async with rt.edit_lock:
-        try:
-            config_file.set_incognito(rt.config_path, conv, on)
-        except (OSError, ValueError) as e:
-            logger.error(f"[scopemem] editing {rt.config_path} failed: {e}")
-            return f"Could not change {rt.config_path.name}: {e}"
-
     def applied(body: dict[str, Any]) -> bool:
         return (conv in set(body.get("incognito") or [])) == on
 
-    problem = await _wait_applied(rt, applied)
+    problem = await _edit_and_wait(
+        rt, lambda path: config_file.set_incognito(path, conv, on), applied
+    )
     if problem:
         return problem
     if on:

@@ -54,15 +54,10 @@ async def memory_context(
     body: dict[str, Any] = {"conversation_id": conv, "query": query}
     if persona:
         body["persona"] = persona
-    try:
-        status, payload = await get_runtime().client.request(
-            "POST", "/v1/events/llm_request", body
-        )
-    except ScopememDown:
-        return "", []  # logged once per outage
-    except Exception as e:
-        logger.warning(f"[scopemem] memory_context skipped: {type(e).__name__}")
+    answer = await _request("memory_context", "POST", "/v1/events/llm_request", body)
+    if answer is None:
         return "", []
+    status, payload = answer
     if status != 200 or not isinstance(payload, dict):
         logger.warning(f"[scopemem] llm_request refused ({status} {error_code(payload)})")
         return "", []
@@ -99,15 +94,10 @@ async def after_reply(
         body["reflection"] = cleaned
     if persona:
         body["persona"] = persona
-    try:
-        status, payload = await get_runtime().client.request(
-            "POST", "/v1/events/after_message_sent", body
-        )
-    except ScopememDown:
+    answer = await _request("after_reply", "POST", "/v1/events/after_message_sent", body)
+    if answer is None:
         return None
-    except Exception as e:
-        logger.warning(f"[scopemem] after_reply skipped: {type(e).__name__}")
-        return None
+    status, payload = answer
     if status >= 400 or not isinstance(payload, dict):
         logger.warning(f"[scopemem] after_message_sent refused ({status} {error_code(payload)})")
         return None
@@ -118,13 +108,10 @@ async def after_reply(
 async def tools() -> list[dict[str, Any]]:
     """scopemem's LLM tools as OpenAI function specs ([] when scopemem is unavailable):
     `[{"type": "function", "function": {"name", "description", "parameters"}}]`."""
-    try:
-        status, payload = await get_runtime().client.request("GET", "/v1/tools")
-    except ScopememDown:
+    answer = await _request("tools", "GET", "/v1/tools")
+    if answer is None:
         return []
-    except Exception as e:
-        logger.warning(f"[scopemem] tools skipped: {type(e).__name__}")
-        return []
+    status, payload = answer
     if status != 200 or not isinstance(payload, dict):
         logger.warning(f"[scopemem] tools refused ({status} {error_code(payload)})")
         return []
@@ -178,14 +165,25 @@ async def call_tool(
     }
     if persona:
         body["persona"] = persona
-    try:
-        status, payload = await get_runtime().client.request("POST", f"/v1/tools/{name}", body)
-    except ScopememDown:
+    answer = await _request("call_tool", "POST", f"/v1/tools/{name}", body)
+    if answer is None:
         return UNAVAILABLE
-    except Exception as e:
-        logger.warning(f"[scopemem] call_tool skipped: {type(e).__name__}")
-        return UNAVAILABLE
+    status, payload = answer
     if status != 200:
         logger.warning(f"[scopemem] tool {name} refused ({status} {error_code(payload)})")
         return f"error: {error_text(payload) or status}"
     return json.dumps(payload, ensure_ascii=False)
+
+
+async def _request(
+    what: str, method: str, path: str, body: Any = None
+) -> Optional[tuple[int, Any]]:
+    """(status, JSON) from scopemem, or None when it is unavailable (logged once per outage by
+    the client) or the call failed otherwise (logged by type only: never memory content)."""
+    try:
+        return await get_runtime().client.request(method, path, body)
+    except ScopememDown:
+        return None
+    except Exception as e:
+        logger.warning(f"[scopemem] {what} skipped: {type(e).__name__}")
+        return None
