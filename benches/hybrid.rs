@@ -43,6 +43,7 @@ async fn searches(vector: &LanceSearch, keywords: &FulltextSearch, qs: &[Query],
         vector: q.vector.clone(),
         rows: q.rows.clone(),
         k: K,
+        rescale: None,
     };
     let keyword_req = |q: &Query| KeywordRequest {
         text: q.text.clone(),

@@ -26,6 +26,7 @@ async fn run_all(search: &dyn NearestVisible, qs: &[Query]) -> (Vec<Duration>, V
             vector: q.vector.clone(),
             rows: q.rows.clone(),
             k: K,
+            rescale: None,
         };
         let t = Instant::now();
         let hits = search.nearest(&req).await.expect("search");
@@ -83,6 +84,7 @@ fn main() {
                     vector: q.vector.clone(),
                     rows: q.rows.clone(),
                     k: K,
+                    rescale: None,
                 }))
                 .expect("search")
             })
@@ -116,6 +118,7 @@ fn main() {
                             vector: q.vector.clone(),
                             rows: q.rows.clone(),
                             k: K,
+                            rescale: None,
                         }))
                         .expect("search")
                     })

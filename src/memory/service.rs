@@ -372,10 +372,9 @@ impl MemoryService {
             keywords: &self.vectors,
         };
         let calibration = self.calibration();
-        let fit = *calibration
-            .as_ref()
-            .unwrap_or(&Calibration::UNMEASURED)
-            .for_query(query);
+        let measured = calibration.as_ref().unwrap_or(&Calibration::UNMEASURED);
+        let fit = *measured.for_query(query);
+        let rescale = measured.rescale_for(query);
         let threshold = match (cfg.similarity_cut, calibration) {
             (SimilarityCut::Calibrated, Some(_)) => fit.similarity_cut(),
             _ => cfg.similarity_threshold,
@@ -388,6 +387,7 @@ impl MemoryService {
                 threshold,
                 kind: search,
                 fit,
+                rescale,
             })
             .await?;
         if found.degraded.is_some() {

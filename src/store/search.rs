@@ -14,17 +14,21 @@ use lancedb::{DistanceType, Table};
 use super::filter::RowFilter;
 use super::record::{distances, from_batch, MemoryRecord};
 use super::schema::{COL_VECTOR, RECORD_COLUMNS};
+use super::script::{Script, ScriptRescale};
 use super::StoreError;
 
-/// One search: the query vector, which rows it may return, and how many.
+/// One search: the query vector, which rows it may return, how many, and how rows of the
+/// query's other script are put on its scale (`None`: raw similarity for every row).
 #[derive(Debug, Clone)]
 pub struct SearchRequest {
     pub vector: Vec<f32>,
     pub rows: RowFilter,
     pub k: usize,
+    pub rescale: Option<ScriptRescale>,
 }
 
-/// A row with its cosine distance to the query.
+/// A row with its cosine distance to the query (for a row the request rescaled, 1 minus its
+/// rescaled similarity).
 #[derive(Debug, Clone)]
 pub struct Hit {
     pub record: MemoryRecord,
@@ -119,15 +123,26 @@ impl NearestVisible for LanceSearch {
     }
 }
 
+/// How many raw neighbours LanceDB returns for `k` when rows are rescaled after the search: the
+/// other script's best rows sit behind many of the query's own, and only the resident scan
+/// rescales every row (LanceDB answers while the snapshot loads, or beside its bounds).
+fn rescaled_pool(k: usize) -> usize {
+    (k * 8).max(k + 64)
+}
+
 impl LanceSearch {
     async fn search_once(&self, req: &SearchRequest) -> Result<Vec<Hit>, StoreError> {
+        let limit = match req.rescale {
+            Some(_) => rescaled_pool(req.k.max(1)),
+            None => req.k.max(1),
+        };
         let mut query = self
             .table
             .query()
             .nearest_to(req.vector.as_slice())?
             .distance_type(DistanceType::Cosine)
             .select(Select::columns(&RECORD_COLUMNS))
-            .limit(req.k.max(1));
+            .limit(limit);
         if self.is_indexed() && self.refine_factor > 0 {
             query = query.refine_factor(self.refine_factor);
         }
@@ -139,10 +154,12 @@ impl LanceSearch {
         let mut hits = Vec::with_capacity(req.k);
         for batch in &batches {
             for (record, d) in from_batch(batch).into_iter().zip(distances(batch)) {
-                hits.push(Hit {
-                    record,
-                    distance: d.unwrap_or(f32::MAX),
-                });
+                let distance = d.unwrap_or(f32::MAX);
+                let distance = match req.rescale {
+                    Some(r) => 1.0 - r.apply(Script::of(&record.content), 1.0 - distance),
+                    None => distance,
+                };
+                hits.push(Hit { record, distance });
             }
         }
         hits.sort_by(|a, b| a.distance.total_cmp(&b.distance));

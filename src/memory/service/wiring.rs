@@ -302,6 +302,8 @@ async fn measure_model(embedder: Arc<dyn Embedder>, into: Arc<std::sync::OnceLoc
                     latin_accuracy = c.latin.accuracy,
                     latin_similarity_cut = c.latin.similarity_cut(),
                     latin_vector_weight = c.latin.vector_weight(),
+                    cjk_to_latin_accuracy = c.cjk_to_latin.accuracy,
+                    latin_to_cjk_accuracy = c.latin_to_cjk.accuracy,
                     "embedding model calibrated"
                 );
                 let _ = into.set(c);

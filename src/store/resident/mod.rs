@@ -30,6 +30,7 @@ use super::filter::RowFilter;
 use super::fulltext::KeywordHit;
 use super::record::MemoryRecord;
 use super::schema::{COL_MEMORY_SCOPE, COL_SCOPE_SOURCE};
+use super::script::ScriptRescale;
 use super::search::Hit;
 use super::strengths::StrengthSet;
 use super::writer::{CommitObserver, FilledBlanks};
@@ -206,8 +207,14 @@ impl Snapshot {
 
     /// The `k` nearest admitted rows. Scores every admitted row from its int8 code, then
     /// re-ranks the best `candidates` from the f16 copies.
-    fn nearest(&self, vector: &[f32], rows: &RowFilter, k: usize) -> Vec<Hit> {
-        let q = Query::new(vector);
+    fn nearest(
+        &self,
+        vector: &[f32],
+        rows: &RowFilter,
+        k: usize,
+        rescale: Option<ScriptRescale>,
+    ) -> Vec<Hit> {
+        let q = Query::new(vector, rescale);
         // Enough int8 candidates that the exact re-rank sees every true top-k row even on
         // uniform random vectors, whose similarities crowd together (measured: ×4 kept 0.999).
         let candidates = (k * 10).max(k + 32);
@@ -403,12 +410,16 @@ impl ResidentVectors {
         vector: &[f32],
         rows: &RowFilter,
         k: usize,
+        rescale: Option<ScriptRescale>,
     ) -> Option<Vec<Hit>> {
         self.wanted.store(true, Ordering::Relaxed);
         if !self.catch_up(version) {
             return None;
         }
-        let hits = self.read().as_ref().map(|s| s.nearest(vector, rows, k))?;
+        let hits = self
+            .read()
+            .as_ref()
+            .map(|s| s.nearest(vector, rows, k, rescale))?;
         self.served.fetch_add(1, Ordering::Relaxed);
         Some(hits)
     }

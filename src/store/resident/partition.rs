@@ -6,6 +6,7 @@ use half::f16;
 
 use super::super::filter::RowFilter;
 use super::super::record::MemoryRecord;
+use super::super::script::{Script, ScriptRescale};
 
 /// Rows of one `memory_scope` value (or of the NULL scope).
 #[derive(Default)]
@@ -16,6 +17,8 @@ pub struct Partition {
     expires: Vec<Option<i64>>,
     /// Rows that moved to another partition (a backfilled scope) since the load: skipped.
     moved: Vec<bool>,
+    /// Each row's script, for a search that rescales the query's other script.
+    scripts: Vec<Script>,
     /// Unit vector × 127 / its largest component, rounded: row i is `codes[i*dim..][..dim]`.
     codes: Vec<i8>,
     /// What one code unit is worth in row i (its largest component / 127).
@@ -33,18 +36,33 @@ pub struct Scored {
     pub row: usize,
 }
 
-/// The query, normalised and quantised once per search.
+/// The query, normalised and quantised once per search, with how it rescales the other script.
 pub struct Query {
     codes: Vec<i8>,
     scale: f32,
     unit: Vec<f32>,
+    rescale: Option<ScriptRescale>,
 }
 
 impl Query {
-    pub fn new(vector: &[f32]) -> Query {
+    pub fn new(vector: &[f32], rescale: Option<ScriptRescale>) -> Query {
         let unit = normalised(vector);
         let (codes, scale) = quantise(&unit);
-        Query { codes, scale, unit }
+        Query {
+            codes,
+            scale,
+            unit,
+            rescale,
+        }
+    }
+
+    /// A row's similarity on the query's scale.
+    #[inline(always)]
+    fn scaled(&self, script: Script, similarity: f32) -> f32 {
+        match &self.rescale {
+            Some(r) => r.apply(script, similarity),
+            None => similarity,
+        }
     }
 }
 
@@ -69,6 +87,7 @@ impl Partition {
             + self.scales.capacity() * 4
             + self.expires.capacity() * std::mem::size_of::<Option<i64>>()
             + self.moved.capacity()
+            + self.scripts.capacity()
     }
 
     /// Add a row. A vector of another dimension is refused by the caller (the table's schema
@@ -83,6 +102,7 @@ impl Partition {
         self.expires
             .push(record.expires_at.map(|t| t.timestamp_micros()));
         self.moved.push(false);
+        self.scripts.push(Script::of(&record.content));
         self.record_bytes += record_bytes(&record);
         self.records.push(record);
         self.codes.extend_from_slice(&codes);
@@ -118,17 +138,19 @@ impl Partition {
             }
             let dot = dot_i8(&q.codes, code) as f32;
             top.offer(Scored {
-                similarity: dot * q.scale * self.scales[row],
+                similarity: q.scaled(self.scripts[row], dot * q.scale * self.scales[row]),
                 partition,
                 row,
             });
         }
     }
 
-    /// The similarity of one row from its f16 copy (error ~1e-4, far below the int8 scan's).
+    /// The similarity of one row from its f16 copy (error ~1e-4, far below the int8 scan's),
+    /// on the query's scale.
     pub fn exact(&self, q: &Query, row: usize) -> f32 {
         let v = &self.fine[row * self.dim..(row + 1) * self.dim];
-        v.iter().zip(&q.unit).map(|(a, b)| a.to_f32() * b).sum()
+        let similarity = v.iter().zip(&q.unit).map(|(a, b)| a.to_f32() * b).sum();
+        q.scaled(self.scripts[row], similarity)
     }
 
     /// Whether row `row` is alive for the filter (still here, not expired at its time).
@@ -295,7 +317,7 @@ mod tests {
         p.push(record("a"), &[1.0, 0.0, 0.0, 0.0]);
         p.push(record("b"), &[0.0, 2.0, 0.0, 0.0]);
         p.push(record("c"), &[1.0, 1.0, 0.0, 0.0]);
-        let q = Query::new(&[3.0, 0.1, 0.0, 0.0]);
+        let q = Query::new(&[3.0, 0.1, 0.0, 0.0], None);
         let mut top = TopN::new(2);
         p.scan(0, &q, &all(), &mut top);
         let best = top.into_sorted();
@@ -304,6 +326,42 @@ mod tests {
         assert_eq!(p.record(best[1].row).id, "c");
         let exact = 3.0 / (9.01f32).sqrt();
         assert!((p.exact(&q, best[0].row) - exact).abs() < 1e-3);
+    }
+
+    #[test]
+    fn a_rescaled_script_is_scored_on_the_querys_scale_in_the_scan_and_the_re_rank() {
+        let mut p = Partition::new(2);
+        let mut chinese = record("zh");
+        chinese.content = "妈妈身高160，衣服一般穿M".into();
+        let mut english = record("en");
+        english.content = "Mom's new glasses: left eye -4.25".into();
+        // Raw: the Chinese row is nearer (0.9 against 0.8).
+        p.push(chinese, &[0.9, (1.0f32 - 0.81).sqrt()]);
+        p.push(english, &[0.8, 0.6]);
+        let rank = |q: &Query| {
+            let mut top = TopN::new(2);
+            p.scan(0, q, &all(), &mut top);
+            top.into_sorted()
+                .iter()
+                .map(|s| (p.record(s.row).id.clone(), p.exact(q, s.row)))
+                .collect::<Vec<_>>()
+        };
+        let raw = rank(&Query::new(&[1.0, 0.0], None));
+        assert_eq!(raw[0].0, "zh");
+        let lifted = rank(&Query::new(
+            &[1.0, 0.0],
+            Some(ScriptRescale {
+                script: Script::Latin,
+                mul: 1.0,
+                add: 0.2,
+            }),
+        ));
+        assert_eq!(lifted[0].0, "en");
+        assert!((lifted[0].1 - 1.0).abs() < 1e-2, "{lifted:?}");
+        assert!(
+            (lifted[1].1 - 0.9).abs() < 1e-2,
+            "the Chinese row keeps its similarity"
+        );
     }
 
     #[test]
@@ -318,7 +376,7 @@ mod tests {
             alive_at: Some(chrono::Utc::now()),
         };
         let mut top = TopN::new(5);
-        p.scan(0, &Query::new(&[1.0, 0.0]), &rows, &mut top);
+        p.scan(0, &Query::new(&[1.0, 0.0], None), &rows, &mut top);
         let ids: Vec<_> = top
             .into_sorted()
             .iter()
@@ -340,6 +398,7 @@ mod tests {
             &(0..384)
                 .map(|d| ((d * 13 % 97) as f32) - 48.0)
                 .collect::<Vec<_>>(),
+            None,
         );
         let (mut a, mut b) = (TopN::new(10), TopN::new(10));
         p.scan(0, &q, &all(), &mut a);

@@ -60,7 +60,10 @@ impl ResidentSearch {
     async fn search(&self, req: &SearchRequest) -> Result<Vec<Hit>, StoreError> {
         let k = req.k.max(1);
         let hits = self
-            .answer_from_memory(|version| self.resident.nearest(version, &req.vector, &req.rows, k))
+            .answer_from_memory(|version| {
+                self.resident
+                    .nearest(version, &req.vector, &req.rows, k, req.rescale)
+            })
             .await?;
         if let Some(hits) = hits {
             return Ok(hits);
