@@ -338,6 +338,7 @@ async fn versions_past_the_count_limit_are_pruned_to_half_and_the_disk_shrinks()
     let unlimited = VersionLimits {
         max_age: Duration::from_secs(3600),
         max_count: 0,
+        max_old_bytes_factor: 0.0,
         reader_grace: Duration::ZERO,
     };
     let (next, report) = prune_to_count(store.table(), &unlimited).await.unwrap();
@@ -383,6 +384,7 @@ async fn the_pruner_keeps_the_version_count_bounded() {
     store.start_pruner(VersionLimits {
         max_age: Duration::from_secs(3600),
         max_count: 16,
+        max_old_bytes_factor: 0.0,
         reader_grace: VersionLimits::grace_for(Duration::from_millis(500)),
     });
     for i in 0..48 {
@@ -402,6 +404,80 @@ async fn the_pruner_keeps_the_version_count_bounded() {
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     assert_eq!(store.count(None).await.unwrap(), 48);
+    store.shutdown().await;
+}
+
+/// `storage.keep_bytes_factor`: compacting a burst of small appends leaves the files it
+/// rewrote to the older versions, as much again as the live table, and fewer versions than
+/// any count limit. The pruner measures the bytes, removes every version past the reader grace
+/// once the old ones hold more than the share, and no row is lost.
+#[tokio::test]
+async fn old_versions_past_the_bytes_share_are_pruned_and_the_rows_stay() {
+    use scopemem::store::maintenance::pruning::{table_bytes, VersionLimits, MIN_OLD_BYTES};
+    use std::time::{Duration, Instant};
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path()).await;
+    // Text that does not compress, so the files are as large as the rows.
+    let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+    let mut text = |len: usize| -> String {
+        (0..len)
+            .map(|_| {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                char::from(
+                    b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 ."
+                        [(seed % 64) as usize],
+                )
+            })
+            .collect()
+    };
+    for commit in 0..30 {
+        let rows = (0..200)
+            .map(|i| {
+                let (mut record, vector) = row(commit * 200 + i, "public");
+                record.content = text(3000);
+                (record, vector)
+            })
+            .collect();
+        store.append(rows).await.unwrap();
+    }
+    store.writer().maintain_with(true).await.unwrap();
+    let before = table_bytes(store.table()).await.unwrap();
+    assert!(
+        before.old() > MIN_OLD_BYTES && before.old() as f64 > 0.5 * before.live as f64,
+        "the compaction left its inputs to older versions: {before:?}"
+    );
+    assert!(before.live > 0 && before.total >= before.live, "{before:?}");
+    let versions = store.version_count().await.unwrap();
+    // Only the bytes limit can act: no count limit, an hour of age.
+    let grace = Duration::from_secs(1);
+    tokio::time::sleep(grace).await;
+    store
+        .maintainer()
+        .store(true, std::sync::atomic::Ordering::Release);
+    store.start_pruner(VersionLimits {
+        max_age: Duration::from_secs(3600),
+        max_count: 0,
+        max_old_bytes_factor: 0.5,
+        reader_grace: grace,
+    });
+    let started = Instant::now();
+    let after = loop {
+        let b = table_bytes(store.table()).await.unwrap();
+        if b.old() as f64 <= 0.5 * b.live as f64 {
+            break b;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "old bytes still past the share after 30 s: {b:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    assert!(store.version_count().await.unwrap() < versions);
+    assert_eq!(after.live, before.live, "the live table is untouched");
+    assert!(store.disk_bytes().await < before.total);
+    assert_eq!(store.count(None).await.unwrap(), 6000, "no row lost");
     store.shutdown().await;
 }
 

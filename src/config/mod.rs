@@ -229,6 +229,9 @@ pub struct StorageConfig {
     /// Most table versions kept (older ones pruned sooner than `keep_versions_minutes` when a
     /// burst of writes makes more); 0: no count limit.
     pub keep_versions_max: usize,
+    /// Most bytes older versions may hold, as a share of what the latest version references;
+    /// past it every version older than the reader grace is pruned. 0: no bytes limit.
+    pub keep_bytes_factor: f64,
     /// How stale a read may be with respect to other processes' commits (0: always checked).
     pub read_consistency_ms: u64,
     /// What an acknowledged write survives.
@@ -604,6 +607,7 @@ impl Config {
                 metadata_cache_mb: storage.count("metadata_cache_mb", 1)?,
                 index_threshold_rows: storage.count("index_threshold_rows", 0)?,
                 keep_versions_max: storage.count("keep_versions_max", 0)?,
+                keep_bytes_factor: storage.float("keep_bytes_factor", 0.0, 1000.0)? as f64,
                 keep_versions_minutes: storage.float("keep_versions_minutes", 0.0, 525_600.0)?
                     as f64,
                 read_consistency_ms: storage.count("read_consistency_ms", 0)?,

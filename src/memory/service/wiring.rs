@@ -153,6 +153,7 @@ impl MemoryService {
                 keep_versions: VersionLimits {
                     max_age: config.storage.keep_versions(),
                     max_count: config.storage.keep_versions_max,
+                    max_old_bytes_factor: config.storage.keep_bytes_factor,
                     reader_grace: VersionLimits::grace_for(config.storage.read_consistency()),
                 },
                 index_check: config

@@ -13,14 +13,20 @@
 //! references, so an hour of them filled gigabytes. Past the count, [`prune_to_count`] removes
 //! the oldest down to half of it, but never a version younger than the reader grace (twice
 //! `read_consistency_ms`, at least 10 s): another process may have opened it and still read it.
+//! And by bytes (`storage.keep_bytes_factor`): compactions and index refreshes during a burst
+//! leave rewritten files behind, so a few hundred versions can hold more than the live table;
+//! when the files only older versions hold pass that share of the live bytes
+//! ([`table_bytes`]), every version past the reader grace goes ([`prune_to_grace`]).
 //!
 //! Pruning commits nothing, so it runs beside the writer; files a concurrent write has not
 //! committed yet are younger than Lance's unverified-file threshold and are left alone.
 
+use std::collections::HashSet;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures::TryStreamExt;
 use lance::dataset::cleanup::CleanupPolicy;
 use lancedb::table::{CompactionOptions, OptimizeAction};
 use lancedb::Table;
@@ -109,7 +115,11 @@ pub struct VersionLimits {
     /// Past this many versions the oldest are removed down to half of it
     /// (`storage.keep_versions_max`; 0: no count limit).
     pub max_count: usize,
-    /// No version younger than this is removed for count.
+    /// When the files only older versions reference take more than this share of what the
+    /// latest version references, every version past the reader grace is removed
+    /// (`storage.keep_bytes_factor`; 0: no bytes limit).
+    pub max_old_bytes_factor: f64,
+    /// No version younger than this is removed for count or bytes.
     pub reader_grace: Duration,
 }
 
@@ -168,6 +178,176 @@ pub async fn prune_to_count(
     Ok((Some(room(left)), report))
 }
 
+/// What a table keeps in storage: every object under its directory, and the part its latest
+/// version references (data and deletion files, index directories, its manifest). The rest is
+/// what older versions hold, plus files of commits in flight or abandoned.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct TableBytes {
+    pub total: u64,
+    pub live: u64,
+}
+
+impl TableBytes {
+    /// Bytes the latest version does not reference.
+    pub fn old(&self) -> u64 {
+        self.total.saturating_sub(self.live)
+    }
+}
+
+/// Measure [`TableBytes`] by listing the table's objects (local or in an object store) against
+/// the latest manifest.
+pub async fn table_bytes(table: &Table) -> Result<TableBytes, StoreError> {
+    let Some(wrapper) = table.dataset() else {
+        return Ok(TableBytes::default());
+    };
+    let dataset = wrapper.get().await?.clone();
+    let live = referenced_by_latest(&dataset).await?;
+    let store = dataset.object_store(None).await?;
+    let data_dir = dataset.data_dir();
+    let data_dir = data_dir.as_ref();
+    let Some(base) = data_dir.strip_suffix("data") else {
+        return Err(StoreError::Schema(format!(
+            "unexpected data directory {data_dir}"
+        )));
+    };
+    let base = base.trim_end_matches('/').to_string();
+    let mut bytes = TableBytes::default();
+    let mut listing = store.read_dir_all(&object_store::path::Path::from(base.as_str()), None);
+    while let Some(meta) = listing.try_next().await? {
+        bytes.total += meta.size;
+        let path = meta.location.as_ref();
+        let relative = path
+            .strip_prefix(base.as_str())
+            .map_or(path, |p| p.trim_start_matches('/'));
+        if live.holds(relative) {
+            bytes.live += meta.size;
+        }
+    }
+    Ok(bytes)
+}
+
+/// The paths (relative to the table) the latest version references.
+struct Referenced {
+    files: HashSet<String>,
+    index_dirs: Vec<String>,
+}
+
+impl Referenced {
+    fn holds(&self, relative: &str) -> bool {
+        self.files.contains(relative) || self.index_dirs.iter().any(|d| relative.starts_with(d))
+    }
+}
+
+async fn referenced_by_latest(dataset: &lance::Dataset) -> Result<Referenced, StoreError> {
+    use lance::index::DatasetIndexExt;
+    let mut files = HashSet::new();
+    for fragment in dataset.get_fragments() {
+        let meta = fragment.metadata();
+        for file in &meta.files {
+            files.insert(format!("data/{}", file.path));
+        }
+        if let Some(deletion) = &meta.deletion_file {
+            files.insert(lance_table::io::deletion::relative_deletion_file_path(
+                meta.id, deletion,
+            ));
+        }
+    }
+    if let Some(name) = dataset.manifest_location().path.filename() {
+        files.insert(format!("_versions/{name}"));
+    }
+    let index_dirs = dataset
+        .load_indices()
+        .await?
+        .iter()
+        .map(|i| format!("_indices/{}/", i.uuid))
+        .collect();
+    Ok(Referenced { files, index_dirs })
+}
+
+/// Remove every version older than the reader grace (the latest is always kept).
+pub async fn prune_to_grace(
+    table: &Table,
+    reader_grace: Duration,
+) -> Result<PruneReport, StoreError> {
+    let Some(wrapper) = table.dataset() else {
+        return Ok(PruneReport::default());
+    };
+    let grace = chrono::Duration::from_std(reader_grace)
+        .map_err(|e| StoreError::Schema(format!("reader grace out of range: {e}")))?;
+    let dataset = wrapper.get().await?.clone();
+    let policy = CleanupPolicy {
+        before_version: Some(dataset.version().version),
+        before_timestamp: Some(chrono::Utc::now() - grace),
+        // As in `prune_versions`: another process may be writing unreferenced files now.
+        delete_unverified: false,
+        error_if_tagged_old_versions: false,
+        ..CleanupPolicy::default()
+    };
+    let stats = dataset.cleanup_with_policy(policy).await?;
+    Ok(PruneReport {
+        versions_removed: stats.old_versions,
+        bytes_removed: stats.bytes_removed,
+    })
+}
+
+/// Old bytes below this never trigger a prune for bytes: a small table's few old versions are
+/// not worth a listing of its directory.
+pub const MIN_OLD_BYTES: u64 = 8 << 20;
+
+/// How often the pruner measures the bytes, when the table has changed since the last look.
+const BYTES_CHECK: Duration = Duration::from_secs(10);
+
+/// The bytes part of the pruner: measures when the table moved, prunes to the reader grace
+/// when older versions hold more than `factor` × the live bytes beyond what the last prune
+/// could not remove (files of commits in flight, kept a week by Lance), so an unremovable
+/// remainder does not make it prune on every look.
+#[derive(Debug, Default)]
+struct BytesBound {
+    factor: f64,
+    checked_version: u64,
+    checked_at: Option<Instant>,
+    /// Old bytes left right after the last prune for bytes.
+    residue: u64,
+}
+
+impl BytesBound {
+    /// Whether the old bytes are past the bound.
+    fn exceeded(&self, bytes: &TableBytes) -> bool {
+        let old = bytes.old().saturating_sub(self.residue);
+        old > MIN_OLD_BYTES && old as f64 > self.factor * bytes.live as f64
+    }
+
+    async fn tick(&mut self, table: &Table, reader_grace: Duration, started: Instant) {
+        if self.factor <= 0.0 || self.checked_at.is_some_and(|t| t.elapsed() < BYTES_CHECK) {
+            return;
+        }
+        let version = table.version().await.unwrap_or(0);
+        if version == self.checked_version {
+            return;
+        }
+        self.checked_version = version;
+        self.checked_at = Some(Instant::now());
+        let bytes = match table_bytes(table).await {
+            Ok(b) => b,
+            Err(e) => return log_prune("bytes", started, Err(e)),
+        };
+        if !self.exceeded(&bytes) {
+            return;
+        }
+        let result = prune_to_grace(table, reader_grace).await;
+        if let Ok(after) = table_bytes(table).await {
+            self.residue = after.old();
+            tracing::debug!(
+                live = after.live,
+                old = after.old(),
+                before_old = bytes.old(),
+                "table bytes after a prune for bytes"
+            );
+        }
+        log_prune("bytes", started, result);
+    }
+}
+
 /// The routine pruner, while this process holds the maintenance lease and until `stop` is
 /// notified: removes versions older than `limits.max_age` every [`prune_interval`], and
 /// checks the count every [`COUNT_CHECK`]. Failures are logged and retried at the next tick.
@@ -178,14 +358,20 @@ pub async fn run_pruner(
     stop: Arc<Notify>,
 ) {
     let by_age = prune_interval(limits.max_age);
-    let every = if limits.max_count > 0 {
-        by_age.min(COUNT_CHECK)
-    } else {
-        by_age
-    };
+    let mut every = by_age;
+    if limits.max_count > 0 {
+        every = every.min(COUNT_CHECK);
+    }
+    if limits.max_old_bytes_factor > 0.0 {
+        every = every.min(BYTES_CHECK);
+    }
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut aged_at = Instant::now();
+    let mut bytes = BytesBound {
+        factor: limits.max_old_bytes_factor,
+        ..BytesBound::default()
+    };
     // The count cannot pass the limit before the latest version reaches this.
     let mut list_at: u64 = 0;
     loop {
@@ -202,6 +388,7 @@ pub async fn run_pruner(
             list_at = 0;
             log_prune("age", started, prune_versions(&table, limits.max_age).await);
         }
+        bytes.tick(&table, limits.reader_grace, started).await;
         if limits.max_count == 0 || table.version().await.unwrap_or(u64::MAX) < list_at {
             continue;
         }
@@ -234,6 +421,34 @@ fn log_prune(reason: &'static str, started: Instant, result: Result<PruneReport,
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_bytes_bound_counts_old_bytes_beyond_what_a_prune_could_not_remove() {
+        let mb = 1u64 << 20;
+        let mut bound = BytesBound {
+            factor: 0.5,
+            ..BytesBound::default()
+        };
+        let bytes = |live: u64, old: u64| TableBytes {
+            total: (live + old) * mb,
+            live: live * mb,
+        };
+        assert!(!bound.exceeded(&bytes(100, 50)), "at the share");
+        assert!(bound.exceeded(&bytes(100, 51)));
+        assert!(
+            !bound.exceeded(&bytes(4, 7)),
+            "too small to be worth a prune"
+        );
+        // 30 MB a prune could not remove (commits in flight) does not count.
+        bound.residue = 30 * mb;
+        assert!(!bound.exceeded(&bytes(100, 75)));
+        assert!(bound.exceeded(&bytes(100, 81)));
+        bound.factor = 0.0;
+        assert!(
+            bound.exceeded(&bytes(100, 81)),
+            "exceeded() is only asked when on"
+        );
+    }
 
     #[test]
     fn interval_is_a_quarter_of_retention_within_bounds() {
