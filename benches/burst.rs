@@ -15,7 +15,9 @@
 //! LanceDB. The client shares the machine with the server, as it does in the issue's figures.
 //!
 //! SCOPEMEM_BURST_STORAGE takes a JSON object merged into the config's `storage` section (for
-//! example `{"commit_linger_ms": 0, "keep_versions_max": 0}`, the settings before issue 24).
+//! example `{"commit_linger_ms": 0, "keep_versions_max": 0}`, the settings before issue 24);
+//! SCOPEMEM_BURST_CONFIG takes `{"section": {"key": value}}` for any other section (for
+//! example `{"recall": {"resident_max_rows": 0}}`, to see what the resident copy costs).
 //!
 //! Run with `make bench-burst` (release; SCOPEMEM_BENCH_PROFILE=dev for a debug build, whose
 //! figures are not production figures). Not part of `make test`.
@@ -168,6 +170,18 @@ async fn run(
             cfg["storage"][k] = v.clone();
         }
         println!("storage settings: {extra}");
+    }
+    if let Ok(extra) = std::env::var("SCOPEMEM_BURST_CONFIG") {
+        let extra: Value = serde_json::from_str(&extra).expect("SCOPEMEM_BURST_CONFIG is JSON");
+        for (section, keys) in extra
+            .as_object()
+            .expect("SCOPEMEM_BURST_CONFIG is an object")
+        {
+            for (k, v) in keys.as_object().expect("each section is an object") {
+                cfg[section][k] = v.clone();
+            }
+        }
+        println!("config settings: {extra}");
     }
     let (serve, base) = start_serve(client, dir, cfg)
         .await
