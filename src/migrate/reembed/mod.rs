@@ -22,8 +22,10 @@
 //!
 //! **Who runs it.** Only the maintenance-lease holder (like the backfill), in batches of
 //! `migration.reembed_batch_size`, paced by `backfill.pacing` against the foreground latency
-//! ([`super::pacing`]). A pass streams the rows left, embeds them as passages, stages each
-//! batch through the single writer. When a pass ends, the switch.
+//! ([`super::pacing`]). A pass streams the rows left, embeds them as passages, and stages each
+//! batch through the single writer while the next one embeds (the stage is a join over the
+//! whole table, ~2 s per batch at 100k rows, which the provider need not wait for). When a
+//! pass ends, its last batch is staged, then the switch.
 //!
 //! **The switch is one commit.** It first rewrites every fragment holding deleted rows (a row
 //! staged or erased during the re-embed stays in its old fragment, deleted, with a NULL
@@ -295,7 +297,8 @@ impl ReembedHandle {
             .spawn_if_idle(async move { this.follow(search).await });
     }
 
-    /// Stop after the current batch (its commit is kept), and wait.
+    /// Stop at the next batch boundary and wait: staged batches are kept; one embedded but
+    /// not yet staged is embedded again by the next run.
     pub async fn stop(&self) {
         let _ = self.cancel.send(true);
         self.task.join().await;
