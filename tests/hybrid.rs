@@ -427,3 +427,22 @@ async fn bad_search_values_are_refused_and_stop_words_find_nothing() {
     assert!(bad.is_err());
     host.shutdown().await;
 }
+
+/// The keyword index matches single characters (n-grams of 1-3), so BM25 finds a memory that
+/// shares one character with a chat line; such a hit is not recalled. A shared word (two
+/// characters of a Chinese run, a Latin word) is, and a lone character asked alone is too.
+#[tokio::test]
+async fn a_keyword_hit_sharing_only_a_character_is_not_recalled() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = host(config(dir.path(), family_map())).await;
+    remember(&host, FAMILY, "妈妈对青霉素过敏").await;
+    remember(&host, FAMILY, "爸爸的降压药放在抽屉里").await;
+    // 妈 and 药 alone are shared, no two characters in a row.
+    let r = recall_with(&host, FAMILY, "他妈的今天好累，吃什么药都没用", "keyword").await;
+    assert!(contents(&r).is_empty(), "{r}");
+    let r = recall_with(&host, FAMILY, "妈妈过敏吗", "keyword").await;
+    assert_eq!(contents(&r), ["妈妈对青霉素过敏"], "{r}");
+    let r = recall_with(&host, FAMILY, "药", "keyword").await;
+    assert_eq!(contents(&r), ["爸爸的降压药放在抽屉里"], "{r}");
+    host.shutdown().await;
+}

@@ -417,7 +417,9 @@ async fn old_versions_past_the_bytes_share_are_pruned_and_the_rows_stay() {
     use std::time::{Duration, Instant};
     let dir = tempfile::tempdir().unwrap();
     let store = open(dir.path()).await;
-    // Text that does not compress, so the files are as large as the rows.
+    // Text that does not compress, so the files are as large as the rows. It goes in
+    // `reasoning`, which no index holds: the rows' data files are what the test weighs, not
+    // a full-text index of random letters (three grams a letter, nearly all distinct).
     let mut seed = 0x9E37_79B9_7F4A_7C15u64;
     let mut text = |len: usize| -> String {
         (0..len)
@@ -436,7 +438,7 @@ async fn old_versions_past_the_bytes_share_are_pruned_and_the_rows_stay() {
         let rows = (0..200)
             .map(|i| {
                 let (mut record, vector) = row(commit * 200 + i, "public");
-                record.content = text(3000);
+                record.reasoning = Some(text(3000));
                 (record, vector)
             })
             .collect();
@@ -539,4 +541,81 @@ async fn lingering_under_load_makes_fewer_larger_commits_and_never_delays_a_lone
         store.append(vec![row(i, "public")]).await.unwrap();
         assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
     }
+}
+
+/// A table whose full-text indexes were built with other analyzer parameters (an older build's
+/// word segmenter) gets them rebuilt with the current ones: Lance analyzes a query with its
+/// index's parameters, so an index left as it was would keep answering the old way. Once
+/// rebuilt, the table records the parameters and the next check builds nothing.
+#[tokio::test]
+async fn a_fulltext_index_built_with_other_parameters_is_rebuilt() {
+    use lancedb::index::scalar::FtsIndexBuilder;
+    use lancedb::index::{Index, IndexType};
+    use scopemem::store::fulltext::FULLTEXT_COLUMNS;
+    use scopemem::store::maintenance::indexes::{
+        ensure_fulltext_indexes, recorded_fulltext_params,
+    };
+    use scopemem::store::schema::META_FULLTEXT_PARAMS;
+    use scopemem::store::{FulltextSearch, KeywordRequest, RowFilter};
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path()).await;
+    let table = store.table();
+    let mut rows = Vec::new();
+    for (i, text) in ["外婆喜欢兰花", "爸爸周末去钓鱼"].into_iter().enumerate() {
+        let (mut record, vector) = row(i, "public");
+        record.content = text.into();
+        rows.push((record, vector));
+    }
+    store.append(rows).await.unwrap();
+    // What an older build left: ICU word segmentation, and its parameters recorded.
+    let icu = FtsIndexBuilder::default().base_tokenizer("icu".into());
+    for column in FULLTEXT_COLUMNS {
+        table
+            .create_index(&[column], Index::FTS(icu.clone()))
+            .replace(true)
+            .execute()
+            .await
+            .unwrap();
+    }
+    let old = icu.to_training_json().unwrap().to_string();
+    table
+        .as_native()
+        .unwrap()
+        .update_config([(META_FULLTEXT_PARAMS.to_string(), old.clone())])
+        .await
+        .unwrap();
+    let search = FulltextSearch::new(table.clone());
+    let orchid = KeywordRequest {
+        text: "兰".into(),
+        rows: RowFilter::ALL,
+        k: 10,
+    };
+    // ICU holds 兰花 as one word: one character of it matches nothing.
+    assert!(search.matching(&orchid).await.unwrap().is_empty());
+
+    ensure_fulltext_indexes(table).await.unwrap();
+    let hits = search.matching(&orchid).await.unwrap();
+    let found: Vec<&str> = hits.iter().map(|h| h.record.content.as_str()).collect();
+    assert_eq!(found, ["外婆喜欢兰花"]);
+    let recorded = recorded_fulltext_params(table).await.unwrap().unwrap();
+    assert_ne!(recorded, old);
+    assert!(recorded.contains("ngram"), "{recorded}");
+
+    let uuids = || async {
+        let mut u: Vec<Option<String>> = table
+            .list_indices()
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|i| i.index_type == IndexType::FTS)
+            .map(|i| i.index_uuid)
+            .collect();
+        u.sort();
+        u
+    };
+    let built = uuids().await;
+    assert_eq!(built.len(), FULLTEXT_COLUMNS.len());
+    ensure_fulltext_indexes(table).await.unwrap();
+    assert_eq!(uuids().await, built, "current parameters: nothing rebuilt");
+    store.shutdown().await;
 }

@@ -11,8 +11,9 @@
 //! weights, k = 60) ranked below its own better list with both models on the quality bench:
 //! its flat head let a look-alike that one list liked outvote the other list's clear first.
 //!
-//! Each list has its own floor (the similarity cut for vectors, [`KEYWORD_MIN_SHARE`] of the
-//! best BM25 score for keywords) and neither drops what the other found: a memory only the
+//! Each list has its own floor (the similarity cut for vectors; for keywords, a term of the
+//! question in the row, see `store::shared_terms`, and [`KEYWORD_MIN_SHARE`] of the best BM25
+//! score) and neither drops what the other found: a memory only the
 //! keywords find keeps its place (dropping those is mem0 #5742). Both searches run under the
 //! same filter: the admitted scopes scanned in the resident copy, or the predicate as a
 //! prefilter inside LanceDB (full-text search that ignores the scope is Graphiti #810).
@@ -31,6 +32,7 @@ use std::collections::HashMap;
 use crate::config::SearchKind;
 use crate::embed::calibration::ScriptFit;
 use crate::embed::{Embedder, QueryCache};
+use crate::store::shared_terms::QueryTerms;
 use crate::store::{
     KeywordMatching, KeywordRequest, MemoryRecord, NearestVisible, RowFilter, ScriptRescale,
     SearchRequest,
@@ -154,16 +156,21 @@ impl Searchers<'_> {
             .collect())
     }
 
-    /// BM25 hits at or above [`KEYWORD_MIN_SHARE`] of the best, relevance = share of the best.
+    /// BM25 hits that hold a term of the question ([`QueryTerms`]: more than a shared
+    /// letter), at or above [`KEYWORD_MIN_SHARE`] of the best; relevance = share of the best.
     async fn by_keyword(&self, q: &CandidateQuery<'_>) -> Result<Vec<Candidate>, MemoryError> {
-        let hits = self
+        let terms = QueryTerms::of(q.text);
+        let hits: Vec<_> = self
             .keywords
             .matching(&KeywordRequest {
                 text: q.text.to_string(),
                 rows: q.rows.clone(),
                 k: q.k,
             })
-            .await?;
+            .await?
+            .into_iter()
+            .filter(|h| terms.found_in(&h.record))
+            .collect();
         let best = hits.first().map_or(0.0, |h| h.score);
         Ok(hits
             .into_iter()

@@ -1,11 +1,22 @@
 //! Full-text (BM25) search over `content` and `tags`, under the same prefilter as the vector
 //! search: names, room numbers and order codes are where embeddings alone miss.
 //!
-//! The tokenizer is Lance's `icu` word segmenter. Its dictionary segmentation splits Chinese,
-//! which has no spaces, into words, and other scripts at word boundaries; the dictionary is
-//! compiled into the binary (icu_segmenter's data, from crates.io), so nothing is downloaded or
-//! loaded at run time. Lower-casing, ASCII folding, English stemming and stop-word removal keep
-//! `ZX-99812` / `zx 99812` and `named` / `name` together and drop the words every memory has.
+//! The analyzer is Lance's character n-gram tokenizer, 1 to 3 characters, lower-cased and
+//! ASCII-folded. Chinese has no spaces; n-grams need no dictionary, so a name or term that a
+//! word segmenter lacks, or cuts one way in the question and another in the memory, still
+//! shares its grams. `make bench-quality` scored each analyzer with the same BM25 on its EN/ZH
+//! set (hit@1 / hit@5 / MRR@5):
+//!
+//! | analyzer | hit@1 | hit@5 | MRR@5 |
+//! |---|---|---|---|
+//! | ICU word segmentation (the analyzer before this one) | 0.25 | 0.43 | 0.32 |
+//! | jieba | 0.28 | 0.43 | 0.34 |
+//! | n-grams 1-2 | 0.30 | 0.48 | 0.38 |
+//! | n-grams 2-2 | 0.29 | 0.42 | 0.34 |
+//! | n-grams 1-3 (this one; 1-4 is no better) | 0.31 | 0.48 | 0.38 |
+//!
+//! English stemming and stop words change nothing on n-grams, so they are off. The price is a
+//! larger index: a row has about three terms per character.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -22,15 +33,18 @@ use super::StoreError;
 /// The columns with a full-text index; a query matches any of them.
 pub const FULLTEXT_COLUMNS: [&str; 2] = [COL_CONTENT, COL_TAGS];
 
-/// The index parameters. Changing them changes what a query matches: an index built with other
-/// parameters is rebuilt by `maintenance::indexes::ensure_fulltext_indexes` only when missing, so keep them stable.
+/// The index parameters, which the resident copy's analyzer uses too. The table records them;
+/// `maintenance::indexes::ensure_fulltext_indexes` rebuilds an index built with others, since
+/// Lance analyzes a query with its index's parameters.
 pub fn fulltext_params() -> FtsIndexBuilder {
     FtsIndexBuilder::default()
-        .base_tokenizer("icu".to_string())
+        .base_tokenizer("ngram".to_string())
+        .ngram_min_length(1)
+        .ngram_max_length(3)
         .lower_case(true)
         .ascii_folding(true)
-        .stem(true)
-        .remove_stop_words(true)
+        .stem(false)
+        .remove_stop_words(false)
         // Positions serve phrase queries, which recall does not run; they double the index.
         .with_position(false)
 }

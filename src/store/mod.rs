@@ -21,6 +21,7 @@ pub mod schema;
 pub mod scope_counts;
 pub mod script;
 pub mod search;
+pub mod shared_terms;
 pub mod strengths;
 pub mod writer;
 

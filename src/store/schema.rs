@@ -15,6 +15,9 @@ pub const META_MODEL_ID: &str = "scopemem.embedding_model";
 pub const META_DIMENSION: &str = "scopemem.embedding_dim";
 /// Table config: the model a re-embed is under way to (informational; the schema decides).
 pub const META_REEMBED_TARGET: &str = "scopemem.reembed_target";
+/// Table config: the parameters (Lance's JSON) the full-text indexes were built with. An index
+/// built with others is rebuilt, since the query is analyzed with the index's own parameters.
+pub const META_FULLTEXT_PARAMS: &str = "scopemem.fulltext_params";
 /// Field metadata on a vector column: the model that made its vectors. It travels with the
 /// column through the re-embed's switch, so the schema alone says which model `vector` holds.
 pub const FIELD_MODEL: &str = "scopemem.embedding_model";

@@ -19,7 +19,9 @@ use lancedb::{DistanceType, Table};
 
 use crate::store::commit::{retry, WriterCounters, WriterSettings};
 use crate::store::fulltext::{fulltext_params, has_fulltext, FULLTEXT_COLUMNS};
-use crate::store::schema::{COL_EXPIRES_AT, COL_ID, COL_MEMORY_SCOPE, COL_VECTOR, COL_VECTOR_NEXT};
+use crate::store::schema::{
+    COL_EXPIRES_AT, COL_ID, COL_MEMORY_SCOPE, COL_VECTOR, COL_VECTOR_NEXT, META_FULLTEXT_PARAMS,
+};
 use crate::store::search::{has_vector_index, LanceSearch};
 use crate::store::StoreError;
 
@@ -152,22 +154,74 @@ pub(crate) async fn ensure_scalar_indexes(table: &Table) -> Result<(), StoreErro
     ensure_fulltext_indexes(table).await
 }
 
-/// Create the full-text index of each column that lacks one. Rows appended later are searched
-/// without the index (Lance tokenizes them at query time) until maintenance folds them in.
+/// Create the full-text index of each column that lacks one, and rebuild both when the table
+/// records other analyzer parameters than [`fulltext_params`] (or none: built before they
+/// were recorded). Rows appended later are searched without the index (Lance tokenizes them
+/// at query time) until maintenance folds them in. The old index serves until the new one
+/// commits; appends commit beside the build.
 pub async fn ensure_fulltext_indexes(table: &Table) -> Result<(), StoreError> {
     let indices = table.list_indices().await?;
     let schema = table.schema().await?;
+    let wanted = fulltext_fingerprint()?;
+    let recorded = recorded_fulltext_params(table).await?;
+    let stale = recorded.as_deref() != Some(wanted.as_str());
+    let mut built = false;
     for column in FULLTEXT_COLUMNS {
-        if has_fulltext(&indices, column) || schema.field_with_name(column).is_err() {
+        if schema.field_with_name(column).is_err() {
             continue;
+        }
+        let exists = has_fulltext(&indices, column);
+        if exists && !stale {
+            continue;
+        }
+        let started = Instant::now();
+        if exists {
+            tracing::info!(
+                column,
+                "full-text index built with other parameters; rebuilding"
+            );
         }
         table
             .create_index(&[column], Index::FTS(fulltext_params()))
+            .replace(true)
             .execute()
             .await?;
-        tracing::info!(column, "created full-text index");
+        built = true;
+        tracing::info!(
+            column,
+            secs = started.elapsed().as_secs_f64(),
+            "built full-text index"
+        );
+    }
+    if stale && built {
+        let entries = [(META_FULLTEXT_PARAMS.to_string(), wanted.clone())];
+        crate::store::update_config_settled(table, &entries, |config| {
+            Ok(config.get(META_FULLTEXT_PARAMS) == Some(&wanted))
+        })
+        .await?;
     }
     Ok(())
+}
+
+/// [`fulltext_params`] as Lance serializes them: what the table's config records.
+fn fulltext_fingerprint() -> Result<String, StoreError> {
+    fulltext_params()
+        .to_training_json()
+        .map(|v| v.to_string())
+        .map_err(|e| StoreError::Schema(format!("full-text parameters: {e}")))
+}
+
+/// The analyzer parameters the table's full-text indexes were built with, if recorded.
+pub async fn recorded_fulltext_params(table: &Table) -> Result<Option<String>, StoreError> {
+    let native = table
+        .as_native()
+        .ok_or_else(|| StoreError::Schema("only local tables are supported".into()))?;
+    Ok(native
+        .manifest()
+        .await?
+        .config
+        .get(META_FULLTEXT_PARAMS)
+        .cloned())
 }
 
 /// The index must use the query's distance type: a mismatch silently falls back to flat.

@@ -1,0 +1,186 @@
+//! Whether a keyword hit shares a term with the question, not only letters.
+//!
+//! The full-text index matches character n-grams (see [`super::fulltext`]), so BM25 finds a
+//! row that shares one character with the question: 的 or an `e`. Its relative floor keeps the
+//! best of those, and a question about the weather would recall the one memory that shares a
+//! character with it. A hit counts only if it holds a term of the question:
+//!
+//! - a Latin (or digit) word of two or more letters that is not an English stop word, found
+//!   anywhere in the row's text (`order` in `orders`, `99812` in `ZX-99812`);
+//! - two adjacent characters of a CJK run (a Chinese word is mostly two or more characters);
+//!   a question whose CJK runs are single characters contributes those characters.
+//!
+//! A question with no such term (only stop words or punctuation) admits no hit. Both keyword
+//! searches (LanceDB's index and the resident copy) are judged by the same rule, on the
+//! returned rows.
+
+use std::sync::OnceLock;
+
+use lance_index::scalar::inverted::tokenizer::document_tokenizer::LanceTokenizer;
+use lance_tokenizer::TokenStream;
+use lancedb::index::scalar::FtsIndexBuilder;
+
+use super::record::MemoryRecord;
+
+static WORDS: OnceLock<Option<Box<dyn LanceTokenizer>>> = OnceLock::new();
+
+/// Lance's simple word splitter (runs of letters and digits; a CJK run is one token),
+/// lower-cased, folded, without English stop words.
+fn words() -> Option<Box<dyn LanceTokenizer>> {
+    WORDS
+        .get_or_init(|| {
+            FtsIndexBuilder::default()
+                .base_tokenizer("simple".to_string())
+                .lower_case(true)
+                .ascii_folding(true)
+                .stem(false)
+                .remove_stop_words(true)
+                .max_token_length(None)
+                .build()
+                .map_err(|e| tracing::warn!(error = %e, "cannot build the word splitter; keyword hits are not gated"))
+                .ok()
+        })
+        .as_ref()
+        .map(|t| t.box_clone())
+}
+
+fn tokens(splitter: &mut dyn LanceTokenizer, text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut stream = splitter.token_stream_for_doc(text);
+    while stream.advance() {
+        out.push(stream.token().text.clone());
+    }
+    out
+}
+
+/// Han, kana and hangul: scripts written without spaces between words.
+fn is_cjk(c: char) -> bool {
+    matches!(c as u32,
+        0x3040..=0x30FF | 0x3400..=0x4DBF | 0x4E00..=0x9FFF | 0xAC00..=0xD7AF | 0xF900..=0xFAFF
+        | 0x20000..=0x2FA1F)
+}
+
+/// A question's terms, to judge its keyword hits with.
+#[derive(Debug, Clone)]
+pub struct QueryTerms {
+    terms: Vec<String>,
+    /// The word splitter could not be built: every hit is kept, as before the gate.
+    open: bool,
+}
+
+impl QueryTerms {
+    pub fn of(query: &str) -> QueryTerms {
+        let Some(mut splitter) = words() else {
+            return QueryTerms {
+                terms: Vec::new(),
+                open: true,
+            };
+        };
+        let mut terms: Vec<String> = Vec::new();
+        let mut singles: Vec<String> = Vec::new();
+        for token in tokens(splitter.as_mut(), query) {
+            for run in runs(&token) {
+                let chars: Vec<char> = run.chars().collect();
+                if !is_cjk(chars[0]) {
+                    if chars.len() >= 2 {
+                        terms.push(run);
+                    }
+                } else if chars.len() == 1 {
+                    singles.push(run);
+                } else {
+                    terms.extend(chars.windows(2).map(|w| w.iter().collect::<String>()));
+                }
+            }
+        }
+        if terms.is_empty() {
+            terms = singles;
+        }
+        terms.sort();
+        terms.dedup();
+        QueryTerms { terms, open: false }
+    }
+
+    /// Whether `record`'s content or tags hold one of the question's terms.
+    pub fn found_in(&self, record: &MemoryRecord) -> bool {
+        if self.open {
+            return true;
+        }
+        let Some(mut splitter) = words() else {
+            return true;
+        };
+        let mut text = String::new();
+        for part in std::iter::once(&record.content).chain(&record.tags) {
+            for token in tokens(splitter.as_mut(), part) {
+                text.push_str(&token);
+                text.push(' ');
+            }
+        }
+        self.terms.iter().any(|t| text.contains(t.as_str()))
+    }
+}
+
+/// A token split where it changes between CJK and other letters (`订单zx99812`: `订单`,
+/// `zx99812`).
+fn runs(token: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let mut last: Option<bool> = None;
+    for c in token.chars() {
+        let cjk = is_cjk(c);
+        match out.last_mut() {
+            Some(run) if last == Some(cjk) => run.push(c),
+            _ => out.push(c.to_string()),
+        }
+        last = Some(cjk);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(content: &str, tags: &[&str]) -> MemoryRecord {
+        MemoryRecord {
+            id: "x".into(),
+            content: content.into(),
+            reasoning: None,
+            tags: tags.iter().map(|t| t.to_string()).collect(),
+            memory_type: "knowledge".into(),
+            strength: 10,
+            is_active: true,
+            conversation_id: None,
+            created_at: None,
+            memory_scope: None,
+            scope_source: None,
+            expires_at: None,
+            last_recalled_at: None,
+        }
+    }
+
+    #[test]
+    fn a_shared_word_or_character_pair_counts_and_a_shared_letter_does_not() {
+        let cases = [
+            ("妈妈有什么药不能用？", "妈妈对青霉素过敏", true),
+            ("今天天气怎么样", "妈妈对青霉素过敏", false),
+            ("订单ZX-99812到哪了", "订单号 zx-99812 已签收", true),
+            ("99812", "订单号 ZX-99812 已签收", true),
+            ("tomatoes", "Grandpa plants tomatoes every spring", true),
+            ("tomatoes", "The deploy freeze starts on Thursday", false),
+            ("orders", "order history", false),
+            ("order", "three orders", true),
+            ("the of and ???", "The team prefers Rust", false),
+            ("药", "爸爸的药在抽屉里", true),
+            ("药", "爸爸的书在抽屉里", false),
+            ("grandma", "dinner at the lake", false),
+        ];
+        for (query, content, want) in cases {
+            let q = QueryTerms::of(query);
+            assert_eq!(
+                q.found_in(&record(content, &[])),
+                want,
+                "{query} in {content}: {q:?}"
+            );
+        }
+        assert!(QueryTerms::of("grandma").found_in(&record("dinner", &["Grandma"])));
+    }
+}
