@@ -103,9 +103,63 @@ impl Vocabulary {
 /// One partition's postings: for each term, the rows holding it and how often.
 #[derive(Default)]
 pub struct Postings {
-    by_term: HashMap<u32, Vec<(u32, u32)>>,
+    by_term: HashMap<u32, TermRows>,
     lengths: Vec<u32>,
-    entries: usize,
+}
+
+/// One term's rows in one partition, in row order, as LEB128 varints: the gap from the
+/// previous row (from 0 for the first), then the term's count in the row. Rows only ever
+/// append, so gaps are small and most counts are 1: about 2 bytes a posting where a
+/// `(u32, u32)` pair takes 8. An n-gram index has about three postings a character.
+#[derive(Default)]
+struct TermRows {
+    last: u32,
+    bytes: Vec<u8>,
+}
+
+impl TermRows {
+    fn push(&mut self, row: u32, count: u32) {
+        put_varint(&mut self.bytes, row - self.last);
+        put_varint(&mut self.bytes, count);
+        self.last = row;
+    }
+
+    /// `(row, count)` in row order.
+    fn iter(&self) -> impl Iterator<Item = (u32, u32)> + '_ {
+        let mut at = 0;
+        let mut row = 0u32;
+        std::iter::from_fn(move || {
+            if at >= self.bytes.len() {
+                return None;
+            }
+            row += take_varint(&self.bytes, &mut at);
+            let count = take_varint(&self.bytes, &mut at);
+            Some((row, count))
+        })
+    }
+}
+
+fn put_varint(out: &mut Vec<u8>, mut v: u32) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+/// The varint at `*at`, moving past it. Only reads what `put_varint` wrote.
+fn take_varint(bytes: &[u8], at: &mut usize) -> u32 {
+    let mut v = 0u32;
+    let mut shift = 0;
+    while let Some(&b) = bytes.get(*at) {
+        *at += 1;
+        v |= u32::from(b & 0x7f) << shift;
+        if b & 0x80 == 0 {
+            break;
+        }
+        shift += 7;
+    }
+    v
 }
 
 impl Postings {
@@ -118,33 +172,44 @@ impl Postings {
         }
         for (term, n) in counts {
             vocabulary.df[term as usize] += 1;
-            self.by_term.entry(term).or_default().push((row, n));
-            self.entries += 1;
+            self.by_term.entry(term).or_default().push(row, n);
         }
         self.lengths.push(terms.len() as u32);
         vocabulary.docs += 1;
         vocabulary.terms += terms.len() as u64;
     }
 
-    /// Add every scored row's BM25 score for `terms` to `scores` (indexed by row).
-    pub fn score(&self, vocabulary: &Vocabulary, terms: &[u32], scores: &mut HashMap<u32, f32>) {
+    /// The partition's rows, indexed or not.
+    pub fn rows(&self) -> usize {
+        self.lengths.len()
+    }
+
+    /// Add every row's BM25 score for `terms` to `scores` (indexed by row, [`Postings::rows`]
+    /// long). Dense: a gram of one character is held by a large share of the rows, where a
+    /// map per matching row costs more than a slot per row.
+    pub fn score(&self, vocabulary: &Vocabulary, terms: &[u32], scores: &mut [f32]) {
         let average = vocabulary.average_length();
         for &term in terms {
             let Some(rows) = self.by_term.get(&term) else {
                 continue;
             };
             let idf = vocabulary.idf(term);
-            for &(row, tf) in rows {
+            for (row, tf) in rows.iter() {
                 let length = self.lengths[row as usize] as f32;
                 let tf = tf as f32;
                 let norm = K1 * (1.0 - B + B * length / average);
-                *scores.entry(row).or_default() += idf * tf * (K1 + 1.0) / (tf + norm);
+                scores[row as usize] += idf * tf * (K1 + 1.0) / (tf + norm);
             }
         }
     }
 
+    /// Heap bytes: each term's bytes, its map slot and allocation, the row lengths.
     pub fn bytes(&self) -> usize {
-        self.entries * 8 + self.by_term.len() * 40 + self.lengths.capacity() * 4
+        self.by_term
+            .values()
+            .map(|t| t.bytes.capacity() + 56)
+            .sum::<usize>()
+            + self.lengths.capacity() * 4
     }
 }
 
@@ -198,6 +263,29 @@ mod tests {
     }
 
     #[test]
+    fn a_terms_rows_read_back_as_written() {
+        let mut rows = TermRows::default();
+        let written = [
+            (0, 1),
+            (1, 3),
+            (2, 1),
+            (200, 1),
+            (70_000, 300),
+            (u32::MAX, u32::MAX),
+        ];
+        for (row, count) in written {
+            rows.push(row, count);
+        }
+        assert_eq!(rows.iter().collect::<Vec<_>>(), written);
+        // Small gaps and counts take a byte each.
+        let mut small = TermRows::default();
+        for row in 0..100 {
+            small.push(row, 1);
+        }
+        assert_eq!(small.bytes.len(), 200);
+    }
+
+    #[test]
     fn rarer_terms_and_shorter_rows_score_higher() {
         let mut a = analyzer().expect("analyzer");
         let mut vocabulary = Vocabulary::default();
@@ -215,15 +303,15 @@ mod tests {
                 .iter()
                 .filter_map(|t| vocabulary.lookup(t))
                 .collect();
-            let mut scores = HashMap::new();
+            let mut scores = vec![0.0; postings.rows()];
             postings.score(&vocabulary, &terms, &mut scores);
             scores
         };
         let tea = score("tea");
-        assert!(tea[&0] > tea[&1], "same term, shorter row first: {tea:?}");
-        assert!(!tea.contains_key(&2));
+        assert!(tea[0] > tea[1], "same term, shorter row first: {tea:?}");
+        assert_eq!(tea[2], 0.0);
         let both = score("tea grandma");
-        assert!(both[&0] > both[&1]);
-        assert!(score("grandma")[&0] > tea[&0], "the rarer term weighs more");
+        assert!(both[0] > both[1]);
+        assert!(score("grandma")[0] > tea[0], "the rarer term weighs more");
     }
 }

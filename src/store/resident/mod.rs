@@ -117,15 +117,15 @@ impl Snapshot {
             if !rows.admits_scope(scope.as_deref()) {
                 continue;
             }
-            let mut scores: HashMap<u32, f32> = HashMap::new();
+            let mut scores = vec![0.0f32; self.postings[i].rows()];
             self.postings[i].score(&self.vocabulary, &terms, &mut scores);
             let partition = &self.partitions[i];
-            for (row, score) in scores {
-                if partition.alive(row as usize, rows) {
+            for (row, &score) in scores.iter().enumerate() {
+                if score > 0.0 && partition.alive(row, rows) {
                     top.offer(Scored {
                         similarity: score,
                         partition: i,
-                        row: row as usize,
+                        row,
                     });
                 }
             }
