@@ -7,7 +7,7 @@
 //! it answers `POST /v1/remember`. Every second a sampler reads `/v1/status` (table versions,
 //! `disk_bytes`, the resident copy's counters) and the server's RSS from /proc. One client
 //! recalls (`search: vector`, limit 10) every half second during the burst; after it, 200
-//! recalls run back to back. Then the service idles SCOPEMEM_BURST_SETTLE_SECS (600) while
+//! recalls run back to back, then 200 with the default `search: hybrid`. Then the service idles SCOPEMEM_BURST_SETTLE_SECS (600) while
 //! its maintenance compacts and prunes, and the disk is read again.
 //!
 //! Prints one table: peak and final versions, disk and RSS, the ingest rate, recall latency
@@ -80,6 +80,8 @@ struct Sample {
     rss: u64,
     deferred: u64,
     loads: u64,
+    /// The resident copy's own estimate of its size (vectors, records, keyword index).
+    resident_bytes: u64,
 }
 
 async fn sample(client: &reqwest::Client, base: &str, pid: u32, started: Instant) -> Sample {
@@ -94,16 +96,17 @@ async fn sample(client: &reqwest::Client, base: &str, pid: u32, started: Instant
         rss: rss_bytes(pid),
         deferred: s["resident_search"]["deferred"].as_u64().unwrap_or(0),
         loads: s["resident_search"]["loads"].as_u64().unwrap_or(0),
+        resident_bytes: s["resident_search"]["bytes"].as_u64().unwrap_or(0),
     }
 }
 
-async fn recall_once(client: &reqwest::Client, base: &str, n: usize) -> Duration {
+async fn recall_once(client: &reqwest::Client, base: &str, n: usize, search: &str) -> Duration {
     let mut rng = Rng(n as u64 + 424_242);
     let (conversation, _) = CONVERSATIONS[n % CONVERSATIONS.len()];
     let body = json!({
         "conversation_id": conversation,
         "query": common::question(&mut rng),
-        "search": "vector",
+        "search": search,
         "limit": 10,
     });
     let t = Instant::now();
@@ -217,7 +220,7 @@ async fn run(
             let mut lat = Vec::new();
             let mut n = 0;
             while !done.load(Ordering::Relaxed) {
-                lat.push(recall_once(&client, &base, n).await);
+                lat.push(recall_once(&client, &base, n, "vector").await);
                 n += 1;
                 tokio::time::sleep(Duration::from_millis(500)).await;
             }
@@ -274,7 +277,12 @@ async fn run(
     // Right after the burst.
     let mut after = Vec::with_capacity(after_recalls());
     for n in 0..after_recalls() {
-        after.push(recall_once(client, &base, 10_000 + n).await);
+        after.push(recall_once(client, &base, 10_000 + n, "vector").await);
+    }
+    // The default search: the vector list and the keyword list, fused.
+    let mut hybrid = Vec::with_capacity(after_recalls());
+    for n in 0..after_recalls() {
+        hybrid.push(recall_once(client, &base, 20_000 + n, "hybrid").await);
     }
     let after_end = sample(client, &base, pid, started).await;
 
@@ -336,8 +344,19 @@ async fn run(
         after_end.deferred - end.deferred
     );
     println!(
+        "| hybrid recall after that ({} back to back, the default search) | p50 {:.1} ms, p99 {:.1} ms |",
+        hybrid.len(),
+        ms(&mut hybrid, 0.5),
+        ms(&mut hybrid, 0.99),
+    );
+    println!(
         "| resident copy: full reloads over the run / searches left to LanceDB | {} / {} |",
         settled.loads, settled.deferred
+    );
+    println!(
+        "| resident copy's own size estimate: peak / after idle | {:.0} MB / {:.0} MB |",
+        peak(|s| s.resident_bytes) as f64 / MB,
+        settled.resident_bytes as f64 / MB
     );
     drop(serve);
     // The temp dir goes; the server's log stays for a look at what it did.
