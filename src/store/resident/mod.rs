@@ -476,15 +476,15 @@ impl ResidentVectors {
     }
 
     /// The versions after the snapshot, up to `version`, that nothing reported: the ones a
-    /// search must look up before the snapshot can serve it.
-    fn unexplained(&self, version: u64) -> Vec<u64> {
-        let Some(from) = self.read().as_ref().map(|s| s.version) else {
-            return Vec::new();
-        };
+    /// search must look up before the snapshot can serve it. `None` without a snapshot.
+    fn unexplained(&self, version: u64) -> Option<Vec<u64>> {
+        let from = self.read().as_ref().map(|s| s.version)?;
         let chain = self.chain();
-        (from + 1..=version)
-            .filter(|v| !chain.changes.contains_key(v))
-            .collect()
+        Some(
+            (from + 1..=version)
+                .filter(|v| !chain.changes.contains_key(v))
+                .collect(),
+        )
     }
 
     /// Record the rows another process appended at `version` (read from its fragments).
