@@ -47,6 +47,28 @@ pub struct MemoryRecord {
     pub last_recalled_at: Option<DateTime<Utc>>,
 }
 
+#[cfg(test)]
+impl MemoryRecord {
+    /// A row with only text (what the keyword code reads), for unit tests.
+    pub(crate) fn with_text(content: &str, tags: &[&str]) -> MemoryRecord {
+        MemoryRecord {
+            id: "x".into(),
+            content: content.into(),
+            reasoning: None,
+            tags: tags.iter().map(|t| t.to_string()).collect(),
+            memory_type: "knowledge".into(),
+            strength: 10,
+            is_active: true,
+            conversation_id: None,
+            created_at: None,
+            memory_scope: None,
+            scope_source: None,
+            expires_at: None,
+            last_recalled_at: None,
+        }
+    }
+}
+
 /// Timestamps as RFC 3339 text with microseconds (the column's precision, so a round trip
 /// through JSON is exact). Written by hand: chrono's `serde` feature would rebuild the arrow
 /// tree that depends on chrono.

@@ -140,21 +140,7 @@ mod tests {
     use super::*;
 
     fn record(content: &str, tags: &[&str]) -> MemoryRecord {
-        MemoryRecord {
-            id: "x".into(),
-            content: content.into(),
-            reasoning: None,
-            tags: tags.iter().map(|t| t.to_string()).collect(),
-            memory_type: "knowledge".into(),
-            strength: 10,
-            is_active: true,
-            conversation_id: None,
-            created_at: None,
-            memory_scope: None,
-            scope_source: None,
-            expires_at: None,
-            last_recalled_at: None,
-        }
+        MemoryRecord::with_text(content, tags)
     }
 
     #[test]
