@@ -159,7 +159,7 @@ impl Searchers<'_> {
     /// BM25 hits that hold a term of the question ([`QueryTerms`]: more than a shared
     /// letter), at or above [`KEYWORD_MIN_SHARE`] of the best; relevance = share of the best.
     async fn by_keyword(&self, q: &CandidateQuery<'_>) -> Result<Vec<Candidate>, MemoryError> {
-        let terms = QueryTerms::of(q.text);
+        let mut terms = QueryTerms::of(q.text);
         let hits: Vec<_> = self
             .keywords
             .matching(&KeywordRequest {

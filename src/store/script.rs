@@ -48,9 +48,12 @@ impl Script {
     }
 }
 
-fn is_cjk(c: char) -> bool {
+/// Han (with the supplementary ideographs), kana and hangul: scripts written without spaces
+/// between words.
+pub(crate) fn is_cjk(c: char) -> bool {
     matches!(c as u32,
-        0x3040..=0x30FF | 0x3400..=0x4DBF | 0x4E00..=0x9FFF | 0xAC00..=0xD7AF | 0xF900..=0xFAFF)
+        0x3040..=0x30FF | 0x3400..=0x4DBF | 0x4E00..=0x9FFF | 0xAC00..=0xD7AF | 0xF900..=0xFAFF
+        | 0x20000..=0x2FA1F)
 }
 
 /// Rows written in `script` score `similarity * mul + add` in this search; other rows keep

@@ -21,6 +21,7 @@ use lance_tokenizer::TokenStream;
 use lancedb::index::scalar::FtsIndexBuilder;
 
 use super::record::MemoryRecord;
+use super::script::is_cjk;
 
 static WORDS: OnceLock<Option<Box<dyn LanceTokenizer>>> = OnceLock::new();
 
@@ -53,19 +54,12 @@ fn tokens(splitter: &mut dyn LanceTokenizer, text: &str) -> Vec<String> {
     out
 }
 
-/// Han, kana and hangul: scripts written without spaces between words.
-fn is_cjk(c: char) -> bool {
-    matches!(c as u32,
-        0x3040..=0x30FF | 0x3400..=0x4DBF | 0x4E00..=0x9FFF | 0xAC00..=0xD7AF | 0xF900..=0xFAFF
-        | 0x20000..=0x2FA1F)
-}
-
 /// A question's terms, to judge its keyword hits with.
-#[derive(Debug, Clone)]
 pub struct QueryTerms {
     terms: Vec<String>,
-    /// The word splitter could not be built: every hit is kept, as before the gate.
-    open: bool,
+    /// One splitter for the question and every hit. `None`: it could not be built, and every
+    /// hit is kept, as before the rule.
+    splitter: Option<Box<dyn LanceTokenizer>>,
 }
 
 impl QueryTerms {
@@ -73,7 +67,7 @@ impl QueryTerms {
         let Some(mut splitter) = words() else {
             return QueryTerms {
                 terms: Vec::new(),
-                open: true,
+                splitter: None,
             };
         };
         let mut terms: Vec<String> = Vec::new();
@@ -97,15 +91,15 @@ impl QueryTerms {
         }
         terms.sort();
         terms.dedup();
-        QueryTerms { terms, open: false }
+        QueryTerms {
+            terms,
+            splitter: Some(splitter),
+        }
     }
 
     /// Whether `record`'s content or tags hold one of the question's terms.
-    pub fn found_in(&self, record: &MemoryRecord) -> bool {
-        if self.open {
-            return true;
-        }
-        let Some(mut splitter) = words() else {
+    pub fn found_in(&mut self, record: &MemoryRecord) -> bool {
+        let Some(splitter) = self.splitter.as_mut() else {
             return true;
         };
         let mut text = String::new();
@@ -160,11 +154,12 @@ mod tests {
             ("grandma", "dinner at the lake", false),
         ];
         for (query, content, want) in cases {
-            let q = QueryTerms::of(query);
+            let mut q = QueryTerms::of(query);
+            let terms = q.terms.clone();
             assert_eq!(
                 q.found_in(&record(content, &[])),
                 want,
-                "{query} in {content}: {q:?}"
+                "{query} in {content}: {terms:?}"
             );
         }
         assert!(QueryTerms::of("grandma").found_in(&record("dinner", &["Grandma"])));
