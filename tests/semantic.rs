@@ -51,6 +51,31 @@ async fn batching_does_not_change_embeddings() {
         .map(|(a, b)| (a - b).abs())
         .fold(0.0, f32::max);
     assert!(diff < 1e-4, "max component difference {diff}");
+    // The worker groups texts by length: each vector still lands at its own text's place.
+    let mixed: Vec<String> = [
+        "好久不见，最近怎么样？我们周末去爬山吧，顺便看看外婆",
+        "ok",
+        "a much longer line about the quarterly tax filing and the accountant's new office",
+        "Grandma likes orchids",
+    ]
+    .map(String::from)
+    .to_vec();
+    let together = e
+        .embed(scopemem::embed::TextRole::Passage, mixed.clone())
+        .await
+        .unwrap();
+    for (text, vector) in mixed.into_iter().zip(&together) {
+        let own = e
+            .embed(scopemem::embed::TextRole::Passage, vec![text.clone()])
+            .await
+            .unwrap();
+        let diff = own[0]
+            .iter()
+            .zip(vector)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0, f32::max);
+        assert!(diff < 1e-4, "{text}: max component difference {diff}");
+    }
 }
 
 #[tokio::test]
