@@ -18,6 +18,8 @@
 //! example `{"commit_linger_ms": 0, "keep_versions_max": 0}`, the settings before issue 24);
 //! SCOPEMEM_BURST_CONFIG takes `{"section": {"key": value}}` for any other section (for
 //! example `{"recall": {"resident_max_rows": 0}}`, to see what the resident copy costs).
+//! SCOPEMEM_BURST_KEEP=1 keeps the data directory and prints where it is, to see what the bytes
+//! are (which files the latest version references, which only older ones).
 //!
 //! Run with `make bench-burst` (release; SCOPEMEM_BENCH_PROFILE=dev for a debug build, whose
 //! figures are not production figures). Not part of `make test`.
@@ -150,6 +152,9 @@ fn main() {
         .build()
         .expect("client");
     rt.block_on(run(&client, work.path(), rows, clients, settle));
+    if std::env::var_os("SCOPEMEM_BURST_KEEP").is_some() {
+        println!("kept the data directory: {}", work.keep().display());
+    }
 }
 
 async fn run(
