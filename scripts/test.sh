@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 log_dir="${CARGO_TARGET_DIR:-target}"
 mkdir -p "$log_dir"
 build_log="$log_dir/test-build.log"
-cargo test --no-run --lib --bins --tests >"$build_log" 2>&1 &
+cargo test --no-run --lib --tests >"$build_log" 2>&1 &
 build=$!
 trap 'kill "$build" 2>/dev/null || true' EXIT
 
@@ -27,4 +27,4 @@ if ! wait "$build"; then
 fi
 trap - EXIT
 grep -E '^(warning|error)' "$build_log" >&2 || true
-cargo test --lib --bins --tests --no-fail-fast -- --test-threads=2
+cargo test --lib --tests --no-fail-fast -- --test-threads=2
