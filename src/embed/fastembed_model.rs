@@ -301,10 +301,10 @@ fn quarter_tokens(text: &str) -> usize {
 
 /// Texts in the order of their length, cut into runs of similar length: a run's texts go
 /// through the model together. A batch is padded to its longest text, so one long memory among
-/// fifteen short ones made the model work on sixteen long ones (a 15% cut on `bench-burst`'s mix
-/// of English and Chinese lines, more where lengths differ more). A run ends where a text is
-/// more than half again as long as the run's first (and a few tokens more), since every model
-/// call also costs about a millisecond of its own.
+/// fifteen short ones made the model work on sixteen long ones (1-15% less CPU a text on
+/// `bench-burst`'s mix of English and Chinese lines, more where lengths differ more). A run
+/// ends where a text is more than half again as long as the run's first (and a few tokens
+/// more), since every model call also costs about a millisecond of its own.
 fn length_runs(texts: &[&str]) -> Vec<Vec<usize>> {
     let mut order: Vec<(usize, usize)> = texts
         .iter()
