@@ -1,7 +1,7 @@
 //! The resident (in-memory) vector search against a real LanceDB directory: it returns what
 //! LanceDB's exact prefiltered search returns for every filter, follows the writer's appends
-//! without re-reading the table, and leaves a search to LanceDB whenever it is behind (a
-//! delete, an update). Then through the whole service with the real model: recalls are served
+//! and deletes without re-reading the table, and leaves a search to LanceDB whenever it is
+//! behind in a way it cannot follow (another process's erase). Then through the whole service with the real model: recalls are served
 //! from memory and the scopes still never leak.
 
 use crate::common;
@@ -245,12 +245,12 @@ async fn rescales_the_other_script_as_lancedb_does() {
 }
 
 #[tokio::test]
-async fn follows_appends_and_defers_to_lancedb_after_a_delete() {
+async fn follows_appends_and_deletes_without_a_reload() {
     let dir = tempfile::tempdir().unwrap();
     let store = open(dir.path()).await;
     let mut rng = Rng(11);
     store.append(table_rows(&mut rng)).await.unwrap();
-    let (resident, _) = searches(&store).await;
+    let (resident, lance) = searches(&store).await;
     loaded(&store).await;
     let loads = store.resident().stats().loads;
 
@@ -275,20 +275,116 @@ async fn follows_appends_and_defers_to_lancedb_after_a_delete() {
     let hits = ids_in(&resident, &fresh, "工作").await;
     assert!(hits.iter().all(|id| id != "fresh"));
 
-    // A delete is not an append: the next search goes to LanceDB, which no longer has it.
+    // A delete: the writer reports the ids it removed, and memory answers without them.
+    let rows = store.resident().stats().rows;
     store.writer().delete("id = 'fresh'".into()).await.unwrap();
     let before = store.resident().stats();
-    let hits = ids_in(&resident, &fresh, "家人").await;
-    assert!(hits.iter().all(|id| id != "fresh"));
-    assert_eq!(store.resident().stats().deferred, before.deferred + 1);
+    let req = request(fresh.clone(), "家人", false, ScopeFilterMode::Enforce);
+    let got = ids(&resident.nearest(&req).await.unwrap());
+    assert!(got.iter().all(|id| id != "fresh"), "deleted row recalled");
+    let after = store.resident().stats();
+    assert_eq!(after.served, before.served + 1, "answered from memory");
+    assert_eq!(after.deferred, before.deferred);
+    assert_eq!(after.rows, rows - 1);
+    assert_eq!(got, ids(&lance.nearest(&req).await.unwrap()));
 
+    // An erase (the delete, a rewrite of its fragments, every older version pruned): the
+    // same, although the versions a reader would need to work the ids out are gone.
+    let victims: Vec<String> = got.iter().take(3).cloned().collect();
+    let list: Vec<String> = victims.iter().map(|id| format!("'{id}'")).collect();
+    let erased = store
+        .writer()
+        .erase(format!("id IN ({})", list.join(", ")))
+        .await
+        .unwrap();
+    assert_eq!(erased.deleted, 3);
+    let before = store.resident().stats();
+    let got = ids(&resident.nearest(&req).await.unwrap());
+    assert!(
+        got.iter().all(|id| !victims.contains(id)),
+        "erased row recalled"
+    );
+    let after = store.resident().stats();
+    assert_eq!(after.served, before.served + 1, "answered from memory");
+    assert_eq!(after.rows, rows - 4);
+    assert_eq!(got, ids(&lance.nearest(&req).await.unwrap()));
+    assert_eq!(after.loads, loads, "deletes need no reload");
+}
+
+/// Another process's deletes and strength updates are read back from the fragments they
+/// name. Its erase prunes the versions that would tell which rows went: then LanceDB
+/// answers until a reload catches up, and the erased row is never recalled either way.
+#[tokio::test]
+async fn follows_another_processes_deletes_and_defers_after_its_erase() {
+    use scopemem::store::{StrengthChange, StrengthSet};
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path()).await;
+    let mut rng = Rng(14);
+    store.append(table_rows(&mut rng)).await.unwrap();
+    let (resident, lance) = searches(&store).await;
+    loaded(&store).await;
+    let loads = store.resident().stats().loads;
+    let probe = rng.vector();
+    let req = request(probe.clone(), "家人", false, ScopeFilterMode::Enforce);
+    let first = ids(&resident.nearest(&req).await.unwrap());
+
+    let other = open(dir.path()).await;
+    let gone = first[0].clone();
+    assert_eq!(
+        other
+            .writer()
+            .delete(format!("id = '{gone}'"))
+            .await
+            .unwrap(),
+        1
+    );
+    let kept = first[1].clone();
+    let set = StrengthSet::new(
+        vec![StrengthChange {
+            id: kept.clone(),
+            expected: Some(10),
+            new: 42,
+        }],
+        Utc::now(),
+    );
+    assert_eq!(other.writer().set_strengths(set).await.unwrap(), 1);
+    // This process sees the other's commits within the read-consistency interval.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let before = store.resident().stats();
+    let hits = resident.nearest(&req).await.unwrap();
+    let after = store.resident().stats();
+    assert_eq!(after.served, before.served + 1, "answered from memory");
+    assert_eq!(after.loads, loads, "no reload");
+    assert!(
+        hits.iter().all(|h| h.record.id != gone),
+        "deleted row recalled"
+    );
+    let updated = hits.iter().find(|h| h.record.id == kept).unwrap();
+    assert_eq!(updated.record.strength, 42, "the other's update followed");
+    assert_eq!(ids(&hits), ids(&lance.nearest(&req).await.unwrap()));
+    assert_eq!(after.rows, 299);
+
+    // The other's erase leaves only its last version: nothing tells which rows went.
+    let erased = hits[0].record.id.clone();
+    other
+        .writer()
+        .erase(format!("id = '{erased}'"))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let before = store.resident().stats();
+    let got = ids(&resident.nearest(&req).await.unwrap());
+    assert!(got.iter().all(|id| *id != erased), "erased row recalled");
+    assert_eq!(store.resident().stats().deferred, before.deferred + 1);
+    assert_eq!(got, ids(&lance.nearest(&req).await.unwrap()));
     // The reload it scheduled catches up, and memory answers again, still without the row.
     let r = store.resident().clone();
     assert!(common::eventually(Duration::from_secs(20), || r.stats().loads > loads).await);
     let served = store.resident().stats().served;
-    let hits = ids_in(&resident, &fresh, "家人").await;
-    assert!(hits.iter().all(|id| id != "fresh"));
+    let got = ids(&resident.nearest(&req).await.unwrap());
+    assert!(got.iter().all(|id| *id != erased), "erased row recalled");
     assert_eq!(store.resident().stats().served, served + 1);
+    other.shutdown().await;
 }
 
 /// Another process's remembers (a second instance on the same table) are read from the

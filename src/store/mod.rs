@@ -6,6 +6,7 @@
 pub mod beside;
 pub mod cache;
 pub mod commit;
+pub mod commit_rows;
 pub mod durability;
 pub mod filter;
 pub mod fulltext;

@@ -3,6 +3,7 @@
 //! retried here. Compaction, the index refresh and the rewrite half of an erase run beside it
 //! (`maintenance`), so no write waits for them.
 
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -28,6 +29,13 @@ pub trait CommitObserver: Send + Sync {
     fn blanks_filled(&self, _version: u64, _filled: &Arc<FilledBlanks>) {}
     /// A commit that changed no record column and no `vector` (a re-embed's staged vectors).
     fn unchanged(&self, _version: u64) {}
+    /// Whether this observer wants [`CommitObserver::deleted`]: the writer reads the removed
+    /// ids back from the commit only if one does.
+    fn follows_deletes(&self) -> bool {
+        false
+    }
+    /// The rows a delete removed, by id (reported only when their count is the delete's).
+    fn deleted(&self, _version: u64, _ids: &HashSet<String>) {}
 }
 
 /// What a `fill_blank` changed: these rows' columns set to these literal values.
@@ -303,11 +311,17 @@ pub fn spawn(
 ) -> WriterHandle {
     let (tx, rx) = mpsc::channel(1024);
     let counters = Arc::new(WriterCounters::default());
+    let kept_for = observers.clone();
     let maintenance = Maintenance::new(
         table.clone(),
         settings.clone(),
         counters.clone(),
         maintainer,
+        Box::new(move |version| {
+            for observer in &kept_for {
+                observer.unchanged(version);
+            }
+        }),
     );
     let announced = Arc::new(AtomicU64::new(0));
     let shared = Shared {
@@ -417,11 +431,18 @@ async fn run(table: Table, settings: WriterSettings, mut rx: mpsc::Receiver<Op>,
                 // On the latest version, every attempt: Lance commits a delete planned on a
                 // stale version without conflicting with the append it did not see, and that
                 // row would survive the erase.
-                let mut result = retry(&table, &settings, counters, || async {
+                let result = retry(&table, &settings, counters, || async {
                     table.checkout_latest().await?;
-                    Ok(table.delete(predicate.as_str()).await?.num_deleted_rows)
+                    let deleted = table.delete(predicate.as_str()).await?;
+                    Ok((deleted.num_deleted_rows, deleted.version))
                 })
                 .await;
+                if let Ok((n, version)) = result {
+                    // Before the reply: an erase prunes the versions a reader would need to
+                    // work the ids out for itself.
+                    report_deleted(&table, &shared.observers, n, version).await;
+                }
+                let mut result = result.map(|(n, _)| n);
                 if let Ok(n) = result {
                     result = make_durable(&settings, counters, wall).await.map(|()| n);
                 }
@@ -571,6 +592,37 @@ async fn commit_group(
         "group commit"
     );
     Ok(())
+}
+
+/// Tell the observers that follow deletes which ids the delete at `version` removed, read back
+/// from its fragments. Nothing when it removed none, when the ids cannot be read or when
+/// their count is not the delete's: an observer then finds the version unexplained and reads
+/// the table again.
+async fn report_deleted(
+    table: &Table,
+    observers: &[Arc<dyn CommitObserver>],
+    deleted: u64,
+    version: u64,
+) {
+    if deleted == 0 || !observers.iter().any(|o| o.follows_deletes()) {
+        return;
+    }
+    let Some(wrapper) = table.dataset() else {
+        return;
+    };
+    let ids = match wrapper.get().await {
+        Ok(dataset) => super::commit_rows::deleted(&dataset, version).await,
+        Err(e) => Err(lance::Error::invalid_input(e.to_string())),
+    };
+    match ids {
+        Ok(Some(ids)) if ids.len() as u64 == deleted => {
+            for observer in observers {
+                observer.deleted(version, &ids);
+            }
+        }
+        Ok(_) => tracing::debug!(version, "a delete's ids did not match its count"),
+        Err(e) => tracing::debug!(version, error = %e, "could not read a delete's ids"),
+    }
 }
 
 /// Rows changed and the version the update committed.

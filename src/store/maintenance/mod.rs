@@ -22,6 +22,7 @@ use lancedb::Table;
 use tokio::sync::{Mutex, Notify};
 
 use super::commit::{make_durable, retry, WriterCounters, WriterSettings};
+use super::commit_rows::kept_rows_since;
 use super::StoreError;
 use compaction::{others_piled_up, tail_target};
 use pruning::{prune_versions, purge_deleted_rows, PruneReport};
@@ -52,7 +53,14 @@ pub struct Maintenance {
     runtime: tokio::runtime::Handle,
     /// Rows the vector index was last trained on (see [`indexes`]).
     trained_rows: AtomicUsize,
+    /// Told each version a pass committed that left the rows as they were (compaction, an
+    /// index build), so caches of the table follow it without reading its transaction,
+    /// which an erase's prune may remove first.
+    on_kept: KeptRows,
 }
+
+/// Called with each version that left every row as it was.
+pub type KeptRows = Box<dyn Fn(u64) + Send + Sync>;
 
 impl Maintenance {
     pub fn new(
@@ -60,6 +68,7 @@ impl Maintenance {
         settings: WriterSettings,
         counters: Arc<WriterCounters>,
         maintainer: Arc<AtomicBool>,
+        on_kept: KeptRows,
     ) -> Arc<Self> {
         let wake = Arc::new(Notify::new());
         let (runtime, started) = maintenance_thread(wake.clone());
@@ -74,6 +83,7 @@ impl Maintenance {
             stopped: AtomicBool::new(false),
             runtime,
             trained_rows: AtomicUsize::new(0),
+            on_kept,
         });
         if let Some(started) = started {
             let _ = started.send(Arc::downgrade(&this));
@@ -112,6 +122,7 @@ impl Maintenance {
     async fn pass_now(&self, full: bool) -> Result<MaintenanceReport, StoreError> {
         let _pass = self.pass.lock().await;
         self.dirty.store(false, Ordering::Release);
+        let from = self.table.version().await?;
         let result = compaction::maintain(
             &self.table,
             &self.settings,
@@ -123,7 +134,24 @@ impl Maintenance {
         if result.is_err() {
             self.dirty.store(true, Ordering::Release);
         }
+        self.report_kept(from).await;
         result
+    }
+
+    /// Tell `on_kept` which versions after `from` left the rows as they were: this pass's own
+    /// commits, and any other process's compaction that landed meanwhile.
+    async fn report_kept(&self, from: u64) {
+        let Some(wrapper) = self.table.dataset() else {
+            return;
+        };
+        match wrapper.get().await {
+            Ok(dataset) => {
+                for v in kept_rows_since(&dataset, from).await {
+                    (self.on_kept)(v);
+                }
+            }
+            Err(e) => tracing::debug!(error = %e, "could not read the versions a pass committed"),
+        }
     }
 
     /// After a delete committed at `since`: rewrite the fragments that held the deleted rows,
@@ -145,11 +173,14 @@ impl Maintenance {
     ) -> Result<PruneReport, StoreError> {
         let _pass = self.pass.lock().await;
         if deleted > 0 {
+            let from = self.table.version().await?;
             let rows = self.table.count_rows(None).await?;
             retry(&self.table, &self.settings, &self.counters, || {
                 purge_deleted_rows(&self.table, tail_target(rows))
             })
             .await?;
+            // Before the prune removes the transactions that say so.
+            self.report_kept(from).await;
         }
         // Old files go only once the rewritten ones are durable (a power loss in between must
         // not leave neither).

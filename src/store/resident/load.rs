@@ -1,16 +1,16 @@
 //! Read the whole table into a [`Snapshot`]: one streamed scan of the record columns and the
 //! vector at one version, which gives way to foreground LanceDB searches for a while.
 
-use std::collections::HashSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::TryStreamExt;
-use lancedb::arrow::arrow_array::{Array, FixedSizeListArray, Float32Array, RecordBatch};
+use lancedb::arrow::arrow_array::RecordBatch;
 use lancedb::Table;
 use tokio::sync::{mpsc, oneshot};
 
-use super::super::record::{from_batch, unreadable_columns, MemoryRecord};
+use super::super::commit_rows::vectors;
+use super::super::record::{from_batch, unreadable_columns};
 use super::super::schema::{COL_VECTOR, RECORD_COLUMNS};
 use super::super::StoreError;
 use super::Snapshot;
@@ -150,86 +150,6 @@ pub struct ForegroundGuard<'a>(&'a Foreground);
 impl Drop for ForegroundGuard<'_> {
     fn drop(&mut self) {
         self.0.running.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
-/// The rows another process appended in the commit that made `version`: the fragments of
-/// that version whose data files the Append transaction wrote (its own fragment ids are only
-/// assigned when the manifest is built, so they are matched by file), read from the bucket or
-/// directory with the record columns and the vector.
-pub async fn appended_rows(
-    dataset: &lance::Dataset,
-    version: u64,
-    written: &[lance::table::format::Fragment],
-    dim: usize,
-) -> lance::Result<Vec<(MemoryRecord, Vec<f32>)>> {
-    let files: HashSet<&str> = written
-        .iter()
-        .flat_map(|f| f.files.iter().map(|d| d.path.as_str()))
-        .collect();
-    let at = dataset.checkout_version(version).await?;
-    let fragments: Vec<lance::table::format::Fragment> = at
-        .get_fragments()
-        .into_iter()
-        .map(|f| f.metadata().clone())
-        .filter(|f| f.files.iter().any(|d| files.contains(d.path.as_str())))
-        .collect();
-    if fragments.len() != written.len() {
-        return Err(lance::Error::invalid_input(format!(
-            "version {version}: {} of the {} appended fragments found",
-            fragments.len(),
-            written.len()
-        )));
-    }
-    let mut columns: Vec<&str> = RECORD_COLUMNS.to_vec();
-    columns.push(COL_VECTOR);
-    let mut scan = at.scan();
-    scan.with_fragments(fragments).project(&columns)?;
-    let batches: Vec<RecordBatch> = scan.try_into_stream().await?.try_collect().await?;
-    Ok(batches
-        .iter()
-        .flat_map(|b| {
-            let vectors = vectors(b);
-            from_batch(b)
-                .into_iter()
-                .enumerate()
-                .map(|(i, record)| {
-                    let mut v = vectors.row(i, dim).to_vec();
-                    v.resize(dim, 0.0);
-                    (record, v)
-                })
-                .collect::<Vec<_>>()
-        })
-        .collect())
-}
-
-/// The vector column of a batch, read row by row without copying.
-fn vectors(batch: &RecordBatch) -> Vectors<'_> {
-    let list = batch
-        .column_by_name(COL_VECTOR)
-        .and_then(|c| c.as_any().downcast_ref::<FixedSizeListArray>());
-    let values = list.and_then(|l| l.values().as_any().downcast_ref::<Float32Array>());
-    match (list, values) {
-        (Some(list), Some(values)) => Vectors(Some((list, values.values()))),
-        _ => Vectors(None),
-    }
-}
-
-struct Vectors<'a>(Option<(&'a FixedSizeListArray, &'a [f32])>);
-
-impl Vectors<'_> {
-    /// Row `i`'s vector; a NULL or missing vector reads as empty, which the partition pads
-    /// with zeros (matching nothing).
-    fn row(&self, i: usize, dim: usize) -> &[f32] {
-        let Some((list, values)) = self.0 else {
-            return &[];
-        };
-        if list.is_null(i) {
-            return &[];
-        }
-        let start = list.value_offset(i) as usize;
-        let width = (list.value_length() as usize).min(dim);
-        values.get(start..start + width).unwrap_or(&[])
     }
 }
 

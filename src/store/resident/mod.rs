@@ -7,25 +7,29 @@
 //! mostly planning and I/O; scanning the admitted partitions' int8 codes costs ~1 ms and is
 //! exact, so tiny scopes and uniform vectors lose no neighbours.
 //!
-//! Freshness follows `scope_counts`: the writer reports each append (rows and vectors) at the
-//! version it committed, and a snapshot behind the table applies them in place. A version
-//! nobody reported is looked up in its Lance transaction: a compaction or an index build (by
-//! any process) leaves the rows as they were and only moves the version. Any other commit
-//! (delete, update, another process's write) breaks that chain: searches go to LanceDB until a
-//! background reload catches up.
+//! Freshness follows `scope_counts`: the writer reports each append (rows and vectors) and
+//! each delete (the ids it removed) at the version it committed, and a snapshot behind the
+//! table applies them in place. A version nobody reported is looked up in its Lance
+//! transaction ([`commit_rows`](super::commit_rows)): a compaction or an index build (by any
+//! process) leaves the rows as they were and only moves the version; another process's
+//! append, delete or row-moving update is read back from the fragments it names. Any other
+//! commit (an overwrite, a restore, a version already pruned) breaks that chain: searches go
+//! to LanceDB until a background reload catches up. Not the old snapshot meanwhile: a commit
+//! it cannot explain may have erased rows it still holds.
 
 mod keywords;
 mod load;
 mod partition;
 mod search;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use lancedb::Table;
 
+use super::commit_rows::RowChanges;
 use super::filter::RowFilter;
 use super::fulltext::KeywordHit;
 use super::record::MemoryRecord;
@@ -54,6 +58,8 @@ pub struct Snapshot {
     vocabulary: Vocabulary,
     /// Where each row of the NULL (or blank) scope is, built at the first backfill batch.
     blank_rows: Option<HashMap<String, (usize, usize)>>,
+    /// Rows removed or moved since the load: still in memory, skipped by every scan.
+    gone: usize,
 }
 
 impl Snapshot {
@@ -69,6 +75,7 @@ impl Snapshot {
             postings: Vec::new(),
             vocabulary: Vocabulary::default(),
             blank_rows: None,
+            gone: 0,
         }
     }
 
@@ -141,6 +148,21 @@ impl Snapshot {
         )
     }
 
+    /// Remove the rows a delete or an update took away (by id), whatever their scope.
+    fn remove_ids(&mut self, ids: &HashSet<String>) {
+        if ids.is_empty() {
+            return;
+        }
+        let removed: usize = self.partitions.iter_mut().map(|p| p.remove(ids)).sum();
+        self.rows -= removed;
+        self.gone += removed;
+        if let Some(index) = self.blank_rows.as_mut() {
+            for id in ids {
+                index.remove(id);
+            }
+        }
+    }
+
     /// Patch the rows a strength set changed (one pass over the records: sets are rare next
     /// to searches, and an id index would cost ~100 bytes a row).
     fn set_strengths(&mut self, set: &StrengthSet) {
@@ -201,6 +223,7 @@ impl Snapshot {
             self.push(record, &vector);
             // `push` counted the row again; it only moved.
             self.rows -= 1;
+            self.gone += 1;
         }
         true
     }
@@ -257,6 +280,20 @@ enum Change {
     Strengths(Arc<StrengthSet>),
     /// The writer filled blank scope columns (the backfill).
     Filled(Arc<FilledBlanks>),
+    /// Rows removed by id, then rows added: a delete (by any process), or another process's
+    /// append or update, read back from the commit's fragments.
+    Replaced(Arc<RowChanges>),
+}
+
+impl Change {
+    /// Rows the change carries (what the chain's row bound counts).
+    fn rows(&self) -> usize {
+        match self {
+            Change::Rows(rows) => rows.len(),
+            Change::Replaced(changes) => changes.added.len() + changes.removed.len(),
+            Change::Same | Change::Strengths(_) | Change::Filled(_) => 0,
+        }
+    }
 }
 
 #[derive(Default)]
@@ -271,11 +308,9 @@ impl Chain {
     /// Record what `version` changed (replacing a guess), dropping the oldest entries beyond
     /// the bounds: a snapshot that far behind reloads instead.
     fn insert(&mut self, version: u64, change: Change) {
-        if let Change::Rows(rows) = &change {
-            self.rows += rows.len();
-        }
-        if let Some(Change::Rows(old)) = self.changes.insert(version, change) {
-            self.rows -= old.len();
+        self.rows += change.rows();
+        if let Some(old) = self.changes.insert(version, change) {
+            self.rows -= old.rows();
         }
         while self.rows > MAX_CHAIN_ROWS || self.changes.len() > MAX_CHAIN_VERSIONS {
             let Some(first) = self.changes.keys().next().copied() else {
@@ -287,9 +322,7 @@ impl Chain {
 
     fn remove(&mut self, version: u64) -> Option<Change> {
         let change = self.changes.remove(&version)?;
-        if let Change::Rows(rows) = &change {
-            self.rows -= rows.len();
-        }
+        self.rows -= change.rows();
         Some(change)
     }
 }
@@ -297,6 +330,9 @@ impl Chain {
 /// Appends kept for a snapshot that is behind (or being loaded); beyond this the chain is
 /// dropped and the next reload reads them from the table.
 const MAX_CHAIN_ROWS: usize = 100_000;
+/// Dead rows a snapshot may carry before it is read again (in the background; it serves
+/// meanwhile): about 2 MB at 384 dimensions.
+const RELOAD_GONE_ROWS: usize = 1000;
 /// Versions kept in the chain at most.
 const MAX_CHAIN_VERSIONS: usize = 10_000;
 
@@ -463,6 +499,12 @@ impl ResidentVectors {
                         snapshot.push(record.clone(), vector);
                     }
                 }
+                Some(Change::Replaced(changes)) => {
+                    snapshot.remove_ids(&changes.removed);
+                    for (record, vector) in changes.added.iter() {
+                        snapshot.push(record.clone(), vector);
+                    }
+                }
                 Some(Change::Strengths(set)) => snapshot.set_strengths(&set),
                 Some(Change::Filled(filled)) => {
                     if !snapshot.fill_blanks(&filled) {
@@ -487,11 +529,17 @@ impl ResidentVectors {
         )
     }
 
-    /// Record the rows another process appended at `version` (read from its fragments).
-    fn appended_at(&self, version: u64, rows: Vec<(MemoryRecord, Vec<f32>)>) {
+    /// Record what a commit nobody reported did at `version` (read from its transaction and
+    /// fragments).
+    fn changed_at(&self, version: u64, changes: RowChanges) {
         let mut chain = self.chain();
         if !chain.changes.contains_key(&version) {
-            chain.insert(version, Change::Rows(Arc::new(rows)));
+            let change = if changes.is_empty() {
+                Change::Same
+            } else {
+                Change::Replaced(Arc::new(changes))
+            };
+            chain.insert(version, change);
         }
     }
 
@@ -499,12 +547,12 @@ impl ResidentVectors {
         self.dim
     }
 
-    /// Record that `version` left every row as it was (read from its transaction).
-    fn unchanged_at(&self, version: u64) {
-        let mut chain = self.chain();
-        if !chain.changes.contains_key(&version) {
-            chain.insert(version, Change::Same);
-        }
+    /// Whether the rows deletes and moves left behind (skipped, still in memory) are worth a
+    /// fresh read: past a quarter of the live rows, and at least [`RELOAD_GONE_ROWS`].
+    fn mostly_gone(&self) -> bool {
+        self.read()
+            .as_ref()
+            .is_some_and(|s| s.gone >= RELOAD_GONE_ROWS && s.gone > s.rows / 4)
     }
 
     /// Count a search the snapshot could not answer.
@@ -583,7 +631,22 @@ impl ResidentVectors {
 impl CommitObserver for ResidentVectors {
     fn unchanged(&self, version: u64) {
         if self.wanted.load(Ordering::Relaxed) {
-            self.unchanged_at(version);
+            self.changed_at(version, RowChanges::default());
+        }
+    }
+
+    fn follows_deletes(&self) -> bool {
+        self.wanted.load(Ordering::Relaxed)
+    }
+
+    fn deleted(&self, version: u64, ids: &HashSet<String>) {
+        if self.wanted.load(Ordering::Relaxed) {
+            let changes = RowChanges {
+                removed: ids.clone(),
+                added: Vec::new(),
+            };
+            self.chain()
+                .insert(version, Change::Replaced(Arc::new(changes)));
         }
     }
 
@@ -605,5 +668,65 @@ impl CommitObserver for ResidentVectors {
         }
         self.chain()
             .insert(version, Change::Rows(Arc::new(rows.to_vec())));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(id: String, scope: &str) -> MemoryRecord {
+        let mut r = MemoryRecord::with_text("tea with grandma", &[]);
+        r.id = id;
+        r.memory_scope = Some(scope.into());
+        r
+    }
+
+    fn all() -> RowFilter {
+        RowFilter {
+            scopes: None,
+            alive_at: None,
+        }
+    }
+
+    /// Deleted rows stay in memory, skipped, until the snapshot is read again; past a quarter
+    /// of the live rows (and a floor) it asks for that read.
+    #[test]
+    fn deleted_rows_are_skipped_and_ask_for_a_reload_past_a_quarter() {
+        let resident = ResidentVectors::new(4);
+        let mut s = Snapshot::empty(1, 4);
+        for i in 0..4000 {
+            let scope = if i % 2 == 0 { "家人" } else { "public" };
+            s.push(record(format!("r{i}"), scope), &[1.0, i as f32, 0.0, 0.0]);
+        }
+        *resident.write() = Some(s);
+        let ids = |range: std::ops::Range<usize>| -> HashSet<String> {
+            range.map(|i| format!("r{i}")).collect()
+        };
+
+        // Every live row, from a search that asks for more than there are.
+        let found = |resident: &ResidentVectors| -> HashSet<String> {
+            let guard = resident.read();
+            let s = guard.as_ref().unwrap();
+            s.nearest(&[1.0, 0.0, 0.0, 0.0], &all(), 5000, None)
+                .into_iter()
+                .map(|h| h.record.id)
+                .collect()
+        };
+        assert_eq!(found(&resident).len(), 4000);
+        resident.write().as_mut().unwrap().remove_ids(&ids(0..999));
+        assert_eq!(resident.stats().rows, 3001);
+        assert_eq!(found(&resident), ids(999..4000));
+        assert!(!resident.mostly_gone(), "999 dead rows: under the floor");
+
+        // Removing an id twice (or one that is not there) counts once.
+        resident
+            .write()
+            .as_mut()
+            .unwrap()
+            .remove_ids(&ids(990..1001));
+        assert_eq!(resident.stats().rows, 2999);
+        assert_eq!(found(&resident), ids(1001..4000));
+        assert!(resident.mostly_gone(), "1001 dead rows of 2999 live");
     }
 }

@@ -15,8 +15,9 @@ pub struct Partition {
     pub(super) records: Vec<MemoryRecord>,
     /// `expires_at` in microseconds, checked during the scan (expired rows never compete).
     expires: Vec<Option<i64>>,
-    /// Rows that moved to another partition (a backfilled scope) since the load: skipped.
-    moved: Vec<bool>,
+    /// Rows gone since the load: moved to another partition (a backfilled scope) or removed
+    /// by a delete or an update. Skipped; their memory is freed by the next reload.
+    gone: Vec<bool>,
     /// Each row's script, for a search that rescales the query's other script.
     scripts: Vec<Script>,
     /// Unit vector × 127 / its largest component, rounded: row i is `codes[i*dim..][..dim]`.
@@ -86,7 +87,7 @@ impl Partition {
             + self.fine.capacity() * 2
             + self.scales.capacity() * 4
             + self.expires.capacity() * std::mem::size_of::<Option<i64>>()
-            + self.moved.capacity()
+            + self.gone.capacity()
             + self.scripts.capacity()
     }
 
@@ -101,7 +102,7 @@ impl Partition {
         let (codes, scale) = quantise(&unit);
         self.expires
             .push(record.expires_at.map(|t| t.timestamp_micros()));
-        self.moved.push(false);
+        self.gone.push(false);
         self.scripts.push(Script::of(&record.content));
         self.record_bytes += record_bytes(&record);
         self.records.push(record);
@@ -133,7 +134,7 @@ impl Partition {
     fn scan_rows(&self, partition: usize, q: &Query, rows: &RowFilter, top: &mut TopN) {
         let dim = self.dim;
         for (row, code) in self.codes.chunks_exact(dim).enumerate() {
-            if self.moved[row] || !rows.admits_expiry(self.expires[row]) {
+            if self.gone[row] || !rows.admits_expiry(self.expires[row]) {
                 continue;
             }
             let dot = dot_i8(&q.codes, code) as f32;
@@ -155,7 +156,7 @@ impl Partition {
 
     /// Whether row `row` is alive for the filter (still here, not expired at its time).
     pub(super) fn alive(&self, row: usize, rows: &RowFilter) -> bool {
-        !self.moved.get(row).copied().unwrap_or(true)
+        !self.gone.get(row).copied().unwrap_or(true)
             && self
                 .expires
                 .get(row)
@@ -165,15 +166,28 @@ impl Partition {
     /// Take row `row` out of this partition (it moved to another scope): it is skipped from now
     /// on, and its record and vector (from the f16 copy) are returned for the new partition.
     pub(super) fn take(&mut self, row: usize) -> Option<(MemoryRecord, Vec<f32>)> {
-        if *self.moved.get(row)? {
+        if *self.gone.get(row)? {
             return None;
         }
-        self.moved[row] = true;
+        self.gone[row] = true;
         let vector = self.fine[row * self.dim..(row + 1) * self.dim]
             .iter()
             .map(|x| x.to_f32())
             .collect();
         Some((self.records[row].clone(), vector))
+    }
+
+    /// Remove the rows whose id is in `ids` (a delete, or the old values of updated rows);
+    /// how many went.
+    pub(super) fn remove(&mut self, ids: &std::collections::HashSet<String>) -> usize {
+        let mut removed = 0;
+        for (row, record) in self.records.iter().enumerate() {
+            if !self.gone[row] && ids.contains(&record.id) {
+                self.gone[row] = true;
+                removed += 1;
+            }
+        }
+        removed
     }
 
     pub fn record(&self, row: usize) -> &MemoryRecord {

@@ -5,9 +5,9 @@
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
-use lance::dataset::transaction::{Operation, Transaction};
 use lancedb::Table;
 
+use super::super::commit_rows;
 use super::super::fulltext::{FulltextSearch, KeywordHit, KeywordMatching, KeywordRequest};
 use super::super::search::{Hit, LanceSearch, NearestVisible, SearchRequest};
 use super::super::StoreError;
@@ -81,6 +81,10 @@ impl ResidentSearch {
     ) -> Result<Option<T>, StoreError> {
         let version = self.table.version().await?;
         if let Some(hits) = answer(version) {
+            if self.resident.mostly_gone() {
+                // The snapshot keeps serving until the fresh one replaces it.
+                self.resident.reload_in_background(&self.table);
+            }
             return Ok(Some(hits));
         }
         let why = match self.explain(version).await {
@@ -100,10 +104,10 @@ impl ResidentSearch {
         Ok(None)
     }
 
-    /// Look up the versions nobody reported in their transactions; Ok if every one of them
-    /// left the rows as they were (a compaction or an index build, by any process) or only
-    /// appended rows (another instance's remembers), which are then read from their fragments;
-    /// otherwise why not.
+    /// Look up the versions nobody reported in their transactions; Ok if the copy can follow
+    /// every one of them: a compaction or an index build (by any process) leaves the rows as
+    /// they were; another process's append, delete or update is read back from the fragments
+    /// it names. Otherwise why not.
     async fn explain(&self, version: u64) -> Result<(), &'static str> {
         let Some(versions) = self.resident.unexplained(version) else {
             return Err("no snapshot to catch up");
@@ -123,30 +127,25 @@ impl ResidentSearch {
         let Ok(dataset) = wrapper.get().await else {
             return Err("dataset unreadable");
         };
+        let dim = self.resident.dim();
         for v in versions {
-            match dataset.read_transaction_by_version(v).await {
-                Ok(Some(t)) if keeps_rows(&t.operation) => self.resident.unchanged_at(v),
-                Ok(Some(Transaction {
-                    operation: Operation::Append { fragments },
-                    ..
-                })) => {
-                    let dim = self.resident.dim();
-                    match super::load::appended_rows(&dataset, v, &fragments, dim).await {
-                        Ok(rows) => self.resident.appended_at(v, rows),
-                        Err(e) => {
-                            tracing::debug!(version = v, error = %e, "could not read an append");
-                            return Err("an append could not be read");
-                        }
-                    }
-                }
-                Ok(Some(t)) => {
-                    tracing::debug!(version = v, operation = %t.operation, "a commit changed rows");
-                    return Err("a commit changed rows");
-                }
+            let operation = match dataset.read_transaction_by_version(v).await {
+                Ok(Some(t)) => t.operation,
                 Ok(None) => return Err("a commit has no transaction"),
                 Err(e) => {
                     tracing::debug!(version = v, error = %e, "could not read a transaction");
                     return Err("a transaction could not be read");
+                }
+            };
+            match commit_rows::changed(&dataset, v, &operation, dim).await {
+                Ok(Some(changes)) => self.resident.changed_at(v, changes),
+                Ok(None) => {
+                    tracing::debug!(version = v, operation = %operation, "a commit the copy cannot follow");
+                    return Err("a commit changed rows in a way the copy cannot follow");
+                }
+                Err(e) => {
+                    tracing::debug!(version = v, error = %e, "could not read a commit's rows");
+                    return Err("a commit's rows could not be read");
                 }
             }
         }
@@ -156,18 +155,6 @@ impl ResidentSearch {
 
 /// Versions looked up per search at most; a snapshot further behind is reloaded instead.
 const MAX_LOOKUPS: usize = 8;
-
-/// Whether a commit leaves every row's values as they were: compaction rewrites the same rows
-/// into new files, an index build or a config change touches no row.
-fn keeps_rows(operation: &Operation) -> bool {
-    matches!(
-        operation,
-        Operation::Rewrite { .. }
-            | Operation::CreateIndex { .. }
-            | Operation::ReserveFragments { .. }
-            | Operation::UpdateConfig { .. }
-    )
-}
 
 impl NearestVisible for ResidentSearch {
     fn nearest<'a>(
