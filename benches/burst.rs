@@ -7,8 +7,10 @@
 //! it answers `POST /v1/remember`. Every second a sampler reads `/v1/status` (table versions,
 //! `disk_bytes`, the resident copy's counters) and the server's RSS from /proc. One client
 //! recalls (`search: vector`, limit 10) every half second during the burst; after it, 200
-//! recalls run back to back, then 200 with the default `search: hybrid`. Then the service idles SCOPEMEM_BURST_SETTLE_SECS (600) while
-//! its maintenance compacts and prunes, and the disk is read again.
+//! recalls run back to back, then 200 with the default `search: hybrid`. Then 20 single
+//! memories are forgotten (`POST /v1/forget`, an erase each), each followed by 5 recalls. Then
+//! the service idles SCOPEMEM_BURST_SETTLE_SECS (600) while its maintenance compacts and
+//! prunes, and the disk is read again.
 //!
 //! Prints one table: peak and final versions, disk and RSS, the ingest rate, recall latency
 //! during and right after the burst, and how many of those recalls the resident copy left to
@@ -46,6 +48,14 @@ const CONVERSATIONS: [(&str, Option<&str>); 5] = [
 fn after_recalls() -> usize {
     scaled(200, 5)
 }
+
+/// Single memories forgotten after the burst, each followed by [`RECALLS_PER_ERASE`] recalls.
+fn erases() -> usize {
+    scaled(20, 2)
+}
+const RECALLS_PER_ERASE: usize = 5;
+/// The unmapped conversation: its scope is `public`, whose memories it may forget.
+const PUBLIC_CONVERSATION: &str = "qq:GroupMessage:9999";
 
 fn env_usize(key: &str, default: usize) -> usize {
     std::env::var(key)
@@ -291,8 +301,43 @@ async fn run(
     }
     let after_end = sample(client, &base, pid, started).await;
 
+    // A user forgets single memories while recalls go on: each erase deletes, rewrites the
+    // fragment and prunes every older version; the recalls after it show whether the resident
+    // copy followed it or left them to LanceDB.
+    let (mut erase_lat, mut after_erase) = (Vec::new(), Vec::new());
+    for n in 0..erases() {
+        let mut rng = Rng(n as u64 + 77_777);
+        let found = post(
+            client,
+            &format!("{base}/v1/recall"),
+            &json!({"conversation_id": PUBLIC_CONVERSATION, "query": common::question(&mut rng),
+                    "search": "vector", "limit": 1}),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("recall failed: {e}"));
+        let id = found["memories"][0]["id"]
+            .as_str()
+            .unwrap_or_else(|| panic!("nothing to forget: {found}"))
+            .to_string();
+        let t = Instant::now();
+        let forgot = post(
+            client,
+            &format!("{base}/v1/forget"),
+            &json!({"conversation_id": PUBLIC_CONVERSATION, "memory_ids": [id]}),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("forget failed: {e}"));
+        erase_lat.push(t.elapsed());
+        assert_eq!(forgot["deleted"], 1, "forget erased one memory: {forgot}");
+        for k in 0..RECALLS_PER_ERASE {
+            let n = 30_000 + n * RECALLS_PER_ERASE + k;
+            after_erase.push(recall_once(client, &base, n, "vector").await);
+        }
+    }
+    let erases_end = sample(client, &base, pid, started).await;
+
     // Settle: maintenance compacts and prunes while the service idles.
-    let mut settled = after_end;
+    let mut settled = erases_end;
     let settle_started = Instant::now();
     while settle_started.elapsed() < settle {
         tokio::time::sleep(Duration::from_secs(10).min(settle)).await;
@@ -353,6 +398,16 @@ async fn run(
         hybrid.len(),
         ms(&mut hybrid, 0.5),
         ms(&mut hybrid, 0.99),
+    );
+    println!(
+        "| forget one memory ({} erases), then {RECALLS_PER_ERASE} recalls each | erase p50 {:.0} ms, p99 {:.0} ms; recalls p50 {:.1} ms, p99 {:.1} ms; {} left to LanceDB, {} reloads |",
+        erase_lat.len(),
+        ms(&mut erase_lat, 0.5),
+        ms(&mut erase_lat, 0.99),
+        ms(&mut after_erase, 0.5),
+        ms(&mut after_erase, 0.99),
+        erases_end.deferred - after_end.deferred,
+        erases_end.loads - after_end.loads,
     );
     println!(
         "| resident copy: full reloads over the run / searches left to LanceDB | {} / {} |",
