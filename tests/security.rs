@@ -465,6 +465,7 @@ async fn the_token_never_shows_in_status_metrics_errors_or_logs() {
         .with_max_level(tracing::Level::TRACE)
         .with_writer(move || writer.clone())
         .finish();
+    common::log_capture_baseline();
     // This test's runtime is current-thread, so the guard's logging happens on this thread.
     let _logging = tracing::subscriber::set_default(subscriber);
 
