@@ -12,4 +12,6 @@ pub mod migrate;
 pub mod scope;
 pub mod store;
 pub mod task;
+#[cfg(test)]
+mod test_logs;
 pub mod transfer;

@@ -538,6 +538,7 @@ mod tests {
             .with_writer(move || writer.clone())
             .with_ansi(false)
             .finish();
+        crate::test_logs::log_capture_baseline();
         let m = tracing::subscriber::with_default(subscriber, || {
             let m = ScopeMap::build(&map, UnmappedPolicy::Public);
             m.log_summary("startup");
