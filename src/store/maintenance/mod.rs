@@ -121,8 +121,9 @@ impl Maintenance {
 
     async fn pass_now(&self, full: bool) -> Result<MaintenanceReport, StoreError> {
         let _pass = self.pass.lock().await;
-        self.dirty.store(false, Ordering::Release);
+        // Before `dirty` is cleared: a pass that cannot start stays due.
         let from = self.table.version().await?;
+        self.dirty.store(false, Ordering::Release);
         let result = compaction::maintain(
             &self.table,
             &self.settings,
