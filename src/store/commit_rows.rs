@@ -108,16 +108,12 @@ pub async fn deleted(dataset: &Dataset, version: u64) -> lance::Result<Option<Ha
     let Some(transaction) = dataset.read_transaction_by_version(version).await? else {
         return Ok(None);
     };
-    match &transaction.operation {
-        Operation::Delete {
-            updated_fragments,
-            deleted_fragment_ids,
-            ..
-        } => Ok(Some(
-            removed_ids(dataset, version, updated_fragments, deleted_fragment_ids).await?,
-        )),
-        _ => Ok(None),
+    if !matches!(transaction.operation, Operation::Delete { .. }) {
+        return Ok(None);
     }
+    // A delete adds no rows, so the vector width is never used.
+    let changes = changed(dataset, version, &transaction.operation, 0).await?;
+    Ok(changes.map(|c| c.removed))
 }
 
 /// Ids held before `version` by the fragments the commit updated or dropped, minus the ids

@@ -610,11 +610,11 @@ async fn report_deleted(
     let Some(wrapper) = table.dataset() else {
         return;
     };
-    let ids = match wrapper.get().await {
-        Ok(dataset) => super::commit_rows::deleted(&dataset, version).await,
-        Err(e) => Err(lance::Error::invalid_input(e.to_string())),
+    let dataset = match wrapper.get().await {
+        Ok(dataset) => dataset,
+        Err(e) => return tracing::debug!(version, error = %e, "could not read a delete's ids"),
     };
-    match ids {
+    match super::commit_rows::deleted(&dataset, version).await {
         Ok(Some(ids)) if ids.len() as u64 == deleted => {
             for observer in observers {
                 observer.deleted(version, &ids);
