@@ -670,3 +670,62 @@ async fn a_fulltext_index_built_with_other_parameters_is_rebuilt() {
     assert_eq!(uuids().await, built, "current parameters: nothing rebuilt");
     store.shutdown().await;
 }
+
+/// A refresh writes new rows into a full-text segment of their own instead of rewriting the
+/// whole index: the big first segment stays as it was through small refreshes, the segments
+/// stay few, and a keyword search still finds rows of every segment and rows not indexed yet.
+#[tokio::test]
+async fn fulltext_refreshes_leave_the_big_segment_alone_and_find_every_row() {
+    use scopemem::store::maintenance::fulltext_tiers::fulltext_segments;
+    use scopemem::store::{FulltextSearch, KeywordRequest, RowFilter};
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path()).await;
+    let table = store.table();
+    let batch = |from: usize, n: usize| -> Vec<(MemoryRecord, Vec<f32>)> {
+        (from..from + n)
+            .map(|i| {
+                let (mut record, vector) = row(i, "public");
+                record.content = format!("note q{i:04}z");
+                (record, vector)
+            })
+            .collect()
+    };
+    store.append(batch(0, 400)).await.unwrap();
+    store.writer().maintain().await.unwrap();
+    let first = fulltext_segments(table).await.unwrap();
+    assert!(!first.is_empty());
+    for index in &first {
+        assert_eq!(
+            (index.segments.as_slice(), index.unindexed),
+            (&[400][..], 0)
+        );
+    }
+    let mut next = 400;
+    for _ in 0..10 {
+        store.append(batch(next, 20)).await.unwrap();
+        next += 20;
+        store.writer().maintain().await.unwrap();
+        for index in fulltext_segments(table).await.unwrap() {
+            assert_eq!(index.segments[0], 400, "{index:?}");
+            assert_eq!(index.unindexed, 0, "{index:?}");
+            assert!(index.segments.len() <= 5, "{index:?}");
+            assert_eq!(index.segments.iter().sum::<u64>(), next as u64);
+        }
+    }
+    // Five rows no refresh has seen.
+    store.append(batch(next, 5)).await.unwrap();
+    let search = FulltextSearch::new(table.clone());
+    for i in [7, 399, 455, 599, next + 2] {
+        let hits = search
+            .matching(&KeywordRequest {
+                text: format!("q{i:04}z"),
+                rows: RowFilter::ALL,
+                k: 1,
+            })
+            .await
+            .unwrap();
+        let found: Vec<&str> = hits.iter().map(|h| h.record.id.as_str()).collect();
+        assert_eq!(found, [format!("id-{i}")], "row {i}");
+    }
+    store.shutdown().await;
+}

@@ -85,13 +85,23 @@ pub(crate) async fn refresh_indexes(
             }
         }
     }
-    retry(table, settings, counters, || async {
-        table
-            .optimize(OptimizeAction::Index(OptimizeOptions::default()))
-            .await?;
-        Ok(())
-    })
-    .await
+    // The full-text indexes are refreshed in segments of their own (see `fulltext_tiers`).
+    let others: Vec<String> = indices
+        .into_iter()
+        .filter(|i| i.index_type != IndexType::FTS)
+        .map(|i| i.name)
+        .collect();
+    if !others.is_empty() {
+        let options = OptimizeOptions::default().index_names(others);
+        retry(table, settings, counters, || async {
+            table
+                .optimize(OptimizeAction::Index(options.clone()))
+                .await?;
+            Ok(())
+        })
+        .await?;
+    }
+    super::fulltext_tiers::refresh_fulltext(table, settings, counters).await
 }
 
 /// Rebuild the `memory_scope` bitmap from scratch (see [`crate::store::Store::rebuild_scope_index`]).

@@ -1,0 +1,173 @@
+//! Folding new rows into the full-text indexes without rewriting them whole.
+//!
+//! Lance's default index refresh merges the new rows into the newest segment of each index, and
+//! a full-text index is usually one segment: every refresh decoded and re-encoded every posting
+//! list of the table. During a burst maintenance refreshes every second or two, so at 70k rows
+//! that rewrite was a quarter of the service's CPU (the maintenance thread's posting-list
+//! builds in `perf`), time the embedding of new memories did not get.
+//!
+//! Here each refresh writes the new rows as a segment of their own, and merges the newest
+//! segments into it only while they are no more than twice its size, like a binary counter:
+//! segments shrink from the oldest to the newest, there are a logarithmic number of them, and
+//! each row is rewritten a logarithmic number of times instead of once per refresh. Lance
+//! searches all segments of an index with corpus-wide BM25 statistics, so the results are the
+//! same as from one segment.
+
+use std::collections::HashMap;
+
+use lance::index::DatasetIndexExt;
+use lancedb::index::IndexType;
+use lancedb::table::{OptimizeAction, OptimizeOptions};
+use lancedb::Table;
+
+use crate::store::commit::{retry, WriterCounters, WriterSettings};
+use crate::store::StoreError;
+
+/// How many of the newest segments (rows each, oldest first) to merge with `unindexed` new
+/// rows: walking from the newest, a segment joins while the rows gathered so far are at least
+/// half of it. 0 writes the new rows as a segment of their own.
+pub fn segments_to_merge(segments: &[u64], unindexed: u64) -> usize {
+    let mut gathered = unindexed;
+    let mut merged = 0;
+    for &rows in segments.iter().rev() {
+        if gathered.saturating_mul(2) < rows {
+            break;
+        }
+        gathered += rows;
+        merged += 1;
+    }
+    merged
+}
+
+/// One full-text index as its segments cover the table now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FulltextSegments {
+    pub name: String,
+    /// Rows each segment covers, oldest first (Lance's segment order, the order its merge
+    /// takes the newest from).
+    pub segments: Vec<u64>,
+    /// Rows no segment covers yet.
+    pub unindexed: u64,
+}
+
+/// The segments of every full-text index of `table`. Rows are counted by fragment (physical
+/// rows, deleted ones included): the sizes only steer the merges. Lance never compacts
+/// fragments of different segments together, so each fragment belongs to one segment at most.
+pub async fn fulltext_segments(table: &Table) -> Result<Vec<FulltextSegments>, StoreError> {
+    let names: Vec<String> = table
+        .list_indices()
+        .await?
+        .into_iter()
+        .filter(|i| i.index_type == IndexType::FTS)
+        .map(|i| i.name)
+        .collect();
+    let Some(wrapper) = table.dataset() else {
+        return Ok(Vec::new());
+    };
+    if names.is_empty() {
+        return Ok(Vec::new());
+    }
+    let dataset = wrapper.get().await?.clone();
+    let rows: HashMap<u32, u64> = dataset
+        .manifest
+        .fragments
+        .iter()
+        .map(|f| (f.id as u32, f.physical_rows.unwrap_or(0) as u64))
+        .collect();
+    let indices = dataset.load_indices().await?;
+    let rows_of =
+        |ids: &mut dyn Iterator<Item = u32>| -> u64 { ids.filter_map(|id| rows.get(&id)).sum() };
+    Ok(names
+        .into_iter()
+        .map(|name| {
+            let bitmaps: Vec<_> = indices
+                .iter()
+                .filter(|i| i.name == name)
+                .filter_map(|i| i.fragment_bitmap.as_ref())
+                .collect();
+            let segments = bitmaps.iter().map(|b| rows_of(&mut b.iter())).collect();
+            let unindexed = rows_of(
+                &mut rows
+                    .keys()
+                    .copied()
+                    .filter(|id| !bitmaps.iter().any(|b| b.contains(*id))),
+            );
+            FulltextSegments {
+                name,
+                segments,
+                unindexed,
+            }
+        })
+        .collect())
+}
+
+/// Fold the unindexed rows into each full-text index as [`segments_to_merge`] says.
+pub(super) async fn refresh_fulltext(
+    table: &Table,
+    settings: &WriterSettings,
+    counters: &WriterCounters,
+) -> Result<(), StoreError> {
+    for index in fulltext_segments(table).await? {
+        let merge = segments_to_merge(&index.segments, index.unindexed);
+        if index.unindexed == 0 && merge <= 1 {
+            continue;
+        }
+        let options = OptimizeOptions::merge(merge).index_names(vec![index.name.clone()]);
+        retry(table, settings, counters, || async {
+            table
+                .optimize(OptimizeAction::Index(options.clone()))
+                .await?;
+            Ok(())
+        })
+        .await?;
+        tracing::debug!(
+            index = %index.name,
+            segments = index.segments.len(),
+            merged = merge,
+            new_rows = index.unindexed,
+            "full-text index refreshed"
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn new_rows_become_a_segment_until_they_match_the_newest() {
+        assert_eq!(segments_to_merge(&[], 300), 0);
+        assert_eq!(segments_to_merge(&[50_000], 300), 0);
+        // Half of the newest or more: merged, and the gathered rows walk on.
+        assert_eq!(segments_to_merge(&[50_000, 300], 300), 1);
+        assert_eq!(segments_to_merge(&[50_000, 900, 300], 300), 2);
+        assert_eq!(segments_to_merge(&[1_000, 900, 300], 300), 3);
+        assert_eq!(segments_to_merge(&[50_000, 900], 300), 0);
+        assert_eq!(segments_to_merge(&[50_000, 900], 0), 0);
+    }
+
+    #[test]
+    fn a_burst_keeps_few_segments_and_rewrites_each_row_a_few_times() {
+        // 100k rows arriving 300 at a time, one refresh each, as in a burst.
+        let mut segments: Vec<u64> = Vec::new();
+        let mut rewritten = 0u64;
+        let mut most = 0;
+        for _ in 0..334 {
+            let merge = segments_to_merge(&segments, 300);
+            let kept = segments.len() - merge;
+            let merged: u64 = segments.drain(kept..).sum::<u64>() + 300;
+            rewritten += merged;
+            segments.push(merged);
+            most = most.max(segments.len());
+            assert!(segments.windows(2).all(|w| w[0] > w[1] * 2), "{segments:?}");
+        }
+        let rows = 334 * 300;
+        assert!(most <= 10, "{most} segments");
+        // A merge into one segment each time would rewrite ~rows²/600 = 16.7M rows.
+        assert!(
+            rewritten < rows * 12,
+            "{rewritten} rows rewritten for {rows}"
+        );
+    }
+}
