@@ -17,6 +17,7 @@ use lancedb::index::{Index, IndexType};
 use lancedb::table::{OptimizeAction, OptimizeOptions};
 use lancedb::{DistanceType, Table};
 
+use super::index_tiers::is_tiered;
 use crate::store::commit::{retry, WriterCounters, WriterSettings};
 use crate::store::fulltext::{fulltext_params, has_fulltext, FULLTEXT_COLUMNS};
 use crate::store::schema::{
@@ -85,10 +86,10 @@ pub(crate) async fn refresh_indexes(
             }
         }
     }
-    // The full-text indexes are refreshed in segments of their own (see `fulltext_tiers`).
+    // The full-text and vector indexes are refreshed in tiers of segments (see `index_tiers`).
     let others: Vec<String> = indices
         .into_iter()
-        .filter(|i| i.index_type != IndexType::FTS)
+        .filter(|i| !is_tiered(i))
         .map(|i| i.name)
         .collect();
     if !others.is_empty() {
@@ -101,7 +102,7 @@ pub(crate) async fn refresh_indexes(
         })
         .await?;
     }
-    super::fulltext_tiers::refresh_fulltext(table, settings, counters).await
+    super::index_tiers::refresh_tiered(table, settings, counters).await
 }
 
 /// Rebuild the `memory_scope` bitmap from scratch (see [`crate::store::Store::rebuild_scope_index`]).

@@ -1,8 +1,8 @@
 //! Table maintenance beside the writer, in one place: this scheduler (one pass at a time, on its
 //! own thread, run on the lease holder's schedule or on demand), [`compaction`] (merging the
 //! small tail of fragments), [`pruning`] (old versions and erased rows off the disk) and
-//! [`indexes`] (building, refreshing and retraining every index; the full-text ones in
-//! [`fulltext_tiers`]). Appends keep committing while
+//! [`indexes`] (building, refreshing and retraining every index; the full-text and vector
+//! ones in tiers, [`index_tiers`]). Appends keep committing while
 //! these run: Lance commits a compaction or an index refresh on top of appends that landed
 //! meanwhile, and a commit that does conflict (a delete in a fragment being rewritten) is
 //! retried. One pass runs at a time, so an erase's prune never removes files a compaction is
@@ -13,7 +13,7 @@
 //! waited 13.5 s behind a 15 s erase at 100k rows before this).
 
 pub mod compaction;
-pub mod fulltext_tiers;
+pub mod index_tiers;
 pub mod indexes;
 pub mod pruning;
 

@@ -1,26 +1,32 @@
-//! Folding new rows into the full-text indexes without rewriting them whole.
+//! Folding new rows into the full-text and vector indexes in tiers of segments, instead of
+//! rewriting an index whole or piling up one segment per refresh.
 //!
-//! Lance's default index refresh merges the new rows into the newest segment of each index, and
-//! a full-text index is usually one segment: every refresh decoded and re-encoded every posting
-//! list of the table. During a burst maintenance refreshes every second or two, so at 70k rows
-//! that rewrite was a quarter of the service's CPU (the maintenance thread's posting-list
-//! builds in `perf`), time the embedding of new memories did not get.
+//! Lance's default refresh does one of two things, both bad under a burst of writes:
+//! - a full-text index is merged into its newest segment, usually its only one, so every
+//!   refresh (every second or two) decoded and re-encoded every posting list of the table: at
+//!   70k rows a quarter of the service's CPU (the maintenance thread's posting-list builds in
+//!   `perf`);
+//! - a vector index gets a new delta segment per refresh, and Lance compacts only fragments
+//!   covered by the same segments, so each refresh pinned its fragments apart: at 100k rows the
+//!   table held 431 fragments, each pass found the fragment limit reached again and passes ran
+//!   back to back.
 //!
-//! Here each refresh writes the new rows as a segment of their own, and merges the newest
-//! segments into it only while they are no more than twice its size, like a binary counter:
-//! segments shrink from the oldest to the newest, there are a logarithmic number of them, and
-//! each row is rewritten a logarithmic number of times instead of once per refresh. Lance
-//! searches all segments of an index with corpus-wide BM25 statistics, so the results are the
-//! same as from one segment.
+//! Here each refresh writes the new rows as a segment of their own and merges the newest
+//! segments into it only while they are no more than twice the rows gathered, like a binary
+//! counter: segments shrink from the oldest to the newest, there are a logarithmic number of
+//! them, each row is rewritten a logarithmic number of times, and once segments merge their
+//! fragments can be compacted together again. Lance searches every segment of an index (BM25
+//! with corpus-wide statistics), so results do not depend on how the rows are split.
 
 use std::collections::HashMap;
 
 use lance::index::DatasetIndexExt;
-use lancedb::index::IndexType;
+use lancedb::index::{IndexConfig, IndexType};
 use lancedb::table::{OptimizeAction, OptimizeOptions};
 use lancedb::Table;
 
 use crate::store::commit::{retry, WriterCounters, WriterSettings};
+use crate::store::schema::COL_VECTOR;
 use crate::store::StoreError;
 
 /// How many of the newest segments (rows each, oldest first) to merge with `unindexed` new
@@ -39,9 +45,15 @@ pub fn segments_to_merge(segments: &[u64], unindexed: u64) -> usize {
     merged
 }
 
-/// One full-text index as its segments cover the table now.
+/// Whether an index is refreshed in tiers: the full-text indexes and the vector index (the
+/// scalar indexes are small and merged into one segment by Lance's default refresh).
+pub fn is_tiered(index: &IndexConfig) -> bool {
+    index.index_type == IndexType::FTS || index.columns.iter().any(|c| c == COL_VECTOR)
+}
+
+/// One tiered index as its segments cover the table now.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FulltextSegments {
+pub struct TieredIndex {
     pub name: String,
     /// Rows each segment covers, oldest first (Lance's segment order, the order its merge
     /// takes the newest from).
@@ -50,15 +62,15 @@ pub struct FulltextSegments {
     pub unindexed: u64,
 }
 
-/// The segments of every full-text index of `table`. Rows are counted by fragment (physical
+/// The segments of every tiered index of `table`. Rows are counted by fragment (physical
 /// rows, deleted ones included): the sizes only steer the merges. Lance never compacts
 /// fragments of different segments together, so each fragment belongs to one segment at most.
-pub async fn fulltext_segments(table: &Table) -> Result<Vec<FulltextSegments>, StoreError> {
+pub async fn tiered_indexes(table: &Table) -> Result<Vec<TieredIndex>, StoreError> {
     let names: Vec<String> = table
         .list_indices()
         .await?
         .into_iter()
-        .filter(|i| i.index_type == IndexType::FTS)
+        .filter(is_tiered)
         .map(|i| i.name)
         .collect();
     let Some(wrapper) = table.dataset() else {
@@ -92,7 +104,7 @@ pub async fn fulltext_segments(table: &Table) -> Result<Vec<FulltextSegments>, S
                     .copied()
                     .filter(|id| !bitmaps.iter().any(|b| b.contains(*id))),
             );
-            FulltextSegments {
+            TieredIndex {
                 name,
                 segments,
                 unindexed,
@@ -101,13 +113,13 @@ pub async fn fulltext_segments(table: &Table) -> Result<Vec<FulltextSegments>, S
         .collect())
 }
 
-/// Fold the unindexed rows into each full-text index as [`segments_to_merge`] says.
-pub(super) async fn refresh_fulltext(
+/// Fold the unindexed rows into each tiered index as [`segments_to_merge`] says.
+pub(super) async fn refresh_tiered(
     table: &Table,
     settings: &WriterSettings,
     counters: &WriterCounters,
 ) -> Result<(), StoreError> {
-    for index in fulltext_segments(table).await? {
+    for index in tiered_indexes(table).await? {
         let merge = segments_to_merge(&index.segments, index.unindexed);
         if index.unindexed == 0 && merge <= 1 {
             continue;
@@ -125,7 +137,7 @@ pub(super) async fn refresh_fulltext(
             segments = index.segments.len(),
             merged = merge,
             new_rows = index.unindexed,
-            "full-text index refreshed"
+            "index refreshed in tiers"
         );
     }
     Ok(())
