@@ -55,6 +55,8 @@ pub struct Maintenance {
     runtime: tokio::runtime::Handle,
     /// Rows the vector index was last trained on (see [`indexes`]).
     trained_rows: AtomicUsize,
+    /// Fragments the last pass left.
+    left_by_last_pass: AtomicUsize,
     /// Told each version a pass committed that left the rows as they were (compaction, an
     /// index build), so caches of the table follow it without reading its transaction,
     /// which an erase's prune may remove first.
@@ -85,6 +87,7 @@ impl Maintenance {
             stopped: AtomicBool::new(false),
             runtime,
             trained_rows: AtomicUsize::new(0),
+            left_by_last_pass: AtomicUsize::new(0),
             on_kept,
         });
         if let Some(started) = started {
@@ -93,12 +96,17 @@ impl Maintenance {
         this
     }
 
-    /// The writer committed something; with `fragments` at the compaction threshold, compact
-    /// now rather than at the next interval, so single writes never pile up hundreds of
-    /// fragments. Returns at once: the pass runs on the maintenance task.
+    /// The writer committed something; with `fragments` at the compaction threshold above what
+    /// the last pass left, compact now rather than at the next interval, so single writes
+    /// never pile up hundreds of fragments. Counted from what the last pass left, not from
+    /// zero: fragments of different index segments cannot be merged until their segments are
+    /// (see [`index_tiers`]), and a pass that starts again as soon as a few new ones land
+    /// spends a burst's CPU on passes that merge little. Returns at once: the pass runs on the
+    /// maintenance task.
     pub fn wrote(&self, fragments: usize) {
         self.dirty.store(true, Ordering::Release);
-        if fragments >= self.settings.compact_min_fragments {
+        let left = self.left_by_last_pass.load(Ordering::Relaxed);
+        if fragments >= left + self.settings.compact_min_fragments {
             self.wake.notify_one();
         }
     }
@@ -134,8 +142,11 @@ impl Maintenance {
             &self.trained_rows,
         )
         .await;
-        if result.is_err() {
-            self.dirty.store(true, Ordering::Release);
+        match &result {
+            Ok(report) => self
+                .left_by_last_pass
+                .store(report.fragments_after, Ordering::Relaxed),
+            Err(_) => self.dirty.store(true, Ordering::Release),
         }
         self.report_kept(from).await;
         result
@@ -189,7 +200,9 @@ impl Maintenance {
         // not leave neither).
         make_durable(&self.settings, &self.counters, since).await?;
         // Even with nothing deleted now, older versions may still hold rows deleted before.
-        prune_versions(&self.table, std::time::Duration::ZERO).await
+        let report = prune_versions(&self.table, std::time::Duration::ZERO).await;
+        release_freed_memory();
+        report
     }
 
     /// End the background loop.
@@ -276,5 +289,17 @@ async fn scheduled_loop(
             return;
         }
         maintenance.scheduled().await;
+    }
+}
+
+/// Give the heap's free pages back to the system. An erase rewrites fragments and remaps every
+/// index that covers them; at 100k rows that held ~250 MB more resident after 20 erases, freed
+/// but kept by the allocator's arenas.
+fn release_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only returns free heap pages to the kernel; it takes the arenas'
+    // locks itself and touches no memory in use.
+    unsafe {
+        libc::malloc_trim(0);
     }
 }
