@@ -240,7 +240,10 @@ async fn sequential_single_appends_stay_under_the_fragment_cap() {
         .counters()
         .compactions
         .load(std::sync::atomic::Ordering::Relaxed);
-    assert!(compactions >= 6, "{compactions}");
+    // A pass starts once 16 fragments landed above what the last pass left (fragments of
+    // different index segments wait for their segments to merge), so about one per 16-25
+    // appends.
+    assert!(compactions >= 4, "{compactions}");
     let stats = store.stats().await.unwrap();
     assert_eq!(
         stats.rows_by_scope.get("public"),

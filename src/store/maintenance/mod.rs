@@ -205,6 +205,17 @@ impl Maintenance {
         report
     }
 
+    /// Whether the fragment limit has been reached above what the last pass left (see
+    /// [`Self::wrote`]).
+    async fn piled_up_since_last_pass(&self) -> bool {
+        let fragments = match self.table.as_native() {
+            Some(native) => native.count_fragments().await.unwrap_or(usize::MAX),
+            None => usize::MAX,
+        };
+        let left = self.left_by_last_pass.load(Ordering::Relaxed);
+        fragments >= left + self.settings.compact_min_fragments
+    }
+
     /// End the background loop.
     pub fn stop(&self) {
         self.stopped.store(true, Ordering::Release);
@@ -213,8 +224,12 @@ impl Maintenance {
 
     /// One turn of the background loop: compact if this process maintains the table and
     /// something was written (here or, for the lease holder, by other processes).
-    async fn scheduled(&self) {
+    async fn scheduled(&self, woken: bool) {
         if !self.maintainer.load(Ordering::Acquire) {
+            return;
+        }
+        // A wake stored while a pass ran may be stale: that pass merged what set it off.
+        if woken && !self.piled_up_since_last_pass().await {
             return;
         }
         let due = self.dirty.load(Ordering::Acquire)
@@ -276,10 +291,10 @@ async fn scheduled_loop(
         return;
     };
     loop {
-        tokio::select! {
-            _ = tokio::time::sleep(interval) => {}
-            _ = wake.notified() => {}
-        }
+        let woken = tokio::select! {
+            _ = tokio::time::sleep(interval) => false,
+            _ = wake.notified() => true,
+        };
         let Some(maintenance) = weak.upgrade() else {
             return;
         };
@@ -288,7 +303,7 @@ async fn scheduled_loop(
             let _pass = maintenance.pass.lock().await;
             return;
         }
-        maintenance.scheduled().await;
+        maintenance.scheduled(woken).await;
     }
 }
 
