@@ -125,13 +125,7 @@ pub(super) async fn refresh_tiered(
             continue;
         }
         let options = OptimizeOptions::merge(merge).index_names(vec![index.name.clone()]);
-        retry(table, settings, counters, || async {
-            table
-                .optimize(OptimizeAction::Index(options.clone()))
-                .await?;
-            Ok(())
-        })
-        .await?;
+        optimize_retrying(table, settings, counters, options).await?;
         tracing::debug!(
             index = %index.name,
             segments = index.segments.len(),
@@ -141,6 +135,22 @@ pub(super) async fn refresh_tiered(
         );
     }
     Ok(())
+}
+
+/// One index optimisation, retried on commit conflicts.
+pub(super) async fn optimize_retrying(
+    table: &Table,
+    settings: &WriterSettings,
+    counters: &WriterCounters,
+    options: OptimizeOptions,
+) -> Result<(), StoreError> {
+    retry(table, settings, counters, || async {
+        table
+            .optimize(OptimizeAction::Index(options.clone()))
+            .await?;
+        Ok(())
+    })
+    .await
 }
 
 #[cfg(test)]

@@ -14,11 +14,11 @@ use std::time::Instant;
 use lancedb::index::scalar::{BTreeIndexBuilder, BitmapIndexBuilder};
 use lancedb::index::vector::IvfHnswSqIndexBuilder;
 use lancedb::index::{Index, IndexType};
-use lancedb::table::{OptimizeAction, OptimizeOptions};
+use lancedb::table::OptimizeOptions;
 use lancedb::{DistanceType, Table};
 
-use super::index_tiers::is_tiered;
-use crate::store::commit::{retry, WriterCounters, WriterSettings};
+use super::index_tiers::{is_tiered, optimize_retrying};
+use crate::store::commit::{WriterCounters, WriterSettings};
 use crate::store::fulltext::{fulltext_params, has_fulltext, FULLTEXT_COLUMNS};
 use crate::store::schema::{
     COL_EXPIRES_AT, COL_ID, COL_MEMORY_SCOPE, COL_VECTOR, COL_VECTOR_NEXT, META_FULLTEXT_PARAMS,
@@ -62,13 +62,7 @@ pub(crate) async fn refresh_indexes(
             if retrain_due(last, rows) {
                 let started = Instant::now();
                 let options = OptimizeOptions::retrain().index_names(vec![name]);
-                let result = retry(table, settings, counters, || async {
-                    table
-                        .optimize(OptimizeAction::Index(options.clone()))
-                        .await?;
-                    Ok(())
-                })
-                .await;
+                let result = optimize_retrying(table, settings, counters, options).await;
                 match result {
                     Ok(()) => {
                         trained.store(rows, Ordering::Relaxed);
@@ -94,13 +88,7 @@ pub(crate) async fn refresh_indexes(
         .collect();
     if !others.is_empty() {
         let options = OptimizeOptions::default().index_names(others);
-        retry(table, settings, counters, || async {
-            table
-                .optimize(OptimizeAction::Index(options.clone()))
-                .await?;
-            Ok(())
-        })
-        .await?;
+        optimize_retrying(table, settings, counters, options).await?;
     }
     super::index_tiers::refresh_tiered(table, settings, counters).await
 }
