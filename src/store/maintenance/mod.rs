@@ -308,7 +308,7 @@ async fn scheduled_loop(
 }
 
 /// Give the heap's free pages back to the system. An erase rewrites fragments and remaps every
-/// index that covers them; at 100k rows that held ~250 MB more resident after 20 erases, freed
+/// index that covers them; at 100k rows that held ~350 MB more resident after 20 erases, freed
 /// but kept by the allocator's arenas.
 fn release_freed_memory() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
