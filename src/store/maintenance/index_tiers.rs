@@ -66,9 +66,15 @@ pub struct TieredIndex {
 /// rows, deleted ones included): the sizes only steer the merges. Lance never compacts
 /// fragments of different segments together, so each fragment belongs to one segment at most.
 pub async fn tiered_indexes(table: &Table) -> Result<Vec<TieredIndex>, StoreError> {
-    let names: Vec<String> = table
-        .list_indices()
-        .await?
+    segments_of(table, table.list_indices().await?).await
+}
+
+/// [`tiered_indexes`] among `indices`, already listed.
+async fn segments_of(
+    table: &Table,
+    indices: Vec<IndexConfig>,
+) -> Result<Vec<TieredIndex>, StoreError> {
+    let names: Vec<String> = indices
         .into_iter()
         .filter(is_tiered)
         .map(|i| i.name)
@@ -113,13 +119,15 @@ pub async fn tiered_indexes(table: &Table) -> Result<Vec<TieredIndex>, StoreErro
         .collect())
 }
 
-/// Fold the unindexed rows into each tiered index as [`segments_to_merge`] says.
+/// Fold the unindexed rows into each tiered index among `indices` (the table's, as listed at
+/// the start of the refresh) as [`segments_to_merge`] says.
 pub(super) async fn refresh_tiered(
     table: &Table,
     settings: &WriterSettings,
     counters: &WriterCounters,
+    indices: Vec<IndexConfig>,
 ) -> Result<(), StoreError> {
-    for index in tiered_indexes(table).await? {
+    for index in segments_of(table, indices).await? {
         let merge = segments_to_merge(&index.segments, index.unindexed);
         if index.unindexed == 0 && merge <= 1 {
             continue;

@@ -81,16 +81,13 @@ pub(crate) async fn refresh_indexes(
         }
     }
     // The full-text and vector indexes are refreshed in tiers of segments (see `index_tiers`).
-    let others: Vec<String> = indices
-        .into_iter()
-        .filter(|i| !is_tiered(i))
-        .map(|i| i.name)
-        .collect();
+    let (tiered, others): (Vec<_>, Vec<_>) = indices.into_iter().partition(is_tiered);
     if !others.is_empty() {
-        let options = OptimizeOptions::default().index_names(others);
+        let names = others.into_iter().map(|i| i.name).collect();
+        let options = OptimizeOptions::default().index_names(names);
         optimize_retrying(table, settings, counters, options).await?;
     }
-    super::index_tiers::refresh_tiered(table, settings, counters).await
+    super::index_tiers::refresh_tiered(table, settings, counters, tiered).await
 }
 
 /// Rebuild the `memory_scope` bitmap from scratch (see [`crate::store::Store::rebuild_scope_index`]).
