@@ -9,6 +9,10 @@ its files go to `scopemem-<version>.data/data/share/scopemem/assets/`, which pip
 `<prefix>/share/scopemem/assets/`, where the binary looks for them: a pip-installed scopemem
 needs no other set-up.
 
+Entries are stored, not deflated: this packer serves the tests, whose debug binary is ~500 MB,
+and deflating it cost ~20 s of CPU in every `make test`. `make wheel` (maturin) builds the
+compressed release wheel users install.
+
 Usage: pack-wheel.py <binary> <out-dir> [<assets-dir>]; prints the wheel's path. Standard
 library only.
 """
@@ -59,12 +63,12 @@ def main() -> int:
     record += f"{info}/RECORD,,\n"
     out.mkdir(parents=True, exist_ok=True)
     wheel = out / f"{name}-{version}-{tag}.whl"
-    with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED) as z:
+    with zipfile.ZipFile(wheel, "w", zipfile.ZIP_STORED) as z:
         for path, data in files.items():
             entry = zipfile.ZipInfo(path)
             # A regular file with its execute bits: pip makes a script executable only then.
             entry.external_attr = (0o100755 if path.endswith(f"scripts/{name}") else 0o100644) << 16
-            entry.compress_type = zipfile.ZIP_DEFLATED
+            entry.compress_type = zipfile.ZIP_STORED
             z.writestr(entry, data)
         z.writestr(f"{info}/RECORD", record)
     print(wheel)

@@ -1,5 +1,5 @@
 //! The scopemem wheel of the debug build `cargo test` made, packed once per test run and shared
-//! by the wheel and AstrBot tests (packing the ~145 MB debug binary with the model takes ~18 s),
+//! by the wheel and AstrBot tests (the ~500 MB debug binary and the model, stored uncompressed),
 //! and a venv with it installed from the file alone.
 
 use std::path::{Path, PathBuf};
