@@ -196,6 +196,9 @@ def prepare_root(
             "web_search": False,
         },
         "platform": [],
+        # AstrBot stalls a session past 30 messages a minute; the scenario sends ~60 in one
+        # chat, and a stall only made the test wait a minute.
+        "platform_settings": {"rate_limit": {"time": 60, "count": 1000, "strategy": "stall"}},
         "t2i": False,
     }
     if owned is not None:
