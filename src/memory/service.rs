@@ -348,6 +348,10 @@ impl MemoryService {
         }
         let cfg = &self.settings.recall;
         let limit = recall_limit(cfg, &req)?;
+        // A recall of a cached query over the resident copy finishes without waiting on
+        // anything, so a caller recalling in a loop never gave its worker back: tasks woken on
+        // that worker (an erase's) waited up to two minutes. Yield once the task's budget is spent.
+        tokio::task::consume_budget().await;
 
         let visible = self.visibility(&conversation, req.persona.as_deref());
         let ranking = self.ranking();
