@@ -105,10 +105,15 @@ impl Maintenance {
     /// maintenance task.
     pub fn wrote(&self, fragments: usize) {
         self.dirty.store(true, Ordering::Release);
-        let left = self.left_by_last_pass.load(Ordering::Relaxed);
-        if fragments >= left + self.settings.compact_min_fragments {
+        if self.past_the_limit(fragments) {
             self.wake.notify_one();
         }
+    }
+
+    /// `fragments` reach the compaction threshold above what the last pass left.
+    fn past_the_limit(&self, fragments: usize) -> bool {
+        let left = self.left_by_last_pass.load(Ordering::Relaxed);
+        fragments >= left + self.settings.compact_min_fragments
     }
 
     /// One pass now (and wait for it): compact, then fold new rows into the indexes.
@@ -212,8 +217,7 @@ impl Maintenance {
             Some(native) => native.count_fragments().await.unwrap_or(usize::MAX),
             None => usize::MAX,
         };
-        let left = self.left_by_last_pass.load(Ordering::Relaxed);
-        fragments >= left + self.settings.compact_min_fragments
+        self.past_the_limit(fragments)
     }
 
     /// End the background loop.
