@@ -246,7 +246,7 @@ fn main() {
         let bytes_before = du(&work);
         let config = Config::from_value(&json!({
             "storage": {"db_dir": work.to_string_lossy(), "index_threshold_rows": usize::MAX / 2},
-            "recall": {"similarity_threshold": -1.0, "similarity_cut": "fixed"},
+            "recall": {"similarity_threshold": -1.0, "similarity_cut": "fixed", "relevance_gate": false},
             "backfill": {"batch_size": batch, "pause_ms": pause, "pacing": pacing},
         }))
         .expect("config")

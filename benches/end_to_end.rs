@@ -36,7 +36,7 @@ fn main() {
     let host = Arc::new(rt.block_on(host_on(
         &dir,
         embedder.clone(),
-        json!({"conversation_scope_map": {"bench:conv": "scope_07"}, "recall": {"similarity_threshold": 0.0, "similarity_cut": "fixed"}}),
+        json!({"conversation_scope_map": {"bench:conv": "scope_07"}, "recall": {"similarity_threshold": 0.0, "similarity_cut": "fixed", "relevance_gate": false}}),
     )));
     host.start_background();
     let loaded = wait_resident(&rt, &host, n);

@@ -98,7 +98,7 @@ fn end_to_end(rt: &tokio::runtime::Runtime, dir: &std::path::Path, e: Arc<dyn Em
     let host = rt.block_on(host_on(
         dir,
         e,
-        json!({"conversation_scope_map": {"bench:conv": "scope_07"}, "recall": {"similarity_threshold": 0.0, "similarity_cut": "fixed"}}),
+        json!({"conversation_scope_map": {"bench:conv": "scope_07"}, "recall": {"similarity_threshold": 0.0, "similarity_cut": "fixed", "relevance_gate": false}}),
     ));
     // Other questions per mode: the query-embedding cache must not serve one mode's queries
     // to the next.

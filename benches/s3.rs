@@ -45,7 +45,7 @@ fn start(
 ) -> Arc<PluginHost> {
     let config = scopemem::config::Config::from_value(&json!({
         "storage": storage,
-        "recall": {"similarity_threshold": -1.0, "similarity_cut": "fixed"},
+        "recall": {"similarity_threshold": -1.0, "similarity_cut": "fixed", "relevance_gate": false},
     }))
     .expect("config")
     .config;

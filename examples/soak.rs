@@ -89,7 +89,7 @@ fn write_config(path: &Path, db: &Path, port: u16, version: usize) {
         "conversation_scope_map": map_at(version),
         "storage": {"db_dir": db, "read_consistency_ms": 500, "keep_versions_minutes": 1},
         "server": {"http_addr": format!("127.0.0.1:{port}")},
-        "recall": {"similarity_threshold": -1.0},
+        "recall": {"similarity_threshold": -1.0, "relevance_gate": false},
         "backfill": {"batch_size": 50, "pause_ms": 200},
         "feedback": {"queue_capacity": 4096},
         "log_level": "warn",

@@ -1,7 +1,7 @@
 //! scopemem: scope-aware long-term memory for chatbots, on LanceDB and an offline embedding model.
 //!
 //! Data flows one way: `api` -> `host` -> `memory` -> (`scope`, `embed`, `store`), with
-//! `config` feeding all of them. See DESIGN.md for the contracts.
+//! `config` feeding all of them. See docs/design.md for the contracts.
 
 pub mod api;
 pub mod config;

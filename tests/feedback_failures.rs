@@ -53,7 +53,7 @@ fn retry_config(dir: &std::path::Path, max_attempts: u32) -> Config {
     Config::from_value(&json!({
         "conversation_scope_map": family_map(),
         "storage": {"db_dir": dir.join("lancedb").to_string_lossy()},
-        "recall": {"similarity_threshold": -1.0, "similarity_cut": "fixed"},
+        "recall": {"similarity_threshold": -1.0, "similarity_cut": "fixed", "relevance_gate": false},
         "feedback": {"max_attempts": max_attempts, "retry_backoff_ms": 10},
     }))
     .unwrap()

@@ -1,4 +1,4 @@
-//! The HTTP API over a real socket on loopback (DESIGN.md section 8).
+//! The HTTP API over a real socket on loopback (docs/design.md section 8).
 
 use crate::common;
 

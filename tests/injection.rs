@@ -9,7 +9,7 @@
 //! `public`, forget deletes only the caller's rows, and feedback never touches rows the caller
 //! cannot see.
 //!
-//! The expected scope of every request is computed here by an independent model of DESIGN rules
+//! The expected scope of every request is computed here by an independent model of docs/design.md rules
 //! 2, 3 and 5 ([`Resolver`]), never read back from the service.
 
 use crate::common;
@@ -123,7 +123,7 @@ fn hostile() -> Vec<Hostile> {
 }
 
 // ---------------------------------------------------------------------------------------------
-// An independent model of scope resolution (DESIGN rules 2, 3, 5).
+// An independent model of scope resolution (docs/design.md rules 2, 3, 5).
 
 /// The conversation id as the service must see it (trimmed), or None if rule 5 refuses it.
 fn valid_conversation(raw: &str) -> Option<String> {
@@ -218,7 +218,7 @@ impl Api {
             "conversation_scope_map": map,
             "unmapped_scope": "conversation",
             "storage": {"db_dir": dir.path().join("lancedb").to_string_lossy()},
-            "recall": {"similarity_threshold": -1.0, "similarity_cut": "fixed"},
+            "recall": {"similarity_threshold": -1.0, "similarity_cut": "fixed", "relevance_gate": false},
         }))
         .expect("test config is valid")
         .config;

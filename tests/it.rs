@@ -21,6 +21,12 @@ mod crash;
 #[path = "disk_full.rs"]
 mod disk_full;
 
+#[path = "docs.rs"]
+mod docs;
+
+#[path = "e5.rs"]
+mod e5;
+
 #[path = "erase_processes.rs"]
 mod erase_processes;
 

@@ -17,7 +17,7 @@ fn life_config(dir: &std::path::Path, retention: Value) -> Config {
     Config::from_value(&json!({
         "conversation_scope_map": family_map(),
         "storage": {"db_dir": dir.join("lancedb").to_string_lossy(), "keep_versions_minutes": 0},
-        "recall": {"similarity_threshold": -1.0, "similarity_cut": "fixed"},
+        "recall": {"similarity_threshold": -1.0, "similarity_cut": "fixed", "relevance_gate": false},
         "retention": retention,
     }))
     .expect("test config is valid")

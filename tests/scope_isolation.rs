@@ -180,7 +180,7 @@ async fn hot_reload_changes_only_new_writes_and_removing_a_mapping_deletes_nothi
         let body = json!({
             "conversation_scope_map": map,
             "storage": {"db_dir": dir.path().join("lancedb").to_string_lossy()},
-            "recall": {"similarity_threshold": -1.0, "similarity_cut": "fixed"},
+            "recall": {"similarity_threshold": -1.0, "similarity_cut": "fixed", "relevance_gate": false},
         });
         let tmp = dir.path().join("config.json.tmp");
         std::fs::write(&tmp, serde_json::to_vec_pretty(&body).unwrap()).unwrap();

@@ -1,4 +1,4 @@
-//! "Only the machine's user gets in" (DESIGN.md 8b): the Host check, the bearer token and the
+//! "Only the machine's user gets in" (docs/design.md 8b): the Host check, the bearer token and the
 //! refusal to listen openly without a token, on the real router (real model, real LanceDB in a
 //! tempdir) driven in-process with `oneshot`, plus the real binary for the bind check.
 //!
@@ -39,7 +39,7 @@ async fn app(server: Value) -> App {
     let config = Config::from_value(&json!({
         "conversation_scope_map": family_map(),
         "storage": {"db_dir": dir.path().join("lancedb").to_string_lossy()},
-        "recall": {"similarity_threshold": -1.0, "similarity_cut": "fixed"},
+        "recall": {"similarity_threshold": -1.0, "similarity_cut": "fixed", "relevance_gate": false},
         "server": server,
     }))
     .expect("test config is valid")

@@ -29,7 +29,7 @@ async fn app(extra: Value) -> App {
     let mut cfg = json!({
         "conversation_scope_map": family_map(),
         "storage": {"db_dir": dir.path().join("lancedb").to_string_lossy()},
-        "recall": {"similarity_threshold": -1.0, "similarity_cut": "fixed"},
+        "recall": {"similarity_threshold": -1.0, "similarity_cut": "fixed", "relevance_gate": false},
         "server": {"auth_token": TOKEN},
     });
     if let (Some(c), Some(e)) = (cfg.as_object_mut(), extra.as_object()) {

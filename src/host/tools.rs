@@ -134,6 +134,7 @@ pub fn recall_request(ctx: CallContext, args: Value) -> Result<RecallRequest, Pl
         search: take(&mut map, "search")?,
         mode: RecallMode::Comprehensive,
         entities: Vec::new(),
+        relevance_gate: None,
     })
 }
 

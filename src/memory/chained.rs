@@ -1,4 +1,4 @@
-//! Chained recall (DESIGN.md section 5): entity matches first, then a per-type quota, so an
+//! Chained recall (docs/design.md section 5): entity matches first, then a per-type quota, so an
 //! injected block covers several kinds of memory instead of ten near-duplicates.
 
 use std::collections::{HashMap, HashSet};

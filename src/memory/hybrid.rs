@@ -11,6 +11,10 @@
 //! weights, k = 60) ranked below its own better list with both models on the quality bench:
 //! its flat head let a look-alike that one list liked outvote the other list's clear first.
 //!
+//! Exact terms (a code, a number, a title: `memory::exact_terms`): in the keyword list the
+//! memories that hold every exact term of the question verbatim go first, and when one does,
+//! the keyword list leads the fusion for that question.
+//!
 //! Each list has its own floor (the similarity cut for vectors; for keywords, a term of the
 //! question in the row, see `store::shared_terms`, and [`KEYWORD_MIN_SHARE`] of the best BM25
 //! score) and neither drops what the other found: a memory only the
@@ -28,9 +32,10 @@
 //! provider is away.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use crate::config::SearchKind;
-use crate::embed::calibration::ScriptFit;
+use crate::embed::calibration::{ScriptFit, MIN_LIST_WEIGHT};
 use crate::embed::{Embedder, QueryCache};
 use crate::store::shared_terms::QueryTerms;
 use crate::store::{
@@ -85,6 +90,21 @@ pub struct Found {
     /// `Some(DEGRADED_EMBEDDING)` when the query could not be embedded and only the keyword
     /// list ran.
     pub degraded: Option<&'static str>,
+    /// What the vector search saw, when it ran: for the relevance gate.
+    pub vector: Option<VectorEvidence>,
+}
+
+/// The query's vector and its best visible memory's similarity (below the threshold too).
+#[derive(Debug, Clone)]
+pub struct VectorEvidence {
+    pub query: Arc<Vec<f32>>,
+    pub best_similarity: Option<f32>,
+}
+
+/// The vector list and what it saw.
+struct VectorList {
+    candidates: Vec<Candidate>,
+    evidence: VectorEvidence,
 }
 
 /// The searchers a recall can use.
@@ -101,21 +121,26 @@ impl Searchers<'_> {
     /// best first. A query the embedder cannot embed falls back to the keyword list.
     pub async fn candidates(&self, q: &CandidateQuery<'_>) -> Result<Found, MemoryError> {
         let found = match q.kind {
-            SearchKind::Vector => self.by_vector(q).await,
+            SearchKind::Vector => self.by_vector(q).await.map(|v| Found {
+                candidates: v.candidates,
+                degraded: None,
+                vector: Some(v.evidence),
+            }),
             SearchKind::Keyword => return self.keyword_only(q).await,
             SearchKind::Hybrid => match futures::try_join!(self.by_vector(q), self.by_keyword(q)) {
                 Ok((vector, keyword)) => {
-                    let w = q.fit.vector_weight();
-                    Ok(fuse(&[(w, vector), (1.0 - w, keyword)]))
+                    let (w, keyword) = exact_terms_first(q, keyword);
+                    Ok(Found {
+                        candidates: fuse(&[(w, vector.candidates), (1.0 - w, keyword)]),
+                        degraded: None,
+                        vector: Some(vector.evidence),
+                    })
                 }
                 Err(e) => Err(e),
             },
         };
         match found {
-            Ok(candidates) => Ok(Found {
-                candidates,
-                degraded: None,
-            }),
+            Ok(found) => Ok(found),
             Err(MemoryError::Embed(e)) => {
                 tracing::warn!(error = %e, "query not embedded; recalling by keyword only");
                 Ok(Found {
@@ -130,12 +155,12 @@ impl Searchers<'_> {
     async fn keyword_only(&self, q: &CandidateQuery<'_>) -> Result<Found, MemoryError> {
         Ok(Found {
             candidates: self.by_keyword(q).await?,
-            degraded: None,
+            ..Found::default()
         })
     }
 
     /// Nearest neighbours at or above the threshold, relevance = similarity.
-    async fn by_vector(&self, q: &CandidateQuery<'_>) -> Result<Vec<Candidate>, MemoryError> {
+    async fn by_vector(&self, q: &CandidateQuery<'_>) -> Result<VectorList, MemoryError> {
         let vector = self.queries.embed(self.embedder, q.text).await?;
         let hits = self
             .vectors
@@ -146,14 +171,21 @@ impl Searchers<'_> {
                 rescale: q.rescale,
             })
             .await?;
-        Ok(hits
-            .into_iter()
-            .filter(|h| h.similarity() >= q.threshold)
-            .map(|h| Candidate {
-                relevance: h.similarity(),
-                record: h.record,
-            })
-            .collect())
+        let best_similarity = hits.iter().map(|h| h.similarity()).reduce(f32::max);
+        Ok(VectorList {
+            candidates: hits
+                .into_iter()
+                .filter(|h| h.similarity() >= q.threshold)
+                .map(|h| Candidate {
+                    relevance: h.similarity(),
+                    record: h.record,
+                })
+                .collect(),
+            evidence: VectorEvidence {
+                query: vector,
+                best_similarity,
+            },
+        })
     }
 
     /// BM25 hits that hold a term of the question ([`QueryTerms`]: more than a shared
@@ -180,6 +212,23 @@ impl Searchers<'_> {
                 record: h.record,
             })
             .collect())
+    }
+}
+
+/// The keyword list with the memories that hold every exact term of the question first
+/// (`memory::exact_terms`), and the vector list's share of the fusion: the calibrated weight of
+/// the query's script, or [`MIN_LIST_WEIGHT`] when the keyword list's first memory holds the
+/// question's exact terms (the keyword list then leads).
+fn exact_terms_first(q: &CandidateQuery<'_>, keyword: Vec<Candidate>) -> (f32, Vec<Candidate>) {
+    let text = |c: &Candidate| format!("{} {}", c.record.content, c.record.tags.join(" "));
+    let terms = super::exact_terms::of(q.text);
+    let keyword = super::exact_terms::promote(&terms, keyword, text);
+    let calibrated = q.fit.vector_weight();
+    match keyword.first() {
+        Some(first) if super::exact_terms::all_in(&terms, &text(first)) => {
+            (calibrated.min(MIN_LIST_WEIGHT), keyword)
+        }
+        _ => (calibrated, keyword),
     }
 }
 

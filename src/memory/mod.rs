@@ -2,14 +2,17 @@
 
 pub mod chained;
 pub mod erase_notices;
+pub mod exact_terms;
 pub mod feedback;
 pub mod hybrid;
 pub mod injection;
 pub mod model;
+pub mod model_choice;
 pub mod new_memory;
 pub mod ranking;
 pub mod read_filter;
 pub mod redact;
+pub mod relevance;
 pub mod retention;
 pub mod service;
 pub mod touch;

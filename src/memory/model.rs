@@ -7,7 +7,7 @@ use crate::store::MemoryRecord;
 
 pub use crate::config::MEMORY_TYPES;
 
-/// Memory JSON (DESIGN.md section 8). Vectors never leave the store.
+/// Memory JSON (docs/design.md section 8). Vectors never leave the store.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Memory {
     pub id: String,
@@ -102,6 +102,11 @@ pub struct RecallRequest {
     pub entities: Vec<String>,
     #[serde(default)]
     pub persona: Option<String>,
+    /// `false` returns the nearest memories even for a message that asks for none (small talk,
+    /// or a question whose answer is not visible): for tools and the operator page that
+    /// browse. Default `true` (`memory::relevance`).
+    #[serde(default)]
+    pub relevance_gate: Option<bool>,
 }
 
 /// What a recall returns: the scope it ran under, whether legacy NULL rows were visible, hits.
@@ -115,6 +120,10 @@ pub struct RecallResponse {
     /// while the table's vectors are another model's).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub degraded: Option<&'static str>,
+    /// Present when the relevance gate held the memories back: `"no_relevant_memory"` (the
+    /// message reads as small talk, or no visible memory answers it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gated: Option<&'static str>,
 }
 
 /// `POST /v1/forget`: without `memory_ids`, every memory written from the conversation; with

@@ -1,4 +1,4 @@
-//! What a conversation may read (DESIGN rule 7), decided in exactly one place.
+//! What a conversation may read (docs/design.md rule 7), decided in exactly one place.
 //!
 //! `public` reads only `public`; any other scope reads itself and `public`; while migration
 //! mode is on, legacy rows without a scope are readable too; expired rows never are; and

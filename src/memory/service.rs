@@ -24,7 +24,7 @@ use super::MemoryError;
 use crate::config::{
     Config, MigrationMode, RecallConfig, ScopeFilterMode, SearchKind, SimilarityCut,
 };
-use crate::embed::calibration::{calibrate, Calibration};
+use crate::embed::calibration::{calibrate, Calibration, ModelFit};
 use crate::embed::Embedder;
 use crate::migrate::backfill::{BackfillHandle, BackfillProgress, BackfillSettings};
 use crate::migrate::checkpoint;
@@ -188,15 +188,15 @@ pub struct MemoryService {
     touches: std::sync::OnceLock<super::touch::RecallTouches>,
     /// Recalls answered by keyword alone because the query could not be embedded.
     degraded_recalls: AtomicU64,
-    /// What the embedder's similarities mean (ranking accuracy and noise per script), for
-    /// `/v1/status`; unset until the model could be measured.
-    calibration: Arc<std::sync::OnceLock<Calibration>>,
+    /// What the embedder's similarities mean (ranking accuracy and noise per script, where
+    /// chat sits), for recall and `/v1/status`; unset until the model could be measured.
+    calibration: Arc<std::sync::OnceLock<ModelFit>>,
 }
 
 impl MemoryService {
     /// The embedder's calibration, once measured.
     pub fn calibration(&self) -> Option<Calibration> {
-        self.calibration.get().copied()
+        self.calibration.get().map(|m| m.calibration)
     }
 
     /// Whether recalls are written back (`last_recalled_at`, refreshed expiry): only when decay
@@ -398,6 +398,16 @@ impl MemoryService {
             self.degraded_recalls.fetch_add(1, Ordering::Relaxed);
         }
         let degraded = degraded.or(found.degraded);
+        let gated = if req.relevance_gate.unwrap_or(cfg.relevance_gate) {
+            self.gate(query, &fit, found.vector.as_ref())
+        } else {
+            None
+        };
+        let found = if gated.is_some() {
+            super::hybrid::Found::default()
+        } else {
+            found
+        };
         let now = Utc::now();
         let mut scored: Vec<ScoredMemory> = found
             .candidates
@@ -436,6 +446,7 @@ impl MemoryService {
             migration_mode = visible.migration_mode,
             search = search.as_str(),
             degraded,
+            gated,
             rows = memories.len(),
             ms = started.elapsed().as_millis() as u64,
             "recalled"
@@ -445,7 +456,35 @@ impl MemoryService {
             migration_mode: visible.migration_mode,
             memories,
             degraded,
+            gated,
         })
+    }
+
+    /// The relevance gate (`memory::relevance`): `Some` when the message asks for no memory.
+    /// Open when the vector search did not run or the model is not measured yet: nothing to
+    /// weigh the message with.
+    fn gate(
+        &self,
+        query: &str,
+        fit: &crate::embed::calibration::ScriptFit,
+        vector: Option<&super::hybrid::VectorEvidence>,
+    ) -> Option<&'static str> {
+        let measured = self.calibration.get()?;
+        let vector = vector?;
+        let best = vector.best_similarity?;
+        let relevance = super::relevance::Relevance::measure(
+            fit,
+            &measured.small_talk,
+            crate::store::Script::of(query),
+            best,
+            &vector.query,
+        );
+        tracing::debug!(
+            memory_z = relevance.memory_z,
+            chat_z = relevance.chat_z,
+            "relevance gate"
+        );
+        (!relevance.asks_for_memory()).then_some("no_relevant_memory")
     }
 
     /// What a conversation may read, as a predicate: its scope and `public` (plus NULL-scope

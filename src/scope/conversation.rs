@@ -11,7 +11,7 @@ pub const MAX_CONVERSATION_ID_BYTES: usize = 512;
 
 /// A conversation id: non-empty after trimming, at most 512 bytes, no control characters.
 ///
-/// Every read and write requires one (DESIGN rule 5): it is the only input scope derivation
+/// Every read and write requires one (docs/design.md rule 5): it is the only input scope derivation
 /// uses, so a malformed id must fail the request instead of landing in some default scope.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(into = "String")]

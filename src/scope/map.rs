@@ -84,7 +84,7 @@ pub struct ScopeMap {
 
 impl ScopeMap {
     /// Builds a map from the config's `conversation_scope_map`. Never fails: bad entries are
-    /// ignored with a warning naming the key (DESIGN rule 4) and the rest apply. The filter mode
+    /// ignored with a warning naming the key (docs/design.md rule 4) and the rest apply. The filter mode
     /// is `enforce`; see [`ScopeMap::from_config`] / [`ScopeMap::with_filter_mode`].
     pub fn build(map: &Value, unmapped: UnmappedPolicy) -> ScopeMap {
         let mut entries: HashMap<String, ScopeName> = HashMap::new();
@@ -266,7 +266,7 @@ impl ScopeMap {
     }
 
     /// Logs the summary at info (`event` is e.g. `startup` or `reload`), and warns while the
-    /// rollback switch disables scope isolation (DESIGN rule 10).
+    /// rollback switch disables scope isolation (docs/design.md rule 10).
     pub fn log_summary(&self, event: &str) {
         let s = self.summary();
         tracing::info!(
@@ -288,7 +288,7 @@ impl ScopeMap {
         }
     }
 
-    /// The one scope-derivation function (DESIGN rules 2, 3, 6): persona key, then conversation
+    /// The one scope-derivation function (docs/design.md rules 2, 3, 6): persona key, then conversation
     /// key, then the unmapped policy.
     pub fn resolve(&self, conversation: &ConversationId, persona: Option<&str>) -> ResolvedScope {
         let persona = persona.map(str::trim).filter(|p| !p.is_empty());

@@ -1,4 +1,4 @@
-//! Memory scopes: who may see which memories (DESIGN.md section 2).
+//! Memory scopes: who may see which memories (docs/design.md section 2).
 //!
 //! - [`ScopeName`] / [`ConversationId`]: validated newtypes, so an invalid scope or id cannot
 //!   reach the store.

@@ -1,4 +1,4 @@
-//! How a row's scope was decided (the `scope_source` column, DESIGN rule 6).
+//! How a row's scope was decided (the `scope_source` column, docs/design.md rule 6).
 
 use std::fmt;
 

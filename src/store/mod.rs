@@ -209,13 +209,14 @@ impl Store {
         Ok((conn, beside))
     }
 
-    /// The vector dimension of an existing table, without opening it for writing: what an
-    /// embedding provider that cannot be asked at start-up falls back to. `None` when the
-    /// table does not exist yet.
-    pub async fn recorded_dimension(
+    /// The model and dimension an existing table's vectors came from, without opening it for
+    /// writing: what chooses the embedder for `embedding.provider: auto`, and the dimension a
+    /// provider that cannot be asked at start-up falls back to. `None` when the table does not
+    /// exist yet.
+    pub async fn recorded_model(
         db: &DbLocation,
         table_name: &str,
-    ) -> Result<Option<usize>, StoreError> {
+    ) -> Result<Option<reembed::VectorColumns>, StoreError> {
         let (conn, _) = Self::connect(db, std::time::Duration::ZERO).await?;
         if !conn
             .table_names()
@@ -227,8 +228,7 @@ impl Store {
             return Ok(None);
         }
         let table = conn.open_table(table_name).execute().await?;
-        let table_schema = table.schema().await?;
-        Ok(schema::vector_dimension(&table_schema))
+        Ok(Some(reembed::vector_columns(&table).await?))
     }
 
     /// Take an opened (and migrated) table: check it was built for `model` (a new table records

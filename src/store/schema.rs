@@ -1,4 +1,4 @@
-//! The `memories` table schema (DESIGN.md section 3) and its version bookkeeping.
+//! The `memories` table schema (docs/design.md section 3) and its version bookkeeping.
 
 use std::sync::Arc;
 

@@ -34,13 +34,30 @@ pub fn embedder() -> Arc<dyn Embedder> {
         .clone()
 }
 
+/// The default model, multilingual-e5-small in-process, from the set-up cache (loaded once
+/// per test binary, 2 OpenMP threads).
+pub fn e5() -> Arc<dyn Embedder> {
+    static MODEL: OnceLock<Arc<scopemem::embed::E5Embedder>> = OnceLock::new();
+    MODEL
+        .get_or_init(|| {
+            let files = scopemem::embed::e5_model::resolve_files(None);
+            Arc::new(
+                scopemem::embed::E5Embedder::load(&files, 32, 2).unwrap_or_else(|e| {
+                    panic!("the e5 model must be installed (run `make setup`): {e}")
+                }),
+            )
+        })
+        .clone()
+}
+
 /// Defaults from conf_schema.json, pointed at `dir`, with the given map. The similarity
-/// threshold is lowered so visibility tests see every row the filter lets through.
+/// threshold is lowered and the relevance gate opened so visibility tests see every row the
+/// filter lets through.
 pub fn config(dir: &Path, map: Value) -> Config {
     let loaded = Config::from_value(&json!({
         "conversation_scope_map": map,
         "storage": {"db_dir": dir.join("lancedb").to_string_lossy()},
-        "recall": {"similarity_threshold": -1.0, "similarity_cut": "fixed"},
+        "recall": {"similarity_threshold": -1.0, "similarity_cut": "fixed", "relevance_gate": false},
     }))
     .expect("test config is valid");
     loaded.config
@@ -356,7 +373,7 @@ pub fn legacy_config(dir: &Path, map: Value, mode: &str) -> Config {
         "conversation_scope_map": map,
         "migration_mode": mode,
         "storage": {"db_dir": dir.to_string_lossy()},
-        "recall": {"similarity_threshold": -1.0, "similarity_cut": "fixed"},
+        "recall": {"similarity_threshold": -1.0, "similarity_cut": "fixed", "relevance_gate": false},
         "backfill": {"batch_size": 40, "pause_ms": 20},
     }))
     .expect("test config is valid")

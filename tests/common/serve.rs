@@ -87,7 +87,7 @@ fn write_config(dir: &Path, name: &str, port: u16, extra: &Value) -> std::path::
             "storage": {"db_dir": dir.join("db"), "read_consistency_ms": 500},
             "server": {"http_addr": format!("127.0.0.1:{port}")},
             "conversation_scope_map": super::family_map(),
-            "recall": {"similarity_threshold": -1.0, "similarity_cut": "fixed"},
+            "recall": {"similarity_threshold": -1.0, "similarity_cut": "fixed", "relevance_gate": false},
         }),
         extra,
     );

@@ -1,4 +1,4 @@
-//! The feedback (reflection) write path (DESIGN.md section 6): where most memories are born.
+//! The feedback (reflection) write path (docs/design.md section 6): where most memories are born.
 //! One file per stage:
 //! - [`accept`]: validate, derive the scope once from the conversation id (the same
 //!   [`derive_scope`](crate::scope::derive_scope) as every other write), pre-assign ids;

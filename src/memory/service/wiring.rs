@@ -291,10 +291,11 @@ const CALIBRATION_WAIT: Duration = Duration::from_secs(10);
 
 /// Measure the embedder (see `embed::calibration`) before serving; a provider that cannot
 /// answer now is measured in the background, retrying every 30 s.
-async fn measure_model(embedder: Arc<dyn Embedder>, into: Arc<std::sync::OnceLock<Calibration>>) {
-    async fn once(embedder: &dyn Embedder, into: &std::sync::OnceLock<Calibration>) -> bool {
+async fn measure_model(embedder: Arc<dyn Embedder>, into: Arc<std::sync::OnceLock<ModelFit>>) {
+    async fn once(embedder: &dyn Embedder, into: &std::sync::OnceLock<ModelFit>) -> bool {
         match tokio::time::timeout(CALIBRATION_WAIT, calibrate(embedder)).await {
-            Ok(Ok(c)) => {
+            Ok(Ok(fit)) => {
+                let c = &fit.calibration;
                 tracing::info!(
                     model = embedder.model_id(),
                     cjk_accuracy = c.cjk.accuracy,
@@ -305,9 +306,11 @@ async fn measure_model(embedder: Arc<dyn Embedder>, into: Arc<std::sync::OnceLoc
                     latin_vector_weight = c.latin.vector_weight(),
                     cjk_to_latin_accuracy = c.cjk_to_latin.accuracy,
                     latin_to_cjk_accuracy = c.latin_to_cjk.accuracy,
+                    cjk_chat_floor = fit.small_talk.cjk.floor,
+                    latin_chat_floor = fit.small_talk.latin.floor,
                     "embedding model calibrated"
                 );
-                let _ = into.set(c);
+                let _ = into.set(fit);
                 true
             }
             Ok(Err(e)) => {

