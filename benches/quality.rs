@@ -759,13 +759,19 @@ impl Corpus {
 
 // ---------------------------------------------------------------------------------------------
 
-fn table_row(label: &str, s: &Scores) -> String {
+/// One table row; `smalltalk`: how many small-talk lines were asked (`None` for the in-process
+/// BM25 baselines, which have no gate and are not asked them).
+fn table_row(label: &str, s: &Scores, smalltalk: Option<usize>) -> String {
     let kinds: Vec<String> = KINDS
         .iter()
         .map(|k| format!("{:>6.2}", s.hit(1, Some(k))))
         .collect();
+    let chat = smalltalk.map_or_else(
+        || "–".to_string(),
+        |n| format!("{} of {n}", s.smalltalk_recalling),
+    );
     format!(
-        "| {label:<18} | {:>5.2} | {:>5.2} | {:>5.2} | {} | {:>5} |",
+        "| {label:<18} | {:>5.2} | {:>5.2} | {:>5.2} | {} | {:>5} | {chat:>8} |",
         s.hit(1, None),
         s.hit(LIMIT, None),
         s.mrr(),
@@ -863,27 +869,31 @@ fn main() {
 
     println!();
     println!(
-        "| provider × search  | hit@1 | hit@5 | MRR@5 | {} | leaks |",
+        "| provider × search  | hit@1 | hit@5 | MRR@5 | {} | leaks | small talk recalling |",
         KINDS
             .iter()
             .map(|k| format!("{:>6}", &k[..k.len().min(6)]))
             .collect::<Vec<_>>()
             .join(" | ")
     );
-    println!("|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
     for (name, run) in &rows {
         if let Ok(run) = run {
             for (mode, s) in MODES.iter().zip(&run.scores) {
-                println!("{}", table_row(&format!("{name} {mode}"), s));
+                println!(
+                    "{}",
+                    table_row(&format!("{name} {mode}"), s, Some(data.smalltalk.len()))
+                );
             }
         }
     }
     for (name, scores) in &baselines {
-        println!("{}", table_row(name, scores));
+        println!("{}", table_row(name, scores, None));
     }
     println!(
         "(kind columns are hit@1: paraphrase, exact, crosslingual, public; leaks: rows outside \
-         the asking scope and public over {} questions + {} isolation probes, must be 0)",
+         the asking scope and public over {} questions + {} isolation probes, must be 0; small \
+         talk: lines that ask for no memory yet recalled something)",
         data.questions.len(),
         data.probes.len()
     );

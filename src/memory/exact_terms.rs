@@ -1,7 +1,8 @@
 //! Exact terms: the parts of a question that only the memory holding them verbatim answers.
 //!
 //! Names with digits, numbers, codes and tags (`1502`, `JIRA-4821`, `v2.3.1`, `粤B·7K3Q9`),
-//! titles in 《》, quoted phrases and acronyms (`VPN`) mean one memory and no look-alike. An
+//! titles in 《》 and quoted phrases mean one memory and no look-alike. (Acronyms do not: on the
+//! quality bench "PM" and "BOSS" in a question promoted memories that merely held the word.) An
 //! embedding model reads them as their neighbours (JIRA-4821 is close to JIRA-4812), and so
 //! does the keyword index, whose character n-grams JIRA-4128 shares too; with a model that
 //! ranks well the fusion followed the vectors and dropped what keyword search had put first.
@@ -26,8 +27,6 @@ fn patterns() -> &'static [Regex] {
             // A run of ASCII letters, digits and joiners that holds a digit: numbers, codes,
             // versions, plates, room numbers.
             r"(?i)([a-z0-9][a-z0-9._\-·:/#]*[0-9][a-z0-9._\-·:/#]*|[0-9])",
-            // An acronym: two or more capitals, not inside a longer Latin word.
-            r"(?:^|[^A-Za-z])([A-Z]{2,})(?:[^A-Za-z]|$)",
         ]
         .iter()
         .filter_map(|p| Regex::new(p).ok())
@@ -84,11 +83,12 @@ mod tests {
     #[test]
     fn names_numbers_codes_titles_and_tags_are_exact_terms() {
         assert_eq!(of("1502的物业费交了没"), ["1502"]);
-        assert_eq!(of("JIRA-4821是什么bug"), ["jira-4821", "jira"]);
+        assert_eq!(of("JIRA-4821是什么bug"), ["jira-4821"]);
         assert_eq!(of("staging 用哪个分支, v2.3.1 呢？"), ["v2.3.1"]);
         assert_eq!(of("粤B·7K3Q9是谁的车"), ["b·7k3q9"]);
         assert_eq!(of("谁唱的《富士山下》"), ["富士山下"]);
-        assert_eq!(of("VPN连不上怎么办"), ["vpn"]);
+        assert!(of("VPN连不上怎么办").is_empty());
+        assert!(of("Is Lily still the PM for the mobile app?").is_empty());
         assert!(of("妈妈有什么药不能用？").is_empty());
         assert!(of("where does grandma live").is_empty());
         assert!(of("早上好呀").is_empty());
