@@ -18,10 +18,29 @@ pub trait BatchModel: Send + 'static {
     fn embed_batch(&mut self, role: TextRole, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError>;
 }
 
-struct Job {
-    role: TextRole,
-    texts: Vec<String>,
-    done: oneshot::Sender<Result<Vec<Vec<f32>>, EmbedError>>,
+/// One caller's texts, waiting for a batch (the remote provider's batcher queues the same).
+pub(crate) struct Job {
+    pub(crate) role: TextRole,
+    pub(crate) texts: Vec<String>,
+    pub(crate) done: oneshot::Sender<Result<Vec<Vec<f32>>, EmbedError>>,
+}
+
+/// Hand each job of a batch its slice of `result`, in order, or the batch's error.
+pub(crate) fn deliver(jobs: Vec<Job>, result: Result<Vec<Vec<f32>>, EmbedError>) {
+    match result {
+        Ok(vectors) => {
+            let mut it = vectors.into_iter();
+            for job in jobs {
+                let mine: Vec<Vec<f32>> = it.by_ref().take(job.texts.len()).collect();
+                let _ = job.done.send(Ok(mine));
+            }
+        }
+        Err(e) => {
+            for job in jobs {
+                let _ = job.done.send(Err(e.clone()));
+            }
+        }
+    }
 }
 
 /// The sending side: what an [`super::Embedder`] holds.
@@ -106,20 +125,7 @@ fn answer<M: BatchModel>(model: &mut M, role: TextRole, jobs: Vec<Job>) {
             )))
         }
     });
-    match result {
-        Ok(vectors) => {
-            let mut it = vectors.into_iter();
-            for job in jobs {
-                let mine: Vec<Vec<f32>> = it.by_ref().take(job.texts.len()).collect();
-                let _ = job.done.send(Ok(mine));
-            }
-        }
-        Err(e) => {
-            for job in jobs {
-                let _ = job.done.send(Err(e.clone()));
-            }
-        }
-    }
+    deliver(jobs, result);
 }
 
 #[cfg(test)]

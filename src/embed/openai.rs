@@ -38,6 +38,7 @@ use reqwest::{StatusCode, Url};
 use sha2::{Digest, Sha256};
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
+use super::batch_worker::{deliver, Job};
 use super::{EmbedError, Embedder, TextRole};
 
 /// The longest `Retry-After` waited for inside a call; a longer one ends the call at once with
@@ -590,13 +591,6 @@ pub async fn probe_dimension(settings: &OpenAiSettings) -> Result<usize, EmbedEr
     Ok(dimension)
 }
 
-struct Job {
-    role: TextRole,
-    /// Already prefixed for their role; at most `batch_size` of them.
-    texts: Vec<String>,
-    done: oneshot::Sender<Result<Vec<Vec<f32>>, EmbedError>>,
-}
-
 /// An OpenAI-compatible provider behind a batching worker.
 pub struct OpenAiEmbedder {
     tx: mpsc::Sender<Job>,
@@ -712,20 +706,10 @@ async fn worker(core: Arc<Core>, mut rx: mpsc::Receiver<Job>) {
             let _permit = permit;
             let texts: Vec<String> = jobs.iter().flat_map(|j| j.texts.iter().cloned()).collect();
             let max_retries = core.settings.max_retries;
-            match core.embed_with_retries(role, &texts, max_retries).await {
-                Ok(vectors) => {
-                    let mut it = vectors.into_iter();
-                    for job in jobs {
-                        let mine: Vec<Vec<f32>> = it.by_ref().take(job.texts.len()).collect();
-                        let _ = job.done.send(Ok(mine));
-                    }
-                }
-                Err(e) => {
-                    for job in jobs {
-                        let _ = job.done.send(Err(e.clone()));
-                    }
-                }
-            }
+            deliver(
+                jobs,
+                core.embed_with_retries(role, &texts, max_retries).await,
+            );
         });
     }
 }
