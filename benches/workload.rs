@@ -26,11 +26,12 @@ mod common;
 use chrono::Utc;
 use common::workload::{Workload, DIM};
 use common::*;
+use scopemem::embed::ModelInfo;
 use scopemem::store::maintenance::indexes::build_vector_index;
 use scopemem::store::resident::ResidentSearch;
 use scopemem::store::{
-    Hit, LanceSearch, MemoryRecord, ModelInfo, NearestVisible, RowFilter, ScopeSet, SearchRequest,
-    Store, WriterSettings,
+    Hit, LanceSearch, MemoryRecord, NearestVisible, RowFilter, ScopeSet, SearchRequest, Store,
+    WriterSettings,
 };
 
 fn env_usize(key: &str, default: usize) -> usize {

@@ -13,9 +13,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use scopemem::embed::ModelInfo;
 use scopemem::embed::{Embedder, FastEmbedder, ModelFiles};
 use scopemem::store::schema::META_SCHEMA_VERSION;
-use scopemem::store::{MemoryRecord, ModelInfo, WriterSettings};
+use scopemem::store::{MemoryRecord, WriterSettings};
 use serde_json::{json, Value};
 
 const SCOPES: usize = 20;

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The crate's import graph, from its own source: which module uses which.
 
-Why: the layering rule (config < scope < store < embed < migrate < memory < transfer < host <
+Why: the layering rule (config < scope < embed < store < migrate < memory < transfer < host <
 api; lower layers never import higher ones) and "no cycles between sibling modules" are easy to break
 and invisible in review. This reads every `crate::`, `super::` and `self::` path in src/ (in
 `use` lines and inline), resolves it to the deepest module that exists, and prints
@@ -22,7 +22,7 @@ from collections import defaultdict
 
 # migrate (backfill, re-embed) works on the store and the embedder only; the memory service
 # starts and paces it, so it sits below memory.
-LAYERS = ["config", "scope", "store", "embed", "migrate", "memory", "transfer", "host", "api"]
+LAYERS = ["config", "scope", "embed", "store", "migrate", "memory", "transfer", "host", "api"]
 # Crate-wide helpers every layer may use (they import nothing of the crate's layers).
 SHARED = {"task", "lib", "main"}
 

@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 
 use common::serve::*;
 use common::*;
-use scopemem::store::{ModelInfo, WriterSettings};
+use scopemem::embed::ModelInfo;
+use scopemem::store::WriterSettings;
 use serde_json::json;
 
 /// Every id in the table, read by a fresh store as another process would.

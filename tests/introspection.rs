@@ -7,7 +7,8 @@ use crate::common;
 use std::time::Duration;
 
 use common::*;
-use scopemem::store::{MemoryRecord, ModelInfo, WriterSettings};
+use scopemem::embed::ModelInfo;
+use scopemem::store::{MemoryRecord, WriterSettings};
 use serde_json::{json, Value};
 
 /// A row of the work chat's scope, as a write path other than remember would add it.

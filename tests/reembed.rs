@@ -721,7 +721,7 @@ async fn reembed_figures() {
     let db = dir.path().join("db");
     // Seed quickly: rows with the old model's id and any 384-d vector (the re-embed reads
     // only ids and contents).
-    let model = scopemem::store::ModelInfo {
+    let model = scopemem::embed::ModelInfo {
         id: common::embedder().model_id().to_string(),
         dimension: 384,
     };

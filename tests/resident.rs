@@ -11,12 +11,12 @@ use std::time::Duration;
 
 use chrono::Utc;
 use scopemem::config::ScopeFilterMode;
+use scopemem::embed::{Script, ScriptRescale};
 use scopemem::memory::read_filter::recall_filter;
 use scopemem::scope::ScopeName;
 use scopemem::store::resident::ResidentSearch;
 use scopemem::store::{
-    FulltextSearch, Hit, LanceSearch, MemoryRecord, NearestVisible, Script, ScriptRescale,
-    SearchRequest, Store,
+    FulltextSearch, Hit, LanceSearch, MemoryRecord, NearestVisible, SearchRequest, Store,
 };
 
 const DIM: usize = 32;

@@ -4,9 +4,9 @@
 use crate::common;
 
 use chrono::Utc;
+use scopemem::embed::ModelInfo;
 use scopemem::store::{
-    LanceSearch, MemoryRecord, ModelInfo, NearestVisible, SearchRequest, Store, StoreError,
-    WriterSettings,
+    LanceSearch, MemoryRecord, NearestVisible, SearchRequest, Store, StoreError, WriterSettings,
 };
 
 const DIM: usize = 8;

@@ -11,7 +11,8 @@ use chrono::{TimeZone, Utc};
 use common::serve::{post, spawn_serve};
 use common::*;
 use lancedb::arrow::arrow_array::{Array, FixedSizeListArray, Float32Array};
-use scopemem::store::{MemoryRecord, ModelInfo, Store};
+use scopemem::embed::ModelInfo;
+use scopemem::store::{MemoryRecord, Store};
 use scopemem::transfer::{self, ExportFilter, ExportOptions, ImportReport, Importer, Rejection};
 use serde_json::{json, Value};
 

@@ -11,8 +11,9 @@ pub mod workload;
 
 use scopemem::config::Config;
 use scopemem::embed::Embedder;
+use scopemem::embed::ModelInfo;
 use scopemem::host::PluginHost;
-use scopemem::store::{MemoryRecord, ModelInfo, Store, WriterSettings};
+use scopemem::store::{MemoryRecord, Store, WriterSettings};
 use serde_json::json;
 
 pub const SCOPES: usize = 50;

@@ -10,7 +10,7 @@ use serde_json::json;
 
 use crate::config::Config;
 use crate::host::{HostError, PluginHost};
-use crate::migrate::backfill::{self, BackfillProgress};
+use crate::migrate::backfill::BackfillProgress;
 use crate::migrate::MigrateError;
 
 #[derive(Debug, thiserror::Error)]
@@ -115,17 +115,16 @@ pub async fn run(config_path: Option<&Path>) -> Result<BackfillProgress, CliErro
         host.shutdown().await;
         return Err(e);
     }
-    host.memory()
-        .store()
-        .ensure_indexes()
-        .await
-        .map_err(MigrateError::from)?;
     let bar = Bar {
         tty: std::io::stderr().is_terminal(),
         started: Instant::now(),
         last: Mutex::new(Instant::now()),
     };
-    let result = host.memory().backfill().run(|p| bar.draw(p)).await;
+    let result = host
+        .memory()
+        .backfill()
+        .run_foreground(|p| bar.draw(p))
+        .await;
     if bar.tty {
         eprintln!();
     }
@@ -140,7 +139,7 @@ pub async fn revert(config_path: Option<&Path>) -> Result<u64, CliError> {
         host.shutdown().await;
         return Err(e);
     }
-    let n = backfill::revert(host.memory().store(), host.memory().backfill().checkpoint()).await?;
+    let reverted = host.memory().backfill().revert().await;
     host.shutdown().await;
-    Ok(n)
+    Ok(reverted?)
 }

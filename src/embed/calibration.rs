@@ -20,7 +20,7 @@
 
 use super::small_talk::SmallTalk;
 use super::{EmbedError, Embedder, TextRole};
-use crate::store::{Script, ScriptRescale};
+use super::{Script, ScriptRescale};
 
 /// The least share of hybrid fusion either list gets.
 pub const MIN_LIST_WEIGHT: f32 = 0.2;

@@ -16,6 +16,7 @@ pub mod fastembed_model;
 pub mod openai;
 pub mod provider;
 pub mod query_cache;
+pub mod script;
 pub mod small_talk;
 
 use std::time::Duration;
@@ -26,6 +27,14 @@ pub use e5_model::E5Embedder;
 pub use fastembed_model::{FastEmbedder, LocalSettings, ModelFiles, PoolingKind};
 pub use openai::{OpenAiEmbedder, OpenAiSettings};
 pub use query_cache::QueryCache;
+pub use script::{Script, ScriptRescale};
+
+/// What the embedding model is, recorded in the table so a mismatch is caught at start-up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelInfo {
+    pub id: String,
+    pub dimension: usize,
+}
 
 /// What a text is to the model: a recall query, or a memory to be stored and found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -86,8 +95,8 @@ pub trait Embedder: Send + Sync {
     ) -> BoxFuture<'_, Result<Vec<Vec<f32>>, EmbedError>>;
 
     /// What a table records about the model its vectors came from.
-    fn model_info(&self) -> crate::store::ModelInfo {
-        crate::store::ModelInfo {
+    fn model_info(&self) -> ModelInfo {
+        ModelInfo {
             id: self.model_id().to_string(),
             dimension: self.dimension(),
         }

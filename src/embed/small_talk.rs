@@ -11,8 +11,8 @@
 //! questions sit ([`ChatLevel`]). `memory::relevance` weighs it against how far the best
 //! memory stands above the model's unrelated pairs.
 
+use super::Script;
 use super::{EmbedError, Embedder, TextRole};
-use crate::store::Script;
 
 /// Content-free chat lines in Chinese and English: greetings, acknowledgements, laughter,
 /// thanks, farewells, reactions and emoji.

@@ -165,7 +165,7 @@ mod tests {
     fn notice(at: DateTime<Utc>, conversation: &str) -> EraseNotice {
         EraseNotice::new(
             at,
-            format!("conversation_id = '{conversation}'"),
+            crate::store::Selection::conversation(conversation).rows_sql(),
             Some(conversation.into()),
             None,
             vec!["m1".into()],

@@ -24,7 +24,7 @@
 //!
 //! The vector search scores rows of the query's other script on the query's scale
 //! ([`CandidateQuery::rescale`], from the calibration): a Chinese question's English answer
-//! would otherwise sit behind every Chinese memory of the chat (see `store::script`).
+//! would otherwise sit behind every Chinese memory of the chat (see `embed::script`).
 //!
 //! When the embedding provider fails (a remote server down, slow or refusing its key), a
 //! vector or hybrid recall answers from the keyword list alone, under the same filter, and
@@ -36,11 +36,10 @@ use std::sync::Arc;
 
 use crate::config::SearchKind;
 use crate::embed::calibration::{ScriptFit, MIN_LIST_WEIGHT};
-use crate::embed::{Embedder, QueryCache};
+use crate::embed::{Embedder, QueryCache, ScriptRescale};
 use crate::store::shared_terms::QueryTerms;
 use crate::store::{
-    KeywordMatching, KeywordRequest, MemoryRecord, NearestVisible, RowFilter, ScriptRescale,
-    SearchRequest,
+    KeywordMatching, KeywordRequest, MemoryRecord, NearestVisible, RowFilter, SearchRequest,
 };
 
 use super::MemoryError;

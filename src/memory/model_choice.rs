@@ -79,7 +79,7 @@ pub fn choose(recorded: Option<&VectorColumns>, reembed: bool) -> EmbeddingProvi
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::ModelInfo;
+    use crate::embed::ModelInfo;
 
     fn table(current: Option<&str>, next: Option<&str>) -> VectorColumns {
         VectorColumns {

@@ -19,7 +19,7 @@
 
 use crate::embed::calibration::ScriptFit;
 use crate::embed::small_talk::SmallTalk;
-use crate::store::Script;
+use crate::embed::Script;
 
 /// The least `memory_z - chat_z` of a message that asks for memory. Measured with
 /// multilingual-e5 on the quality bench's vector list (302 questions, 48 small-talk lines):

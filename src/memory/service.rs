@@ -32,8 +32,9 @@ use crate::scope::{derive_scope, ConversationId, MapSummary, ScopeResolver};
 use crate::store::beside::Beside;
 use crate::store::lease::{self, Lease};
 use crate::store::maintenance::pruning::VersionLimits;
-use crate::store::schema::COL_MEMORY_SCOPE;
-use crate::store::{sql_literal, LanceSearch, MemoryRecord, RowFilter, Store, WriterSettings};
+use crate::store::{
+    LanceSearch, MemoryRecord, RowFilter, ScopeSet, Selection, Store, WriterSettings,
+};
 
 const MAX_QUERY_CHARS: usize = 2000;
 const DEFAULT_STRENGTH: i64 = 50;
@@ -475,7 +476,7 @@ impl MemoryService {
         let relevance = super::relevance::Relevance::measure(
             fit,
             &measured.small_talk,
-            crate::store::Script::of(query),
+            crate::embed::Script::of(query),
             best,
             &vector.query,
         );
@@ -563,7 +564,7 @@ impl MemoryService {
         let outcome = match req.memory_ids {
             None => {
                 let c = conversation.as_str().to_owned();
-                let predicate = format!("conversation_id = {}", sql_literal(&c));
+                let predicate = Selection::conversation(&c).rows_sql();
                 self.erase_where(predicate, Some(c), None).await?
             }
             Some(ids) => {
@@ -604,19 +605,12 @@ impl MemoryService {
         // What this conversation may erase, inside every query: its own scope (and NULL-scope
         // rows from a public conversation while migration mode is on). A legacy table may hold
         // an id twice; the copy in another scope is neither counted nor deleted.
-        let own = if scope.is_public() && self.migration_active() {
-            format!(
-                "({COL_MEMORY_SCOPE} = {} OR {COL_MEMORY_SCOPE} IS NULL)",
-                sql_literal(scope.as_str())
-            )
-        } else {
-            format!("{COL_MEMORY_SCOPE} = {}", sql_literal(scope.as_str()))
+        let own = ScopeSet {
+            names: vec![scope.as_str().to_owned()],
+            null: scope.is_public() && self.migration_active(),
         };
-        let listed: Vec<String> = wanted.iter().map(|id| sql_literal(id)).collect();
-        let deletable = self
-            .store
-            .ids_where(&format!("id IN ({}) AND {own}", listed.join(", ")))
-            .await?;
+        let asked = Selection::ids(wanted.iter().cloned()).within(own.clone());
+        let deletable = self.store.ids_where(&asked.rows_sql()).await?;
         let refused: Vec<String> = wanted
             .into_iter()
             .filter(|id| !deletable.contains(id))
@@ -627,10 +621,8 @@ impl MemoryService {
                 ..ForgetOutcome::default()
             });
         }
-        let list: Vec<String> = deletable.iter().map(|id| sql_literal(id)).collect();
-        let mut outcome = self
-            .erase_where(format!("id IN ({}) AND {own}", list.join(", ")), None, None)
-            .await?;
+        let erasable = Selection::ids(deletable).within(own);
+        let mut outcome = self.erase_where(erasable.rows_sql(), None, None).await?;
         outcome.refused = refused;
         Ok(outcome)
     }
@@ -641,7 +633,7 @@ impl MemoryService {
         scope: &crate::scope::ScopeName,
     ) -> Result<ForgetOutcome, MemoryError> {
         let s = scope.as_str().to_owned();
-        let predicate = format!("memory_scope = {}", sql_literal(&s));
+        let predicate = Selection::scope(&s).rows_sql();
         let outcome = self.erase_where(predicate, None, Some(s)).await?;
         tracing::info!(
             memory_scope = scope.as_str(),
@@ -658,6 +650,16 @@ impl MemoryService {
         predicate: String,
     ) -> Result<ForgetOutcome, MemoryError> {
         self.erase_where(predicate, None, None).await
+    }
+
+    /// The table's counts (rows by scope, NULL-scope rows, fragments, versions) for `/metrics`.
+    pub async fn table_stats(&self) -> Result<crate::store::StoreStats, MemoryError> {
+        Ok(self.store.stats().await?)
+    }
+
+    /// The writer's running totals (commits, rows appended, retries) for `/metrics`.
+    pub fn writer_counters(&self) -> &crate::store::commit::WriterCounters {
+        self.store.writer().counters()
     }
 
     pub async fn status(&self) -> Result<Status, MemoryError> {

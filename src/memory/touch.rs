@@ -13,8 +13,8 @@ use tokio::sync::mpsc;
 
 use super::retention::Retention;
 use crate::store::schema::{COL_EXPIRES_AT, COL_LAST_RECALLED_AT, COL_MEMORY_TYPE};
-use crate::store::sql_literal;
 use crate::store::timestamp_literal;
+use crate::store::{sql_literal, Selection};
 use crate::store::{Store, StoreError};
 
 /// How long recalled ids are collected before one batch of updates.
@@ -66,12 +66,7 @@ pub async fn flush(
     ids: &BTreeSet<String>,
 ) -> Result<(), StoreError> {
     let now = Utc::now();
-    let id_list = ids
-        .iter()
-        .map(|id| sql_literal(id))
-        .collect::<Vec<_>>()
-        .join(", ");
-    let rows = format!("id IN ({id_list})");
+    let rows = Selection::ids(ids.iter().cloned()).rows_sql();
     store
         .writer()
         .update(

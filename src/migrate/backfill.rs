@@ -31,7 +31,7 @@ use super::pacing::{ForegroundLatency, Pacer};
 use crate::store::Store;
 
 /// Rows the backfill is for: no scope yet (a blank string counts as none).
-pub const CANDIDATES: &str = "memory_scope IS NULL OR btrim(memory_scope) = ''";
+pub const CANDIDATES: &str = crate::store::filter::UNSCOPED;
 
 /// Whether recall also shows NULL-scope rows (`OR memory_scope IS NULL`). Shared by recall,
 /// which reads it per request, and the backfill, which turns it off when it finishes.
@@ -194,6 +194,21 @@ impl BackfillHandle {
             drop(this);
             tokio::time::sleep(every).await;
         }
+    }
+
+    /// `scopemem migrate run`: the indexes the backfill's scan filters by, then the backfill
+    /// to completion in the foreground.
+    pub async fn run_foreground(
+        &self,
+        on_progress: impl Fn(&BackfillProgress),
+    ) -> Result<BackfillProgress, MigrateError> {
+        self.store.ensure_indexes().await?;
+        self.run(on_progress).await
+    }
+
+    /// `scopemem migrate revert-backfill` on this handle's table and checkpoint ([`revert`]).
+    pub async fn revert(&self) -> Result<u64, MigrateError> {
+        revert(&self.store, &self.settings.checkpoint).await
     }
 
     /// Where the backfill keeps its checkpoint.

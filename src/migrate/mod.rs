@@ -15,7 +15,8 @@ pub use pacing::ForegroundLatency;
 pub use runner::{open_or_create, MigrationOutcome, SchemaStatus};
 
 use crate::config::DbLocation;
-use crate::store::{ModelInfo, Store, StoreError, WriterSettings, DEFAULT_READ_CONSISTENCY};
+use crate::embed::ModelInfo;
+use crate::store::{Store, StoreError, WriterSettings, DEFAULT_READ_CONSISTENCY};
 use checkpoint::CheckpointFile;
 
 #[derive(Debug, thiserror::Error)]

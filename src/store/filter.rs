@@ -8,12 +8,17 @@
 //! [`RowFilter::admits_scope`] and [`RowFilter::admits_expiry`], and `tests/filter_paths.rs`
 //! checks on random tables and clocks that both admit exactly the same rows.
 //!
+//! The rows a delete, an erase, an update or an export names ([`Selection`]: ids, a
+//! conversation, a scope set) are rendered here too, from the same [`ScopeSet`], so that no
+//! `memory_scope` or `conversation_id` predicate is formatted anywhere else: the public-plus-NULL
+//! rule of a forget is the recall rule's, not a copy of it.
+//!
 //! The SQL helpers every write path quotes its values with live here too, so the store needs
 //! nothing from the layers above it.
 
 use chrono::{DateTime, SecondsFormat, Utc};
 
-use super::schema::{COL_EXPIRES_AT, COL_MEMORY_SCOPE};
+use super::schema::{COL_CONVERSATION_ID, COL_EXPIRES_AT, COL_ID, COL_MEMORY_SCOPE};
 
 /// Which rows a read may return.
 #[derive(Debug, Clone, PartialEq)]
@@ -31,6 +36,104 @@ pub struct ScopeSet {
     /// Whether rows with no scope (legacy, NULL) are admitted.
     pub null: bool,
 }
+
+impl ScopeSet {
+    /// Exactly one scope, no legacy rows.
+    pub fn only(name: &str) -> ScopeSet {
+        ScopeSet {
+            names: vec![name.to_owned()],
+            null: false,
+        }
+    }
+}
+
+/// The rows a delete, an erase, an update or an export names: every part given must hold
+/// (AND); no part at all names every row. Expiry plays no part: an erase reaches expired rows.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Selection {
+    /// Rows with one of these ids.
+    pub ids: Option<Vec<String>>,
+    /// Rows this conversation wrote.
+    pub conversation: Option<String>,
+    /// Rows in these scopes (with legacy NULL rows when the set says so).
+    pub scopes: Option<ScopeSet>,
+}
+
+impl Selection {
+    /// The rows with these ids.
+    pub fn ids<I, S>(ids: I) -> Selection
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Selection {
+            ids: Some(ids.into_iter().map(Into::into).collect()),
+            ..Selection::default()
+        }
+    }
+
+    /// The rows `conversation` wrote.
+    pub fn conversation(conversation: &str) -> Selection {
+        Selection {
+            conversation: Some(conversation.to_owned()),
+            ..Selection::default()
+        }
+    }
+
+    /// The rows of one scope.
+    pub fn scope(scope: &str) -> Selection {
+        Selection {
+            scopes: Some(ScopeSet::only(scope)),
+            ..Selection::default()
+        }
+    }
+
+    /// These rows, narrowed to `scopes`.
+    pub fn within(mut self, scopes: ScopeSet) -> Selection {
+        self.scopes = Some(scopes);
+        self
+    }
+
+    /// The DataFusion predicate; `None` names every row. An empty id list names none.
+    pub fn to_sql(&self) -> Option<String> {
+        let mut parts = Vec::new();
+        if let Some(ids) = &self.ids {
+            parts.push(id_list_sql(ids));
+        }
+        if let Some(c) = &self.conversation {
+            parts.push(format!("{COL_CONVERSATION_ID} = {}", sql_literal(c)));
+        }
+        if let Some(set) = &self.scopes {
+            parts.push(scope_set_sql(set));
+        }
+        (!parts.is_empty()).then(|| parts.join(" AND "))
+    }
+
+    /// The predicate of a delete, an erase or an update: like [`Self::to_sql`], but a selection
+    /// with no part names no row, so a missing part never widens a delete to the whole table.
+    pub fn rows_sql(&self) -> String {
+        self.to_sql().unwrap_or_else(|| "false".to_string())
+    }
+
+    /// [`Self::to_sql`] AND `predicate` (an erase notice's, recorded earlier by this code).
+    pub fn and_sql(&self, predicate: &str) -> String {
+        match self.to_sql() {
+            Some(own) => format!("{own} AND ({predicate})"),
+            None => predicate.to_owned(),
+        }
+    }
+}
+
+fn id_list_sql(ids: &[String]) -> String {
+    if ids.is_empty() {
+        return "false".to_string();
+    }
+    let listed: Vec<String> = ids.iter().map(|id| sql_literal(id)).collect();
+    format!("{COL_ID} IN ({})", listed.join(", "))
+}
+
+/// Rows the legacy backfill still has to scope: no scope, or a blank one.
+pub const UNSCOPED: &str = "memory_scope IS NULL OR btrim(memory_scope) = ''";
 
 impl RowFilter {
     /// Every row, expired or not.
@@ -132,6 +235,51 @@ mod tests {
             names: names.iter().map(|n| n.to_string()).collect(),
             null,
         })
+    }
+
+    #[test]
+    fn a_selection_is_the_and_of_its_parts_with_the_recall_rules_scope_sql() {
+        assert_eq!(Selection::default().to_sql(), None);
+        assert_eq!(Selection::default().rows_sql(), "false");
+        assert_eq!(
+            Selection::conversation("it's:1").to_sql().as_deref(),
+            Some("conversation_id = 'it''s:1'")
+        );
+        assert_eq!(
+            Selection::scope("家人").to_sql().as_deref(),
+            Some("memory_scope = '家人'")
+        );
+        let own = ScopeSet {
+            names: vec!["public".into()],
+            null: true,
+        };
+        assert_eq!(
+            Selection::ids(["a", "b"])
+                .within(own.clone())
+                .to_sql()
+                .as_deref(),
+            Some("id IN ('a', 'b') AND (memory_scope = 'public' OR memory_scope IS NULL)")
+        );
+        assert_eq!(
+            Selection::ids(Vec::<String>::new()).to_sql().as_deref(),
+            Some("false")
+        );
+        let both = Selection {
+            conversation: Some("c:1".into()),
+            ..Selection::scope("work")
+        };
+        assert_eq!(
+            both.to_sql().as_deref(),
+            Some("conversation_id = 'c:1' AND memory_scope = 'work'")
+        );
+        assert_eq!(
+            Selection::ids(["x"]).and_sql("conversation_id = 'c'"),
+            "id IN ('x') AND (conversation_id = 'c')"
+        );
+        assert_eq!(
+            UNSCOPED,
+            format!("{COL_MEMORY_SCOPE} IS NULL OR btrim({COL_MEMORY_SCOPE}) = ''")
+        );
     }
 
     #[test]

@@ -20,7 +20,6 @@ pub mod reembed;
 pub mod resident;
 pub mod schema;
 pub mod scope_counts;
-pub mod script;
 pub mod search;
 pub mod shared_terms;
 pub mod strengths;
@@ -35,17 +34,17 @@ use lancedb::query::{ExecutableQuery, QueryBase, Select};
 use lancedb::Table;
 
 use crate::config::DbLocation;
+use crate::embed::ModelInfo;
 use commit::read_retrying;
 
 pub use commit::WriterSettings;
-pub use filter::{sql_literal, timestamp_literal, RowFilter, ScopeSet};
+pub use filter::{sql_literal, timestamp_literal, RowFilter, ScopeSet, Selection};
 pub use fulltext::{FulltextSearch, KeywordHit, KeywordMatching, KeywordRequest};
 pub use index_state::IndexState;
 pub use maintenance::pruning::PruneReport;
 pub use page::Page;
 pub use record::MemoryRecord;
 use schema::*;
-pub use script::{Script, ScriptRescale};
 pub use search::{Hit, LanceSearch, NearestVisible, SearchRequest};
 pub use strengths::{StrengthChange, StrengthSet};
 pub use writer::{EraseReport, WriterHandle};
@@ -138,13 +137,6 @@ mod retryable_tests {
 
 /// The default of `storage.read_consistency_ms`.
 pub const DEFAULT_READ_CONSISTENCY: std::time::Duration = std::time::Duration::from_millis(500);
-
-/// What the embedding model is, recorded in the table so a mismatch is caught at start-up.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ModelInfo {
-    pub id: String,
-    pub dimension: usize,
-}
 
 /// An opened `memories` table plus its writer.
 #[derive(Clone)]

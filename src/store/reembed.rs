@@ -30,7 +30,8 @@ use super::schema::{
     field_dimension, item_field, vector_type, COL_ID, COL_VECTOR, COL_VECTOR_NEXT, FIELD_MODEL,
     META_DIMENSION, META_MODEL_ID, META_REEMBED_TARGET,
 };
-use super::{update_config_settled, ModelInfo, StoreError};
+use super::{update_config_settled, StoreError};
+use crate::embed::ModelInfo;
 
 /// What the table's vector columns hold.
 #[derive(Debug, Clone)]

@@ -14,8 +14,8 @@ use lancedb::{DistanceType, Table};
 use super::filter::RowFilter;
 use super::record::{distances, from_batch, MemoryRecord};
 use super::schema::{COL_VECTOR, RECORD_COLUMNS};
-use super::script::{Script, ScriptRescale};
 use super::StoreError;
+use crate::embed::{Script, ScriptRescale};
 
 /// One search: the query vector, which rows it may return, how many, and how rows of the
 /// query's other script are put on its scale (`None`: raw similarity for every row).

@@ -21,7 +21,7 @@ use lance_tokenizer::TokenStream;
 use lancedb::index::scalar::FtsIndexBuilder;
 
 use super::record::MemoryRecord;
-use super::script::is_cjk;
+use crate::embed::script::is_cjk;
 
 static WORDS: OnceLock<Option<Box<dyn LanceTokenizer>>> = OnceLock::new();
 

@@ -12,10 +12,11 @@ use futures::TryStreamExt;
 use lancedb::arrow::arrow_array::{Array, FixedSizeListArray, Float32Array, RecordBatch};
 use lancedb::query::{ExecutableQuery, QueryBase, Select};
 
+use crate::embed::ModelInfo;
 use crate::scope::{ConversationId, ScopeName};
-use crate::store::schema::{COL_CONVERSATION_ID, COL_MEMORY_SCOPE, COL_VECTOR, RECORD_COLUMNS};
-use crate::store::sql_literal;
-use crate::store::{record, ModelInfo, Store};
+use crate::store::schema::{COL_VECTOR, RECORD_COLUMNS};
+use crate::store::{record, Store};
+use crate::store::{ScopeSet, Selection};
 
 use super::format::{ExportFilter, Header, RowOut, FORMAT_VERSION};
 use super::TransferError;
@@ -61,14 +62,12 @@ pub fn normalize_filter(filter: &ExportFilter) -> Result<ExportFilter, TransferE
 }
 
 fn predicate(filter: &ExportFilter) -> Option<String> {
-    let mut parts = Vec::new();
-    if let Some(s) = &filter.scope {
-        parts.push(format!("{COL_MEMORY_SCOPE} = {}", sql_literal(s)));
+    Selection {
+        conversation: filter.conversation.clone(),
+        scopes: filter.scope.as_deref().map(ScopeSet::only),
+        ..Selection::default()
     }
-    if let Some(c) = &filter.conversation {
-        parts.push(format!("{COL_CONVERSATION_ID} = {}", sql_literal(c)));
-    }
-    (!parts.is_empty()).then(|| parts.join(" AND "))
+    .to_sql()
 }
 
 /// Write the header and every matching row to `out`. `progress(done, total)` is called after
@@ -238,7 +237,7 @@ mod tests {
         assert_eq!(f.conversation.as_deref(), Some("it's:1"));
         assert_eq!(
             predicate(&f).unwrap(),
-            "memory_scope = '家人' AND conversation_id = 'it''s:1'"
+            "conversation_id = 'it''s:1' AND memory_scope = '家人'"
         );
         assert!(predicate(&ExportFilter::default()).is_none());
         assert!(normalize_filter(&ExportFilter {

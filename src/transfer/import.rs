@@ -10,8 +10,7 @@ use std::io::{BufRead, Read};
 use std::time::Instant;
 
 use crate::embed::Embedder;
-use crate::store::schema::COL_ID;
-use crate::store::sql_literal;
+use crate::store::Selection;
 use crate::store::{MemoryRecord, Store};
 
 use super::format::{parse_header, parse_row, Header};
@@ -224,14 +223,8 @@ impl Importer<'_> {
     }
 
     async fn present_ids(&self, batch: &[Pending]) -> Result<HashMap<String, ()>, TransferError> {
-        let list: Vec<String> = batch
-            .iter()
-            .map(|p| sql_literal(&p.row.record.id))
-            .collect();
-        let ids = self
-            .store
-            .ids_where(&format!("{COL_ID} IN ({})", list.join(", ")))
-            .await?;
+        let offered = Selection::ids(batch.iter().map(|p| p.row.record.id.clone()));
+        let ids = self.store.ids_where(&offered.rows_sql()).await?;
         Ok(ids.into_iter().map(|id| (id, ())).collect())
     }
 

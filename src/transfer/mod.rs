@@ -22,9 +22,10 @@ pub use import::{ImportOptions, ImportReport, Importer, Progress, Rejection};
 
 use crate::config::{Config, DurabilityMode};
 use crate::embed::EmbedError;
+use crate::embed::ModelInfo;
 use crate::scope::ScopeError;
 use crate::store::durability::Durability;
-use crate::store::{ModelInfo, Store, StoreError, WriterSettings};
+use crate::store::{Store, StoreError, WriterSettings};
 
 #[derive(Debug, thiserror::Error)]
 pub enum TransferError {

@@ -459,7 +459,7 @@ pub fn nonebot_python() -> std::path::PathBuf {
 
 /// A store on `dir` for synthetic vectors of `dim` dimensions (no model).
 pub async fn test_store(dir: &Path, dim: usize) -> scopemem::store::Store {
-    let model = scopemem::store::ModelInfo {
+    let model = scopemem::embed::ModelInfo {
         id: "test-model".into(),
         dimension: dim,
     };

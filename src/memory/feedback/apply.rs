@@ -7,7 +7,7 @@ use chrono::Utc;
 
 use super::shared::Shared;
 use super::*;
-use crate::store::sql_literal;
+use crate::store::Selection;
 use crate::store::{MemoryRecord, StrengthChange, StrengthSet};
 
 pub(super) async fn apply(
@@ -75,11 +75,10 @@ pub(super) async fn apply(
             .await?;
     }
     for m in &merges {
-        let list: Vec<String> = m.delete_ids.iter().map(|id| sql_literal(id)).collect();
         shared
             .store
             .writer()
-            .delete(format!("id IN ({})", list.join(", ")))
+            .delete(Selection::ids(m.delete_ids.iter().cloned()).rows_sql())
             .await?;
     }
     Ok(JobOutcome {

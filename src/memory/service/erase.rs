@@ -18,7 +18,7 @@ use super::super::erase_notices::EraseNotice;
 use super::super::model::ForgetOutcome;
 use super::super::MemoryError;
 use super::MemoryService;
-use crate::store::sql_literal;
+use crate::store::Selection;
 use crate::store::StoreError;
 
 /// Clock difference allowed between processes when deciding which rows a job wrote after
@@ -104,8 +104,8 @@ impl MemoryService {
             if written.is_empty() {
                 continue;
             }
-            let listed: Vec<String> = written.iter().map(|id| sql_literal(id)).collect();
-            let late = format!("id IN ({}) AND ({})", listed.join(", "), notice.predicate);
+            let late =
+                Selection::ids(written.iter().map(|id| id.to_string())).and_sql(&notice.predicate);
             // `ids_where` reads the latest version.
             let late_ids = self.store.ids_where(&late).await?;
             if !late_ids.is_empty() {

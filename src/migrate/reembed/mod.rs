@@ -86,8 +86,9 @@ use super::{ForegroundLatency, MigrateError, MigrationOutcome};
 use crate::config::DbLocation;
 use crate::config::{BackfillPacing, Config};
 use crate::embed::Embedder;
+use crate::embed::ModelInfo;
 use crate::store::reembed::{vector_columns, VectorColumns};
-use crate::store::{LanceSearch, ModelInfo, Store, StoreError, WriterSettings};
+use crate::store::{LanceSearch, Store, StoreError, WriterSettings};
 
 /// Rows still waiting for their new vector.
 pub const PENDING: &str = "vector_next IS NULL";

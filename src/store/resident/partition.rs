@@ -6,7 +6,7 @@ use half::f16;
 
 use super::super::filter::RowFilter;
 use super::super::record::MemoryRecord;
-use super::super::script::{Script, ScriptRescale};
+use crate::embed::{Script, ScriptRescale};
 
 /// Rows of one `memory_scope` value (or of the NULL scope).
 #[derive(Default)]
