@@ -1,6 +1,6 @@
 //! The `scopemem` command line: serve the HTTP API, run the demo, check a scope map.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::Context;
@@ -223,90 +223,17 @@ fn main() -> anyhow::Result<()> {
 }
 
 async fn run() -> anyhow::Result<()> {
-    let cli = Cli::parse();
-    match cli.command {
+    match Cli::parse().command {
         Command::Serve {
             config,
             exit_with_parent,
-        } => {
-            init_logging(&level_of(config.as_ref()));
-            // Refuse an open listener (non-loopback, no token) or a bad allowed_hosts entry before
-            // the model loads or the store is opened (which may migrate it).
-            let loaded = Config::load(config.as_deref()).context("loading config")?;
-            guard::check_server(&loaded.config.server).await?;
-            let host = Arc::new(
-                PluginHost::start(config.as_deref())
-                    .await
-                    .context("starting scopemem")?,
-            );
-            // Check again on the config the guard enforces, and bind exactly what was checked.
-            let addr = host.config().server.http_addr.clone();
-            let addrs = guard::check_server(&host.config().server).await?;
-            let listener = tokio::net::TcpListener::bind(addrs.as_slice())
-                .await
-                .with_context(|| format!("cannot listen on server.http_addr '{addr}'"))?;
-            // Indexes and the legacy backfill start only once we are accepting requests.
-            host.start_background();
-            let stop = async move {
-                tokio::select! {
-                    _ = shutdown_signal() => {}
-                    _ = parent_gone(), if exit_with_parent => {
-                        tracing::info!("stdin closed: the parent is gone; shutting down");
-                    }
-                }
-            };
-            scopemem::api::http::serve(host.clone(), listener, stop)
-                .await
-                .with_context(|| format!("serving on {addr}"))?;
-            host.shutdown().await;
-            tracing::info!("stopped cleanly");
-        }
-        Command::Mcp { config } => {
-            // stdout is the protocol: init_logging writes to stderr only.
-            init_logging(&level_of(config.as_ref()));
-            let host = Arc::new(
-                PluginHost::start(config.as_deref())
-                    .await
-                    .context("starting scopemem")?,
-            );
-            host.start_background();
-            // Ends when the client closes stdin (or on a signal); queued writes are flushed
-            // either way before exiting.
-            let served = tokio::select! {
-                served = scopemem::api::mcp::serve_stdio(host.clone()) => served,
-                _ = shutdown_signal() => Ok(()),
-            };
-            host.shutdown().await;
-            served.context("serving MCP on stdio")?;
-            tracing::info!("stopped cleanly");
-        }
+        } => serve(config, exit_with_parent).await,
+        Command::Mcp { config } => mcp(config).await,
         Command::Demo { url } => {
             init_logging("warn");
-            scopemem::api::demo::run(&url).await?;
+            Ok(scopemem::api::demo::run(&url).await?)
         }
-        Command::Forget { scope, config, yes } => {
-            init_logging(&level_of(config.as_ref()));
-            let scope = scopemem::scope::ScopeName::parse(&scope).context("--scope")?;
-            if !yes
-                && !confirm(&format!(
-                    "Delete every memory in scope '{}'?",
-                    scope.as_str()
-                ))?
-            {
-                anyhow::bail!("not confirmed; nothing deleted");
-            }
-            let host = PluginHost::start(config.as_deref())
-                .await
-                .context("starting scopemem")?;
-            let outcome = host.memory().forget_scope(&scope).await?;
-            host.shutdown().await;
-            println!(
-                "deleted {} memories in scope '{}'; older table versions pruned; {} unapplied feedback jobs dropped",
-                outcome.deleted,
-                scope.as_str(),
-                outcome.pending_feedback_dropped
-            );
-        }
+        Command::Forget { scope, config, yes } => forget_scope(&scope, config, yes).await,
         Command::Export {
             config,
             scope,
@@ -315,106 +242,217 @@ async fn run() -> anyhow::Result<()> {
             output,
             quiet,
         } => {
-            // Info logs would interleave with the progress bar; RUST_LOG still overrides.
-            init_logging("warn");
-            let loaded = Config::load(config.as_deref()).context("loading config")?;
-            let options = scopemem::transfer::ExportOptions {
-                filter: scopemem::transfer::ExportFilter {
-                    scope,
-                    conversation,
-                    visible_to: None,
-                },
-                vectors,
-                visibility: None,
+            let filter = scopemem::transfer::ExportFilter {
+                scope,
+                conversation,
+                visible_to: None,
             };
-            scopemem::api::transfer_cli::export(&loaded.config, &options, output.as_deref(), quiet)
-                .await
-                .context("export failed")?;
+            export(config, filter, vectors, output, quiet).await
         }
         Command::Import {
             file,
             config,
             quiet,
-        } => {
-            init_logging("warn");
-            let loaded = Config::load(config.as_deref()).context("loading config")?;
-            let report = scopemem::api::transfer_cli::import(&loaded.config, &file, quiet)
-                .await
-                .with_context(|| format!("import of {} failed", file.display()))?;
-            println!("{}", scopemem::api::transfer_cli::summary(&report));
-            if report.rejected > 0 {
-                eprintln!(
-                    "{} lines rejected (listed above by line number); the other lines were imported",
-                    report.rejected
-                );
-                std::process::exit(2);
-            }
-        }
-        Command::Migrate { command } => match command {
-            MigrateCommand::Status { config } => {
-                init_logging("warn");
-                let loaded = Config::load(config.as_deref()).context("loading config")?;
-                let status = scopemem::api::migrate_cli::status(&loaded.config).await?;
-                println!("{}", serde_json::to_string_pretty(&status)?);
-            }
-            MigrateCommand::Run { config } => {
-                init_logging(&level_of(config.as_ref()));
-                let p = scopemem::api::migrate_cli::run(config.as_deref()).await?;
-                println!(
-                    "backfill {}: scanned {}, filled {}, skipped {} (damaged: {})",
-                    p.state,
-                    p.scanned,
-                    p.filled,
-                    p.skipped,
-                    serde_json::to_string(&p.damaged)?
-                );
-            }
-            MigrateCommand::Reembed { config, quiet } => {
-                init_logging(&level_of(config.as_ref()));
-                let p = scopemem::api::reembed_cli::reembed(config.as_deref(), quiet).await?;
-                println!(
-                    "re-embed {}: {} of {} rows have vectors of {} ({}-d), {:.0} rows/s",
-                    p.state, p.done, p.total, p.to_model, p.dimension, p.rows_per_sec
-                );
-            }
-            MigrateCommand::RevertBackfill { config, yes } => {
-                init_logging(&level_of(config.as_ref()));
-                // Fail on a bad config before asking.
-                Config::load(config.as_deref()).context("loading config")?;
-                if !yes && !confirm("Set every backfilled row back to a NULL scope?")? {
-                    anyhow::bail!("not confirmed; nothing changed");
-                }
-                let n = scopemem::api::migrate_cli::revert(config.as_deref()).await?;
-                println!("reverted {n} backfilled rows to a NULL scope; checkpoint removed");
-            }
-        },
+        } => import(&file, config, quiet).await,
+        Command::Migrate { command } => migrate(command).await,
         Command::Scope {
             command: ScopeCommand::Check { config },
-        } => {
-            init_logging("info");
-            let loaded = Config::load(config.as_deref()).context("loading config")?;
-            for w in &loaded.warnings {
-                println!("warning: {w}");
-            }
-            let map = ScopeMap::from_config(&loaded.config);
-            for ignored in map.ignored() {
-                match &ignored.fails_closed_to {
-                    Some(private) => println!(
-                        "ignored: {:?} ({}); until fixed it uses its private scope {private}, never public",
-                        ignored.key, ignored.reason
-                    ),
-                    None => println!("ignored: {:?} ({})", ignored.key, ignored.reason),
-                }
-            }
-            let s = map.summary();
-            println!(
-                "conversation_scope_map: {} entries applied, {} ignored ({} failed closed), {} distinct scopes; unmapped conversations -> {}",
-                s.entries, s.ignored, s.failed_closed, s.distinct_scopes, loaded.config.unmapped_scope
-            );
-            if s.ignored > 0 {
-                std::process::exit(2);
+        } => scope_check(config),
+    }
+}
+
+/// `scopemem serve`: the HTTP API until a signal (or the parent's exit).
+async fn serve(config: Option<PathBuf>, exit_with_parent: bool) -> anyhow::Result<()> {
+    init_logging(&level_of(config.as_ref()));
+    // Refuse an open listener (non-loopback, no token) or a bad allowed_hosts entry before
+    // the model loads or the store is opened (which may migrate it).
+    let loaded = Config::load(config.as_deref()).context("loading config")?;
+    guard::check_server(&loaded.config.server).await?;
+    let host = Arc::new(
+        PluginHost::start(config.as_deref())
+            .await
+            .context("starting scopemem")?,
+    );
+    // Check again on the config the guard enforces, and bind exactly what was checked.
+    let addr = host.config().server.http_addr.clone();
+    let addrs = guard::check_server(&host.config().server).await?;
+    let listener = tokio::net::TcpListener::bind(addrs.as_slice())
+        .await
+        .with_context(|| format!("cannot listen on server.http_addr '{addr}'"))?;
+    // Indexes and the legacy backfill start only once we are accepting requests.
+    host.start_background();
+    let stop = async move {
+        tokio::select! {
+            _ = shutdown_signal() => {}
+            _ = parent_gone(), if exit_with_parent => {
+                tracing::info!("stdin closed: the parent is gone; shutting down");
             }
         }
+    };
+    scopemem::api::http::serve(host.clone(), listener, stop)
+        .await
+        .with_context(|| format!("serving on {addr}"))?;
+    host.shutdown().await;
+    tracing::info!("stopped cleanly");
+    Ok(())
+}
+
+/// `scopemem mcp`: MCP on stdio until the client closes stdin (or a signal).
+async fn mcp(config: Option<PathBuf>) -> anyhow::Result<()> {
+    // stdout is the protocol: init_logging writes to stderr only.
+    init_logging(&level_of(config.as_ref()));
+    let host = Arc::new(
+        PluginHost::start(config.as_deref())
+            .await
+            .context("starting scopemem")?,
+    );
+    host.start_background();
+    // Ends when the client closes stdin (or on a signal); queued writes are flushed
+    // either way before exiting.
+    let served = tokio::select! {
+        served = scopemem::api::mcp::serve_stdio(host.clone()) => served,
+        _ = shutdown_signal() => Ok(()),
+    };
+    host.shutdown().await;
+    served.context("serving MCP on stdio")?;
+    tracing::info!("stopped cleanly");
+    Ok(())
+}
+
+/// `scopemem forget --scope`: erase one scope, after a confirmation unless `--yes`.
+async fn forget_scope(scope: &str, config: Option<PathBuf>, yes: bool) -> anyhow::Result<()> {
+    init_logging(&level_of(config.as_ref()));
+    let scope = scopemem::scope::ScopeName::parse(scope).context("--scope")?;
+    if !yes
+        && !confirm(&format!(
+            "Delete every memory in scope '{}'?",
+            scope.as_str()
+        ))?
+    {
+        anyhow::bail!("not confirmed; nothing deleted");
+    }
+    let host = PluginHost::start(config.as_deref())
+        .await
+        .context("starting scopemem")?;
+    let outcome = host.memory().forget_scope(&scope).await;
+    host.shutdown().await;
+    let outcome = outcome?;
+    println!(
+        "deleted {} memories in scope '{}'; older table versions pruned; {} unapplied feedback jobs dropped",
+        outcome.deleted,
+        scope.as_str(),
+        outcome.pending_feedback_dropped
+    );
+    Ok(())
+}
+
+/// `scopemem export`: JSON lines to stdout or `--output`, progress on stderr.
+async fn export(
+    config: Option<PathBuf>,
+    filter: scopemem::transfer::ExportFilter,
+    vectors: bool,
+    output: Option<PathBuf>,
+    quiet: bool,
+) -> anyhow::Result<()> {
+    // Info logs would interleave with the progress bar; RUST_LOG still overrides.
+    init_logging("warn");
+    let loaded = Config::load(config.as_deref()).context("loading config")?;
+    let options = scopemem::transfer::ExportOptions {
+        filter,
+        vectors,
+        visibility: None,
+    };
+    scopemem::api::transfer_cli::export(&loaded.config, &options, output.as_deref(), quiet)
+        .await
+        .context("export failed")?;
+    Ok(())
+}
+
+/// `scopemem import`: exit code 2 when lines were rejected (the others are imported).
+async fn import(file: &Path, config: Option<PathBuf>, quiet: bool) -> anyhow::Result<()> {
+    init_logging("warn");
+    let loaded = Config::load(config.as_deref()).context("loading config")?;
+    let report = scopemem::api::transfer_cli::import(&loaded.config, file, quiet)
+        .await
+        .with_context(|| format!("import of {} failed", file.display()))?;
+    println!("{}", scopemem::api::transfer_cli::summary(&report));
+    if report.rejected > 0 {
+        eprintln!(
+            "{} lines rejected (listed above by line number); the other lines were imported",
+            report.rejected
+        );
+        std::process::exit(2);
+    }
+    Ok(())
+}
+
+/// `scopemem migrate status|run|reembed|revert-backfill`.
+async fn migrate(command: MigrateCommand) -> anyhow::Result<()> {
+    match command {
+        MigrateCommand::Status { config } => {
+            init_logging("warn");
+            let loaded = Config::load(config.as_deref()).context("loading config")?;
+            let status = scopemem::api::migrate_cli::status(&loaded.config).await?;
+            println!("{}", serde_json::to_string_pretty(&status)?);
+        }
+        MigrateCommand::Run { config } => {
+            init_logging(&level_of(config.as_ref()));
+            let p = scopemem::api::migrate_cli::run(config.as_deref()).await?;
+            println!(
+                "backfill {}: scanned {}, filled {}, skipped {} (damaged: {})",
+                p.state,
+                p.scanned,
+                p.filled,
+                p.skipped,
+                serde_json::to_string(&p.damaged)?
+            );
+        }
+        MigrateCommand::Reembed { config, quiet } => {
+            init_logging(&level_of(config.as_ref()));
+            let p = scopemem::api::reembed_cli::reembed(config.as_deref(), quiet).await?;
+            println!(
+                "re-embed {}: {} of {} rows have vectors of {} ({}-d), {:.0} rows/s",
+                p.state, p.done, p.total, p.to_model, p.dimension, p.rows_per_sec
+            );
+        }
+        MigrateCommand::RevertBackfill { config, yes } => {
+            init_logging(&level_of(config.as_ref()));
+            // Fail on a bad config before asking.
+            Config::load(config.as_deref()).context("loading config")?;
+            if !yes && !confirm("Set every backfilled row back to a NULL scope?")? {
+                anyhow::bail!("not confirmed; nothing changed");
+            }
+            let n = scopemem::api::migrate_cli::revert(config.as_deref()).await?;
+            println!("reverted {n} backfilled rows to a NULL scope; checkpoint removed");
+        }
+    }
+    Ok(())
+}
+
+/// `scopemem scope check`: what the map applies and ignores; exit code 2 when it ignores any.
+fn scope_check(config: Option<PathBuf>) -> anyhow::Result<()> {
+    init_logging("info");
+    let loaded = Config::load(config.as_deref()).context("loading config")?;
+    for w in &loaded.warnings {
+        println!("warning: {w}");
+    }
+    let map = ScopeMap::from_config(&loaded.config);
+    for ignored in map.ignored() {
+        match &ignored.fails_closed_to {
+            Some(private) => println!(
+                "ignored: {:?} ({}); until fixed it uses its private scope {private}, never public",
+                ignored.key, ignored.reason
+            ),
+            None => println!("ignored: {:?} ({})", ignored.key, ignored.reason),
+        }
+    }
+    let s = map.summary();
+    println!(
+        "conversation_scope_map: {} entries applied, {} ignored ({} failed closed), {} distinct scopes; unmapped conversations -> {}",
+        s.entries, s.ignored, s.failed_closed, s.distinct_scopes, loaded.config.unmapped_scope
+    );
+    if s.ignored > 0 {
+        std::process::exit(2);
     }
     Ok(())
 }
