@@ -4,17 +4,21 @@
 use std::sync::Arc;
 
 use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
-use axum::extract::{Query, State};
+use axum::extract::{FromRequest, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 
 use super::error_text::without_paths;
 use super::guard::{protect, Guard};
 use super::metrics::{render, track, Metrics};
-use crate::host::{PluginError, PluginHost};
+use crate::host::operation::{self, AfterMessageSent, JobQuery, LlmRequestEvent};
+use crate::host::{PluginError, PluginHost, Request};
+use crate::memory::feedback::FeedbackRequest;
+use crate::memory::{BrowseRequest, ForgetRequest, RecallRequest, RememberRequest};
 
 /// A JSON error response.
 pub struct ApiError {
@@ -143,9 +147,9 @@ pub fn router(host: Arc<PluginHost>) -> Router {
 
 async fn feedback(
     State(host): State<AppState>,
-    body: Result<Json<Value>, JsonRejection>,
+    Body(req): Body<FeedbackRequest>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
-    let Json(v) = call(&host, "feedback", body).await?;
+    let v = host.dispatch(Request::Feedback(req)).await?;
     // An incognito conversation's feedback is not queued: nothing was accepted for later.
     let status = if v["job_id"].is_null() {
         StatusCode::OK
@@ -160,25 +164,23 @@ async fn feedback_status(
     job_id: Result<axum::extract::Path<String>, PathRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let axum::extract::Path(job_id) = job_id?;
-    Ok(Json(
-        host.invoke("feedback_status", json!({ "job_id": job_id }))
-            .await?,
-    ))
+    let request = Request::FeedbackStatus(JobQuery { job_id });
+    Ok(Json(host.dispatch(request).await?))
 }
 
 async fn forget(
     State(host): State<AppState>,
-    body: Result<Json<Value>, JsonRejection>,
+    Body(req): Body<ForgetRequest>,
 ) -> Result<Json<Value>, ApiError> {
-    call(&host, "forget", body).await
+    Ok(Json(host.dispatch(Request::Forget(req)).await?))
 }
 
 /// `{conversation_id, persona?, offset?, limit?}`: what that conversation can see, newest first.
 async fn browse(
     State(host): State<AppState>,
-    body: Result<Json<Value>, JsonRejection>,
+    Body(req): Body<BrowseRequest>,
 ) -> Result<Json<Value>, ApiError> {
-    call(&host, "browse", body).await
+    Ok(Json(host.dispatch(Request::Browse(req)).await?))
 }
 
 /// `GET /v1/export?conversation_id=…[&persona=…][&vectors=true]`.
@@ -208,21 +210,21 @@ async fn export(
 }
 
 async fn scope_map(State(host): State<AppState>) -> Result<Json<Value>, ApiError> {
-    Ok(Json(host.invoke("scope_map", Value::Null).await?))
+    Ok(Json(host.dispatch(Request::ScopeMap).await?))
 }
 
 async fn llm_request(
     State(host): State<AppState>,
-    body: Result<Json<Value>, JsonRejection>,
+    Body(ev): Body<LlmRequestEvent>,
 ) -> Result<Json<Value>, ApiError> {
-    call(&host, "on_llm_request", body).await
+    Ok(Json(host.dispatch(Request::OnLlmRequest(ev)).await?))
 }
 
 async fn after_message_sent(
     State(host): State<AppState>,
-    body: Result<Json<Value>, JsonRejection>,
+    Body(ev): Body<AfterMessageSent>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
-    let Json(v) = call(&host, "after_message_sent", body).await?;
+    let v = host.dispatch(Request::AfterMessageSent(ev)).await?;
     let status = if v["job_id"].is_null() {
         StatusCode::OK
     } else {
@@ -243,63 +245,65 @@ async fn metrics_text(State(state): State<AppState>) -> Response {
         .into_response()
 }
 
-async fn call(
-    host: &PluginHost,
-    op: &str,
-    body: Result<Json<Value>, JsonRejection>,
-) -> Result<Json<Value>, ApiError> {
-    let Json(payload) = body?;
-    Ok(Json(host.invoke(op, payload).await?))
+/// A JSON body parsed into the request type `T` its route names. Malformed JSON is
+/// `invalid_json` and a body of the wrong shape `invalid_input`, both 400 (axum's own `Json<T>`
+/// would answer the second with a plain-text 422).
+struct Body<T>(T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Body<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: axum::extract::Request, state: &S) -> Result<Self, ApiError> {
+        let Json(payload) = Json::<Value>::from_request(req, state).await?;
+        Ok(Body(operation::body(payload)?))
+    }
 }
 
 async fn remember(
     State(host): State<AppState>,
-    body: Result<Json<Value>, JsonRejection>,
+    Body(req): Body<RememberRequest>,
 ) -> Result<Json<Value>, ApiError> {
-    call(&host, "remember", body).await
+    Ok(Json(host.dispatch(Request::Remember(req)).await?))
 }
 
 async fn recall(
     State(host): State<AppState>,
-    body: Result<Json<Value>, JsonRejection>,
+    Body(req): Body<RecallRequest>,
 ) -> Result<Json<Value>, ApiError> {
-    call(&host, "recall", body).await
+    Ok(Json(host.dispatch(Request::Recall(req)).await?))
 }
 
 async fn list_tools(State(host): State<AppState>) -> Json<Value> {
     Json(json!({ "tools": host.tools() }))
 }
 
-/// `{conversation_id, persona?, arguments}`: the conversation comes from the body (the
-/// framework's event context), the arguments from the model.
+/// `POST /v1/tools/{name}`: the conversation comes from the body (the framework's event
+/// context), the arguments from the model.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ToolCall {
+    conversation_id: String,
+    #[serde(default)]
+    persona: Option<String>,
+    #[serde(default)]
+    arguments: Value,
+}
+
 async fn call_tool(
     State(host): State<AppState>,
     name: Result<axum::extract::Path<String>, PathRejection>,
-    body: Result<Json<Value>, JsonRejection>,
+    Body(call): Body<ToolCall>,
 ) -> Result<Json<Value>, ApiError> {
     let axum::extract::Path(name) = name?;
-    let Json(mut body) = body?;
-    let arguments = body
-        .get_mut("arguments")
-        .map(Value::take)
-        .unwrap_or(Value::Null);
-    if let Some(obj) = body.as_object() {
-        if let Some(k) = obj
-            .keys()
-            .find(|k| !matches!(k.as_str(), "conversation_id" | "persona" | "arguments"))
-        {
-            return Err(
-                PluginError::bad_request("invalid_input", format!("unknown field '{k}'")).into(),
-            );
-        }
-    }
-    let ctx: crate::host::CallContext = serde_json::from_value(body)
-        .map_err(|e| PluginError::bad_request("invalid_input", e.to_string()))?;
-    Ok(Json(host.call_tool(&name, ctx, arguments).await?))
+    let ctx = crate::host::CallContext {
+        conversation_id: call.conversation_id,
+        persona: call.persona,
+    };
+    Ok(Json(host.call_tool(&name, ctx, call.arguments).await?))
 }
 
 async fn status(State(host): State<AppState>) -> Result<Json<Value>, ApiError> {
-    Ok(Json(host.invoke("status", Value::Null).await?))
+    Ok(Json(host.dispatch(Request::Status).await?))
 }
 
 /// Liveness only, for anyone who can reach the port (it is outside the Host and token guard):

@@ -1,7 +1,10 @@
-//! PluginHost: loads plugins from config and routes named operations to them. The HTTP (and
-//! later MCP) layers only know operation names and JSON; plugins own the typed contracts.
+//! PluginHost: loads plugins from config and routes operations to them. An operation is a
+//! typed [`Request`] (`operation.rs`), routed by its [`Operation`]: the HTTP layer parses a
+//! body into the request type its route names, and the compiler checks every route and every
+//! plugin's `match`. Plugins answer in JSON, the shape the API returns.
 
 pub mod memory_plugin;
+pub mod operation;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -17,6 +20,7 @@ use crate::memory::{MemoryError, MemoryService};
 use crate::scope::{watch_config, ConfigWatcher, ScopeMap, ScopeResolver};
 
 pub use memory_plugin::MemoryPlugin;
+pub use operation::{Operation, Request};
 pub mod tools;
 
 /// A plugin's failure, already shaped for an API error body.
@@ -131,16 +135,13 @@ pub struct CallContext {
     pub persona: Option<String>,
 }
 
-/// A unit of functionality the host can load. Operations take and return JSON.
+/// A unit of functionality the host can load. Operations take a typed request and answer JSON.
 pub trait Plugin: Send + Sync {
     fn name(&self) -> &'static str;
-    /// The operation names this plugin serves (e.g. `remember`, `recall`, `status`).
-    fn operations(&self) -> &'static [&'static str];
-    fn invoke<'a>(
-        &'a self,
-        operation: &'a str,
-        payload: Value,
-    ) -> BoxFuture<'a, Result<Value, PluginError>>;
+    /// The operations this plugin serves.
+    fn operations(&self) -> &'static [Operation];
+    /// Run `request`, one of [`Self::operations`].
+    fn invoke(&self, request: Request) -> BoxFuture<'_, Result<Value, PluginError>>;
     /// The LLM tools this plugin offers.
     fn tools(&self) -> Vec<ToolSpec> {
         Vec::new()
@@ -179,7 +180,7 @@ pub enum HostError {
 /// The loaded plugins plus what keeps them alive (the config watcher).
 pub struct PluginHost {
     plugins: Vec<Arc<dyn Plugin>>,
-    routes: HashMap<&'static str, Arc<dyn Plugin>>,
+    routes: HashMap<Operation, Arc<dyn Plugin>>,
     tools: HashMap<&'static str, Arc<dyn Plugin>>,
     memory: Arc<MemoryService>,
     config: Config,
@@ -235,8 +236,8 @@ impl PluginHost {
 
     fn register(&mut self, plugin: Arc<dyn Plugin>) -> Result<(), HostError> {
         for op in plugin.operations() {
-            if self.routes.insert(op, plugin.clone()).is_some() {
-                return Err(HostError::DuplicateOperation(op.to_string()));
+            if self.routes.insert(*op, plugin.clone()).is_some() {
+                return Err(HostError::DuplicateOperation(op.name().to_string()));
             }
         }
         for tool in plugin.tools() {
@@ -244,20 +245,28 @@ impl PluginHost {
                 return Err(HostError::DuplicateOperation(tool.name.to_string()));
             }
         }
-        tracing::info!(plugin = plugin.name(), operations = ?plugin.operations(), "plugin loaded");
+        let operations: Vec<&str> = plugin.operations().iter().map(|o| o.name()).collect();
+        tracing::info!(plugin = plugin.name(), ?operations, "plugin loaded");
         self.plugins.push(plugin);
         Ok(())
     }
 
-    /// Run a named operation.
-    pub async fn invoke(&self, operation: &str, payload: Value) -> Result<Value, PluginError> {
-        match self.routes.get(operation) {
-            Some(p) => p.invoke(operation, payload).await,
+    /// Run `request` on the plugin that serves its operation.
+    pub async fn dispatch(&self, request: Request) -> Result<Value, PluginError> {
+        let operation = request.operation();
+        match self.routes.get(&operation) {
+            Some(p) => p.invoke(request).await,
             None => Err(PluginError::bad_request(
                 "unknown_operation",
-                format!("no plugin serves '{operation}'"),
+                format!("no plugin serves '{}'", operation.name()),
             )),
         }
+    }
+
+    /// Run the operation called `operation` with a JSON body ([`Request::parse`]), for callers
+    /// that speak names and JSON.
+    pub async fn invoke(&self, operation: &str, payload: Value) -> Result<Value, PluginError> {
+        self.dispatch(Request::parse(operation, payload)?).await
     }
 
     /// Every registered LLM tool.

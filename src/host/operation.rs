@@ -1,0 +1,208 @@
+//! The operations the host routes, as typed values.
+//!
+//! The host used to route a string (`"remember"`) to the plugin that listed it, and the plugin
+//! matched the same string again to pick a request type: the name lived in the HTTP handler,
+//! the route table and the plugin's `match`, and a typo in any of them was a runtime 400. Now
+//! an operation is an [`Operation`] and a request a [`Request`] holding its typed body, so the
+//! route table is keyed by the enum and the plugin's `match` is exhaustive. The name of each
+//! operation exists once, in [`Operation::name`], for logs and for callers that speak names
+//! and JSON ([`Request::parse`]: tests, and hosts embedding scopemem without HTTP).
+
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::PluginError;
+use crate::memory::feedback::{FeedbackRequest, NewMemory};
+use crate::memory::{BrowseRequest, ForgetRequest, RecallRequest, RememberRequest};
+
+/// What a plugin can be asked to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Operation {
+    Remember,
+    Recall,
+    Status,
+    Feedback,
+    FeedbackStatus,
+    Forget,
+    OnLlmRequest,
+    AfterMessageSent,
+    Browse,
+    ScopeMap,
+}
+
+impl Operation {
+    /// Every operation, in the order the memory plugin documents them.
+    pub const ALL: [Operation; 10] = [
+        Operation::Remember,
+        Operation::Recall,
+        Operation::Status,
+        Operation::Feedback,
+        Operation::FeedbackStatus,
+        Operation::Forget,
+        Operation::OnLlmRequest,
+        Operation::AfterMessageSent,
+        Operation::Browse,
+        Operation::ScopeMap,
+    ];
+
+    /// The operation's name in logs and in [`Request::parse`].
+    pub fn name(self) -> &'static str {
+        match self {
+            Operation::Remember => "remember",
+            Operation::Recall => "recall",
+            Operation::Status => "status",
+            Operation::Feedback => "feedback",
+            Operation::FeedbackStatus => "feedback_status",
+            Operation::Forget => "forget",
+            Operation::OnLlmRequest => "on_llm_request",
+            Operation::AfterMessageSent => "after_message_sent",
+            Operation::Browse => "browse",
+            Operation::ScopeMap => "scope_map",
+        }
+    }
+
+    /// The operation called `name`, if any.
+    pub fn from_name(name: &str) -> Option<Operation> {
+        Operation::ALL.into_iter().find(|op| op.name() == name)
+    }
+}
+
+/// One request: an operation with its typed body.
+#[derive(Debug)]
+pub enum Request {
+    Remember(RememberRequest),
+    Recall(RecallRequest),
+    Status,
+    Feedback(FeedbackRequest),
+    FeedbackStatus(JobQuery),
+    Forget(ForgetRequest),
+    OnLlmRequest(LlmRequestEvent),
+    AfterMessageSent(AfterMessageSent),
+    Browse(BrowseRequest),
+    ScopeMap,
+}
+
+impl Request {
+    pub fn operation(&self) -> Operation {
+        match self {
+            Request::Remember(_) => Operation::Remember,
+            Request::Recall(_) => Operation::Recall,
+            Request::Status => Operation::Status,
+            Request::Feedback(_) => Operation::Feedback,
+            Request::FeedbackStatus(_) => Operation::FeedbackStatus,
+            Request::Forget(_) => Operation::Forget,
+            Request::OnLlmRequest(_) => Operation::OnLlmRequest,
+            Request::AfterMessageSent(_) => Operation::AfterMessageSent,
+            Request::Browse(_) => Operation::Browse,
+            Request::ScopeMap => Operation::ScopeMap,
+        }
+    }
+
+    /// The request for operation `name` with the JSON body `payload`: `unknown_operation`
+    /// for a name no operation has, `invalid_input` for a body of the wrong shape.
+    pub fn parse(name: &str, payload: Value) -> Result<Request, PluginError> {
+        let Some(operation) = Operation::from_name(name) else {
+            return Err(PluginError::bad_request(
+                "unknown_operation",
+                format!("no plugin serves '{name}'"),
+            ));
+        };
+        Ok(match operation {
+            Operation::Remember => Request::Remember(body(payload)?),
+            Operation::Recall => Request::Recall(body(payload)?),
+            Operation::Status => Request::Status,
+            Operation::Feedback => Request::Feedback(body(payload)?),
+            Operation::FeedbackStatus => Request::FeedbackStatus(body(payload)?),
+            Operation::Forget => Request::Forget(body(payload)?),
+            Operation::OnLlmRequest => Request::OnLlmRequest(body(payload)?),
+            Operation::AfterMessageSent => Request::AfterMessageSent(body(payload)?),
+            Operation::Browse => Request::Browse(body(payload)?),
+            Operation::ScopeMap => Request::ScopeMap,
+        })
+    }
+}
+
+/// A JSON body as `T`; a wrong shape is the caller's error (`invalid_input`, 400).
+pub fn body<T: DeserializeOwned>(payload: Value) -> Result<T, PluginError> {
+    serde_json::from_value(payload)
+        .map_err(|e| PluginError::bad_request("invalid_input", e.to_string()))
+}
+
+/// `feedback_status`: which job.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobQuery {
+    pub job_id: String,
+}
+
+/// `on_llm_request`: what the framework sends before an LLM call.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LlmRequestEvent {
+    pub conversation_id: String,
+    #[serde(default)]
+    pub persona: Option<String>,
+    pub query: String,
+    #[serde(default)]
+    pub entities: Vec<String>,
+}
+
+/// The reflection result: the feedback body without conversation or persona, which come
+/// from the event itself.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Reflection {
+    #[serde(default)]
+    pub useful_memory_ids: Vec<String>,
+    #[serde(default)]
+    pub new_memories: Vec<NewMemory>,
+    #[serde(default)]
+    pub merge_groups: Vec<Vec<String>>,
+}
+
+/// `after_message_sent`. The user message and bot reply are accepted for framework
+/// compatibility but never stored: only the reflection result becomes memory.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AfterMessageSent {
+    pub conversation_id: String,
+    #[serde(default)]
+    pub persona: Option<String>,
+    #[serde(default, rename = "user_message")]
+    _user_message: String,
+    #[serde(default, rename = "bot_reply")]
+    _bot_reply: String,
+    #[serde(default, rename = "recalled_memory_ids")]
+    _recalled_memory_ids: Vec<String>,
+    #[serde(default)]
+    pub reflection: Option<Reflection>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn every_operation_round_trips_through_its_name() {
+        for op in Operation::ALL {
+            assert_eq!(Operation::from_name(op.name()), Some(op));
+        }
+        assert_eq!(Operation::from_name("Remember"), None);
+    }
+
+    #[test]
+    fn a_named_request_is_parsed_into_its_type_or_refused_with_the_callers_error() {
+        let r = Request::parse("recall", json!({"conversation_id": "c:1", "query": "q"}));
+        assert!(matches!(r, Ok(Request::Recall(ref q)) if q.query == "q"));
+        let e = Request::parse("forgets", json!({})).unwrap_err();
+        assert_eq!(e.code, "unknown_operation");
+        let e = Request::parse("feedback_status", json!({"job": "x"})).unwrap_err();
+        assert_eq!((e.code, e.client_error), ("invalid_input", true));
+        assert!(matches!(
+            Request::parse("status", Value::Null),
+            Ok(Request::Status)
+        ));
+    }
+}
