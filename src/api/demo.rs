@@ -63,6 +63,36 @@ async fn send(
 pub async fn run(base: &str) -> Result<(), DemoError> {
     let base = base.trim_end_matches('/');
     let client = reqwest::Client::new();
+    let written = write_memories(&client, base).await?;
+    who_sees_what(&client, base, &written).await?;
+    // An English question about a Chinese memory, a Chinese paraphrase and small talk.
+    for q in [
+        "When is grandma's birthday dinner?",
+        "妈妈有什么东西不能吃？",
+        "早上好呀",
+    ] {
+        println!("\n== \"{q}\" asked from each conversation ==");
+        for (conv, label) in CONVERSATIONS {
+            ask(&client, base, conv, label, q).await?;
+        }
+    }
+    println!("\nFamily memories stay in 家人, work memories in 工作; the unmapped private chat writes public memories that everyone sees. Small talk, and a question whose answer is in another scope, recall nothing.");
+    summary(&client, base).await
+}
+
+/// The demo's conversations and their labels, in the order the tables show them.
+const CONVERSATIONS: [(&str, &str); 3] = [
+    (FAMILY, "家人群"),
+    (WORK, "work group"),
+    (PRIVATE, "private chat"),
+];
+
+/// Write stage: remember the demo's memories, printing the scope each got; returns each
+/// one's `(id, scope, content)`.
+async fn write_memories(
+    client: &reqwest::Client,
+    base: &str,
+) -> Result<Vec<(String, String, &'static str)>, DemoError> {
     let writes = [
         (
             FAMILY,
@@ -99,7 +129,7 @@ pub async fn run(base: &str) -> Result<(), DemoError> {
     let mut written = Vec::new();
     for (conv, label, content, ty) in writes {
         let r = post(
-            &client,
+            client,
             base,
             "/v1/remember",
             json!({"conversation_id": conv, "content": content, "memory_type": ty}),
@@ -120,13 +150,16 @@ pub async fn run(base: &str) -> Result<(), DemoError> {
             content,
         ));
     }
-    // Who sees what: probe every memory from every conversation with its own text as the
-    // query; a memory is visible when the recall returns its id.
-    let convs = [
-        (FAMILY, "家人群"),
-        (WORK, "work group"),
-        (PRIVATE, "private chat"),
-    ];
+    Ok(written)
+}
+
+/// Visibility stage: probe every memory from every conversation with its own text as the
+/// query (a memory is visible when the recall returns its id), and print the table.
+async fn who_sees_what(
+    client: &reqwest::Client,
+    base: &str,
+    written: &[(String, String, &str)],
+) -> Result<(), DemoError> {
     println!("\n== Who sees what (recall from each conversation) ==");
     println!(
         "  {} {} {} {}",
@@ -135,11 +168,11 @@ pub async fn run(base: &str) -> Result<(), DemoError> {
         centred("work group", 12),
         centred("private chat", 12)
     );
-    for (id, scope, content) in &written {
+    for (id, scope, content) in written {
         let mut cells = Vec::new();
-        for (conv, _) in convs {
+        for (conv, _) in CONVERSATIONS {
             let r = post(
-                &client,
+                client,
                 base,
                 "/v1/recall",
                 json!({"conversation_id": conv, "query": content, "limit": 5}),
@@ -158,19 +191,7 @@ pub async fn run(base: &str) -> Result<(), DemoError> {
             centred(cells[2], 12)
         );
     }
-    // An English question about a Chinese memory, a Chinese paraphrase and small talk.
-    for q in [
-        "When is grandma's birthday dinner?",
-        "妈妈有什么东西不能吃？",
-        "早上好呀",
-    ] {
-        println!("\n== \"{q}\" asked from each conversation ==");
-        for (conv, label) in convs {
-            ask(&client, base, conv, label, q).await?;
-        }
-    }
-    println!("\nFamily memories stay in 家人, work memories in 工作; the unmapped private chat writes public memories that everyone sees. Small talk, and a question whose answer is in another scope, recall nothing.");
-    summary(&client, base).await
+    Ok(())
 }
 
 /// Recall `q` from `conv` and print what comes back, or why nothing does.

@@ -83,11 +83,40 @@ fn label(v: &str) -> String {
 /// Render everything in the Prometheus text exposition format.
 pub async fn render(metrics: &Metrics, host: &PluginHost) -> String {
     let mut out = String::new();
-    let _ = writeln!(
+    render_requests(&mut out, metrics);
+    render_refused(&mut out, metrics);
+    render_latency(&mut out, metrics);
+    render_store(&mut out, host).await;
+    render_feedback(&mut out, host);
+    render_backfill(&mut out, host);
+    render_writer(&mut out, host);
+    out
+}
+
+/// A family's `# HELP` line (when it has one) and its `# TYPE` line.
+fn header(out: &mut String, name: &str, help: Option<&str>, kind: &str) {
+    if let Some(help) = help {
+        let _ = writeln!(out, "# HELP {name} {help}");
+    }
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+}
+
+/// One unlabelled series per `(name, help, kind, value)` row, each under its own header.
+fn scalars(out: &mut String, rows: &[(&str, Option<&str>, &str, String)]) {
+    for (name, help, kind, value) in rows {
+        header(out, name, *help, kind);
+        let _ = writeln!(out, "{name} {value}");
+    }
+}
+
+/// `scopemem_http_requests_total`: what the middleware counted, by route and status.
+fn render_requests(out: &mut String, metrics: &Metrics) {
+    header(
         out,
-        "# HELP scopemem_http_requests_total HTTP requests by route and status."
+        "scopemem_http_requests_total",
+        Some("HTTP requests by route and status."),
+        "counter",
     );
-    let _ = writeln!(out, "# TYPE scopemem_http_requests_total counter");
     if let Ok(r) = metrics.requests.lock() {
         for ((route, status), n) in r.iter() {
             let _ = writeln!(
@@ -97,11 +126,16 @@ pub async fn render(metrics: &Metrics, host: &PluginHost) -> String {
             );
         }
     }
-    let _ = writeln!(
+}
+
+/// `scopemem_http_refused_total`: what the guard refused, by error code and status.
+fn render_refused(out: &mut String, metrics: &Metrics) {
+    header(
         out,
-        "# HELP scopemem_http_refused_total HTTP requests refused by the Host, origin, media-type or token check, by error code and status."
+        "scopemem_http_refused_total",
+        Some("HTTP requests refused by the Host, origin, media-type or token check, by error code and status."),
+        "counter",
     );
-    let _ = writeln!(out, "# TYPE scopemem_http_refused_total counter");
     if let Ok(r) = metrics.refused.lock() {
         for ((code, status), n) in r.iter() {
             let _ = writeln!(
@@ -110,115 +144,151 @@ pub async fn render(metrics: &Metrics, host: &PluginHost) -> String {
             );
         }
     }
-    let _ = writeln!(
+}
+
+/// `scopemem_http_request_duration_seconds`: the latency histogram of every route.
+fn render_latency(out: &mut String, metrics: &Metrics) {
+    const NAME: &str = "scopemem_http_request_duration_seconds";
+    header(
         out,
-        "# HELP scopemem_http_request_duration_seconds HTTP request latency by route."
-    );
-    let _ = writeln!(
-        out,
-        "# TYPE scopemem_http_request_duration_seconds histogram"
+        NAME,
+        Some("HTTP request latency by route."),
+        "histogram",
     );
     if let Ok(l) = metrics.latency.lock() {
         for (route, h) in l.iter() {
             let route = label(route);
             for (i, b) in BUCKETS.iter().enumerate() {
-                let _ = writeln!(out, "scopemem_http_request_duration_seconds_bucket{{route=\"{route}\",le=\"{b}\"}} {}", h.counts[i]);
+                let _ = writeln!(
+                    out,
+                    "{NAME}_bucket{{route=\"{route}\",le=\"{b}\"}} {}",
+                    h.counts[i]
+                );
             }
             let _ = writeln!(
                 out,
-                "scopemem_http_request_duration_seconds_bucket{{route=\"{route}\",le=\"+Inf\"}} {}",
+                "{NAME}_bucket{{route=\"{route}\",le=\"+Inf\"}} {}",
                 h.count
             );
-            let _ = writeln!(
-                out,
-                "scopemem_http_request_duration_seconds_sum{{route=\"{route}\"}} {}",
-                h.sum
-            );
-            let _ = writeln!(
-                out,
-                "scopemem_http_request_duration_seconds_count{{route=\"{route}\"}} {}",
-                h.count
-            );
+            let _ = writeln!(out, "{NAME}_sum{{route=\"{route}\"}} {}", h.sum);
+            let _ = writeln!(out, "{NAME}_count{{route=\"{route}\"}} {}", h.count);
         }
     }
+}
+
+/// The table's gauges (rows by scope, fragments, versions, bytes); none when its stats cannot
+/// be read.
+async fn render_store(out: &mut String, host: &PluginHost) {
+    let Ok(stats) = host.memory().store().stats().await else {
+        return;
+    };
+    header(
+        out,
+        "scopemem_rows",
+        Some(&format!("Rows in the memories table by scope: the {METRIC_SCOPES} largest scopes, the rest summed as (other), NULL scope as \"\".")),
+        "gauge",
+    );
+    let (top, other) = top_scopes(&stats.rows_by_scope, METRIC_SCOPES);
+    for (scope, n) in top {
+        let _ = writeln!(
+            out,
+            "scopemem_rows{{memory_scope=\"{}\"}} {n}",
+            label(scope)
+        );
+    }
+    if let Some((scopes, rows)) = other {
+        let _ = writeln!(out, "scopemem_rows{{memory_scope=\"(other)\"}} {rows}");
+        scalars(
+            out,
+            &[(
+                "scopemem_other_scopes",
+                Some("Scopes summed into memory_scope=\"(other)\"."),
+                "gauge",
+                scopes.to_string(),
+            )],
+        );
+    }
+    let _ = writeln!(
+        out,
+        "scopemem_rows{{memory_scope=\"\"}} {}",
+        stats.null_scope_rows
+    );
+    scalars(
+        out,
+        &[
+            (
+                "scopemem_fragments",
+                None,
+                "gauge",
+                stats.fragments.to_string(),
+            ),
+            (
+                "scopemem_table_versions",
+                Some("Table versions on disk (pruned after storage.keep_versions_minutes)."),
+                "gauge",
+                stats.versions.to_string(),
+            ),
+            (
+                "scopemem_disk_bytes",
+                Some("Bytes of every file under a local storage.db_dir (0 for an s3:// table)."),
+                "gauge",
+                stats.disk_bytes.to_string(),
+            ),
+        ],
+    );
+}
+
+/// The feedback queue's gauges and counters, and the degraded recalls.
+fn render_feedback(out: &mut String, host: &PluginHost) {
     let memory = host.memory();
-    if let Ok(stats) = memory.store().stats().await {
-        let _ = writeln!(
-            out,
-            "# HELP scopemem_rows Rows in the memories table by scope: the {METRIC_SCOPES} largest scopes, the rest summed as (other), NULL scope as \"\"."
-        );
-        let _ = writeln!(out, "# TYPE scopemem_rows gauge");
-        let (top, other) = top_scopes(&stats.rows_by_scope, METRIC_SCOPES);
-        for (scope, n) in top {
-            let _ = writeln!(
-                out,
-                "scopemem_rows{{memory_scope=\"{}\"}} {n}",
-                label(scope)
-            );
-        }
-        if let Some((scopes, rows)) = other {
-            let _ = writeln!(out, "scopemem_rows{{memory_scope=\"(other)\"}} {rows}");
-            let _ = writeln!(
-                out,
-                "# HELP scopemem_other_scopes Scopes summed into memory_scope=\"(other)\".\n# TYPE scopemem_other_scopes gauge\nscopemem_other_scopes {scopes}"
-            );
-        }
-        let _ = writeln!(
-            out,
-            "scopemem_rows{{memory_scope=\"\"}} {}",
-            stats.null_scope_rows
-        );
-        let _ = writeln!(
-            out,
-            "# TYPE scopemem_fragments gauge\nscopemem_fragments {}",
-            stats.fragments
-        );
-        let _ = writeln!(
-            out,
-            "# HELP scopemem_table_versions Table versions on disk (pruned after storage.keep_versions_minutes).\n# TYPE scopemem_table_versions gauge\nscopemem_table_versions {}",
-            stats.versions
-        );
-        let _ = writeln!(
-            out,
-            "# HELP scopemem_disk_bytes Bytes of every file under a local storage.db_dir (0 for an s3:// table).\n# TYPE scopemem_disk_bytes gauge\nscopemem_disk_bytes {}",
-            stats.disk_bytes
-        );
-    }
-    let _ = writeln!(
+    let feedback = memory.feedback();
+    scalars(
         out,
-        "# HELP scopemem_feedback_queue_depth Feedback jobs accepted and not yet applied."
+        &[
+            (
+                "scopemem_feedback_queue_depth",
+                Some("Feedback jobs accepted and not yet applied."),
+                "gauge",
+                feedback.depth().to_string(),
+            ),
+            (
+                "scopemem_feedback_dead_letters",
+                Some("Feedback jobs dead-lettered in the last day."),
+                "gauge",
+                feedback.dead_letters().len().to_string(),
+            ),
+            (
+                "scopemem_feedback_retries_total",
+                Some("Failed feedback attempts that were retried."),
+                "counter",
+                feedback.retries().to_string(),
+            ),
+            (
+                "scopemem_recall_degraded_total",
+                Some("Recalls answered by keyword alone because the embedding provider failed."),
+                "counter",
+                memory.degraded_recalls().to_string(),
+            ),
+            (
+                "scopemem_feedback_batches_total",
+                Some("Batches of feedback jobs applied together."),
+                "counter",
+                feedback.batches().to_string(),
+            ),
+        ],
     );
-    let _ = writeln!(
-        out,
-        "# TYPE scopemem_feedback_queue_depth gauge\nscopemem_feedback_queue_depth {}",
-        memory.feedback().depth()
-    );
-    let _ = writeln!(
-        out,
-        "# HELP scopemem_feedback_dead_letters Feedback jobs dead-lettered in the last day.\n# TYPE scopemem_feedback_dead_letters gauge\nscopemem_feedback_dead_letters {}",
-        memory.feedback().dead_letters().len()
-    );
-    let _ = writeln!(
-        out,
-        "# HELP scopemem_feedback_retries_total Failed feedback attempts that were retried.\n# TYPE scopemem_feedback_retries_total counter\nscopemem_feedback_retries_total {}",
-        memory.feedback().retries()
-    );
-    let _ = writeln!(
-        out,
-        "# HELP scopemem_recall_degraded_total Recalls answered by keyword alone because the embedding provider failed.\n# TYPE scopemem_recall_degraded_total counter\nscopemem_recall_degraded_total {}",
-        memory.degraded_recalls()
-    );
-    let _ = writeln!(
-        out,
-        "# HELP scopemem_feedback_batches_total Batches of feedback jobs applied together.\n# TYPE scopemem_feedback_batches_total counter\nscopemem_feedback_batches_total {}",
-        memory.feedback().batches()
-    );
+}
+
+/// The legacy-row backfill's progress and state, and whether migration mode is on.
+fn render_backfill(out: &mut String, host: &PluginHost) {
+    let memory = host.memory();
     let p = memory.backfill().progress();
-    let _ = writeln!(
+    header(
         out,
-        "# HELP scopemem_backfill_rows Legacy-row backfill progress."
+        "scopemem_backfill_rows",
+        Some("Legacy-row backfill progress."),
+        "gauge",
     );
-    let _ = writeln!(out, "# TYPE scopemem_backfill_rows gauge");
     for (k, v) in [
         ("scanned", p.scanned),
         ("filled", p.filled),
@@ -227,7 +297,7 @@ pub async fn render(metrics: &Metrics, host: &PluginHost) -> String {
     ] {
         let _ = writeln!(out, "scopemem_backfill_rows{{kind=\"{k}\"}} {v}");
     }
-    let _ = writeln!(out, "# TYPE scopemem_backfill_state gauge");
+    header(out, "scopemem_backfill_state", None, "gauge");
     for s in ["none", "pending", "running", "done"] {
         let _ = writeln!(
             out,
@@ -235,31 +305,56 @@ pub async fn render(metrics: &Metrics, host: &PluginHost) -> String {
             u8::from(p.state == s)
         );
     }
-    let _ = writeln!(
+    scalars(
         out,
-        "# TYPE scopemem_migration_mode_active gauge\nscopemem_migration_mode_active {}",
-        u8::from(memory.migration_active())
+        &[(
+            "scopemem_migration_mode_active",
+            None,
+            "gauge",
+            u8::from(memory.migration_active()).to_string(),
+        )],
     );
-    let c = memory.store().writer().counters();
+}
+
+/// The store writer's counters: commits, rows, retried conflicts, compactions, retrains.
+fn render_writer(out: &mut String, host: &PluginHost) {
     use std::sync::atomic::Ordering::Relaxed;
-    let _ = writeln!(
+    let c = host.memory().store().writer().counters();
+    scalars(
         out,
-        "# TYPE scopemem_writer_commits_total counter\nscopemem_writer_commits_total {}",
-        c.commits.load(Relaxed)
+        &[
+            (
+                "scopemem_writer_commits_total",
+                None,
+                "counter",
+                c.commits.load(Relaxed).to_string(),
+            ),
+            (
+                "scopemem_writer_rows_appended_total",
+                None,
+                "counter",
+                c.rows_appended.load(Relaxed).to_string(),
+            ),
+            (
+                "scopemem_writer_conflicts_retried_total",
+                None,
+                "counter",
+                c.conflicts_retried.load(Relaxed).to_string(),
+            ),
+            (
+                "scopemem_compactions_total",
+                None,
+                "counter",
+                c.compactions.load(Relaxed).to_string(),
+            ),
+            (
+                "scopemem_vector_index_retrains_total",
+                None,
+                "counter",
+                c.retrains.load(Relaxed).to_string(),
+            ),
+        ],
     );
-    let _ = writeln!(out, "# TYPE scopemem_writer_rows_appended_total counter\nscopemem_writer_rows_appended_total {}", c.rows_appended.load(Relaxed));
-    let _ = writeln!(out, "# TYPE scopemem_writer_conflicts_retried_total counter\nscopemem_writer_conflicts_retried_total {}", c.conflicts_retried.load(Relaxed));
-    let _ = writeln!(
-        out,
-        "# TYPE scopemem_compactions_total counter\nscopemem_compactions_total {}",
-        c.compactions.load(Relaxed)
-    );
-    let _ = writeln!(
-        out,
-        "# TYPE scopemem_vector_index_retrains_total counter\nscopemem_vector_index_retrains_total {}",
-        c.retrains.load(Relaxed)
-    );
-    out
 }
 
 /// Scopes with their own `scopemem_rows` series. With `unmapped_scope: conversation` every chat

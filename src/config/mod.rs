@@ -554,42 +554,8 @@ impl Config {
         let feedback = root.obj("feedback")?;
         let retention = root.obj("retention")?;
 
-        let map_key = "conversation_scope_map";
-        let conversation_scope_map = root.get(map_key)?.clone();
-        if !conversation_scope_map.is_object() {
-            return Err(ConfigError::InvalidType {
-                key: map_key.to_owned(),
-                expected: "JSON object (or a string holding one)".to_owned(),
-                got: schema::describe(&conversation_scope_map),
-            });
-        }
-
-        let recall = RecallConfig {
-            default_limit: recall.count("default_limit", 1)?,
-            max_limit: recall.count("max_limit", 1)?,
-            similarity_threshold: recall.float("similarity_threshold", -1.0, 1.0)?,
-            similarity_cut: SimilarityCut::from_config(
-                "recall.similarity_cut",
-                recall.string("similarity_cut")?,
-            )?,
-            relevance_gate: recall.boolean("relevance_gate")?,
-            strength_weight: recall.float("strength_weight", 0.0, 1.0)?,
-            decay_half_life_days: recall.float("decay_half_life_days", 0.0, 36_500.0)?,
-            pool_size: recall.count("pool_size", 1)?,
-            per_entity: recall.count("per_entity", 0)?,
-            per_type_limit: recall.count("per_type_limit", 0)?,
-            final_limit: recall.count("final_limit", 1)?,
-            search: SearchKind::from_config("recall.search", recall.string("search")?)?,
-            resident_max_rows: recall.count("resident_max_rows", 0)?,
-        };
-        if recall.default_limit > recall.max_limit {
-            return Err(ConfigError::InvalidValue {
-                key: "recall.default_limit".to_owned(),
-                reason: format!("must not exceed recall.max_limit ({})", recall.max_limit),
-                got: format!("integer {}", recall.default_limit),
-            });
-        }
-
+        let conversation_scope_map = scope_map(&root)?;
+        let recall = recall_config(&recall)?;
         Ok(Config {
             conversation_scope_map,
             unmapped_scope: UnmappedPolicy::from_config(
@@ -605,36 +571,9 @@ impl Config {
                 "scope_filter",
                 root.string("scope_filter")?,
             )?,
-            storage: StorageConfig {
-                db_dir: storage.location("db_dir", "options")?,
-                state_dir: storage.optional_path("state_dir")?,
-                lease_ttl_secs: storage.count("lease_ttl_secs", 3)?,
-                table_name: storage.non_empty("table_name")?.to_owned(),
-                compaction_interval_secs: storage.count("compaction_interval_secs", 1)?,
-                write_batch_max: storage.count("write_batch_max", 1)?,
-                commit_linger_ms: storage.count("commit_linger_ms", 0)?,
-                index_cache_mb: storage.count("index_cache_mb", 1)?,
-                metadata_cache_mb: storage.count("metadata_cache_mb", 1)?,
-                index_threshold_rows: storage.count("index_threshold_rows", 0)?,
-                keep_versions_max: storage.count("keep_versions_max", 0)?,
-                keep_bytes_factor: storage.float("keep_bytes_factor", 0.0, 1000.0)? as f64,
-                keep_versions_minutes: storage.float("keep_versions_minutes", 0.0, 525_600.0)?
-                    as f64,
-                read_consistency_ms: storage.count("read_consistency_ms", 0)?,
-                durability: DurabilityMode::from_config(
-                    "storage.durability",
-                    storage.string("durability")?,
-                )?,
-            },
+            storage: storage_config(&storage)?,
             embedding: embedding_config(&embedding)?,
-            server: ServerConfig {
-                http_addr: server.non_empty("http_addr")?.to_owned(),
-                allowed_hosts: server.strings("allowed_hosts")?,
-                auth_token: std::env::var(AUTH_TOKEN_ENV)
-                    .ok()
-                    .and_then(|t| Secret::new(&t))
-                    .or(Secret::new(server.string("auth_token")?)),
-            },
+            server: server_config(&server)?,
             recall,
             backfill: BackfillConfig {
                 batch_size: backfill.count("batch_size", 1)?,
@@ -664,6 +603,86 @@ impl Config {
             log_level: root.non_empty("log_level")?.to_owned(),
         })
     }
+}
+
+/// `conversation_scope_map`, which must be a JSON object (or a string holding one).
+fn scope_map(root: &Obj<'_>) -> Result<Value, ConfigError> {
+    let map_key = "conversation_scope_map";
+    let conversation_scope_map = root.get(map_key)?.clone();
+    if !conversation_scope_map.is_object() {
+        return Err(ConfigError::InvalidType {
+            key: map_key.to_owned(),
+            expected: "JSON object (or a string holding one)".to_owned(),
+            got: schema::describe(&conversation_scope_map),
+        });
+    }
+    Ok(conversation_scope_map)
+}
+
+/// `recall.*`, with the check the schema cannot express: the default limit within the maximum.
+fn recall_config(recall: &Obj<'_>) -> Result<RecallConfig, ConfigError> {
+    let config = RecallConfig {
+        default_limit: recall.count("default_limit", 1)?,
+        max_limit: recall.count("max_limit", 1)?,
+        similarity_threshold: recall.float("similarity_threshold", -1.0, 1.0)?,
+        similarity_cut: SimilarityCut::from_config(
+            "recall.similarity_cut",
+            recall.string("similarity_cut")?,
+        )?,
+        relevance_gate: recall.boolean("relevance_gate")?,
+        strength_weight: recall.float("strength_weight", 0.0, 1.0)?,
+        decay_half_life_days: recall.float("decay_half_life_days", 0.0, 36_500.0)?,
+        pool_size: recall.count("pool_size", 1)?,
+        per_entity: recall.count("per_entity", 0)?,
+        per_type_limit: recall.count("per_type_limit", 0)?,
+        final_limit: recall.count("final_limit", 1)?,
+        search: SearchKind::from_config("recall.search", recall.string("search")?)?,
+        resident_max_rows: recall.count("resident_max_rows", 0)?,
+    };
+    if config.default_limit > config.max_limit {
+        return Err(ConfigError::InvalidValue {
+            key: "recall.default_limit".to_owned(),
+            reason: format!("must not exceed recall.max_limit ({})", config.max_limit),
+            got: format!("integer {}", config.default_limit),
+        });
+    }
+    Ok(config)
+}
+
+/// `storage.*`: where the table lives and how it is written, kept and maintained.
+fn storage_config(storage: &Obj<'_>) -> Result<StorageConfig, ConfigError> {
+    Ok(StorageConfig {
+        db_dir: storage.location("db_dir", "options")?,
+        state_dir: storage.optional_path("state_dir")?,
+        lease_ttl_secs: storage.count("lease_ttl_secs", 3)?,
+        table_name: storage.non_empty("table_name")?.to_owned(),
+        compaction_interval_secs: storage.count("compaction_interval_secs", 1)?,
+        write_batch_max: storage.count("write_batch_max", 1)?,
+        commit_linger_ms: storage.count("commit_linger_ms", 0)?,
+        index_cache_mb: storage.count("index_cache_mb", 1)?,
+        metadata_cache_mb: storage.count("metadata_cache_mb", 1)?,
+        index_threshold_rows: storage.count("index_threshold_rows", 0)?,
+        keep_versions_max: storage.count("keep_versions_max", 0)?,
+        keep_bytes_factor: storage.float("keep_bytes_factor", 0.0, 1000.0)? as f64,
+        keep_versions_minutes: storage.float("keep_versions_minutes", 0.0, 525_600.0)? as f64,
+        read_consistency_ms: storage.count("read_consistency_ms", 0)?,
+        durability: DurabilityMode::from_config(
+            "storage.durability",
+            storage.string("durability")?,
+        )?,
+    })
+}
+
+/// `server.*`; the auth token from the environment wins over the configured one.
+fn server_config(server: &Obj<'_>) -> Result<ServerConfig, ConfigError> {
+    Ok(ServerConfig {
+        http_addr: server.non_empty("http_addr")?.to_owned(),
+        allowed_hosts: server.strings("allowed_hosts")?,
+        auth_token: std::env::var(AUTH_TOKEN_ENV)
+            .ok()
+            .and_then(|t| Secret::new(&t))
+            .or(Secret::new(server.string("auth_token")?)),
+    })
 }
 
 /// `embedding.*`, with the checks a provider needs before it can start: `openai` names a

@@ -272,27 +272,42 @@ impl BackfillHandle {
         &self,
         on_progress: impl Fn(&BackfillProgress),
     ) -> Result<BackfillProgress, MigrateError> {
-        let path = &self.settings.checkpoint;
-        let table = self.store.table().clone();
-        let mut cp = match path.load().await? {
-            Some(c) => c,
-            None => {
-                // A table that already had the columns can still hold NULL rows.
-                if self.store.count(Some(CANDIDATES.into())).await? == 0 {
-                    return Ok(self.progress());
-                }
-                let c = Checkpoint::new();
-                path.save(&c).await?;
-                if self.settings.mode == MigrationMode::Auto {
-                    self.gate.set(true);
-                }
-                c
-            }
+        let Some(mut cp) = self.load_checkpoint().await? else {
+            return Ok(self.progress());
         };
         if cp.state == BackfillState::Done {
             self.publish(&cp, 0, Instant::now(), cp.filled);
             return Ok(self.progress());
         }
+        let run = self.plan(&mut cp).await?;
+        if self.fill_candidates(&mut cp, &run, &on_progress).await? {
+            return Ok(self.progress());
+        }
+        self.finish(&mut cp, &run, &on_progress).await
+    }
+
+    /// The checkpoint to resume from, or a new one (turning the gate on in `auto` mode); none
+    /// when there is no checkpoint and no candidate row, so nothing to do.
+    async fn load_checkpoint(&self) -> Result<Option<Checkpoint>, MigrateError> {
+        let path = &self.settings.checkpoint;
+        if let Some(c) = path.load().await? {
+            return Ok(Some(c));
+        }
+        // A table that already had the columns can still hold NULL rows.
+        if self.store.count(Some(CANDIDATES.into())).await? == 0 {
+            return Ok(None);
+        }
+        let c = Checkpoint::new();
+        path.save(&c).await?;
+        if self.settings.mode == MigrationMode::Auto {
+            self.gate.set(true);
+        }
+        Ok(Some(c))
+    }
+
+    /// Plan stage: mark the checkpoint running, recount what earlier runs filled and what is
+    /// left, save and publish that, so the batch loop resumes where they stopped.
+    async fn plan(&self, cp: &mut Checkpoint) -> Result<RunStart, MigrateError> {
         cp.state = BackfillState::Running;
         self.start_pacing();
         self.store.ensure_indexes().await?;
@@ -310,19 +325,34 @@ impl BackfillHandle {
             invalid_scope: invalid_scopes,
             ..Damaged::default()
         };
-        path.save(&cp).await?;
+        self.settings.checkpoint.save(cp).await?;
         let total = self.store.count(Some(CANDIDATES.into())).await? as u64;
         let started = Instant::now();
-        let mut seen: u64 = 0;
-        self.publish(&cp, total, started, filled_before);
+        self.publish(cp, total, started, filled_before);
         tracing::info!(
             candidates = total,
             already_filled = filled_before,
             migration_start = %cp.migration_start,
             "backfill running"
         );
+        Ok(RunStart {
+            total,
+            started,
+            filled_before,
+        })
+    }
 
+    /// Batch loop: stream the candidate rows, screen each, and commit every `batch_size` ids
+    /// (then the rest). Returns true if asked to stop.
+    async fn fill_candidates(
+        &self,
+        cp: &mut Checkpoint,
+        run: &RunStart,
+        on_progress: &impl Fn(&BackfillProgress),
+    ) -> Result<bool, MigrateError> {
+        let table = self.store.table().clone();
         let start_micros = cp.migration_start.timestamp_micros();
+        let mut seen: u64 = 0;
         let mut stream = table
             .query()
             .only_if(CANDIDATES)
@@ -337,104 +367,69 @@ impl BackfillHandle {
         let mut batch_ids: Vec<String> = Vec::with_capacity(self.settings.batch_size);
         let mut cancel = self.cancel.subscribe();
         while let Some(batch) = stream.try_next().await.map_err(MigrateError::from)? {
-            let ids = batch
-                .column_by_name(COL_ID)
-                .and_then(|c| c.as_any().downcast_ref::<StringArray>());
-            let raw_created = batch.column_by_name(COL_CREATED_AT);
-            let created = created_at_micros(&batch);
-            let scope = batch
-                .column_by_name(COL_MEMORY_SCOPE)
-                .and_then(|c| c.as_any().downcast_ref::<StringArray>());
-            let tags = batch
-                .column_by_name(COL_TAGS)
-                .and_then(|c| c.as_any().downcast_ref::<ListArray>());
+            let columns = CandidateColumns::of(&batch);
             for i in 0..batch.num_rows() {
                 cp.scanned += 1;
                 seen += 1;
-                let Some(id) = ids
-                    .filter(|c| c.is_valid(i))
-                    .map(|c| c.value(i).to_string())
-                else {
-                    cp.skipped += 1;
-                    tracing::warn!("legacy row without an id; left unscoped");
+                let Some(id) = columns.screen(i, cp, start_micros) else {
                     continue;
                 };
-                if scope.is_some_and(|s| s.is_valid(i)) {
-                    cp.damaged.blank_scope += 1;
-                }
-                if tags.is_none_or(|t| !t.is_valid(i)) {
-                    cp.damaged.missing_tags += 1;
-                }
-                if raw_created.is_none_or(|c| !c.is_valid(i)) {
-                    cp.damaged.null_created_at += 1;
-                    cp.skipped += 1;
-                    tracing::warn!(id = %id, "legacy row has no created_at; left unscoped (reported)");
-                    continue;
-                }
-                let Some(ts) = created
-                    .as_ref()
-                    .filter(|c| c.is_valid(i))
-                    .map(|c| c.value(i))
-                else {
-                    cp.damaged.unparseable_created_at += 1;
-                    cp.skipped += 1;
-                    tracing::warn!(id = %id, "legacy row has an unparseable created_at; left unscoped (reported)");
-                    continue;
-                };
-                if ts >= start_micros {
-                    // Written after the migration started without a scope: not ours to touch.
-                    cp.skipped += 1;
-                    continue;
-                }
                 batch_ids.push(id);
                 if batch_ids.len() >= self.settings.batch_size {
                     let ids = std::mem::take(&mut batch_ids);
+                    let remaining = run.total.saturating_sub(seen);
                     if self
                         .flush(
                             ids,
-                            &mut cp,
-                            total.saturating_sub(seen),
-                            started,
-                            filled_before,
-                            &on_progress,
+                            cp,
+                            remaining,
+                            run.started,
+                            run.filled_before,
+                            on_progress,
                             &mut cancel,
                         )
                         .await?
                     {
-                        return Ok(self.progress());
+                        return Ok(true);
                     }
                 }
             }
         }
-        if !batch_ids.is_empty() {
-            let ids = std::mem::take(&mut batch_ids);
-            if self
-                .flush(
-                    ids,
-                    &mut cp,
-                    0,
-                    started,
-                    filled_before,
-                    &on_progress,
-                    &mut cancel,
-                )
-                .await?
-            {
-                return Ok(self.progress());
-            }
+        if batch_ids.is_empty() {
+            return Ok(false);
         }
+        let ids = std::mem::take(&mut batch_ids);
+        self.flush(
+            ids,
+            cp,
+            0,
+            run.started,
+            run.filled_before,
+            on_progress,
+            &mut cancel,
+        )
+        .await
+    }
 
+    /// Report stage: compact, rebuild the scope index, checkpoint `done`, close the gate in
+    /// `auto` mode, and publish and log the totals.
+    async fn finish(
+        &self,
+        cp: &mut Checkpoint,
+        run: &RunStart,
+        on_progress: &impl Fn(&BackfillProgress),
+    ) -> Result<BackfillProgress, MigrateError> {
         // Leave the table as fast to query as before: merge fragments, rebuild the scope
         // index. Done is recorded only afterwards, so a crash here re-runs this on restart.
         let report = self.store.writer().maintain_with(true).await?;
         self.store.rebuild_scope_index().await?;
         cp.state = BackfillState::Done;
         cp.finished_at = Some(Utc::now());
-        path.save(&cp).await?;
+        self.settings.checkpoint.save(cp).await?;
         if self.settings.mode == MigrationMode::Auto {
             self.gate.set(false);
         }
-        self.publish(&cp, 0, started, filled_before);
+        self.publish(cp, 0, run.started, run.filled_before);
         on_progress(&self.progress());
         tracing::info!(
             scanned = cp.scanned,
@@ -442,7 +437,7 @@ impl BackfillHandle {
             skipped = cp.skipped,
             damaged = ?cp.damaged,
             fragments = report.fragments_after,
-            ms = started.elapsed().as_millis() as u64,
+            ms = run.started.elapsed().as_millis() as u64,
             "backfill done (table compacted, scope index rebuilt); migration mode off"
         );
         Ok(self.progress())
@@ -550,6 +545,84 @@ impl BackfillHandle {
             }
         }
         Ok(invalid)
+    }
+}
+
+/// Where a run starts: the candidates counted, when, and the rows earlier runs filled.
+struct RunStart {
+    total: u64,
+    started: Instant,
+    filled_before: u64,
+}
+
+/// The columns of one streamed batch of candidates that a row is screened by.
+struct CandidateColumns<'a> {
+    ids: Option<&'a StringArray>,
+    raw_created: Option<&'a lancedb::arrow::arrow_array::ArrayRef>,
+    created: Option<lancedb::arrow::arrow_array::TimestampMicrosecondArray>,
+    scope: Option<&'a StringArray>,
+    tags: Option<&'a ListArray>,
+}
+
+impl<'a> CandidateColumns<'a> {
+    /// Look the columns up once per batch, not once per row.
+    fn of(batch: &'a lancedb::arrow::arrow_array::RecordBatch) -> Self {
+        CandidateColumns {
+            ids: batch
+                .column_by_name(COL_ID)
+                .and_then(|c| c.as_any().downcast_ref::<StringArray>()),
+            raw_created: batch.column_by_name(COL_CREATED_AT),
+            created: created_at_micros(batch),
+            scope: batch
+                .column_by_name(COL_MEMORY_SCOPE)
+                .and_then(|c| c.as_any().downcast_ref::<StringArray>()),
+            tags: batch
+                .column_by_name(COL_TAGS)
+                .and_then(|c| c.as_any().downcast_ref::<ListArray>()),
+        }
+    }
+
+    /// Screen row `i`: its id if the backfill fills it; otherwise none, with the skip (and any
+    /// damage) counted in `cp` and logged.
+    fn screen(&self, i: usize, cp: &mut Checkpoint, start_micros: i64) -> Option<String> {
+        let Some(id) = self
+            .ids
+            .filter(|c| c.is_valid(i))
+            .map(|c| c.value(i).to_string())
+        else {
+            cp.skipped += 1;
+            tracing::warn!("legacy row without an id; left unscoped");
+            return None;
+        };
+        if self.scope.is_some_and(|s| s.is_valid(i)) {
+            cp.damaged.blank_scope += 1;
+        }
+        if self.tags.is_none_or(|t| !t.is_valid(i)) {
+            cp.damaged.missing_tags += 1;
+        }
+        if self.raw_created.is_none_or(|c| !c.is_valid(i)) {
+            cp.damaged.null_created_at += 1;
+            cp.skipped += 1;
+            tracing::warn!(id = %id, "legacy row has no created_at; left unscoped (reported)");
+            return None;
+        }
+        let Some(ts) = self
+            .created
+            .as_ref()
+            .filter(|c| c.is_valid(i))
+            .map(|c| c.value(i))
+        else {
+            cp.damaged.unparseable_created_at += 1;
+            cp.skipped += 1;
+            tracing::warn!(id = %id, "legacy row has an unparseable created_at; left unscoped (reported)");
+            return None;
+        };
+        if ts >= start_micros {
+            // Written after the migration started without a scope: not ours to touch.
+            cp.skipped += 1;
+            return None;
+        }
+        Some(id)
     }
 }
 

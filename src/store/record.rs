@@ -111,6 +111,17 @@ pub fn to_batch_for(
     rows: &[(MemoryRecord, Vec<f32>)],
     model: Option<&str>,
 ) -> Result<RecordBatch, StoreError> {
+    let (target, dimension) = vector_target(schema, model)?;
+    let ours = our_columns(rows, target, dimension)?;
+    shape_for(schema, &ours, rows.len())
+}
+
+/// The vector column `model`'s vectors go into, and its dimension; an error when `vector`
+/// names another model or the table has no float32 vector column.
+fn vector_target(
+    schema: &SchemaRef,
+    model: Option<&str>,
+) -> Result<(&'static str, usize), StoreError> {
     let named = |column: &str| {
         schema
             .field_with_name(column)
@@ -134,6 +145,16 @@ pub fn to_batch_for(
         .ok()
         .and_then(super::schema::field_dimension)
         .ok_or_else(|| StoreError::Schema("table has no float32 vector column".into()))?;
+    Ok((target, dimension))
+}
+
+/// Every column scopemem writes, by name, as built from the records (vectors into `target`);
+/// an error when a vector is not `dimension` long.
+fn our_columns(
+    rows: &[(MemoryRecord, Vec<f32>)],
+    target: &'static str,
+    dimension: usize,
+) -> Result<Vec<(&'static str, ArrayRef)>, StoreError> {
     let mut tags = ListBuilder::new(StringBuilder::new());
     let mut flat = Vec::with_capacity(rows.len() * dimension);
     let mut created = Vec::with_capacity(rows.len());
@@ -160,7 +181,7 @@ pub fn to_batch_for(
     let strings = |f: fn(&MemoryRecord) -> Option<&str>| -> ArrayRef {
         Arc::new(StringArray::from_iter(rows.iter().map(|(r, _)| f(r))))
     };
-    let ours: Vec<(&str, ArrayRef)> = vec![
+    Ok(vec![
         (COL_ID, strings(|r| Some(&r.id))),
         (COL_CONTENT, strings(|r| Some(&r.content))),
         (COL_REASONING, strings(|r| r.reasoning.as_deref())),
@@ -194,13 +215,22 @@ pub fn to_batch_for(
             COL_LAST_RECALLED_AT,
             timestamps(rows, |r| r.last_recalled_at),
         ),
-    ];
+    ])
+}
+
+/// The batch in the table's own schema: `ours` matched by name and cast where the table
+/// stores another type, NULLs in the other nullable columns; an error on a required one.
+fn shape_for(
+    schema: &SchemaRef,
+    ours: &[(&str, ArrayRef)],
+    num_rows: usize,
+) -> Result<RecordBatch, StoreError> {
     let mut columns = Vec::with_capacity(schema.fields().len());
     for field in schema.fields() {
         let column = match ours.iter().find(|(name, _)| name == field.name()) {
             Some((_, array)) if array.data_type() == field.data_type() => array.clone(),
             Some((_, array)) => cast(array, field.data_type())?,
-            None if field.is_nullable() => new_null_array(field.data_type(), rows.len()),
+            None if field.is_nullable() => new_null_array(field.data_type(), num_rows),
             None => {
                 return Err(StoreError::Schema(format!(
                     "the table has a required column '{}' that scopemem does not write",

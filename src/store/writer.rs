@@ -393,8 +393,9 @@ async fn gather(
     None
 }
 
+/// The writer task: receive each op (or the one a group commit met), commit it, reply.
 async fn run(table: Table, settings: WriterSettings, mut rx: mpsc::Receiver<Op>, shared: Shared) {
-    let counters = &shared.counters;
+    let (table, settings, shared) = (&table, &settings, &shared);
     let mut pending: Option<Op> = None;
     loop {
         let op = match pending.take() {
@@ -406,119 +407,32 @@ async fn run(table: Table, settings: WriterSettings, mut rx: mpsc::Receiver<Op>,
         };
         match op {
             Op::Append { rows, done } => {
-                let mut group = vec![(rows, done)];
-                pending = gather(&mut rx, &mut group, &settings, &shared.announced).await;
-                let wall = std::time::SystemTime::now();
-                let mut result =
-                    commit_group(&table, &settings, counters, &shared.observers, &mut group).await;
-                if result.is_ok() {
-                    result = make_durable(&settings, counters, wall).await;
-                }
-                let fragments = match table.as_native() {
-                    Some(native) => native.count_fragments().await.unwrap_or(0),
-                    None => 0,
-                };
-                for (_, done) in group {
-                    let _ = done.send(match &result {
-                        Ok(()) => Ok(()),
-                        Err(e) => Err(StoreError::Commit(e.to_string())),
-                    });
-                }
-                shared.maintenance.wrote(fragments);
+                pending = append_group(table, settings, &mut rx, shared, (rows, done)).await;
             }
             Op::Delete { predicate, done } => {
-                let wall = std::time::SystemTime::now();
-                // On the latest version, every attempt: Lance commits a delete planned on a
-                // stale version without conflicting with the append it did not see, and that
-                // row would survive the erase.
-                let result = retry(&table, &settings, counters, || async {
-                    table.checkout_latest().await?;
-                    let deleted = table.delete(predicate.as_str()).await?;
-                    Ok((deleted.num_deleted_rows, deleted.version))
-                })
-                .await;
-                if let Ok((n, version)) = result {
-                    // Before the reply: an erase prunes the versions a reader would need to
-                    // work the ids out for itself.
-                    report_deleted(&table, &shared.observers, n, version).await;
-                }
-                let mut result = result.map(|(n, _)| n);
-                if let Ok(n) = result {
-                    result = make_durable(&settings, counters, wall).await.map(|()| n);
-                }
+                let result = commit_delete(table, settings, shared, &predicate).await;
                 let _ = done.send(result);
                 shared.maintenance.wrote(0);
             }
             Op::InsertMissing { rows, done } => {
-                let wall = std::time::SystemTime::now();
-                let model = settings.model_id.as_deref();
-                let mut result = retry(&table, &settings, counters, || {
-                    insert_missing(&table, &rows, model)
-                })
-                .await;
-                if let Ok(n) = result {
-                    result = make_durable(&settings, counters, wall).await.map(|()| n);
-                }
-                shared.maintenance.wrote(0);
-                let _ = done.send(result);
+                let result = commit_insert_missing(table, settings, shared, &rows).await;
+                reply(shared, done, result);
             }
             Op::FillBlank { ids, values, done } => {
-                let result = retry(&table, &settings, counters, || {
-                    fill_blank(&table, &ids, &values)
-                })
-                .await
-                .map(|(rows, version)| {
-                    if rows as usize == distinct(ids.iter().map(String::as_str)) {
-                        let filled = Arc::new(FilledBlanks { ids, values });
-                        for observer in &shared.observers {
-                            observer.blanks_filled(version, &filled);
-                        }
-                    }
-                    rows
-                });
-                shared.maintenance.wrote(0);
-                let _ = done.send(result);
+                let result = commit_fill_blank(table, settings, shared, ids, values).await;
+                reply(shared, done, result);
             }
             Op::Update {
                 predicate,
                 columns,
                 done,
             } => {
-                let wall = std::time::SystemTime::now();
-                let mut result = retry(&table, &settings, counters, || {
-                    update(&table, &predicate, &columns)
-                })
-                .await
-                .map(|(rows, _)| rows);
-                if let Ok(n) = result {
-                    result = make_durable(&settings, counters, wall).await.map(|()| n);
-                }
-                shared.maintenance.wrote(0);
-                let _ = done.send(result);
+                let result = commit_update(table, settings, shared, &predicate, &columns).await;
+                reply(shared, done, result);
             }
             Op::SetStrengths { set, done } => {
-                let wall = std::time::SystemTime::now();
-                let mut result = match set.update_sql() {
-                    None => Ok(0),
-                    Some((predicate, columns)) => retry(&table, &settings, counters, || {
-                        update(&table, &predicate, &columns)
-                    })
-                    .await
-                    .map(|(rows, version)| {
-                        let listed = set.changes.iter().map(|c| c.id.as_str());
-                        if rows as usize == distinct(listed) {
-                            for observer in &shared.observers {
-                                observer.strengths_set(version, &set);
-                            }
-                        }
-                        rows
-                    }),
-                };
-                if let Ok(n) = result {
-                    result = make_durable(&settings, counters, wall).await.map(|()| n);
-                }
-                shared.maintenance.wrote(0);
-                let _ = done.send(result);
+                let result = commit_strengths(table, settings, shared, &set).await;
+                reply(shared, done, result);
             }
             Op::StageVectors {
                 ids,
@@ -526,23 +440,9 @@ async fn run(table: Table, settings: WriterSettings, mut rx: mpsc::Receiver<Op>,
                 dimension,
                 done,
             } => {
-                let wall = std::time::SystemTime::now();
-                let mut result = retry(&table, &settings, counters, || {
-                    super::reembed::stage_vectors(&table, &ids, &vectors, dimension)
-                })
-                .await
-                .map(|(rows, version)| {
-                    // The records and `vector` are as they were: caches need not reload.
-                    for observer in &shared.observers {
-                        observer.unchanged(version);
-                    }
-                    rows
-                });
-                if let Ok(n) = result {
-                    result = make_durable(&settings, counters, wall).await.map(|()| n);
-                }
-                shared.maintenance.wrote(0);
-                let _ = done.send(result);
+                let result =
+                    commit_staged_vectors(table, settings, shared, &ids, &vectors, dimension).await;
+                reply(shared, done, result);
             }
             Op::Shutdown { done } => {
                 let _ = done.send(());
@@ -551,6 +451,199 @@ async fn run(table: Table, settings: WriterSettings, mut rx: mpsc::Receiver<Op>,
         }
     }
     tracing::info!("store writer stopped");
+}
+
+/// Reply stage of every op but appends and deletes: tell maintenance a write happened, then
+/// answer the caller.
+fn reply(
+    shared: &Shared,
+    done: oneshot::Sender<Result<u64, StoreError>>,
+    result: Result<u64, StoreError>,
+) {
+    shared.maintenance.wrote(0);
+    let _ = done.send(result);
+}
+
+/// A committed write made durable (in `power` mode: the files written since `wall` synced);
+/// a failed one as it is.
+async fn durable(
+    settings: &WriterSettings,
+    shared: &Shared,
+    wall: std::time::SystemTime,
+    result: Result<u64, StoreError>,
+) -> Result<u64, StoreError> {
+    match result {
+        Ok(n) => make_durable(settings, &shared.counters, wall)
+            .await
+            .map(|()| n),
+        Err(e) => Err(e),
+    }
+}
+
+/// Group, commit and reply stages of an append: gather the appends queued behind `first`,
+/// commit them as one, make that durable, answer every request. Returns the first other op
+/// met, to run next.
+async fn append_group(
+    table: &Table,
+    settings: &WriterSettings,
+    rx: &mut mpsc::Receiver<Op>,
+    shared: &Shared,
+    first: (Rows, AppendReply),
+) -> Option<Op> {
+    let counters = &shared.counters;
+    let mut group = vec![first];
+    let pending = gather(rx, &mut group, settings, &shared.announced).await;
+    let wall = std::time::SystemTime::now();
+    let mut result = commit_group(table, settings, counters, &shared.observers, &mut group).await;
+    if result.is_ok() {
+        result = make_durable(settings, counters, wall).await;
+    }
+    let fragments = match table.as_native() {
+        Some(native) => native.count_fragments().await.unwrap_or(0),
+        None => 0,
+    };
+    for (_, done) in group {
+        let _ = done.send(match &result {
+            Ok(()) => Ok(()),
+            Err(e) => Err(StoreError::Commit(e.to_string())),
+        });
+    }
+    shared.maintenance.wrote(fragments);
+    pending
+}
+
+/// Commit stage of a delete: on the latest version, report the removed ids to the observers
+/// before the reply, then make it durable.
+async fn commit_delete(
+    table: &Table,
+    settings: &WriterSettings,
+    shared: &Shared,
+    predicate: &str,
+) -> Result<u64, StoreError> {
+    let wall = std::time::SystemTime::now();
+    // On the latest version, every attempt: Lance commits a delete planned on a stale
+    // version without conflicting with the append it did not see, and that row would
+    // survive the erase.
+    let result = retry(table, settings, &shared.counters, || async {
+        table.checkout_latest().await?;
+        let deleted = table.delete(predicate).await?;
+        Ok((deleted.num_deleted_rows, deleted.version))
+    })
+    .await;
+    if let Ok((n, version)) = result {
+        // Before the reply: an erase prunes the versions a reader would need to work the
+        // ids out for itself.
+        report_deleted(table, &shared.observers, n, version).await;
+    }
+    durable(settings, shared, wall, result.map(|(n, _)| n)).await
+}
+
+/// Commit stage of an insert of the rows not already in the table, made durable.
+async fn commit_insert_missing(
+    table: &Table,
+    settings: &WriterSettings,
+    shared: &Shared,
+    rows: &Rows,
+) -> Result<u64, StoreError> {
+    let wall = std::time::SystemTime::now();
+    let model = settings.model_id.as_deref();
+    let result = retry(table, settings, &shared.counters, || {
+        insert_missing(table, rows, model)
+    })
+    .await;
+    durable(settings, shared, wall, result).await
+}
+
+/// Commit stage of a `fill_blank`, telling the observers when it filled every listed row.
+async fn commit_fill_blank(
+    table: &Table,
+    settings: &WriterSettings,
+    shared: &Shared,
+    ids: Vec<String>,
+    values: Vec<(String, String)>,
+) -> Result<u64, StoreError> {
+    retry(table, settings, &shared.counters, || {
+        fill_blank(table, &ids, &values)
+    })
+    .await
+    .map(|(rows, version)| {
+        if rows as usize == distinct(ids.iter().map(String::as_str)) {
+            let filled = Arc::new(FilledBlanks { ids, values });
+            for observer in &shared.observers {
+                observer.blanks_filled(version, &filled);
+            }
+        }
+        rows
+    })
+}
+
+/// Commit stage of an update of `columns` where `predicate` holds, made durable.
+async fn commit_update(
+    table: &Table,
+    settings: &WriterSettings,
+    shared: &Shared,
+    predicate: &str,
+    columns: &[(String, String)],
+) -> Result<u64, StoreError> {
+    let wall = std::time::SystemTime::now();
+    let result = retry(table, settings, &shared.counters, || {
+        update(table, predicate, columns)
+    })
+    .await
+    .map(|(rows, _)| rows);
+    durable(settings, shared, wall, result).await
+}
+
+/// Commit stage of a strength set, telling the observers when it changed every listed row;
+/// made durable.
+async fn commit_strengths(
+    table: &Table,
+    settings: &WriterSettings,
+    shared: &Shared,
+    set: &Arc<StrengthSet>,
+) -> Result<u64, StoreError> {
+    let wall = std::time::SystemTime::now();
+    let result = match set.update_sql() {
+        None => Ok(0),
+        Some((predicate, columns)) => retry(table, settings, &shared.counters, || {
+            update(table, &predicate, &columns)
+        })
+        .await
+        .map(|(rows, version)| {
+            let listed = set.changes.iter().map(|c| c.id.as_str());
+            if rows as usize == distinct(listed) {
+                for observer in &shared.observers {
+                    observer.strengths_set(version, set);
+                }
+            }
+            rows
+        }),
+    };
+    durable(settings, shared, wall, result).await
+}
+
+/// Commit stage of a re-embed's staged vectors (`ids`, `vectors`, `dimension`), made durable.
+async fn commit_staged_vectors(
+    table: &Table,
+    settings: &WriterSettings,
+    shared: &Shared,
+    ids: &[String],
+    vectors: &[Vec<f32>],
+    dimension: usize,
+) -> Result<u64, StoreError> {
+    let wall = std::time::SystemTime::now();
+    let result = retry(table, settings, &shared.counters, || {
+        super::reembed::stage_vectors(table, ids, vectors, dimension)
+    })
+    .await
+    .map(|(rows, version)| {
+        // The records and `vector` are as they were: caches need not reload.
+        for observer in &shared.observers {
+            observer.unchanged(version);
+        }
+        rows
+    });
+    durable(settings, shared, wall, result).await
 }
 
 async fn commit_group(

@@ -59,95 +59,140 @@ pub(super) fn plan_from(
     let mut merged_away: BTreeSet<&str> = BTreeSet::new();
 
     for g in &job.merge_groups {
-        let label = format!("merge[{}]", g.ids.join(","));
-        let members: Vec<&MemoryRecord> = g
-            .ids
-            .iter()
-            .filter_map(|id| by_id.get(id.as_str()))
-            .collect();
-        if members.len() != g.ids.len() || members.iter().any(|r| !visible(job, r, null_visible)) {
-            plan.refused.push((
-                label,
-                "a memory in the group does not exist or is not visible to this conversation"
-                    .into(),
-            ));
-            continue;
-        }
-        let private: BTreeSet<&str> = members
-            .iter()
-            .filter_map(|r| r.memory_scope.as_deref())
-            .filter(|s| *s != "public")
-            .collect();
-        if private.len() > 1 {
-            plan.refused.push((
-                label,
-                "memories from two different non-public scopes are never merged".into(),
-            ));
-            continue;
-        }
-        // public + private gives private; all public (or legacy NULL) gives public.
-        let (scope, source) = match private.iter().next() {
-            Some(s) => {
-                let src = members
-                    .iter()
-                    .find(|r| r.memory_scope.as_deref() == Some(*s))
-                    .and_then(|r| r.scope_source.clone());
-                (
-                    s.to_string(),
-                    src.unwrap_or_else(|| job.scope_source.clone()),
-                )
+        match plan_merge(job, g, by_id, null_visible) {
+            Ok(merge) => {
+                plan.merges.push(merge);
+                merged_away.extend(g.ids.iter().map(String::as_str));
             }
-            None => (
-                "public".to_string(),
-                members
-                    .iter()
-                    .find(|r| r.memory_scope.is_some())
-                    .and_then(|r| r.scope_source.clone())
-                    .unwrap_or_else(|| "unmapped".into()),
-            ),
-        };
-        let mut contents: Vec<&str> = Vec::new();
-        for r in &members {
-            if !contents.contains(&r.content.as_str()) {
-                contents.push(&r.content);
-            }
+            Err(refused) => plan.refused.push(refused),
         }
-        // Legacy rows (written before redaction, or by another program) may hold personal
-        // data in clear: a merge is a new write, so it is redacted like one.
-        let mut tags: Vec<String> = Vec::new();
-        for r in &members {
-            for t in r.tags.iter().map(|t| redact(t)) {
-                if !tags.contains(&t) && tags.len() < 32 {
-                    tags.push(t);
-                }
-            }
-        }
-        let strongest = members.iter().max_by_key(|r| r.strength).copied();
-        plan.merges.push(MergePlan {
-            new_id: g.new_id.clone(),
-            content: redact(&contents.join("; ")),
-            tags,
-            memory_type: strongest
-                .map(|r| r.memory_type.clone())
-                .unwrap_or_else(|| "knowledge".into()),
-            strength: members
-                .iter()
-                .map(|r| r.strength)
-                .max()
-                .unwrap_or(PASSIVE_STRENGTH)
-                .clamp(1, 100),
-            is_active: members.iter().any(|r| r.is_active),
-            memory_scope: scope,
-            scope_source: source,
-            delete_ids: g.ids.clone(),
-            expires_at: members
-                .iter()
-                .map(|r| r.expires_at)
-                .collect::<Option<Vec<_>>>()
-                .and_then(|all| all.into_iter().max()),
-        });
-        merged_away.extend(g.ids.iter().map(String::as_str));
     }
+    plan_reinforce(job, by_id, null_visible, &merged_away, &mut plan);
+    plan
+}
+
+/// Merge stage: the merged memory replacing group `g`, or `(label, why)` when the group is
+/// refused (a member missing or invisible, or members from two private scopes).
+fn plan_merge(
+    job: &FeedbackJob,
+    g: &MergeGroupJob,
+    by_id: &HashMap<String, MemoryRecord>,
+    null_visible: bool,
+) -> Result<MergePlan, (String, String)> {
+    let label = format!("merge[{}]", g.ids.join(","));
+    let members: Vec<&MemoryRecord> = g
+        .ids
+        .iter()
+        .filter_map(|id| by_id.get(id.as_str()))
+        .collect();
+    if members.len() != g.ids.len() || members.iter().any(|r| !visible(job, r, null_visible)) {
+        return Err((
+            label,
+            "a memory in the group does not exist or is not visible to this conversation".into(),
+        ));
+    }
+    let private: BTreeSet<&str> = members
+        .iter()
+        .filter_map(|r| r.memory_scope.as_deref())
+        .filter(|s| *s != "public")
+        .collect();
+    if private.len() > 1 {
+        return Err((
+            label,
+            "memories from two different non-public scopes are never merged".into(),
+        ));
+    }
+    let (scope, source) = merged_scope(job, &members, &private);
+    let tags = merged_tags(&members);
+    let strongest = members.iter().max_by_key(|r| r.strength).copied();
+    Ok(MergePlan {
+        new_id: g.new_id.clone(),
+        content: merged_content(&members),
+        tags,
+        memory_type: strongest
+            .map(|r| r.memory_type.clone())
+            .unwrap_or_else(|| "knowledge".into()),
+        strength: members
+            .iter()
+            .map(|r| r.strength)
+            .max()
+            .unwrap_or(PASSIVE_STRENGTH)
+            .clamp(1, 100),
+        is_active: members.iter().any(|r| r.is_active),
+        memory_scope: scope,
+        scope_source: source,
+        delete_ids: g.ids.clone(),
+        expires_at: members
+            .iter()
+            .map(|r| r.expires_at)
+            .collect::<Option<Vec<_>>>()
+            .and_then(|all| all.into_iter().max()),
+    })
+}
+
+/// The `(scope, scope_source)` of a merge: public + private gives private; all public (or
+/// legacy NULL) gives public.
+fn merged_scope(
+    job: &FeedbackJob,
+    members: &[&MemoryRecord],
+    private: &BTreeSet<&str>,
+) -> (String, String) {
+    match private.iter().next() {
+        Some(s) => {
+            let src = members
+                .iter()
+                .find(|r| r.memory_scope.as_deref() == Some(*s))
+                .and_then(|r| r.scope_source.clone());
+            (
+                s.to_string(),
+                src.unwrap_or_else(|| job.scope_source.clone()),
+            )
+        }
+        None => (
+            "public".to_string(),
+            members
+                .iter()
+                .find(|r| r.memory_scope.is_some())
+                .and_then(|r| r.scope_source.clone())
+                .unwrap_or_else(|| "unmapped".into()),
+        ),
+    }
+}
+
+/// The members' distinct contents joined, redacted: legacy rows (written before redaction, or
+/// by another program) may hold personal data in clear, and a merge is a new write.
+fn merged_content(members: &[&MemoryRecord]) -> String {
+    let mut contents: Vec<&str> = Vec::new();
+    for r in members {
+        if !contents.contains(&r.content.as_str()) {
+            contents.push(&r.content);
+        }
+    }
+    redact(&contents.join("; "))
+}
+
+/// The members' distinct tags, redacted like any new write, at most 32.
+fn merged_tags(members: &[&MemoryRecord]) -> Vec<String> {
+    let mut tags: Vec<String> = Vec::new();
+    for r in members {
+        for t in r.tags.iter().map(|t| redact(t)) {
+            if !tags.contains(&t) && tags.len() < 32 {
+                tags.push(t);
+            }
+        }
+    }
+    tags
+}
+
+/// Reinforce stage: raise every useful memory the conversation sees and no merge replaced;
+/// refuse the ones it does not see.
+fn plan_reinforce(
+    job: &FeedbackJob,
+    by_id: &HashMap<String, MemoryRecord>,
+    null_visible: bool,
+    merged_away: &BTreeSet<&str>,
+    plan: &mut FeedbackPlan,
+) {
     for id in &job.useful_memory_ids {
         match by_id.get(id.as_str()) {
             Some(r) if visible(job, r, null_visible) => {
@@ -163,5 +208,4 @@ pub(super) fn plan_from(
             )),
         }
     }
-    plan
 }

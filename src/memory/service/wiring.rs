@@ -18,39 +18,16 @@ impl MemoryService {
             index_bytes: config.storage.index_cache_mb << 20,
             metadata_bytes: config.storage.metadata_cache_mb << 20,
         });
-        let writer = WriterSettings {
-            max_batch_rows: config.storage.write_batch_max.max(1),
-            commit_linger: std::time::Duration::from_millis(config.storage.commit_linger_ms),
-            maintenance_interval: config
-                .storage
-                .compaction_interval()
-                .max(std::time::Duration::from_secs(1)),
-            durability: match config.storage.durability {
-                crate::config::DurabilityMode::Process => {
-                    crate::store::durability::Durability::Process
-                }
-                crate::config::DurabilityMode::Power => crate::store::durability::Durability::Power,
-            },
-            ..WriterSettings::default()
-        };
         let (store, outcome) = crate::migrate::reembed::open_store(
             &config.storage.db_dir,
             &config.storage.table_name,
             &model,
-            writer,
+            writer_settings(config),
             config.storage.read_consistency(),
             config.migration.reembed == crate::config::ReembedMode::Auto,
         )
         .await?;
-        let search = Arc::new(
-            LanceSearch::new(
-                store.table().clone(),
-                config.storage.index_threshold_rows,
-                4,
-            )
-            .await?
-            .with_maintainer(store.maintainer().clone()),
-        );
+        let search = open_search(config, &store).await?;
         let latency = Arc::new(crate::migrate::ForegroundLatency::default());
         // How often this process reads what the others did (the backfill checkpoint, erase
         // notices): as stale as a read may be, and no busier than ten times a second.
@@ -58,29 +35,14 @@ impl MemoryService {
             .storage
             .read_consistency()
             .max(std::time::Duration::from_millis(100));
-        let backfill = BackfillHandle::prepare(
-            store.clone(),
-            BackfillSettings {
-                batch_size: config.backfill.batch_size.max(1),
-                pacing: match config.backfill.pacing {
-                    crate::config::BackfillPacing::Fixed => {
-                        crate::migrate::Pacing::Fixed(config.backfill.pause())
-                    }
-                    crate::config::BackfillPacing::Adaptive => {
-                        crate::migrate::Pacing::Adaptive(latency.clone())
-                    }
-                },
-                mode: config.migration_mode,
-                checkpoint: checkpoint::CheckpointFile::new(
-                    store.beside().clone(),
-                    &config.storage.table_name,
-                ),
-                follow_every: follow_others,
-            },
+        let backfill = prepare_backfill(
+            config,
+            &store,
+            &latency,
+            follow_others,
             outcome.backfill_needed,
         )
-        .await
-        .map_err(|e| MemoryError::Internal(e.to_string()))?;
+        .await?;
         let reembed = crate::migrate::reembed::ReembedHandle::open(
             store.clone(),
             embedder.clone(),
@@ -93,40 +55,9 @@ impl MemoryService {
                 "scope_filter = disabled: recall ignores scopes (emergency rollback mode)"
             );
         }
-        let feedback = crate::memory::feedback::FeedbackQueue::open(
-            &config.storage.state_dir(),
-            &config.storage.table_name,
-            crate::memory::feedback::QueueSettings {
-                capacity: config.feedback.queue_capacity,
-                retry: crate::memory::feedback::RetryPolicy {
-                    max_attempts: config.feedback.max_attempts,
-                    base: std::time::Duration::from_millis(config.feedback.retry_backoff_ms),
-                    cap: std::time::Duration::from_secs(30),
-                },
-                retention: crate::memory::retention::Retention::from_config(&config.retention),
-            },
-            store.clone(),
-            embedder.clone(),
-            scopes.clone(),
-            backfill.gate().clone(),
-        )?;
-        let lease = Lease::new(
-            store.beside(),
-            &config.storage.table_name,
-            feedback.instance(),
-            store.maintainer().clone(),
-            config.storage.lease_ttl(),
-        );
-        if let Err(e) = lease.try_acquire().await {
-            tracing::warn!(error = %e, "could not try the maintenance lease; will retry");
-        }
-        store.resident().limit_rows(config.recall.resident_max_rows);
-        let vectors = crate::store::resident::ResidentSearch::new(
-            store.table().clone(),
-            store.resident().clone(),
-            search.clone(),
-            std::sync::Arc::new(crate::store::FulltextSearch::new(store.table().clone())),
-        );
+        let feedback = open_feedback(config, &store, &embedder, &scopes, &backfill)?;
+        let lease = take_lease(config, &store, &feedback).await;
+        let vectors = resident_search(config, &store, &search);
         let calibration = Arc::new(std::sync::OnceLock::new());
         measure_model(embedder.clone(), calibration.clone()).await;
         let backfill = Arc::new(backfill);
@@ -146,23 +77,7 @@ impl MemoryService {
             search,
             embedder,
             scopes,
-            settings: ServiceSettings {
-                recall: config.recall.clone(),
-                scope_filter: config.scope_filter,
-                migration_mode: config.migration_mode,
-                keep_versions: VersionLimits {
-                    max_age: config.storage.keep_versions(),
-                    max_count: config.storage.keep_versions_max,
-                    max_old_bytes_factor: config.storage.keep_bytes_factor,
-                    reader_grace: VersionLimits::grace_for(config.storage.read_consistency()),
-                },
-                index_check: config
-                    .storage
-                    .compaction_interval()
-                    .max(std::time::Duration::from_secs(1)),
-                retention: crate::memory::retention::Retention::from_config(&config.retention),
-                follow_erasures: follow_others,
-            },
+            settings: service_settings(config, follow_others),
             backfill,
             reembed: Arc::new(reembed),
             latency,
@@ -202,6 +117,151 @@ impl MemoryService {
             self.search.clone(),
             self.settings.index_check,
         ));
+    }
+}
+
+/// The store writer's settings from `storage.*` (batch cap, linger, maintenance, durability).
+fn writer_settings(config: &Config) -> WriterSettings {
+    WriterSettings {
+        max_batch_rows: config.storage.write_batch_max.max(1),
+        commit_linger: std::time::Duration::from_millis(config.storage.commit_linger_ms),
+        maintenance_interval: config
+            .storage
+            .compaction_interval()
+            .max(std::time::Duration::from_secs(1)),
+        durability: match config.storage.durability {
+            crate::config::DurabilityMode::Process => crate::store::durability::Durability::Process,
+            crate::config::DurabilityMode::Power => crate::store::durability::Durability::Power,
+        },
+        ..WriterSettings::default()
+    }
+}
+
+/// The LanceDB vector search over the store's table, told whether this process maintains it.
+async fn open_search(config: &Config, store: &Store) -> Result<Arc<LanceSearch>, MemoryError> {
+    Ok(Arc::new(
+        LanceSearch::new(
+            store.table().clone(),
+            config.storage.index_threshold_rows,
+            4,
+        )
+        .await?
+        .with_maintainer(store.maintainer().clone()),
+    ))
+}
+
+/// The legacy-row backfill, paced as `backfill.*` says, checkpointed beside the table.
+async fn prepare_backfill(
+    config: &Config,
+    store: &Store,
+    latency: &Arc<crate::migrate::ForegroundLatency>,
+    follow_others: std::time::Duration,
+    backfill_needed: bool,
+) -> Result<BackfillHandle, MemoryError> {
+    BackfillHandle::prepare(
+        store.clone(),
+        BackfillSettings {
+            batch_size: config.backfill.batch_size.max(1),
+            pacing: match config.backfill.pacing {
+                crate::config::BackfillPacing::Fixed => {
+                    crate::migrate::Pacing::Fixed(config.backfill.pause())
+                }
+                crate::config::BackfillPacing::Adaptive => {
+                    crate::migrate::Pacing::Adaptive(latency.clone())
+                }
+            },
+            mode: config.migration_mode,
+            checkpoint: checkpoint::CheckpointFile::new(
+                store.beside().clone(),
+                &config.storage.table_name,
+            ),
+            follow_every: follow_others,
+        },
+        backfill_needed,
+    )
+    .await
+    .map_err(|e| MemoryError::Internal(e.to_string()))
+}
+
+/// The durable feedback queue (`feedback.*`), its jobs gated like recall by the backfill.
+fn open_feedback(
+    config: &Config,
+    store: &Store,
+    embedder: &Arc<dyn Embedder>,
+    scopes: &Arc<ScopeResolver>,
+    backfill: &BackfillHandle,
+) -> Result<crate::memory::feedback::FeedbackQueue, MemoryError> {
+    crate::memory::feedback::FeedbackQueue::open(
+        &config.storage.state_dir(),
+        &config.storage.table_name,
+        crate::memory::feedback::QueueSettings {
+            capacity: config.feedback.queue_capacity,
+            retry: crate::memory::feedback::RetryPolicy {
+                max_attempts: config.feedback.max_attempts,
+                base: std::time::Duration::from_millis(config.feedback.retry_backoff_ms),
+                cap: std::time::Duration::from_secs(30),
+            },
+            retention: crate::memory::retention::Retention::from_config(&config.retention),
+        },
+        store.clone(),
+        embedder.clone(),
+        scopes.clone(),
+        backfill.gate().clone(),
+    )
+}
+
+/// The maintenance lease for this process, tried once now (a failure is retried later).
+async fn take_lease(
+    config: &Config,
+    store: &Store,
+    feedback: &crate::memory::feedback::FeedbackQueue,
+) -> Lease {
+    let lease = Lease::new(
+        store.beside(),
+        &config.storage.table_name,
+        feedback.instance(),
+        store.maintainer().clone(),
+        config.storage.lease_ttl(),
+    );
+    if let Err(e) = lease.try_acquire().await {
+        tracing::warn!(error = %e, "could not try the maintenance lease; will retry");
+    }
+    lease
+}
+
+/// The vector search recalls use, over the resident copy capped at `recall.resident_max_rows`.
+fn resident_search(
+    config: &Config,
+    store: &Store,
+    search: &Arc<LanceSearch>,
+) -> crate::store::resident::ResidentSearch {
+    store.resident().limit_rows(config.recall.resident_max_rows);
+    crate::store::resident::ResidentSearch::new(
+        store.table().clone(),
+        store.resident().clone(),
+        search.clone(),
+        std::sync::Arc::new(crate::store::FulltextSearch::new(store.table().clone())),
+    )
+}
+
+/// The service's settings: recall, scope filter, versions kept, index checks, retention.
+fn service_settings(config: &Config, follow_others: std::time::Duration) -> ServiceSettings {
+    ServiceSettings {
+        recall: config.recall.clone(),
+        scope_filter: config.scope_filter,
+        migration_mode: config.migration_mode,
+        keep_versions: VersionLimits {
+            max_age: config.storage.keep_versions(),
+            max_count: config.storage.keep_versions_max,
+            max_old_bytes_factor: config.storage.keep_bytes_factor,
+            reader_grace: VersionLimits::grace_for(config.storage.read_consistency()),
+        },
+        index_check: config
+            .storage
+            .compaction_interval()
+            .max(std::time::Duration::from_secs(1)),
+        retention: crate::memory::retention::Retention::from_config(&config.retention),
+        follow_erasures: follow_others,
     }
 }
 
