@@ -179,7 +179,7 @@ fn render_latency(out: &mut String, metrics: &Metrics) {
 /// The table's gauges (rows by scope, fragments, versions, bytes); none when its stats cannot
 /// be read.
 async fn render_store(out: &mut String, host: &PluginHost) {
-    let Ok(stats) = host.memory().store().stats().await else {
+    let Ok(stats) = host.memory().table_stats().await else {
         return;
     };
     header(
@@ -319,7 +319,7 @@ fn render_backfill(out: &mut String, host: &PluginHost) {
 /// The store writer's counters: commits, rows, retried conflicts, compactions, retrains.
 fn render_writer(out: &mut String, host: &PluginHost) {
     use std::sync::atomic::Ordering::Relaxed;
-    let c = host.memory().store().writer().counters();
+    let c = host.memory().writer_counters();
     scalars(
         out,
         &[
