@@ -2,13 +2,13 @@
 //! demo client, the migrate and export/import CLIs.
 
 pub mod demo;
-pub mod error_text;
+pub(crate) mod error_text;
 pub mod guard;
 pub mod http;
 pub mod mcp;
 pub mod metrics;
 pub mod migrate_cli;
-pub mod progress;
+pub(crate) mod progress;
 pub mod reembed_cli;
 pub mod transfer_cli;
-pub mod ui;
+pub(crate) mod ui;

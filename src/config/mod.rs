@@ -5,8 +5,8 @@
 //! names; unknown keys are warnings (old plugin versions leave keys behind), wrong types are
 //! errors naming the dotted key path.
 
-pub mod location;
-pub mod schema;
+pub(crate) mod location;
+pub(crate) mod schema;
 
 use std::fmt;
 use std::path::{Path, PathBuf};

@@ -31,6 +31,7 @@ pub const MODEL_SHA256: &str = "1571fc9827503943b6bb2e2c03c071f70a14f6e8ffc67394
 /// says CPython but the library is plain C and loads in any process).
 pub const ENGINE_SHA256: &str = "7506c516bb973b8a4ae6328f7403147905f5d700c200f68e75b712f2a97d9511";
 /// Tokens per window; the engine embeds a longer text as the average of its windows.
+#[cfg(test)]
 pub const MAX_TOKENS: usize = 512;
 
 type LoadFn = unsafe extern "C" fn(*const c_char) -> *mut c_void;
@@ -38,6 +39,7 @@ type FreeFn = unsafe extern "C" fn(*mut c_void);
 type DimFn = unsafe extern "C" fn(*const c_void) -> c_int;
 type EmbedBatchFn =
     unsafe extern "C" fn(*mut c_void, *const *const c_char, c_int, c_int, *mut f32) -> c_int;
+#[cfg(test)]
 type TokenCountFn = unsafe extern "C" fn(*mut c_void, *const c_char, c_int) -> c_int;
 type SetThreadsFn = unsafe extern "C" fn(c_int);
 
@@ -117,6 +119,8 @@ struct Library {
     free: FreeFn,
     dim: DimFn,
     embed_batch: EmbedBatchFn,
+    /// Only the tests count tokens (to build a text past one window).
+    #[cfg(test)]
     token_count: TokenCountFn,
     set_threads: Option<SetThreadsFn>,
     load: LoadFn,
@@ -138,6 +142,7 @@ impl Library {
                 free: entry::<FreeFn>(&lib, b"e5_free\0", path)?,
                 dim: entry::<DimFn>(&lib, b"e5_dim\0", path)?,
                 embed_batch: entry::<EmbedBatchFn>(&lib, b"e5_embed_batch\0", path)?,
+                #[cfg(test)]
                 token_count: entry::<TokenCountFn>(&lib, b"e5_token_count\0", path)?,
                 // libgomp, loaded as the engine's dependency; found through the engine's handle.
                 set_threads: entry::<SetThreadsFn>(&lib, b"omp_set_num_threads\0", path).ok(),
@@ -230,6 +235,7 @@ impl E5Engine {
     }
 
     /// Tokens the model reads for `text` (with its prefix and the two special tokens).
+    #[cfg(test)]
     pub fn token_count(&mut self, text: &str, is_query: bool) -> Result<usize, EmbedError> {
         let c = c_text(text)?;
         // SAFETY: a live handle and a NUL-terminated string.

@@ -7,17 +7,17 @@
 //! `"query: "` / `"passage: "` in front), so every call says which one its texts are: a
 //! [`TextRole`]. A symmetric model (MiniLM) ignores it.
 
-pub mod assets;
-pub mod batch_worker;
-pub mod calibration;
-pub mod e5_engine;
+pub(crate) mod assets;
+pub(crate) mod batch_worker;
+pub(crate) mod calibration;
+pub(crate) mod e5_engine;
 pub mod e5_model;
-pub mod fastembed_model;
+pub(crate) mod fastembed_model;
 pub mod openai;
-pub mod provider;
-pub mod query_cache;
-pub mod script;
-pub mod small_talk;
+pub(crate) mod provider;
+pub(crate) mod query_cache;
+pub(crate) mod script;
+pub(crate) mod small_talk;
 
 use std::time::Duration;
 

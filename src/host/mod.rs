@@ -3,8 +3,8 @@
 //! body into the request type its route names, and the compiler checks every route and every
 //! plugin's `match`. Plugins answer in JSON, the shape the API returns.
 
-pub mod memory_plugin;
-pub mod operation;
+pub(crate) mod memory_plugin;
+pub(crate) mod operation;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -20,8 +20,8 @@ use crate::memory::{MemoryError, MemoryService};
 use crate::scope::{watch_config, ConfigWatcher, ScopeMap, ScopeResolver};
 
 pub use memory_plugin::MemoryPlugin;
-pub use operation::{Operation, Request};
-pub mod tools;
+pub use operation::{AfterMessageSent, JobQuery, LlmRequestEvent, Operation, Reflection, Request};
+pub(crate) mod tools;
 
 /// A plugin's failure, already shaped for an API error body.
 #[derive(Debug, thiserror::Error)]

@@ -1,21 +1,21 @@
 //! The memory layer: remember, recall, redaction, and the one place scopes are derived.
 
-pub mod chained;
-pub mod erase_notices;
-pub mod exact_terms;
+pub(crate) mod chained;
+pub(crate) mod erase_notices;
+pub(crate) mod exact_terms;
 pub mod feedback;
 pub mod hybrid;
-pub mod injection;
-pub mod model;
+pub(crate) mod injection;
+pub(crate) mod model;
 pub mod model_choice;
-pub mod new_memory;
-pub mod ranking;
+pub(crate) mod new_memory;
+pub(crate) mod ranking;
 pub mod read_filter;
-pub mod redact;
-pub mod relevance;
-pub mod retention;
+pub(crate) mod redact;
+pub(crate) mod relevance;
+pub(crate) mod retention;
 pub mod service;
-pub mod touch;
+pub(crate) mod touch;
 
 pub use feedback::{journal, journal_files};
 pub use model::*;

@@ -39,7 +39,10 @@ pub enum Op {
     /// Add nullable columns as all-NULL: a metadata-only change in Lance.
     AddColumns { columns: Vec<Column> },
     /// Rows present before this migration are legacy rows: start the background backfill.
-    BackfillScope { value: String, scope_source: String },
+    /// The file's `value` and `scope_source` keys are read by people only: the backfill
+    /// derives each row's scope from its conversation id and writes `scope_source` `backfill`
+    /// (`migrate/backfill.rs`).
+    BackfillScope {},
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -3,11 +3,11 @@
 
 pub mod backfill;
 pub mod checkpoint;
-pub mod files;
-pub mod pacing;
-pub mod reembed;
+pub(crate) mod files;
+pub(crate) mod pacing;
+pub(crate) mod reembed;
 pub mod runner;
-pub mod status;
+pub(crate) mod status;
 
 pub use backfill::{BackfillHandle, BackfillProgress, BackfillSettings, MigrationGate, Pacing};
 pub use checkpoint::{BackfillState, Checkpoint, Damaged};

@@ -4,26 +4,26 @@
 //! [`writer`] task so appends are group-committed and commit conflicts retried in one place.
 
 pub mod beside;
-pub mod cache;
-pub mod commit;
-pub mod commit_rows;
-pub mod durability;
-pub mod filter;
+pub(crate) mod cache;
+pub(crate) mod commit;
+pub(crate) mod commit_rows;
+pub(crate) mod durability;
+pub(crate) mod filter;
 pub mod fulltext;
-pub mod index_state;
+pub(crate) mod index_state;
 pub mod lease;
 pub mod maintenance;
-pub mod orphans;
-pub mod page;
+pub(crate) mod orphans;
+pub(crate) mod page;
 pub mod record;
-pub mod reembed;
+pub(crate) mod reembed;
 pub mod resident;
 pub mod schema;
-pub mod scope_counts;
+pub(crate) mod scope_counts;
 pub mod search;
-pub mod shared_terms;
-pub mod strengths;
-pub mod writer;
+pub(crate) mod shared_terms;
+pub(crate) mod strengths;
+pub(crate) mod writer;
 
 use std::collections::BTreeMap;
 use std::path::Path;

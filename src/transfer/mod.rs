@@ -9,10 +9,10 @@
 //! process (read consistency, commit-conflict retries in the writer) and never take the
 //! maintenance lease, so they start no compaction, pruning, index build or backfill.
 
-pub mod export;
-pub mod format;
-pub mod import;
-pub mod validate;
+pub(crate) mod export;
+pub(crate) mod format;
+pub(crate) mod import;
+pub(crate) mod validate;
 
 use std::sync::atomic::Ordering;
 

@@ -8,8 +8,8 @@
 //! expires. Holding the lease is about efficiency, not safety: Lance's optimistic commits keep
 //! two maintainers from corrupting the table, they would only redo each other's work.
 
-pub mod bucket;
-pub mod local;
+pub(crate) mod bucket;
+pub(crate) mod local;
 
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Weak};

@@ -12,7 +12,7 @@
 //! busy for long stretches, and on two cores that starved the requests' runtime (one append
 //! waited 13.5 s behind a 15 s erase at 100k rows before this).
 
-pub mod compaction;
+pub(crate) mod compaction;
 pub mod index_tiers;
 pub mod indexes;
 pub mod pruning;
