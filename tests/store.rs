@@ -396,7 +396,10 @@ async fn the_pruner_keeps_the_version_count_bounded() {
     for i in 0..48 {
         store.append(vec![row(i, "public")]).await.unwrap();
     }
-    assert!(store.version_count().await.unwrap() > 48);
+    // Each append committed a version of its own (48 more than the first). Not the version
+    // count: on a loaded machine the appends outlast the reader grace and the pruner starts
+    // before they end.
+    assert!(store.table().version().await.unwrap() > 48);
     let started = Instant::now();
     loop {
         let n = store.version_count().await.unwrap();

@@ -55,6 +55,29 @@ fn conversation(raw: &str) -> Result<ConversationId, MemoryError> {
     })
 }
 
+/// What a recall's search stage found, and how it ran.
+struct Searched {
+    search: SearchKind,
+    found: super::hybrid::Found,
+    degraded: Option<&'static str>,
+    gated: Option<&'static str>,
+}
+
+/// The query without surrounding blanks: not empty and at most [`MAX_QUERY_CHARS`] long.
+fn checked_query(query: &str) -> Result<&str, MemoryError> {
+    let query = query.trim();
+    if query.is_empty() {
+        return Err(invalid("query", "query must not be empty"));
+    }
+    if query.chars().count() > MAX_QUERY_CHARS {
+        return Err(invalid(
+            "query",
+            format!("query is longer than {MAX_QUERY_CHARS} characters"),
+        ));
+    }
+    Ok(query)
+}
+
 /// The request's limit, or the mode's default; within 1..=`recall.max_limit`.
 fn recall_limit(cfg: &RecallConfig, req: &RecallRequest) -> Result<usize, MemoryError> {
     let max = cfg.max_limit.max(1);
@@ -337,38 +360,61 @@ impl MemoryService {
     pub async fn recall(&self, req: RecallRequest) -> Result<RecallResponse, MemoryError> {
         let started = Instant::now();
         let conversation = conversation(&req.conversation_id)?;
-        let query = req.query.trim();
-        if query.is_empty() {
-            return Err(invalid("query", "query must not be empty"));
-        }
-        if query.chars().count() > MAX_QUERY_CHARS {
-            return Err(invalid(
-                "query",
-                format!("query is longer than {MAX_QUERY_CHARS} characters"),
-            ));
-        }
-        let cfg = &self.settings.recall;
-        let limit = recall_limit(cfg, &req)?;
+        let query = checked_query(&req.query)?;
+        let limit = recall_limit(&self.settings.recall, &req)?;
         // A recall of a cached query over the resident copy finishes without waiting on
         // anything, so a caller recalling in a loop never gave its worker back: tasks woken on
         // that worker (an erase's) waited up to two minutes. Yield once the task's budget is spent.
         tokio::task::consume_budget().await;
 
         let visible = self.visibility(&conversation, req.persona.as_deref());
-        let ranking = self.ranking();
+        let searched = self.search_visible(&req, query, limit, &visible).await?;
+        let memories = self.rank_and_select(&req, limit, searched.search, searched.found);
+        if let Some(touches) = self.touches.get() {
+            touches.record(memories.iter().map(|m| m.memory.id.clone()).collect());
+        }
+        self.latency.record(started.elapsed());
+        tracing::info!(
+            conversation_id = conversation.as_str(),
+            memory_scope = visible.memory_scope.as_str(),
+            migration_mode = visible.migration_mode,
+            search = searched.search.as_str(),
+            degraded = searched.degraded,
+            gated = searched.gated,
+            rows = memories.len(),
+            ms = started.elapsed().as_millis() as u64,
+            "recalled"
+        );
+        Ok(RecallResponse {
+            memory_scope: visible.memory_scope,
+            migration_mode: visible.migration_mode,
+            memories,
+            degraded: searched.degraded,
+            gated: searched.gated,
+        })
+    }
+
+    /// The search stage of a recall: the candidates the visible rows offer for `query` (none
+    /// when the relevance gate closes), with the search that ran and why it was degraded.
+    async fn search_visible(
+        &self,
+        req: &RecallRequest,
+        query: &str,
+        limit: usize,
+        visible: &Visibility,
+    ) -> Result<Searched, MemoryError> {
+        let cfg = &self.settings.recall;
         let k = match req.mode {
             // Strength can lift a candidate past closer ones: rank a wider pool.
-            RecallMode::Comprehensive if ranking.weighs_strength() => limit * 4,
+            RecallMode::Comprehensive if self.ranking().weighs_strength() => limit * 4,
             RecallMode::Comprehensive => limit,
             RecallMode::Chained => cfg.pool_size.max(1).max(limit),
         };
-        let search = req.search.unwrap_or(cfg.search);
         // Keyword-only while the table's vectors are another model's (a re-embed is under way).
         let degraded = (!self.reembed.vectors_current()).then_some("reembedding");
-        let search = if degraded.is_some() {
-            SearchKind::Keyword
-        } else {
-            search
+        let search = match degraded {
+            Some(_) => SearchKind::Keyword,
+            None => req.search.unwrap_or(cfg.search),
         };
         let searchers = Searchers {
             embedder: self.embedder.as_ref(),
@@ -379,7 +425,6 @@ impl MemoryService {
         let calibration = self.calibration();
         let measured = calibration.as_ref().unwrap_or(&Calibration::UNMEASURED);
         let fit = *measured.for_query(query);
-        let rescale = measured.rescale_for(query);
         let threshold = match (cfg.similarity_cut, calibration) {
             (SimilarityCut::Calibrated, Some(_)) => fit.similarity_cut(),
             _ => cfg.similarity_threshold,
@@ -387,12 +432,12 @@ impl MemoryService {
         let found = searchers
             .candidates(&CandidateQuery {
                 text: &redact(query),
-                rows: visible.rows,
+                rows: visible.rows.clone(),
                 k,
                 threshold,
                 kind: search,
                 fit,
-                rescale,
+                rescale: measured.rescale_for(query),
             })
             .await?;
         if found.degraded.is_some() {
@@ -404,11 +449,29 @@ impl MemoryService {
         } else {
             None
         };
-        let found = if gated.is_some() {
-            super::hybrid::Found::default()
-        } else {
-            found
+        let found = match gated {
+            Some(_) => super::hybrid::Found::default(),
+            None => found,
         };
+        Ok(Searched {
+            search,
+            found,
+            degraded,
+            gated,
+        })
+    }
+
+    /// The ranking stage of a recall: candidates scored by relevance (and strength), then the
+    /// best `limit`, or the chained selection's spread over entities and memory types.
+    fn rank_and_select(
+        &self,
+        req: &RecallRequest,
+        limit: usize,
+        search: SearchKind,
+        found: super::hybrid::Found,
+    ) -> Vec<ScoredMemory> {
+        let cfg = &self.settings.recall;
+        let ranking = self.ranking();
         let now = Utc::now();
         let mut scored: Vec<ScoredMemory> = found
             .candidates
@@ -425,7 +488,7 @@ impl MemoryService {
                 scored.truncate(limit);
             }
         }
-        let memories = match req.mode {
+        match req.mode {
             RecallMode::Comprehensive => scored,
             RecallMode::Chained => chained::select(
                 scored,
@@ -436,29 +499,7 @@ impl MemoryService {
                     final_limit: limit,
                 },
             ),
-        };
-        if let Some(touches) = self.touches.get() {
-            touches.record(memories.iter().map(|m| m.memory.id.clone()).collect());
         }
-        self.latency.record(started.elapsed());
-        tracing::info!(
-            conversation_id = conversation.as_str(),
-            memory_scope = visible.memory_scope.as_str(),
-            migration_mode = visible.migration_mode,
-            search = search.as_str(),
-            degraded,
-            gated,
-            rows = memories.len(),
-            ms = started.elapsed().as_millis() as u64,
-            "recalled"
-        );
-        Ok(RecallResponse {
-            memory_scope: visible.memory_scope,
-            migration_mode: visible.migration_mode,
-            memories,
-            degraded,
-            gated,
-        })
     }
 
     /// The relevance gate (`memory::relevance`): `Some` when the message asks for no memory.
