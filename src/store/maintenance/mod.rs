@@ -23,11 +23,18 @@ use std::sync::{Arc, Weak};
 use lancedb::Table;
 use tokio::sync::{Mutex, Notify};
 
-use super::commit::{make_durable, retry, WriterCounters, WriterSettings};
+use super::commit::{make_durable, retrying, RetryPolicy, WriterCounters, WriterSettings};
 use super::commit_rows::kept_rows_since;
 use super::StoreError;
 use compaction::{others_piled_up, tail_target};
 use pruning::{prune_versions, purge_deleted_rows, PruneReport};
+
+/// How often an erase's rewrite is tried again after losing a commit race (see `purge_now`):
+/// with the commit backoff (20 ms doubling up to 1.3 s, jittered) about 40 s, enough for a
+/// re-embed's batches to pass. Seen on a loaded 2-core machine with the writer's six: every
+/// try lost to another process's re-embed updates, and the forget answered 500 after its
+/// delete had committed.
+const ERASE_REWRITE_RETRIES: u32 = 24;
 
 /// What a maintenance pass did.
 #[derive(Debug, Clone, Default)]
@@ -194,7 +201,12 @@ impl Maintenance {
         if deleted > 0 {
             let from = self.table.version().await?;
             let rows = self.table.count_rows(None).await?;
-            retry(&self.table, &self.settings, &self.counters, || {
+            // The rewrite loses to any update of its fragments that commits while it runs,
+            // from this process or another (a re-embed in the lease holder stages vectors batch
+            // after batch). An erase must still finish: it keeps trying, with backoff, well
+            // past what a plain commit would.
+            let policy = RetryPolicy::commit(ERASE_REWRITE_RETRIES);
+            retrying(&self.table, policy, Some(&self.counters), || {
                 purge_deleted_rows(&self.table, tail_target(rows))
             })
             .await?;
