@@ -96,6 +96,9 @@ mod security;
 #[path = "semantic.rs"]
 mod semantic;
 
+#[path = "shape.rs"]
+mod shape;
+
 #[path = "store.rs"]
 mod store;
 

@@ -1,0 +1,117 @@
+//! The code's shape rules, checked on every `make test` rather than in review.
+//!
+//! Why: the layering (lower layers never import higher ones) and "the scope rule is written
+//! once" are easy to break and invisible in a diff. Both were broken before: `embed` imported
+//! `store`, and a forget formatted its own copy of the public-plus-NULL rule beside
+//! `store/filter.rs`. These tests fail on the next such edit:
+//! - `scripts/import-graph.py --check` finds no upward edge and no cycle, with the layer order
+//!   config < scope < embed < store < migrate < memory < transfer < host < api;
+//! - no SQL predicate on `memory_scope` or `conversation_id` is formatted outside
+//!   `src/store/filter.rs` (the `RowFilter` and `Selection` every read, delete and export
+//!   uses).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+#[test]
+fn the_layers_import_only_downward_with_embed_below_store() {
+    let out = Command::new("python3")
+        .args(["scripts/import-graph.py", "--check"])
+        .current_dir(repo())
+        .output()
+        .expect("run python3 scripts/import-graph.py --check");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "an upward import or a cycle:\n{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("config < scope < embed < store < migrate"),
+        "the layer order changed:\n{text}"
+    );
+    assert!(
+        text.contains("upward edges") && text.contains(": 0"),
+        "{text}"
+    );
+}
+
+/// SQL on these columns, as code writes it: a literal column name followed by an operator, or
+/// the column constant interpolated into a format string.
+const PREDICATE_STARTS: [&str; 4] = [
+    "memory_scope",
+    "conversation_id",
+    "{COL_MEMORY_SCOPE}",
+    "{COL_CONVERSATION_ID}",
+];
+const OPERATORS: [&str; 4] = [" = ", " IN ", " IS ", " <> "];
+
+/// `path:line: text` for each line of non-test code in `file` that formats a predicate on the
+/// scope or conversation columns inside a string literal.
+fn hand_formatted(file: &Path, shown: &str) -> Vec<String> {
+    let text = std::fs::read_to_string(file).unwrap_or_default();
+    let mut found = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        // Unit tests sit at the end of a file; what they assert is the code's output.
+        if line.trim_start().starts_with("#[cfg(test)]") {
+            break;
+        }
+        if line.trim_start().starts_with("//") {
+            continue;
+        }
+        for start in PREDICATE_STARTS {
+            for (at, _) in line.match_indices(start) {
+                let in_string = line[..at].matches('"').count() % 2 == 1;
+                let rest = &line[at + start.len()..];
+                if in_string && OPERATORS.iter().any(|op| rest.starts_with(op)) {
+                    found.push(format!("{shown}:{}: {}", n + 1, line.trim()));
+                }
+            }
+        }
+    }
+    found
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+#[test]
+fn no_scope_or_conversation_predicate_is_formatted_outside_the_filter() {
+    let src = repo().join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    assert!(files.len() > 50, "found only {} source files", files.len());
+    let filter = src.join("store").join("filter.rs");
+    assert!(
+        !hand_formatted(&filter, "filter.rs").is_empty(),
+        "the check finds nothing even in store/filter.rs: it is broken"
+    );
+    let found: Vec<String> = files
+        .iter()
+        .filter(|f| **f != filter)
+        .flat_map(|f| {
+            let shown = f.strip_prefix(repo()).unwrap_or(f).display().to_string();
+            hand_formatted(f, &shown)
+        })
+        .collect();
+    assert!(
+        found.is_empty(),
+        "build these predicates with store::filter (RowFilter, Selection, ScopeSet):\n{}",
+        found.join("\n")
+    );
+}
