@@ -213,8 +213,22 @@ fn limit_malloc_arenas() {
     }
 }
 
+/// The e5 engine's OpenMP team (libgomp) spins while it waits, by default, for the next
+/// parallel region. On 2 cores shared with the async runtime, the writer and anything else the
+/// machine runs, a spinning team member holds the core the other one needs: measured on this
+/// 2-core machine under load (`SCOPEMEM_BENCH_SMOKE=1 make bench-embedding`), a 2-thread query
+/// took 63 ms p50 / 139 ms p95 spinning and 34 / 36 ms with `PASSIVE`, and one loaded run saw
+/// 2.5 s. libgomp reads the variable when the engine is loaded; it is set here, before any
+/// thread exists, and an operator's own `OMP_WAIT_POLICY` wins.
+fn passive_openmp_waits() {
+    if std::env::var_os("OMP_WAIT_POLICY").is_none() {
+        std::env::set_var("OMP_WAIT_POLICY", "PASSIVE");
+    }
+}
+
 fn main() -> anyhow::Result<()> {
     limit_malloc_arenas();
+    passive_openmp_waits();
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
