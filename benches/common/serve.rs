@@ -1,6 +1,10 @@
 //! Real `scopemem serve` processes for the benches that measure over HTTP (quality, burst):
 //! started on a free loopback port with a config written beside their database, waited for
 //! on `/healthz`, and killed when dropped, so a failed bench leaves no server behind.
+//!
+//! Env: `SCOPEMEM_BENCH_SERVE_BIN` runs that `scopemem` binary as the server instead of the one
+//! cargo built beside the bench (`CARGO_BIN_EXE_scopemem`, in the bench's own profile): the
+//! bench client can then be a quick dev build while the server is the release binary users get.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -39,9 +43,20 @@ pub fn log_tail(path: &Path, lines: usize) -> String {
     tail.into_iter().rev().collect::<Vec<_>>().join("\n")
 }
 
-/// Start `scopemem serve` with `cfg` (its `storage.db_dir` defaulting to `<dir>/db` and
-/// `server.http_addr` set to a free port) and wait for `/healthz`; Err(why) when it exits or
-/// never answers. Its log goes to `<dir>/serve.log`.
+/// The `scopemem` binary the benches serve with: `SCOPEMEM_BENCH_SERVE_BIN`, else the one cargo
+/// built beside the bench.
+pub fn serve_bin() -> PathBuf {
+    std::env::var_os("SCOPEMEM_BENCH_SERVE_BIN")
+        .filter(|v| !v.is_empty())
+        .map_or_else(
+            || PathBuf::from(env!("CARGO_BIN_EXE_scopemem")),
+            PathBuf::from,
+        )
+}
+
+/// Start `scopemem serve` (the binary `serve_bin` names) with `cfg` (its `storage.db_dir`
+/// defaulting to `<dir>/db` and `server.http_addr` set to a free port) and wait for `/healthz`;
+/// Err(why) when it exits or never answers. Its log goes to `<dir>/serve.log`.
 pub async fn start_serve(
     client: &reqwest::Client,
     dir: &Path,
@@ -55,12 +70,13 @@ pub async fn start_serve(
     let config = dir.join("config.json");
     std::fs::write(&config, serde_json::to_vec_pretty(&cfg).unwrap()).unwrap();
     let log = dir.join("serve.log");
-    let child = Command::new(env!("CARGO_BIN_EXE_scopemem"))
+    let bin = serve_bin();
+    let child = Command::new(&bin)
         .args(["serve", "--config", config.to_str().unwrap()])
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
-        .map_err(|e| format!("could not run scopemem: {e}"))?;
+        .map_err(|e| format!("could not run {}: {e}", bin.display()))?;
     let mut proc = Proc(child);
     let base = format!("http://127.0.0.1:{port}");
     for _ in 0..1200 {
