@@ -38,7 +38,7 @@ use crate::embed::ModelInfo;
 use commit::read_retrying;
 
 pub use commit::WriterSettings;
-pub use filter::{sql_literal, timestamp_literal, RowFilter, ScopeSet, Selection};
+pub use filter::{sql_literal, target_still, timestamp_literal, RowFilter, ScopeSet, Selection};
 pub use fulltext::{FulltextSearch, KeywordHit, KeywordMatching, KeywordRequest};
 pub use index_state::IndexState;
 pub use maintenance::pruning::PruneReport;
@@ -94,7 +94,17 @@ impl StoreError {
     /// A file vanished under a read: a concurrent erase or prune removed the version the read
     /// had started on. Reading again from the latest version succeeds.
     pub fn is_vanished_file(&self) -> bool {
-        matches!(self, StoreError::Lance(lancedb::Error::Lance { source }) if is_not_found(source))
+        match self {
+            StoreError::Lance(lancedb::Error::Lance { source }) => {
+                is_not_found(source) || caused_by_not_found(source)
+            }
+            // A scan inside DataFusion (a delete's, a merge's) hands Lance's error back boxed,
+            // wrapped in DataFusion's own.
+            StoreError::Lance(lancedb::Error::External { source }) => {
+                caused_by_not_found(source.as_ref())
+            }
+            _ => false,
+        }
     }
 
     /// Lance reports concurrent-commit races as a retryable conflict, and gives up with "too
@@ -132,6 +142,38 @@ mod retryable_tests {
         .is_retryable());
         assert!(!lance(lance_core::Error::invalid_input("bad")).is_retryable());
         assert!(!StoreError::WriterGone.is_retryable());
+    }
+
+    /// A file pruned under a delete's scan comes back boxed inside DataFusion's error; it is
+    /// still a vanished file, which the writer retries on the latest version (seen as a forget
+    /// answering 500 while another process's update pruned the version it scanned).
+    #[test]
+    fn a_vanished_file_is_recognised_inside_an_external_error() {
+        /// DataFusion's `External` as it wraps Lance's error: its own text, the cause below.
+        #[derive(Debug)]
+        struct Wrapped(lance_core::Error);
+        impl std::fmt::Display for Wrapped {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                write!(f, "External error: {}", self.0)
+            }
+        }
+        impl std::error::Error for Wrapped {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.0)
+            }
+        }
+        let boxed: Box<dyn std::error::Error + Send + Sync> =
+            Box::new(lance_core::Error::not_found("data/abc.lance"));
+        let external = StoreError::Lance(lancedb::Error::External { source: boxed });
+        assert!(external.is_vanished_file(), "{external}");
+        let wrapped = Wrapped(lance_core::Error::not_found("data/abc.lance"));
+        let external = StoreError::Lance(lancedb::Error::External {
+            source: Box::new(wrapped),
+        });
+        assert!(external.is_vanished_file(), "{external}");
+        let other: Box<dyn std::error::Error + Send + Sync> = "disk on fire".into();
+        let other = StoreError::Lance(lancedb::Error::External { source: other });
+        assert!(!other.is_vanished_file());
     }
 }
 
@@ -482,6 +524,21 @@ impl Store {
 }
 
 /// A file that vanished between listing and reading (removed by a concurrent prune).
+/// Whether a Lance "not found" is anywhere in the error's chain of causes.
+fn caused_by_not_found(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause = Some(e);
+    while let Some(err) = cause {
+        if err
+            .downcast_ref::<lance_core::Error>()
+            .is_some_and(is_not_found)
+        {
+            return true;
+        }
+        cause = err.source();
+    }
+    false
+}
+
 fn is_not_found(e: &lance_core::Error) -> bool {
     match e {
         lance_core::Error::NotFound { .. } => true,
