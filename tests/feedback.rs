@@ -304,7 +304,14 @@ async fn events_tools_forget_and_metrics_over_http() {
         .iter()
         .map(|t| t["name"].as_str().unwrap())
         .collect();
-    assert_eq!(names, vec!["core_memory_recall", "core_memory_remember"]);
+    assert_eq!(
+        names,
+        vec![
+            "core_memory_recall",
+            "core_memory_remember",
+            "core_memory_update"
+        ]
+    );
     let (code, body) = post(
         "/v1/tools/core_memory_remember",
         json!({"conversation_id": PRIVATE, "arguments": {"content": "x", "memory_scope": "家人"}}),

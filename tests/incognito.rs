@@ -40,7 +40,7 @@ async fn incognito_writes_store_nothing_and_say_so() {
     assert_eq!((code, &public["stored"]), (200, &json!(true)), "{public}");
 
     // Every write path from the incognito conversation or persona: 200, stored false.
-    let not_stored = json!({"memory": null, "stored": false});
+    let not_stored = json!({"memory": null, "stored": false, "deduplicated": false});
     let no_job = json!({"job_id": null, "stored": false});
     let writes = [
         (

@@ -18,6 +18,9 @@ mod concurrency;
 #[path = "crash.rs"]
 mod crash;
 
+#[path = "dedup.rs"]
+mod dedup;
+
 #[path = "disk_full.rs"]
 mod disk_full;
 
@@ -104,6 +107,9 @@ mod store;
 
 #[path = "transfer.rs"]
 mod transfer;
+
+#[path = "update.rs"]
+mod update;
 
 #[path = "ui.rs"]
 mod ui;

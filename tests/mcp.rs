@@ -148,7 +148,7 @@ async fn raw_jsonrpc_incognito_remember_stores_nothing() {
     assert!(!is_error(&r), "{r}");
     assert_eq!(
         r["structuredContent"],
-        json!({"memory": null, "stored": false})
+        json!({"memory": null, "stored": false, "deduplicated": false})
     );
     assert_eq!(rows(&host).await, 0);
     let r = c
@@ -175,7 +175,14 @@ async fn raw_jsonrpc_conversation_comes_only_from_meta() {
         .iter()
         .map(|t| t["name"].as_str().unwrap())
         .collect();
-    assert_eq!(names, ["core_memory_recall", "core_memory_remember"]);
+    assert_eq!(
+        names,
+        [
+            "core_memory_recall",
+            "core_memory_remember",
+            "core_memory_update"
+        ]
+    );
     for t in tools["result"]["tools"].as_array().unwrap() {
         let host_spec = host.tools().into_iter().find(|s| s.name == t["name"]);
         assert_eq!(t["inputSchema"], host_spec.unwrap().input_schema);

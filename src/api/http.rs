@@ -18,7 +18,7 @@ use super::metrics::{render, track, Metrics};
 use crate::host::operation::{self, AfterMessageSent, JobQuery, LlmRequestEvent};
 use crate::host::{PluginError, PluginHost, Request};
 use crate::memory::feedback::FeedbackRequest;
-use crate::memory::{BrowseRequest, ForgetRequest, RecallRequest, RememberRequest};
+use crate::memory::{BrowseRequest, ForgetRequest, RecallRequest, RememberRequest, UpdateRequest};
 
 /// A JSON error response.
 pub struct ApiError {
@@ -47,6 +47,10 @@ impl From<PluginError> for ApiError {
     fn from(e: PluginError) -> Self {
         let status = if e.retry_after.is_some() {
             StatusCode::SERVICE_UNAVAILABLE
+        } else if e.code == "not_found" {
+            StatusCode::NOT_FOUND
+        } else if e.code == "conflict" {
+            StatusCode::CONFLICT
         } else if e.client_error {
             StatusCode::BAD_REQUEST
         } else {
@@ -131,6 +135,7 @@ pub fn router(host: Arc<PluginHost>) -> Router {
         .route("/v1/feedback/{job_id}", get(feedback_status))
         .route("/v1/forget", post(forget))
         .route("/v1/memories/browse", post(browse))
+        .route("/v1/memories/update", post(update))
         .route("/v1/scope_map", get(scope_map))
         .route("/v1/export", get(export))
         .route("/v1/events/llm_request", post(llm_request))
@@ -181,6 +186,14 @@ async fn browse(
     Body(req): Body<BrowseRequest>,
 ) -> Result<Json<Value>, ApiError> {
     Ok(Json(host.dispatch(Request::Browse(req)).await?))
+}
+
+/// `POST /v1/memories/update`: correct a memory the conversation may recall.
+async fn update(
+    State(host): State<AppState>,
+    Body(req): Body<UpdateRequest>,
+) -> Result<Json<Value>, ApiError> {
+    Ok(Json(host.dispatch(Request::Update(req)).await?))
 }
 
 /// `GET /v1/export?conversation_id=…[&persona=…][&vectors=true]`.

@@ -71,9 +71,13 @@ fn to_json<T: serde::Serialize>(v: &T) -> Result<Value, PluginError> {
     serde_json::to_value(v).map_err(|e| PluginError::internal(e.to_string()))
 }
 
-/// `{"memory", "stored"}`: an incognito conversation gets `{"memory": null, "stored": false}`.
-fn remembered(memory: Option<crate::memory::Memory>) -> Value {
-    json!({ "stored": memory.is_some(), "memory": memory })
+/// `{"memory", "stored", "deduplicated"}`: an incognito conversation gets `{"memory": null,
+/// "stored": false}`; a fact the scope already held names that memory, with `deduplicated`.
+fn remembered(outcome: Option<crate::memory::Remembered>) -> Value {
+    match outcome {
+        None => json!({ "stored": false, "memory": null, "deduplicated": false }),
+        Some(r) => json!({ "stored": true, "memory": r.memory, "deduplicated": r.deduplicated }),
+    }
 }
 
 fn accept(service: &MemoryService, req: FeedbackRequest) -> Result<Value, PluginError> {
@@ -104,6 +108,7 @@ impl Plugin for MemoryPlugin {
                 Request::Recall(req) => to_json(&self.service.recall(req).await?),
                 Request::Status => to_json(&self.service.status().await?),
                 Request::Browse(req) => to_json(&self.service.browse(req).await?),
+                Request::Update(req) => to_json(&self.service.update(req).await?),
                 Request::ScopeMap => to_json(&self.service.scope_map()),
                 Request::Feedback(req) => accept(&self.service, req),
                 Request::FeedbackStatus(q) => match self.service.feedback().outcome(&q.job_id) {
@@ -136,6 +141,16 @@ impl Plugin for MemoryPlugin {
                         .await?;
                     Ok(remembered(memory))
                 }
+                tools::UPDATE => match tools::update_request(ctx, arguments)? {
+                    tools::UpdateCall::Correct(req) => to_json(&self.service.update(req).await?),
+                    tools::UpdateCall::Delete(req) => {
+                        let outcome = self.service.forget(req).await?;
+                        if outcome.deleted == 0 {
+                            return Err(crate::memory::MemoryError::NotFound("memory_id").into());
+                        }
+                        to_json(&outcome)
+                    }
+                },
                 tools::RECALL => to_json(
                     &self
                         .service

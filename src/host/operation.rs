@@ -14,7 +14,7 @@ use serde_json::Value;
 
 use super::PluginError;
 use crate::memory::feedback::{FeedbackRequest, NewMemory};
-use crate::memory::{BrowseRequest, ForgetRequest, RecallRequest, RememberRequest};
+use crate::memory::{BrowseRequest, ForgetRequest, RecallRequest, RememberRequest, UpdateRequest};
 
 /// What a plugin can be asked to do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -28,12 +28,13 @@ pub enum Operation {
     OnLlmRequest,
     AfterMessageSent,
     Browse,
+    Update,
     ScopeMap,
 }
 
 impl Operation {
     /// Every operation, in the order the memory plugin documents them.
-    pub const ALL: [Operation; 10] = [
+    pub const ALL: [Operation; 11] = [
         Operation::Remember,
         Operation::Recall,
         Operation::Status,
@@ -43,6 +44,7 @@ impl Operation {
         Operation::OnLlmRequest,
         Operation::AfterMessageSent,
         Operation::Browse,
+        Operation::Update,
         Operation::ScopeMap,
     ];
 
@@ -58,6 +60,7 @@ impl Operation {
             Operation::OnLlmRequest => "on_llm_request",
             Operation::AfterMessageSent => "after_message_sent",
             Operation::Browse => "browse",
+            Operation::Update => "update",
             Operation::ScopeMap => "scope_map",
         }
     }
@@ -80,6 +83,7 @@ pub enum Request {
     OnLlmRequest(LlmRequestEvent),
     AfterMessageSent(AfterMessageSent),
     Browse(BrowseRequest),
+    Update(UpdateRequest),
     ScopeMap,
 }
 
@@ -95,6 +99,7 @@ impl Request {
             Request::OnLlmRequest(_) => Operation::OnLlmRequest,
             Request::AfterMessageSent(_) => Operation::AfterMessageSent,
             Request::Browse(_) => Operation::Browse,
+            Request::Update(_) => Operation::Update,
             Request::ScopeMap => Operation::ScopeMap,
         }
     }
@@ -118,6 +123,7 @@ impl Request {
             Operation::OnLlmRequest => Request::OnLlmRequest(body(payload)?),
             Operation::AfterMessageSent => Request::AfterMessageSent(body(payload)?),
             Operation::Browse => Request::Browse(body(payload)?),
+            Operation::Update => Request::Update(body(payload)?),
             Operation::ScopeMap => Request::ScopeMap,
         })
     }

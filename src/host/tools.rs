@@ -1,13 +1,17 @@
 //! The LLM tools of the memory plugin (names and limits modelled on the upstream plugin's
-//! `core_memory_remember` / `core_memory_recall`).
+//! `core_memory_remember` / `core_memory_recall`), and `core_memory_update`, which corrects or
+//! deletes a memory the conversation was shown (injected memories carry their ids).
 
 use serde_json::{json, Map, Value};
 
 use super::{CallContext, PluginError, ToolSpec};
-use crate::memory::{RecallMode, RecallRequest, RememberRequest, MEMORY_TYPES};
+use crate::memory::{
+    ForgetRequest, RecallMode, RecallRequest, RememberRequest, UpdateRequest, MEMORY_TYPES,
+};
 
 pub const REMEMBER: &str = "core_memory_remember";
 pub const RECALL: &str = "core_memory_recall";
+pub const UPDATE: &str = "core_memory_update";
 
 pub fn specs() -> Vec<ToolSpec> {
     vec![
@@ -55,7 +59,63 @@ pub fn specs() -> Vec<ToolSpec> {
                 }
             }),
         },
+        ToolSpec {
+            name: UPDATE,
+            description: "Correct or delete a long-term memory when the user says it is wrong \
+                          or no longer wanted (e.g. '不对，妈妈是对阿莫西林过敏' or '这条不用记了'). \
+                          Use the id shown on the memory.",
+            input_schema: json!({
+                "type": "object",
+                "additionalProperties": false,
+                "required": ["memory_id"],
+                "properties": {
+                    "memory_id": {"type": "string", "minLength": 1, "maxLength": 128,
+                                  "description": "The id of the memory to correct or delete."},
+                    "content": {"type": "string", "minLength": 1, "maxLength": 4000,
+                                "description": "The corrected memory, as a self-contained statement."},
+                    "tags": {"type": "array", "maxItems": 32,
+                             "items": {"type": "string", "minLength": 1, "maxLength": 64}},
+                    "delete": {"type": "boolean", "default": false,
+                               "description": "true: forget this memory instead of correcting it."}
+                }
+            }),
+        },
     ]
+}
+
+/// What the update tool asks for: a correction, or the memory's deletion.
+pub enum UpdateCall {
+    Correct(UpdateRequest),
+    Delete(ForgetRequest),
+}
+
+pub fn update_request(ctx: CallContext, args: Value) -> Result<UpdateCall, PluginError> {
+    let mut map = arguments(UPDATE, args)?;
+    let memory_id: String = take(&mut map, "memory_id")?
+        .ok_or_else(|| PluginError::bad_request("invalid_arguments", "'memory_id' is required"))?;
+    let content: Option<String> = take(&mut map, "content")?;
+    let tags: Option<Vec<String>> = take(&mut map, "tags")?;
+    if take::<bool>(&mut map, "delete")?.unwrap_or(false) {
+        if content.is_some() || tags.is_some() {
+            return Err(PluginError::bad_request(
+                "invalid_arguments",
+                "'delete' cannot be combined with 'content' or 'tags'",
+            ));
+        }
+        return Ok(UpdateCall::Delete(ForgetRequest {
+            conversation_id: ctx.conversation_id,
+            persona: ctx.persona,
+            memory_ids: Some(vec![memory_id]),
+        }));
+    }
+    Ok(UpdateCall::Correct(UpdateRequest {
+        conversation_id: ctx.conversation_id,
+        persona: ctx.persona,
+        memory_id,
+        content,
+        tags,
+        expires_at: None,
+    }))
 }
 
 /// Refuse any argument the schema does not declare: in particular nothing can name a scope or

@@ -3,6 +3,7 @@
 pub(crate) mod chained;
 pub(crate) mod erase_notices;
 pub(crate) mod exact_terms;
+pub(crate) mod fact;
 pub mod feedback;
 pub mod hybrid;
 pub(crate) mod injection;
@@ -38,6 +39,13 @@ pub enum MemoryError {
     Embed(#[from] EmbedError),
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// No memory with this id that the conversation may reach (never says whether one exists
+    /// elsewhere).
+    #[error("no such memory for this conversation ({0})")]
+    NotFound(&'static str),
+    /// Another write kept changing the row; the caller may try again.
+    #[error("{0}")]
+    Conflict(String),
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -50,6 +58,8 @@ impl MemoryError {
             MemoryError::InvalidInput { .. } => "invalid_input",
             MemoryError::Embed(_) => "embedding_unavailable",
             MemoryError::Store(_) => "store_failed",
+            MemoryError::NotFound(_) => "not_found",
+            MemoryError::Conflict(_) => "conflict",
             MemoryError::Internal(_) => "internal",
         }
     }
@@ -58,7 +68,10 @@ impl MemoryError {
     pub fn is_client_error(&self) -> bool {
         matches!(
             self,
-            MemoryError::Scope(_) | MemoryError::InvalidInput { .. }
+            MemoryError::Scope(_)
+                | MemoryError::InvalidInput { .. }
+                | MemoryError::NotFound(_)
+                | MemoryError::Conflict(_)
         )
     }
 }

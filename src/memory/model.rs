@@ -174,3 +174,36 @@ pub struct BrowseResponse {
     pub limit: usize,
     pub memories: Vec<Memory>,
 }
+
+/// What a remember did: the memory as stored, and whether the text was a fact the scope
+/// already held (`memory::fact`), in which case `memory` is that existing memory, reinforced.
+#[derive(Debug, Clone, Serialize)]
+pub struct Remembered {
+    pub memory: Memory,
+    pub deduplicated: bool,
+}
+
+/// `POST /v1/memories/update`: correct a memory the conversation may recall. At least one of
+/// `content`, `tags` and `expires_at`; the scope never changes.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpdateRequest {
+    pub conversation_id: String,
+    #[serde(default)]
+    pub persona: Option<String>,
+    pub memory_id: String,
+    #[serde(default)]
+    pub content: Option<String>,
+    #[serde(default)]
+    pub tags: Option<Vec<String>>,
+    /// RFC 3339, in the future.
+    #[serde(default)]
+    pub expires_at: Option<String>,
+}
+
+/// What an update wrote, and the scope of the conversation it ran as.
+#[derive(Debug, Clone, Serialize)]
+pub struct Updated {
+    pub memory: Memory,
+    pub memory_scope: String,
+}

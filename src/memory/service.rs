@@ -1,7 +1,8 @@
 //! MemoryService: every read and write of memories. The scope of a new memory is derived in
-//! exactly one place, [`derive_scope`], from the conversation id (and persona) alone. How the
-//! service is wired and kept maintained is in `service/wiring.rs`; the erase path in
-//! `service/erase.rs`; the expiry sweeper in `service/sweeper.rs`.
+//! exactly one place, `derive_scope`, from the conversation id (and persona) alone. The remember
+//! path (and its folding of repeated facts) is in `service/remember.rs`; how the service is
+//! wired and kept maintained in `service/wiring.rs`; the erase path in `service/erase.rs`; the
+//! expiry sweeper in `service/sweeper.rs`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -11,13 +12,14 @@ use chrono::Utc;
 use serde::Serialize;
 
 mod erase;
+mod remember;
 pub mod sweeper;
+mod update;
 mod wiring;
 
 use super::chained::{self, ChainedLimits};
 use super::hybrid::{CandidateQuery, Searchers};
 use super::model::*;
-use super::new_memory::{NewMemory, ValidMemory};
 use super::read_filter::recall_filter;
 use super::redact::redact;
 use super::MemoryError;
@@ -28,13 +30,11 @@ use crate::embed::calibration::{calibrate, Calibration, ModelFit};
 use crate::embed::Embedder;
 use crate::migrate::backfill::{BackfillHandle, BackfillProgress, BackfillSettings};
 use crate::migrate::checkpoint;
-use crate::scope::{derive_scope, ConversationId, MapSummary, ScopeResolver};
+use crate::scope::{ConversationId, MapSummary, ScopeResolver};
 use crate::store::beside::Beside;
 use crate::store::lease::{self, Lease};
 use crate::store::maintenance::pruning::VersionLimits;
-use crate::store::{
-    LanceSearch, MemoryRecord, RowFilter, ScopeSet, Selection, Store, WriterSettings,
-};
+use crate::store::{LanceSearch, RowFilter, ScopeSet, Selection, Store, WriterSettings};
 
 const MAX_QUERY_CHARS: usize = 2000;
 const DEFAULT_STRENGTH: i64 = 50;
@@ -280,79 +280,6 @@ impl MemoryService {
     /// Whether recall currently also shows legacy rows with a NULL scope.
     pub fn migration_active(&self) -> bool {
         self.backfill.gate().is_on()
-    }
-
-    /// Write one memory from the remember tool (active, caller-chosen strength). `None` when
-    /// the conversation is incognito: the input is still validated, nothing is embedded or stored.
-    pub async fn remember(&self, req: RememberRequest) -> Result<Option<Memory>, MemoryError> {
-        let started = Instant::now();
-        let conversation = conversation(&req.conversation_id)?;
-        let strength = req.strength.unwrap_or(DEFAULT_STRENGTH);
-        if !(1..=100).contains(&strength) {
-            return Err(invalid("strength", "strength must be between 1 and 100"));
-        }
-        let ValidMemory {
-            content,
-            reasoning,
-            tags,
-            memory_type,
-        } = NewMemory {
-            content: req.content,
-            reasoning: req.reasoning,
-            tags: req.tags,
-            memory_type: req.memory_type,
-        }
-        .parse()?;
-        let now = Utc::now();
-        let explicit = match req.expires_at.as_deref() {
-            Some(raw) => Some(super::retention::parse_expires_at(raw, now)?),
-            None => None,
-        };
-        let expires_at = self
-            .settings
-            .retention
-            .expires_at(&memory_type, now, explicit);
-
-        let map = self.scopes.snapshot();
-        let Some(scope) = derive_scope(&map, &conversation, req.persona.as_deref()) else {
-            return Ok(None);
-        };
-        // Concurrent remembers share a commit: the writer waits for announced appends.
-        let _coming = self.store.announce_append();
-        let vector = self
-            .embedder
-            .embed(crate::embed::TextRole::Passage, vec![content.clone()])
-            .await?
-            .pop()
-            .ok_or_else(|| MemoryError::Internal("embedder returned no vector".into()))?;
-        let record = MemoryRecord {
-            id: uuid::Uuid::now_v7().to_string(),
-            content,
-            reasoning,
-            tags,
-            memory_type,
-            strength: strength as i32,
-            is_active: true,
-            conversation_id: Some(conversation.as_str().to_string()),
-            created_at: Some(now),
-            memory_scope: Some(scope.scope.as_str().to_string()),
-            scope_source: Some(scope.source.as_str().to_string()),
-            expires_at,
-            last_recalled_at: None,
-        };
-        self.store.append(vec![(record.clone(), vector)]).await?;
-        self.latency.record(started.elapsed());
-        tracing::info!(
-            conversation_id = conversation.as_str(),
-            memory_scope = scope.scope.as_str(),
-            scope_source = scope.source.as_str(),
-            ms = started.elapsed().as_millis() as u64,
-            "remembered"
-        );
-        if let Err(e) = self.search.maybe_build_index().await {
-            tracing::warn!(error = %e, "could not check whether a vector index is due");
-        }
-        Ok(Some(record.into()))
     }
 
     /// Recall what this conversation may see: its scope plus `public` (plus legacy NULL rows

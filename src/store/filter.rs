@@ -18,7 +18,7 @@
 
 use chrono::{DateTime, SecondsFormat, Utc};
 
-use super::schema::{COL_CONVERSATION_ID, COL_EXPIRES_AT, COL_ID, COL_MEMORY_SCOPE};
+use super::schema::{COL_CONTENT, COL_CONVERSATION_ID, COL_EXPIRES_AT, COL_ID, COL_MEMORY_SCOPE};
 
 /// Which rows a read may return.
 #[derive(Debug, Clone, PartialEq)]
@@ -183,6 +183,21 @@ fn scope_set_sql(set: &ScopeSet) -> String {
     } else {
         visible
     }
+}
+
+/// A merge's condition that the stored row (`target`) is still in `scope` (`None`: a legacy
+/// row without one) and still reads `content`: a replacement planned on what a request read
+/// writes nothing if another write changed the row since, and never touches a copy of the id
+/// in another scope.
+pub fn target_still(scope: Option<&str>, content: &str) -> String {
+    let scope = match scope {
+        Some(s) => format!("target.{COL_MEMORY_SCOPE} = {}", sql_literal(s)),
+        None => format!("target.{COL_MEMORY_SCOPE} IS NULL"),
+    };
+    format!(
+        "{scope} AND target.{COL_CONTENT} = {}",
+        sql_literal(content)
+    )
 }
 
 /// Rows still alive at `now`: NULL never expires.

@@ -47,19 +47,31 @@ pub struct FilledBlanks {
 
 /// Rows to append, already paired with their vectors.
 pub type Rows = Vec<(MemoryRecord, Vec<f32>)>;
-type AppendReply = oneshot::Sender<Result<(), StoreError>>;
+/// An append's answer: the ids of its rows the table already held (see
+/// [`WriterHandle::append_once`]); empty for a plain append.
+type AppendReply = oneshot::Sender<Result<Vec<String>, StoreError>>;
+
+/// One append waiting for its group commit.
+struct PendingAppend {
+    rows: Rows,
+    /// Insert only the rows whose id the table does not hold yet.
+    once: bool,
+    done: AppendReply,
+}
 
 enum Op {
-    Append {
-        rows: Rows,
-        done: AppendReply,
-    },
+    Append(PendingAppend),
     Delete {
         predicate: String,
         done: oneshot::Sender<Result<u64, StoreError>>,
     },
     InsertMissing {
         rows: Rows,
+        done: oneshot::Sender<Result<u64, StoreError>>,
+    },
+    Replace {
+        row: Box<(MemoryRecord, Vec<f32>)>,
+        condition: String,
         done: oneshot::Sender<Result<u64, StoreError>>,
     },
     FillBlank {
@@ -128,12 +140,25 @@ impl WriterHandle {
     }
 
     pub async fn append(&self, rows: Rows) -> Result<(), StoreError> {
+        self.send_append(rows, false).await.map(drop)
+    }
+
+    /// Append the rows whose id the table does not hold yet, in the same group commit as
+    /// other appends, and return the ids it already held (left as they were). The commit is
+    /// a merge on the table's (unenforced) primary key, so of two processes appending one id
+    /// at once, one inserts it and the other is told it was there: derived ids
+    /// (`memory::fact`) keep one row per fact across processes.
+    pub async fn append_once(&self, rows: Rows) -> Result<Vec<String>, StoreError> {
+        self.send_append(rows, true).await
+    }
+
+    async fn send_append(&self, rows: Rows, once: bool) -> Result<Vec<String>, StoreError> {
         if rows.is_empty() {
-            return Ok(());
+            return Ok(Vec::new());
         }
         let (done, rx) = oneshot::channel();
         self.tx
-            .send(Op::Append { rows, done })
+            .send(Op::Append(PendingAppend { rows, once, done }))
             .await
             .map_err(|_| StoreError::WriterGone)?;
         rx.await.map_err(|_| StoreError::WriterGone)?
@@ -201,6 +226,38 @@ impl WriterHandle {
             .await
             .map_err(|_| StoreError::WriterGone)?;
         rx.await.map_err(|_| StoreError::WriterGone)?
+    }
+
+    /// Replace the row with `row`'s id by `row` (text, vector and every column), only where
+    /// `condition` holds on the stored row (columns named `target.<column>`); then erase the
+    /// replaced row as [`Self::erase`] does: its fragment is rewritten and every older version
+    /// removed, so nothing on disk holds the old text. Returns rows replaced (0: no row with
+    /// that id met the condition, and nothing was written).
+    pub async fn replace_erasing(
+        &self,
+        row: (MemoryRecord, Vec<f32>),
+        condition: String,
+    ) -> Result<u64, StoreError> {
+        let wall = std::time::SystemTime::now();
+        let (done, rx) = oneshot::channel();
+        self.tx
+            .send(Op::Replace {
+                row: Box::new(row),
+                condition,
+                done,
+            })
+            .await
+            .map_err(|_| StoreError::WriterGone)?;
+        let replaced = rx.await.map_err(|_| StoreError::WriterGone)??;
+        if replaced > 0 {
+            let pruned = self.maintenance.purge_and_prune(replaced, wall).await?;
+            tracing::info!(
+                rows = replaced,
+                versions = pruned.versions_removed,
+                "replaced rows and pruned the versions that held them"
+            );
+        }
+        Ok(replaced)
     }
 
     /// Set text columns to literal values on the rows with these ids, only where the first
@@ -359,12 +416,12 @@ const LINGER_POLL: Duration = Duration::from_millis(2);
 /// cap. Returns the first other op met, to run next.
 async fn gather(
     rx: &mut mpsc::Receiver<Op>,
-    group: &mut Vec<(Rows, AppendReply)>,
+    group: &mut Vec<PendingAppend>,
     settings: &WriterSettings,
     announced: &AtomicU64,
 ) -> Option<Op> {
     let deadline = tokio::time::Instant::now() + settings.commit_linger;
-    let mut total: usize = group.iter().map(|(rows, _)| rows.len()).sum();
+    let mut total: usize = group.iter().map(|p| p.rows.len()).sum();
     while total < settings.max_batch_rows {
         let next = match rx.try_recv() {
             Ok(op) => Some(op),
@@ -382,9 +439,9 @@ async fn gather(
             }
         };
         match next {
-            Some(Op::Append { rows, done }) => {
-                total += rows.len();
-                group.push((rows, done));
+            Some(Op::Append(append)) => {
+                total += append.rows.len();
+                group.push(append);
             }
             Some(other) => return Some(other),
             None => return None,
@@ -406,8 +463,8 @@ async fn run(table: Table, settings: WriterSettings, mut rx: mpsc::Receiver<Op>,
             },
         };
         match op {
-            Op::Append { rows, done } => {
-                pending = append_group(table, settings, &mut rx, shared, (rows, done)).await;
+            Op::Append(append) => {
+                pending = append_group(table, settings, &mut rx, shared, append).await;
             }
             Op::Delete { predicate, done } => {
                 let result = commit_delete(table, settings, shared, &predicate).await;
@@ -416,6 +473,20 @@ async fn run(table: Table, settings: WriterSettings, mut rx: mpsc::Receiver<Op>,
             }
             Op::InsertMissing { rows, done } => {
                 let result = commit_insert_missing(table, settings, shared, &rows).await;
+                reply(shared, done, result);
+            }
+            Op::Replace {
+                row,
+                condition,
+                done,
+            } => {
+                let wall = std::time::SystemTime::now();
+                let model = settings.model_id.as_deref();
+                let result = retry(table, settings, &shared.counters, || {
+                    replace_row(table, &row, &condition, model)
+                })
+                .await;
+                let result = durable(settings, shared, wall, result).await;
                 reply(shared, done, result);
             }
             Op::FillBlank { ids, values, done } => {
@@ -488,23 +559,25 @@ async fn append_group(
     settings: &WriterSettings,
     rx: &mut mpsc::Receiver<Op>,
     shared: &Shared,
-    first: (Rows, AppendReply),
+    first: PendingAppend,
 ) -> Option<Op> {
     let counters = &shared.counters;
     let mut group = vec![first];
     let pending = gather(rx, &mut group, settings, &shared.announced).await;
     let wall = std::time::SystemTime::now();
     let mut result = commit_group(table, settings, counters, &shared.observers, &mut group).await;
-    if result.is_ok() {
-        result = make_durable(settings, counters, wall).await;
+    if let Ok(present) = result {
+        result = make_durable(settings, counters, wall)
+            .await
+            .map(|()| present);
     }
     let fragments = match table.as_native() {
         Some(native) => native.count_fragments().await.unwrap_or(0),
         None => 0,
     };
-    for (_, done) in group {
-        let _ = done.send(match &result {
-            Ok(()) => Ok(()),
+    for (i, append) in group.into_iter().enumerate() {
+        let _ = append.done.send(match &result {
+            Ok(present) => Ok(present.get(i).cloned().unwrap_or_default()),
             Err(e) => Err(StoreError::Commit(e.to_string())),
         });
     }
@@ -550,7 +623,8 @@ async fn commit_insert_missing(
     let result = retry(table, settings, &shared.counters, || {
         insert_missing(table, rows, model)
     })
-    .await;
+    .await
+    .map(|(inserted, _)| inserted);
     durable(settings, shared, wall, result).await
 }
 
@@ -646,45 +720,117 @@ async fn commit_staged_vectors(
     durable(settings, shared, wall, result).await
 }
 
+/// Group commit stage: the group's rows in one commit (a merge on `id` when any append asked
+/// for [`WriterHandle::append_once`], a plain append otherwise), its rows reported to the
+/// observers. Returns, per append of the group, the ids of its rows left out because the
+/// table (or an earlier append of the group) already held them.
 async fn commit_group(
     table: &Table,
     settings: &WriterSettings,
     counters: &WriterCounters,
     observers: &[Arc<dyn CommitObserver>],
-    group: &mut [(Rows, AppendReply)],
-) -> Result<(), StoreError> {
+    group: &mut [PendingAppend],
+) -> Result<Vec<Vec<String>>, StoreError> {
     let started = Instant::now();
-    let rows: Vec<(MemoryRecord, Vec<f32>)> = group
-        .iter_mut()
-        .flat_map(|(rows, _)| std::mem::take(rows))
-        .collect();
+    let once = group.iter().any(|a| a.once);
+    let mut present: Vec<Vec<String>> = vec![Vec::new(); group.len()];
+    // Each row with the append it came from; an id twice in a merged group is written once,
+    // by the first append that has it.
+    let mut seen: HashSet<String> = HashSet::new();
+    let mut owners: Vec<usize> = Vec::new();
+    let mut rows: Rows = Vec::new();
+    for (i, append) in group.iter_mut().enumerate() {
+        for row in std::mem::take(&mut append.rows) {
+            if once && !seen.insert(row.0.id.clone()) {
+                present[i].push(row.0.id);
+            } else {
+                owners.push(i);
+                rows.push(row);
+            }
+        }
+    }
     let n = rows.len();
     let model = settings.model_id.as_deref();
     // Shaped anew for every attempt: a re-embed's switch between two attempts changes where
     // the vectors go (and refuses an append staged for the schema before it).
-    let version = retry(table, settings, counters, || {
+    let (inserted, version) = retry(table, settings, counters, || {
         let rows = &rows;
         async move {
+            if once {
+                return insert_missing(table, rows, model).await;
+            }
             let schema = table.schema().await?;
             let batch = to_batch_for(&schema, rows, model)?;
-            Ok(table.add(batch).execute().await?.version)
+            Ok((rows.len() as u64, table.add(batch).execute().await?.version))
         }
     })
     .await?;
+    if (inserted as usize) < n {
+        let others = written_by_others(table, &rows).await?;
+        let mut kept: Rows = Vec::with_capacity(n);
+        for (row, owner) in rows.into_iter().zip(owners) {
+            if others.contains(&row.0.id) {
+                present[owner].push(row.0.id);
+            } else {
+                kept.push(row);
+            }
+        }
+        rows = kept;
+    }
     for observer in observers {
         observer.appended(version, &rows);
     }
     counters.commits.fetch_add(1, Ordering::Relaxed);
     counters
         .rows_appended
-        .fetch_add(n as u64, Ordering::Relaxed);
+        .fetch_add(rows.len() as u64, Ordering::Relaxed);
     tracing::debug!(
-        rows = n,
+        rows = rows.len(),
+        left_out = n - rows.len(),
         requests = group.len(),
         ms = started.elapsed().as_millis() as u64,
         "group commit"
     );
-    Ok(())
+    Ok(present)
+}
+
+/// Of rows a merge was given, the ids whose row in the table is not the one given: written
+/// before (or meanwhile, by another process). Told apart by `created_at` and the conversation,
+/// which a derived id shares with nothing else in the same microsecond.
+async fn written_by_others(table: &Table, rows: &Rows) -> Result<HashSet<String>, StoreError> {
+    use futures::TryStreamExt;
+    use lancedb::query::{ExecutableQuery, QueryBase, Select};
+    table.checkout_latest().await?;
+    let ids: Vec<String> = rows.iter().map(|(r, _)| r.id.clone()).collect();
+    let predicate = super::filter::Selection::ids(ids).rows_sql();
+    let columns = [
+        super::schema::COL_ID,
+        super::schema::COL_CREATED_AT,
+        super::schema::COL_CONVERSATION_ID,
+    ];
+    let mut stream = table
+        .query()
+        .only_if(predicate)
+        .select(Select::columns(&columns))
+        .execute()
+        .await?;
+    let mut stored: std::collections::HashMap<String, MemoryRecord> = Default::default();
+    while let Some(batch) = stream.try_next().await? {
+        for record in super::record::from_batch(&batch) {
+            stored.insert(record.id.clone(), record);
+        }
+    }
+    Ok(rows
+        .iter()
+        .filter(|(given, _)| {
+            stored.get(&given.id).is_some_and(|s| {
+                s.created_at.map(|t| t.timestamp_micros())
+                    != given.created_at.map(|t| t.timestamp_micros())
+                    || s.conversation_id != given.conversation_id
+            })
+        })
+        .map(|(r, _)| r.id.clone())
+        .collect())
 }
 
 /// Tell the observers that follow deletes which ids the delete at `version` removed, read back
@@ -732,18 +878,38 @@ async fn update(
     Ok((result.rows_updated, result.version))
 }
 
+/// Rows inserted and the version committed.
 async fn insert_missing(
     table: &Table,
     rows: &Rows,
     model: Option<&str>,
-) -> Result<u64, StoreError> {
+) -> Result<(u64, u64), StoreError> {
     use lancedb::arrow::arrow_array::RecordBatchIterator;
     let schema = table.schema().await?;
     let batch = to_batch_for(&schema, rows, model)?;
     let mut merge = table.merge_insert(&["id"]);
     merge.when_not_matched_insert_all();
     let reader = RecordBatchIterator::new(vec![Ok(batch)], schema);
-    Ok(merge.execute(Box::new(reader)).await?.num_inserted_rows)
+    let result = merge.execute(Box::new(reader)).await?;
+    Ok((result.num_inserted_rows, result.version))
+}
+
+/// A full-row merge on `id` that updates the matched row where `condition` holds and inserts
+/// nothing: the old row is deleted from its fragment and the new one written to a new one.
+/// Returns rows replaced.
+async fn replace_row(
+    table: &Table,
+    row: &(MemoryRecord, Vec<f32>),
+    condition: &str,
+    model: Option<&str>,
+) -> Result<u64, StoreError> {
+    use lancedb::arrow::arrow_array::RecordBatchIterator;
+    let schema = table.schema().await?;
+    let batch = to_batch_for(&schema, std::slice::from_ref(row), model)?;
+    let mut merge = table.merge_insert(&["id"]);
+    merge.when_matched_update_all(Some(condition.to_string()));
+    let reader = RecordBatchIterator::new(vec![Ok(batch)], schema);
+    Ok(merge.execute(Box::new(reader)).await?.num_updated_rows)
 }
 
 /// A partial-schema merge on the indexed `id` key: Lance patches just the given columns (new

@@ -105,7 +105,7 @@ async def test_conversation_id_comes_from_the_event_alone(app: App, scopemem: Sc
 async def test_tools_are_openai_function_specs(app: App, scopemem: Scopemem) -> None:
     specs = await plugin().tools()
     names = sorted(s["function"]["name"] for s in specs)
-    assert names == ["core_memory_recall", "core_memory_remember"], specs
+    assert names == ["core_memory_recall", "core_memory_remember", "core_memory_update"], specs
     for spec in specs:
         assert spec["type"] == "function"
         fn = spec["function"]

@@ -69,6 +69,33 @@ impl MemoryService {
         })
     }
 
+    /// After an update replaced the row `id` and erased its old copy here: drop this process's
+    /// unapplied merges that read the old text, and leave a notice so every other process does
+    /// the same and rewrites its journal without finished jobs' text. The notice's predicate
+    /// selects no row: the new row under the same id must not be erased again.
+    pub(super) async fn tell_others_update_erased(
+        &self,
+        began: chrono::DateTime<Utc>,
+        id: &str,
+    ) -> Result<(), MemoryError> {
+        let none = Selection::ids(Vec::<String>::new()).rows_sql();
+        let notice = EraseNotice::new(began, none, None, None, vec![id.to_owned()]);
+        let paused = self.feedback.pause().await;
+        self.feedback.drop_pending(&paused, |_, plan| {
+            plan.is_some_and(|p| {
+                p.merges
+                    .iter()
+                    .any(|m| m.delete_ids.iter().any(|d| d == id))
+            })
+        })?;
+        drop(paused);
+        self.erase_notices.publish(&notice).await.map_err(|e| {
+            MemoryError::Internal(format!(
+                "the memory is updated, but the other processes could not be told to drop copies of its old text: {e}"
+            ))
+        })
+    }
+
     /// Apply the erases other processes made since the last call: drop this process's
     /// unapplied jobs they select, rewrite the journal without them and without finished jobs'
     /// text, and erase again the rows this process's jobs wrote while such an erase ran (a job
