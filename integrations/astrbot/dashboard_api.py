@@ -115,6 +115,8 @@ class DashboardApi:
         """One error shape for the page: AstrBot's `{"status": "error", "message"}`."""
 
         async def run() -> Any:
+            if getattr(self.plugin, "terminated", False):
+                return error_response("the scopemem plugin is not running", status_code=503)
             try:
                 return await handler()
             except BadInput as e:

@@ -297,6 +297,7 @@ class ScopememPlugin(Star):
         self.pending_forget: dict[str, tuple[str, float]] = {}
         # Time spent inside on_llm_request (ms), newest last; shown by /scopemem status.
         self.hook_latency_ms: deque[float] = deque(maxlen=1000)
+        self.terminated = False
         # The memory page in AstrBot's dashboard (views/memories/) and its web API.
         DashboardApi(self).register(context)
 
@@ -414,6 +415,8 @@ class ScopememPlugin(Star):
             return
 
     async def terminate(self) -> None:
+        # AstrBot keeps registered web APIs after a plugin stops; the page's handlers check this.
+        self.terminated = True
         if self.supervisor is not None:
             await self.supervisor.stop()
         await self.client.close()
