@@ -9,6 +9,9 @@ mod common;
 #[path = "astrbot.rs"]
 mod astrbot;
 
+#[path = "astrbot_dashboard.rs"]
+mod astrbot_dashboard;
+
 #[path = "cli.rs"]
 mod cli;
 

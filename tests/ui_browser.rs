@@ -16,9 +16,9 @@ use common::*;
 use serde_json::{json, Value};
 
 const TOKEN: &str = "ui-browser-token-3b9e";
-const CHROMIUM: &str = "/usr/bin/chromium";
+pub(crate) const CHROMIUM: &str = "/usr/bin/chromium";
 
-fn deps_dir() -> PathBuf {
+pub(crate) fn deps_dir() -> PathBuf {
     match std::env::var_os("SCOPEMEM_BROWSER_DEPS") {
         Some(d) => PathBuf::from(d),
         None => PathBuf::from(std::env::var_os("HOME").expect("HOME is set"))
@@ -27,7 +27,7 @@ fn deps_dir() -> PathBuf {
 }
 
 /// Chromium and the driver must be there: a missing browser is a failure, not a skip.
-fn check_prerequisites(deps: &Path) {
+pub(crate) fn check_prerequisites(deps: &Path) {
     let hint =
         "run scripts/setup-browser.sh (installs chromium with apt and playwright-core with npm ci)";
     assert!(

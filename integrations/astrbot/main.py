@@ -23,6 +23,7 @@ from astrbot.api.provider import LLMResponse, ProviderRequest
 from astrbot.api.star import Context, Star, StarTools, register
 
 from . import own_config
+from .dashboard_api import DashboardApi
 
 PLUGIN_NAME = "astrbot_plugin_scopemem"
 
@@ -91,8 +92,13 @@ class ScopememClient:
             self.down = False
             logger.info("[scopemem] %s is reachable again: memory is back", self.base_url)
 
-    async def request(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-        """Returns (status, json). Raises ScopememDown on transport errors and 5xx."""
+    async def request_raw(
+        self, method: str, path: str, body: Any = None, timeout: float | None = None
+    ) -> tuple[int, bytes]:
+        """Returns (status, body bytes). Raises ScopememDown on transport errors; a
+        `timeout` (seconds) replaces the chat path's short one for this call."""
+        # No `timeout` argument at all keeps the session's (aiohttp reads None as "no limit").
+        extra = {} if timeout is None else {"timeout": aiohttp.ClientTimeout(total=timeout)}
         try:
             session = await self._get_session()
             async with session.request(
@@ -100,12 +106,23 @@ class ScopememClient:
                 self.base_url + path,
                 headers=self._headers(),
                 data=None if body is None else json.dumps(body),
+                **extra,
             ) as resp:
-                text = await resp.text()
+                raw = await resp.read()
                 status = resp.status
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
             self._mark_down(type(e).__name__ if not str(e) else f"{type(e).__name__}: {e}")
             raise ScopememDown(str(e) or type(e).__name__) from e
+        if status < 500:
+            self._mark_up()
+        return status, raw
+
+    async def request(
+        self, method: str, path: str, body: Any = None, timeout: float | None = None
+    ) -> tuple[int, Any]:
+        """Returns (status, json). Raises ScopememDown on transport errors and 5xx."""
+        status, raw = await self.request_raw(method, path, body, timeout)
+        text = raw.decode("utf-8", errors="replace")
         try:
             payload = json.loads(text) if text else None
         except ValueError:
@@ -280,6 +297,9 @@ class ScopememPlugin(Star):
         self.pending_forget: dict[str, tuple[str, float]] = {}
         # Time spent inside on_llm_request (ms), newest last; shown by /scopemem status.
         self.hook_latency_ms: deque[float] = deque(maxlen=1000)
+        self.terminated = False
+        # The memory page in AstrBot's dashboard (views/memories/) and its web API.
+        DashboardApi(self).register(context)
 
     async def initialize(self) -> None:
         if not self.owns_scopemem:
@@ -395,6 +415,8 @@ class ScopememPlugin(Star):
             return
 
     async def terminate(self) -> None:
+        # AstrBot keeps registered web APIs after a plugin stops; the page's handlers check this.
+        self.terminated = True
         if self.supervisor is not None:
             await self.supervisor.stop()
         await self.client.close()
@@ -645,23 +667,41 @@ class ScopememPlugin(Star):
                 "'_' or '-'."
             )
         umo = event.unified_msg_origin
-        current = own_config.scope_map_of(self.cfg)
-        if scope is None:
-            current.pop(umo, None)
-        else:
-            current[umo] = scope
-        self.cfg["conversation_scope_map"] = current
-
-        def applied(body: dict[str, Any]) -> bool:
-            entries = {e.get("key"): e.get("scope") for e in body.get("entries") or []}
-            return entries.get(umo) == scope if scope is not None else umo not in entries
-
-        problem = await self._save_and_apply(umo, applied, "scope map")
-        if problem:
+        ok, problem = await self.set_map_entry(umo, scope)
+        if not ok or problem:
             return problem
         if scope is None:
             return f"This chat ({umo}) is no longer mapped; it uses the unmapped scope."
         return f"This chat ({umo}) now uses scope {scope}."
+
+    async def set_map_entry(self, key: str, scope: str | None) -> tuple[bool, str]:
+        """Map `key` (a UMO or persona:<name>) to `scope`, or remove its entry (None), in the
+        plugin config, and wait until scopemem applies it. Used by `/scopemem map|unmap` and
+        by the dashboard's memory page. (False, why) when refused before anything is saved;
+        (True, "") when applied; (True, note) when saved but not (yet) applied."""
+        refused = self._refusal()
+        if refused:
+            return False, refused
+        if scope is not None and not own_config.SCOPE_NAME_RE.match(scope):
+            return False, "A scope name is 1-64 letters, digits, CJK, '_' or '-'."
+        try:
+            current = own_config.scope_map_of(self.cfg)
+        except ValueError as e:
+            return False, str(e)
+        if scope is None:
+            current.pop(key, None)
+        else:
+            current[key] = scope
+        self.cfg["conversation_scope_map"] = current
+
+        def applied(body: dict[str, Any]) -> bool:
+            entries = {e.get("key"): e.get("scope") for e in body.get("entries") or []}
+            ignored = {e.get("key") for e in body.get("ignored") or []}
+            if scope is None:
+                return key not in entries and key not in ignored
+            return entries.get(key) == scope
+
+        return True, await self._save_and_apply(key, applied, "scope map")
 
     async def _edit_incognito(self, event: AstrMessageEvent, state: str) -> str:
         if not event.is_admin():
