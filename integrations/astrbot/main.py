@@ -589,6 +589,30 @@ class ScopememPlugin(Star):
         args.update(query=query, limit=limit)
         return await self._tool(event, "core_memory_recall", args)
 
+    @filter.llm_tool(name="core_memory_update")
+    async def core_memory_update(
+        self,
+        event: AstrMessageEvent,
+        memory_id: str,
+        content: str | None = None,
+        tags: list | None = None,
+        delete: bool | None = None,
+        **extra: Any,
+    ) -> str:
+        """Correct or delete a long-term memory when the user says it is wrong or no longer
+        wanted (e.g. "不对，妈妈是对阿莫西林过敏" or "这条不用记了"). Use the id shown on the
+        memory.
+
+        Args:
+            memory_id(string): the id of the memory to correct or delete
+            content(string): the corrected memory, one self-contained statement (optional)
+            tags(array[string]): short keywords, e.g. names (optional)
+            delete(boolean): true to forget this memory instead of correcting it (optional)
+        """
+        args = dict(extra)
+        args.update(memory_id=memory_id, content=content, tags=tags, delete=delete)
+        return await self._tool(event, "core_memory_update", args)
+
     # ---- operator command -------------------------------------------------------------
 
     @filter.command_group("scopemem")
