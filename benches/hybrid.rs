@@ -72,6 +72,7 @@ async fn searches(vector: &LanceSearch, keywords: &FulltextSearch, qs: &[Query],
                 .map(|record| Candidate {
                     record,
                     relevance: 1.0,
+                    vector: None,
                 })
                 .collect()
         };

@@ -225,3 +225,101 @@ async fn two_processes_remembering_one_fact_at_once_leave_one_row() {
         assert_eq!(page["total"], 1, "one row: {page}");
     }
 }
+
+/// Two rows that are one fact in other words (MiniLM is uncased: a case change gives the same
+/// vector, while the text folds differently) never both fill a recall: the newer keeps the
+/// better slot and the next distinct memory takes the other.
+#[tokio::test]
+async fn a_recall_holds_one_fact_once_in_its_newer_wording() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = host(common::config(dir.path(), family_map())).await;
+    let old = common::remember(&host, FAMILY, "Tom likes green tea").await;
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let new = common::remember(&host, FAMILY, "tom likes GREEN TEA").await;
+    assert_eq!(
+        new["deduplicated"], false,
+        "case is not folded at remember: {new}"
+    );
+    assert_ne!(old["memory"]["id"], new["memory"]["id"]);
+    common::remember(&host, FAMILY, "Tom plays the guitar on Sundays").await;
+    common::remember(&host, FAMILY, "Tom lives in Leeds").await;
+    let status = host.invoke("status", json!({})).await.unwrap();
+    assert!(
+        status["duplicate_bound"]["similarity"].as_f64().is_some(),
+        "{status}"
+    );
+    let r = host
+        .invoke(
+            "recall",
+            json!({"conversation_id": FAMILY, "query": "what does Tom like to drink", "limit": 2,
+                   "search": "vector"}),
+        )
+        .await
+        .unwrap();
+    let texts: Vec<&str> = r["memories"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["content"].as_str().unwrap())
+        .collect();
+    assert_eq!(texts.len(), 2, "{texts:?}");
+    assert_eq!(
+        texts[0], "tom likes GREEN TEA",
+        "the newer wording: {texts:?}"
+    );
+    assert!(!texts.contains(&"Tom likes green tea"), "{texts:?}");
+    host.shutdown().await;
+}
+
+/// With the default model (multilingual-e5-small in-process): two facts that differ in one
+/// word are both recalled, however close their vectors are.
+#[tokio::test]
+async fn different_facts_in_near_identical_words_are_both_recalled_with_e5() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = scopemem::host::PluginHost::start_with(
+        common::config(dir.path(), family_map()),
+        None,
+        common::e5(),
+    )
+    .await
+    .expect("host starts");
+    for fact in [
+        "妈妈对青霉素过敏",
+        "妈妈对阿莫西林过敏",
+        "爸爸对花粉过敏",
+        "会议改到3点",
+        "会议改到4点",
+    ] {
+        common::remember(&host, FAMILY, fact).await;
+    }
+    let status = host.invoke("status", json!({})).await.unwrap();
+    println!("RESULT e5 duplicate bound: {}", status["duplicate_bound"]);
+    for (query, facts) in [
+        (
+            "妈妈对什么药过敏",
+            ["妈妈对青霉素过敏", "妈妈对阿莫西林过敏"],
+        ),
+        ("会议改到几点", ["会议改到3点", "会议改到4点"]),
+    ] {
+        let r = host
+            .invoke(
+                "recall",
+                json!({"conversation_id": FAMILY, "query": query, "limit": 5, "relevance_gate": false}),
+            )
+            .await
+            .unwrap();
+        let texts: Vec<&str> = r["memories"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["content"].as_str().unwrap())
+            .collect();
+        for fact in facts {
+            assert!(
+                texts.contains(&fact),
+                "{query}: {fact} missing from {texts:?}"
+            );
+        }
+    }
+    host.shutdown().await;
+}

@@ -261,15 +261,20 @@ pub struct ModelFit {
     pub calibration: Calibration,
     /// Where its content-free chat sits (`embed::small_talk`).
     pub small_talk: SmallTalk,
+    /// How close two memories must be to be one fact said twice (`embed::duplicates`).
+    pub duplicates: super::duplicates::DuplicateBound,
 }
 
 /// Measure `embedder` on the probe set (four embedding calls: each script's questions and
-/// memories) and place the small-talk anchors (one more call).
+/// memories), place the small-talk anchors (one more call) and measure the duplicate bound
+/// (one more).
 pub async fn calibrate(embedder: &dyn Embedder) -> Result<ModelFit, EmbedError> {
     let cjk = embed_pairs(embedder, &CJK_PAIRS).await?;
     let latin = embed_pairs(embedder, &LATIN_PAIRS).await?;
     let small_talk = SmallTalk::measure(embedder, &cjk.0, &latin.0).await?;
+    let duplicates = super::duplicates::DuplicateBound::measure(embedder).await?;
     Ok(ModelFit {
+        duplicates,
         calibration: Calibration {
             cjk: fit(&cjk.0, &cjk.1),
             latin: fit(&latin.0, &latin.1),
@@ -335,7 +340,7 @@ fn fit(questions: &[Vec<f32>], memories: &[Vec<f32>]) -> ScriptFit {
     }
 }
 
-fn cosine(a: &[f32], b: &[f32]) -> f32 {
+pub(crate) fn cosine(a: &[f32], b: &[f32]) -> f32 {
     let dot: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
     let na = a.iter().map(|x| x * x).sum::<f32>().sqrt();
     let nb = b.iter().map(|x| x * x).sum::<f32>().sqrt();

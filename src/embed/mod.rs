@@ -10,6 +10,7 @@
 pub(crate) mod assets;
 pub(crate) mod batch_worker;
 pub(crate) mod calibration;
+pub mod duplicates;
 pub(crate) mod e5_engine;
 pub mod e5_model;
 pub(crate) mod fastembed_model;

@@ -62,6 +62,8 @@ pub const KEYWORD_MIN_SHARE: f32 = 0.5;
 pub struct Candidate {
     pub record: MemoryRecord,
     pub relevance: f32,
+    /// Its vector, unit length, when the vector search found it.
+    pub vector: Option<Vec<f32>>,
 }
 
 /// What to search for: the (redacted) query text, the rows it may return, the pool size, the
@@ -178,6 +180,7 @@ impl Searchers<'_> {
                 .map(|h| Candidate {
                     relevance: h.similarity(),
                     record: h.record,
+                    vector: h.vector,
                 })
                 .collect(),
             evidence: VectorEvidence {
@@ -209,6 +212,7 @@ impl Searchers<'_> {
             .map(|h| Candidate {
                 relevance: h.score / best,
                 record: h.record,
+                vector: None,
             })
             .collect())
     }
@@ -238,6 +242,7 @@ pub fn fuse(lists: &[(f32, Vec<Candidate>)]) -> Vec<Candidate> {
     let best = 1.0 / (FUSION_K + 1.0);
     let mut order: Vec<MemoryRecord> = Vec::new();
     let mut sums: HashMap<String, f32> = HashMap::new();
+    let mut vectors: HashMap<String, Vec<f32>> = HashMap::new();
     for (weight, list) in lists {
         for (i, c) in list.iter().enumerate() {
             let share = weight / (FUSION_K + (i + 1) as f32);
@@ -248,12 +253,18 @@ pub fn fuse(lists: &[(f32, Vec<Candidate>)]) -> Vec<Candidate> {
                     order.push(c.record.clone());
                 }
             }
+            if let Some(v) = &c.vector {
+                vectors
+                    .entry(c.record.id.clone())
+                    .or_insert_with(|| v.clone());
+            }
         }
     }
     let mut fused: Vec<Candidate> = order
         .into_iter()
         .map(|record| Candidate {
             relevance: sums.get(&record.id).copied().unwrap_or(0.0) / best,
+            vector: vectors.remove(&record.id),
             record,
         })
         .collect();
@@ -289,6 +300,7 @@ mod tests {
             .map(|id| Candidate {
                 record: r(id),
                 relevance: 1.0,
+                vector: None,
             })
             .collect()
     }

@@ -18,6 +18,7 @@ mod update;
 mod wiring;
 
 use super::chained::{self, ChainedLimits};
+use super::distinct::{self, Ranked};
 use super::hybrid::{CandidateQuery, Searchers};
 use super::model::*;
 use super::read_filter::recall_filter;
@@ -39,6 +40,8 @@ use crate::store::{LanceSearch, RowFilter, ScopeSet, Selection, Store, WriterSet
 const MAX_QUERY_CHARS: usize = 2000;
 const DEFAULT_STRENGTH: i64 = 50;
 const MAX_FORGET_IDS: usize = 100;
+/// Candidates searched beyond the limit, for the slots of facts said twice (`memory::distinct`).
+const DISTINCT_SPARE: usize = 3;
 /// Memories per browse page when the request names no limit (capped by `recall.max_limit`).
 const BROWSE_DEFAULT_LIMIT: usize = 20;
 
@@ -144,6 +147,9 @@ pub struct Status {
     pub embedding_model: String,
     /// How the model ranks and where its noise sits, per script; `null` until measured.
     pub embedding_calibration: Option<Calibration>,
+    /// How close two memories must be to count as one fact said twice in a recall
+    /// (`embed::duplicates`); `null` until measured.
+    pub duplicate_bound: Option<crate::embed::duplicates::DuplicateBound>,
     pub scope_filter: ScopeFilterMode,
     pub migration: MigrationStatus,
     /// The re-embed to the configured model (`state: none` when the vectors are its already).
@@ -213,7 +219,8 @@ pub struct MemoryService {
     /// Recalls answered by keyword alone because the query could not be embedded.
     degraded_recalls: AtomicU64,
     /// What the embedder's similarities mean (ranking accuracy and noise per script, where
-    /// chat sits), for recall and `/v1/status`; unset until the model could be measured.
+    /// chat sits, the duplicate bound), for recall and `/v1/status`; unset until the model
+    /// could be measured.
     calibration: Arc<std::sync::OnceLock<ModelFit>>,
 }
 
@@ -334,7 +341,8 @@ impl MemoryService {
         let k = match req.mode {
             // Strength can lift a candidate past closer ones: rank a wider pool.
             RecallMode::Comprehensive if self.ranking().weighs_strength() => limit * 4,
-            RecallMode::Comprehensive => limit,
+            // A few more than asked for: a fact said twice gives its slot to the next one.
+            RecallMode::Comprehensive => limit + DISTINCT_SPARE,
             RecallMode::Chained => cfg.pool_size.max(1).max(limit),
         };
         // Keyword-only while the table's vectors are another model's (a re-embed is under way).
@@ -400,21 +408,29 @@ impl MemoryService {
         let cfg = &self.settings.recall;
         let ranking = self.ranking();
         let now = Utc::now();
-        let mut scored: Vec<ScoredMemory> = found
+        let mut ranked: Vec<Ranked> = found
             .candidates
             .into_iter()
-            .map(|c| ScoredMemory {
-                score: ranking.score(c.relevance, &c.record, now),
-                memory: c.record.into(),
+            .map(|c| Ranked {
+                hit: ScoredMemory {
+                    score: ranking.score(c.relevance, &c.record, now),
+                    memory: c.record.into(),
+                },
+                vector: c.vector,
             })
             .collect();
-        // Fused lists can hold up to two pools; a vector-only list is already at most `k`.
+        // A vector-only list is already in order.
         if ranking.weighs_strength() || search != SearchKind::Vector {
-            scored.sort_by(|a, b| b.score.total_cmp(&a.score));
-            if req.mode == RecallMode::Comprehensive {
-                scored.truncate(limit);
-            }
+            ranked.sort_by(|a, b| b.hit.score.total_cmp(&a.hit.score));
         }
+        let keep = match req.mode {
+            RecallMode::Comprehensive => limit,
+            RecallMode::Chained => usize::MAX,
+        };
+        let scored = match self.calibration.get() {
+            Some(fit) => distinct::keep_distinct(ranked, fit.duplicates.similarity, keep),
+            None => ranked.into_iter().take(keep).map(|r| r.hit).collect(),
+        };
         match req.mode {
             RecallMode::Comprehensive => scored,
             RecallMode::Chained => chained::select(
@@ -645,6 +661,7 @@ impl MemoryService {
             indexes: self.store.index_states().await?,
             embedding_model: self.embedder.model_id().to_string(),
             embedding_calibration: self.calibration(),
+            duplicate_bound: self.calibration.get().map(|m| m.duplicates),
             scope_filter: self.scopes.snapshot().filter_mode(),
             migration: MigrationStatus {
                 migration_mode: self.settings.migration_mode,

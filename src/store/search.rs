@@ -33,6 +33,9 @@ pub struct SearchRequest {
 pub struct Hit {
     pub record: MemoryRecord,
     pub distance: f32,
+    /// The row's vector, unit length, when the search read it (recall compares hits with it
+    /// to drop one fact said twice, `memory::distinct`).
+    pub vector: Option<Vec<f32>>,
 }
 
 impl Hit {
@@ -123,6 +126,19 @@ impl NearestVisible for LanceSearch {
     }
 }
 
+/// The record columns and the vector.
+fn with_vector() -> Vec<&'static str> {
+    let mut columns = RECORD_COLUMNS.to_vec();
+    columns.push(super::schema::COL_VECTOR);
+    columns
+}
+
+/// `v` scaled to unit length; `None` for an empty or zero vector.
+fn unit(v: &[f32]) -> Option<Vec<f32>> {
+    let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    (norm > 0.0).then(|| v.iter().map(|x| x / norm).collect())
+}
+
 /// How many raw neighbours LanceDB returns for `k` when rows are rescaled after the search: the
 /// other script's best rows sit behind many of the query's own, and only the resident scan
 /// rescales every row (LanceDB answers while the snapshot loads, or beside its bounds).
@@ -141,7 +157,7 @@ impl LanceSearch {
             .query()
             .nearest_to(req.vector.as_slice())?
             .distance_type(DistanceType::Cosine)
-            .select(Select::columns(&RECORD_COLUMNS))
+            .select(Select::columns(&with_vector()))
             .limit(limit);
         if self.is_indexed() && self.refine_factor > 0 {
             query = query.refine_factor(self.refine_factor);
@@ -153,13 +169,23 @@ impl LanceSearch {
         let batches: Vec<_> = query.execute().await?.try_collect().await?;
         let mut hits = Vec::with_capacity(req.k);
         for batch in &batches {
-            for (record, d) in from_batch(batch).into_iter().zip(distances(batch)) {
+            let vectors = super::commit_rows::vectors(batch);
+            for (i, (record, d)) in from_batch(batch)
+                .into_iter()
+                .zip(distances(batch))
+                .enumerate()
+            {
                 let distance = d.unwrap_or(f32::MAX);
                 let distance = match req.rescale {
                     Some(r) => 1.0 - r.apply(Script::of(&record.content), 1.0 - distance),
                     None => distance,
                 };
-                hits.push(Hit { record, distance });
+                let vector = unit(vectors.row(i, req.vector.len()));
+                hits.push(Hit {
+                    record,
+                    distance,
+                    vector,
+                });
             }
         }
         hits.sort_by(|a, b| a.distance.total_cmp(&b.distance));

@@ -368,6 +368,9 @@ async fn measure_model(embedder: Arc<dyn Embedder>, into: Arc<std::sync::OnceLoc
                     latin_to_cjk_accuracy = c.latin_to_cjk.accuracy,
                     cjk_chat_floor = fit.small_talk.cjk.floor,
                     latin_chat_floor = fit.small_talk.latin.floor,
+                    duplicate_bound = fit.duplicates.similarity,
+                    closest_different_facts = fit.duplicates.closest_different,
+                    paraphrases_caught = fit.duplicates.paraphrases_caught,
                     "embedding model calibrated"
                 );
                 let _ = into.set(fit);

@@ -262,6 +262,7 @@ impl Snapshot {
             .map(|(similarity, p, row)| Hit {
                 record: self.partitions[p].record(row).clone(),
                 distance: 1.0 - similarity,
+                vector: Some(self.partitions[p].unit_vector(row)),
             })
             .collect()
     }

@@ -154,6 +154,14 @@ impl Partition {
         q.scaled(self.scripts[row], similarity)
     }
 
+    /// Row `row`'s unit vector, from its f16 copy.
+    pub fn unit_vector(&self, row: usize) -> Vec<f32> {
+        self.fine[row * self.dim..(row + 1) * self.dim]
+            .iter()
+            .map(|x| x.to_f32())
+            .collect()
+    }
+
     /// Whether row `row` is alive for the filter (still here, not expired at its time).
     pub(super) fn alive(&self, row: usize, rows: &RowFilter) -> bool {
         !self.gone.get(row).copied().unwrap_or(true)

@@ -1,0 +1,162 @@
+//! One fact per answer: a recall never returns the same fact twice in other words.
+//!
+//! Why: a repeated fact is folded into one row at remember time only when its text folds to
+//! the same (`memory::fact`); "哥哥在深圳工作" and "哥哥在深圳上班" stay two rows, and both would
+//! take a slot of the five. Here two ranked hits are one fact when their vectors are at least
+//! the model's measured duplicate bound apart (`embed::duplicates`: just above the closest
+//! *different* facts the model scores) and they name the same numbers. The newer of the two
+//! keeps the better slot, and the slot freed goes to the next distinct memory.
+
+use std::collections::BTreeSet;
+
+use super::model::ScoredMemory;
+use crate::embed::calibration::cosine;
+
+/// A ranked hit with its vector (unit length), when the vector search read it.
+pub struct Ranked {
+    pub hit: ScoredMemory,
+    pub vector: Option<Vec<f32>>,
+}
+
+/// Up to `limit` hits of `ranked` (best first), none the same fact as a better one: of two,
+/// the newer takes the better one's slot. Hits without a vector are never merged.
+pub fn keep_distinct(ranked: Vec<Ranked>, bound: f32, limit: usize) -> Vec<ScoredMemory> {
+    let mut kept: Vec<Ranked> = Vec::with_capacity(limit.min(ranked.len()));
+    for candidate in ranked {
+        if kept.len() >= limit {
+            break;
+        }
+        match kept.iter().position(|k| same_fact(k, &candidate, bound)) {
+            Some(slot) if newer(&candidate, &kept[slot]) => {
+                let score = kept[slot].hit.score;
+                kept[slot] = candidate;
+                kept[slot].hit.score = kept[slot].hit.score.max(score);
+            }
+            Some(_) => {}
+            None => kept.push(candidate),
+        }
+    }
+    kept.into_iter().map(|k| k.hit).collect()
+}
+
+fn same_fact(a: &Ranked, b: &Ranked, bound: f32) -> bool {
+    let (Some(va), Some(vb)) = (&a.vector, &b.vector) else {
+        return false;
+    };
+    cosine(va, vb) >= bound && numbers(&a.hit.memory.content) == numbers(&b.hit.memory.content)
+}
+
+/// Whether `a` was written after `b` (a row without a time is the older).
+fn newer(a: &Ranked, b: &Ranked) -> bool {
+    a.hit.memory.created_at > b.hit.memory.created_at
+}
+
+/// The runs of digits a text names (after NFKC, so `３点` is `3点`): "3点" and "4点" are never
+/// one fact however close their vectors are.
+fn numbers(text: &str) -> BTreeSet<String> {
+    use unicode_normalization::UnicodeNormalization;
+    let folded: String = text.nfkc().collect();
+    folded
+        .split(|c: char| !c.is_ascii_digit())
+        .filter(|run| !run.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::model::Memory;
+
+    fn ranked(id: &str, text: &str, created: &str, vector: [f32; 2], score: f32) -> Ranked {
+        let norm = (vector[0] * vector[0] + vector[1] * vector[1]).sqrt();
+        Ranked {
+            hit: ScoredMemory {
+                memory: Memory {
+                    id: id.into(),
+                    content: text.into(),
+                    reasoning: None,
+                    tags: vec![],
+                    memory_type: "knowledge".into(),
+                    strength: 50,
+                    is_active: true,
+                    memory_scope: Some("public".into()),
+                    scope_source: None,
+                    created_at: Some(created.into()),
+                    expires_at: None,
+                },
+                score,
+            },
+            vector: Some(vector.iter().map(|x| x / norm).collect()),
+        }
+    }
+
+    fn ids(hits: &[ScoredMemory]) -> Vec<&str> {
+        hits.iter().map(|h| h.memory.id.as_str()).collect()
+    }
+
+    #[test]
+    fn the_newer_of_two_near_identical_hits_keeps_the_better_slot_and_the_next_fills_in() {
+        let hits = vec![
+            ranked(
+                "old",
+                "哥哥在深圳工作",
+                "2026-01-01T00:00:00Z",
+                [1.0, 0.0],
+                0.9,
+            ),
+            ranked(
+                "new",
+                "哥哥在深圳上班",
+                "2026-06-01T00:00:00Z",
+                [1.0, 0.01],
+                0.85,
+            ),
+            ranked(
+                "other",
+                "哥哥喜欢打篮球",
+                "2026-02-01T00:00:00Z",
+                [0.6, 0.8],
+                0.5,
+            ),
+            ranked(
+                "third",
+                "哥哥养了一只猫",
+                "2026-02-01T00:00:00Z",
+                [0.0, 1.0],
+                0.4,
+            ),
+        ];
+        let kept = keep_distinct(hits, 0.99, 2);
+        assert_eq!(ids(&kept), ["new", "other"]);
+        assert!(
+            (kept[0].score - 0.9).abs() < 1e-6,
+            "the slot keeps its score"
+        );
+    }
+
+    #[test]
+    fn different_numbers_or_missing_vectors_are_never_merged() {
+        let hits = vec![
+            ranked(
+                "three",
+                "会议改到3点",
+                "2026-01-01T00:00:00Z",
+                [1.0, 0.0],
+                0.9,
+            ),
+            ranked(
+                "four",
+                "会议改到４点",
+                "2026-06-01T00:00:00Z",
+                [1.0, 0.0],
+                0.8,
+            ),
+        ];
+        assert_eq!(ids(&keep_distinct(hits, 0.99, 5)), ["three", "four"]);
+        let mut a = ranked("a", "x", "2026-01-01T00:00:00Z", [1.0, 0.0], 0.9);
+        a.vector = None;
+        let b = ranked("b", "x", "2026-06-01T00:00:00Z", [1.0, 0.0], 0.8);
+        assert_eq!(ids(&keep_distinct(vec![a, b], 0.99, 5)), ["a", "b"]);
+    }
+}
