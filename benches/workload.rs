@@ -102,6 +102,7 @@ fn request(w: &Workload, qi: usize) -> SearchRequest {
         rows: RowFilter {
             scopes: Some(ScopeSet { names, null: false }),
             alive_at: Some(Utc::now()),
+            created: None,
         },
         k: K,
         rescale: None,

@@ -245,7 +245,9 @@ async fn a_recall_holds_one_fact_once_in_its_newer_wording() {
     common::remember(&host, FAMILY, "Tom lives in Leeds").await;
     let status = host.invoke("status", json!({})).await.unwrap();
     assert!(
-        status["duplicate_bound"]["similarity"].as_f64().is_some(),
+        status["duplicate_bound"]["latin"]["similarity"]
+            .as_f64()
+            .is_some(),
         "{status}"
     );
     let r = host

@@ -112,6 +112,7 @@ fn filter(rng: &mut Rng, clocks: &[DateTime<Utc>]) -> RowFilter {
     RowFilter {
         scopes,
         alive_at: rng.coin().then_some(now),
+        created: None,
     }
 }
 

@@ -114,6 +114,9 @@ mod transfer;
 #[path = "update.rs"]
 mod update;
 
+#[path = "time_recall.rs"]
+mod time_recall;
+
 #[path = "ui.rs"]
 mod ui;
 

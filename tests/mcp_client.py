@@ -61,7 +61,7 @@ async def recall(client, meta, query):
 async def check_tools(client):
     tools = (await client.list_tools()).tools
     names = sorted(t.name for t in tools)
-    check(names == [RECALL, REMEMBER], f"tools: {names}")
+    check(names == [RECALL, REMEMBER, "core_memory_update"], f"tools: {names}")
     for t in tools:
         schema = json.dumps(t.input_schema).lower()
         check("scope" not in schema and "conversation" not in schema, f"{t.name} schema: {schema}")

@@ -73,6 +73,7 @@ async fn prefilter_returns_k_rows_of_a_rare_scope() {
                     null: false,
                 }),
                 alive_at: None,
+                created: None,
             },
             k: 10,
             rescale: None,

@@ -347,6 +347,7 @@ pub async fn queries(e: &dyn Embedder) -> Vec<Query> {
                         null: false,
                     }),
                     alive_at: None,
+                    created: None,
                 },
             }
         })

@@ -148,6 +148,20 @@ def _whole(v: Any) -> Any:
     return v
 
 
+def _iana_zone(name: Any) -> str | None:
+    """``name`` when it is an IANA time zone this Python knows, else None (scopemem then uses
+    its own ``recall.timezone``)."""
+    if not isinstance(name, str) or not name.strip():
+        return None
+    try:
+        from zoneinfo import ZoneInfo
+
+        ZoneInfo(name.strip())
+    except Exception:  # noqa: BLE001 - unknown or malformed zone
+        return None
+    return name.strip()
+
+
 def _persona_of(req: ProviderRequest | None) -> str | None:
     """The persona AstrBot chose for this conversation, when it names one explicitly."""
     conv = getattr(req, "conversation", None) if req is not None else None
@@ -436,6 +450,14 @@ class ScopememPlugin(Star):
         finally:
             self.hook_latency_ms.append((time.perf_counter() - started) * 1000.0)
 
+    def _timezone(self) -> str | None:
+        """AstrBot's configured IANA time zone (its ``timezone`` setting), if it names one."""
+        try:
+            zone = self.context.get_config().get("timezone")
+        except Exception:  # noqa: BLE001 - an AstrBot without the setting
+            return None
+        return _iana_zone(zone)
+
     async def _inject(self, event: AstrMessageEvent, req: ProviderRequest) -> None:
         persona = _persona_of(req)
         body: dict[str, Any] = {
@@ -444,6 +466,10 @@ class ScopememPlugin(Star):
         }
         if persona:
             body["persona"] = persona
+        zone = self._timezone()
+        if zone:
+            # "昨天" and "上周" in the query are AstrBot's days, not the server's.
+            body["timezone"] = zone
         if not body["query"].strip():
             return
         status, payload = await self.client.request("POST", "/v1/events/llm_request", body)

@@ -397,6 +397,9 @@ pub struct RecallConfig {
     pub search: SearchKind,
     /// Tables up to this many rows are searched in memory (0: always LanceDB).
     pub resident_max_rows: usize,
+    /// The IANA zone whose days, weeks and months time words in questions name ("" : the
+    /// machine's); checked when the config is read.
+    pub timezone: String,
 }
 
 /// `backfill.*`: pacing of the legacy-row backfill.
@@ -638,7 +641,17 @@ fn recall_config(recall: &Obj<'_>) -> Result<RecallConfig, ConfigError> {
         final_limit: recall.count("final_limit", 1)?,
         search: SearchKind::from_config("recall.search", recall.string("search")?)?,
         resident_max_rows: recall.count("resident_max_rows", 0)?,
+        timezone: recall.string("timezone")?.trim().to_owned(),
     };
+    if !config.timezone.is_empty() && config.timezone.parse::<chrono_tz::Tz>().is_err() {
+        return Err(ConfigError::InvalidValue {
+            key: "recall.timezone".to_owned(),
+            reason: "must be an IANA time zone name such as Asia/Shanghai, or empty for the \
+                     machine's"
+                .to_owned(),
+            got: format!("\"{}\"", config.timezone),
+        });
+    }
     if config.default_limit > config.max_limit {
         return Err(ConfigError::InvalidValue {
             key: "recall.default_limit".to_owned(),

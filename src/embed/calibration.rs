@@ -18,6 +18,7 @@
 //! remote provider. Accuracy is how often a question's own memory is the nearest of its
 //! script's memories.
 
+use super::cosine;
 use super::small_talk::SmallTalk;
 use super::{EmbedError, Embedder, TextRole};
 use super::{Script, ScriptRescale};
@@ -272,15 +273,16 @@ pub async fn calibrate(embedder: &dyn Embedder) -> Result<ModelFit, EmbedError> 
     let cjk = embed_pairs(embedder, &CJK_PAIRS).await?;
     let latin = embed_pairs(embedder, &LATIN_PAIRS).await?;
     let small_talk = SmallTalk::measure(embedder, &cjk.0, &latin.0).await?;
-    let duplicates = super::duplicates::DuplicateBound::measure(embedder).await?;
+    let calibration = Calibration {
+        cjk: fit(&cjk.0, &cjk.1),
+        latin: fit(&latin.0, &latin.1),
+        cjk_to_latin: fit(&cjk.0, &latin.1),
+        latin_to_cjk: fit(&latin.0, &cjk.1),
+    };
+    let duplicates = super::duplicates::DuplicateBound::measure(embedder, &calibration).await?;
     Ok(ModelFit {
         duplicates,
-        calibration: Calibration {
-            cjk: fit(&cjk.0, &cjk.1),
-            latin: fit(&latin.0, &latin.1),
-            cjk_to_latin: fit(&cjk.0, &latin.1),
-            latin_to_cjk: fit(&latin.0, &cjk.1),
-        },
+        calibration,
         small_talk,
     })
 }
@@ -337,17 +339,6 @@ fn fit(questions: &[Vec<f32>], memories: &[Vec<f32>]) -> ScriptFit {
         accuracy: right as f32 / questions.len().max(1) as f32,
         noise_floor: mean,
         noise_spread: var.sqrt(),
-    }
-}
-
-pub(crate) fn cosine(a: &[f32], b: &[f32]) -> f32 {
-    let dot: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
-    let na = a.iter().map(|x| x * x).sum::<f32>().sqrt();
-    let nb = b.iter().map(|x| x * x).sum::<f32>().sqrt();
-    if na == 0.0 || nb == 0.0 {
-        0.0
-    } else {
-        dot / (na * nb)
     }
 }
 

@@ -1,18 +1,25 @@
 //! How close two memories' vectors must be for this model to call them the same fact in other
-//! words, measured once when the model is loaded.
+//! words, measured once when the model is loaded, per script.
 //!
 //! Why measured: where "the same thing said twice" sits differs by model. e5 puts unrelated
 //! texts around 0.8, MiniLM puts unrelated English near 0.1, so no fixed number can work. And
 //! the danger is one-sided: merging "妈妈对青霉素过敏" with "妈妈对阿莫西林过敏" hides a fact,
-//! while keeping a paraphrase twice only costs a slot. So the bound sits just above the closest
-//! *different* facts this model scores: minimal pairs that change one word (a drug, a day, a
-//! city, an animal, a person). Paraphrase pairs are measured too, to report how many of them
-//! the bound still catches (`/v1/status` shows both); they never lower it.
+//! while keeping a paraphrase twice only costs a slot. So:
+//! - the bound sits just above the closest *different* facts this model scores: minimal pairs
+//!   that change one word (a drug, a day, a city, an animal, a person), and never below
+//!   [`FLOOR`];
+//! - a script the model ranks poorly (its calibrated accuracy below [`MIN_ACCURACY`]: MiniLM on
+//!   Chinese) gets no bound at all: such a model cannot tell 古筝 from 古琴, so nothing in that
+//!   script is ever merged;
+//! - two texts of different scripts are never merged.
+//!
+//! Paraphrase pairs are measured too, to report how many the bound still catches (`/v1/status`
+//! shows it); they never lower the bound.
 
-use super::calibration::cosine;
-use super::{EmbedError, Embedder, TextRole};
+use super::calibration::Calibration;
+use super::{cosine, EmbedError, Embedder, Script, TextRole};
 
-/// Pairs that state different facts in almost the same words.
+/// Pairs that state different facts in almost the same words: (Chinese, English).
 const DIFFERENT: [(&str, &str); 10] = [
     ("妈妈对青霉素过敏", "妈妈对阿莫西林过敏"),
     ("会议改到周三下午三点", "会议改到周四下午三点"),
@@ -53,10 +60,24 @@ const SAME: [(&str, &str); 6] = [
 
 /// Above the closest different facts by this much.
 const MARGIN: f32 = 0.005;
+/// The bound is never lower: ten minimal pairs cannot show every way two facts can sit close
+/// (MiniLM put "tagged memory one_quote" and "… two_quotes" above its probe's closest pair).
+pub const FLOOR: f32 = 0.97;
+/// Least ranking accuracy (of the calibration probe) at which a script is merged at all.
+pub const MIN_ACCURACY: f32 = 0.75;
 
-/// The model's bound for "the same fact in other words", and what it was measured from.
+/// The model's bounds for "the same fact in other words", per script.
 #[derive(Debug, Clone, Copy, serde::Serialize)]
 pub struct DuplicateBound {
+    /// Chinese (and other CJK) memories; `None`: never merged (the model ranks them poorly).
+    pub cjk: Option<ScriptBound>,
+    /// Latin-script memories; `None`: never merged.
+    pub latin: Option<ScriptBound>,
+}
+
+/// One script's bound and what it was measured from.
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct ScriptBound {
     /// Two memories whose vectors are at least this similar are one fact said twice.
     pub similarity: f32,
     /// The closest two different facts of the probe scored.
@@ -66,8 +87,12 @@ pub struct DuplicateBound {
 }
 
 impl DuplicateBound {
-    /// Measure `embedder` on the probe pairs (one embedding call).
-    pub async fn measure(embedder: &dyn Embedder) -> Result<DuplicateBound, EmbedError> {
+    /// Measure `embedder` on the probe pairs (one embedding call), given how well it ranks
+    /// each script (`calibration`).
+    pub async fn measure(
+        embedder: &dyn Embedder,
+        calibration: &Calibration,
+    ) -> Result<DuplicateBound, EmbedError> {
         let texts: Vec<String> = DIFFERENT
             .iter()
             .chain(SAME.iter())
@@ -79,19 +104,46 @@ impl DuplicateBound {
                 "duplicate probe: the embedder returned the wrong number of vectors".into(),
             ));
         }
-        let sims: Vec<f32> = vectors
-            .chunks_exact(2)
-            .map(|pair| cosine(&pair[0], &pair[1]))
+        let pairs: Vec<(Script, f32)> = DIFFERENT
+            .iter()
+            .chain(SAME.iter())
+            .zip(vectors.chunks_exact(2))
+            .map(|((a, _), v)| (Script::of(a), cosine(&v[0], &v[1])))
             .collect();
-        let (different, same) = sims.split_at(DIFFERENT.len());
-        Ok(DuplicateBound::from_similarities(different, same))
+        let (different, same) = pairs.split_at(DIFFERENT.len());
+        let of = |script: Script, accuracy: f32| {
+            let sims = |list: &[(Script, f32)]| -> Vec<f32> {
+                list.iter()
+                    .filter(|(s, _)| *s == script)
+                    .map(|(_, sim)| *sim)
+                    .collect()
+            };
+            (accuracy >= MIN_ACCURACY)
+                .then(|| ScriptBound::from_similarities(&sims(different), &sims(same)))
+        };
+        Ok(DuplicateBound {
+            cjk: of(Script::Cjk, calibration.cjk.accuracy),
+            latin: of(Script::Latin, calibration.latin.accuracy),
+        })
     }
 
-    fn from_similarities(different: &[f32], same: &[f32]) -> DuplicateBound {
+    /// The bound for two texts, `None` when they are never merged (different scripts, mixed
+    /// text, or a script the model ranks poorly).
+    pub fn between(&self, a: &str, b: &str) -> Option<f32> {
+        match (Script::of(a), Script::of(b)) {
+            (Script::Cjk, Script::Cjk) => self.cjk.map(|s| s.similarity),
+            (Script::Latin, Script::Latin) => self.latin.map(|s| s.similarity),
+            _ => None,
+        }
+    }
+}
+
+impl ScriptBound {
+    fn from_similarities(different: &[f32], same: &[f32]) -> ScriptBound {
         let closest_different = different.iter().copied().fold(f32::MIN, f32::max);
-        let similarity = (closest_different + MARGIN).min(0.999);
+        let similarity = (closest_different + MARGIN).clamp(FLOOR, 0.999);
         let caught = same.iter().filter(|s| **s >= similarity).count();
-        DuplicateBound {
+        ScriptBound {
             similarity,
             closest_different,
             paraphrases_caught: caught as f32 / same.len().max(1) as f32,
@@ -105,12 +157,27 @@ mod tests {
 
     #[test]
     fn the_bound_sits_above_every_different_pair_whatever_the_paraphrases_score() {
-        let b = DuplicateBound::from_similarities(&[0.91, 0.95, 0.93], &[0.97, 0.94, 0.99]);
-        assert!((b.similarity - 0.955).abs() < 1e-6);
-        assert!((b.paraphrases_caught - 2.0 / 3.0).abs() < 1e-6);
+        let b = ScriptBound::from_similarities(&[0.91, 0.975, 0.93], &[0.97, 0.94, 0.99]);
+        assert!((b.similarity - 0.98).abs() < 1e-6);
+        assert!((b.paraphrases_caught - 1.0 / 3.0).abs() < 1e-6);
+        // Never below the floor, however far apart the probe's different facts sit.
+        let b = ScriptBound::from_similarities(&[0.5], &[0.99]);
+        assert_eq!(b.similarity, FLOOR);
         // A model whose different facts score as high as its paraphrases merges nearly nothing.
-        let b = DuplicateBound::from_similarities(&[0.999], &[0.98]);
+        let b = ScriptBound::from_similarities(&[0.999], &[0.98]);
         assert_eq!(b.similarity, 0.999);
         assert_eq!(b.paraphrases_caught, 0.0);
+    }
+
+    #[test]
+    fn texts_of_two_scripts_or_an_unranked_script_are_never_merged() {
+        let bound = ScriptBound::from_similarities(&[0.975], &[0.99]);
+        let b = DuplicateBound {
+            cjk: None,
+            latin: Some(bound),
+        };
+        assert_eq!(b.between("Tom likes tea", "tom likes TEA"), Some(0.98));
+        assert_eq!(b.between("奶奶在学古筝", "奶奶在学古琴"), None);
+        assert_eq!(b.between("Tom likes tea", "汤姆喜欢茶"), None);
     }
 }

@@ -30,6 +30,18 @@ pub use openai::{OpenAiEmbedder, OpenAiSettings};
 pub use query_cache::QueryCache;
 pub use script::{Script, ScriptRescale};
 
+/// Cosine similarity of two vectors (0 when either is zero or empty).
+pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
+    let dot: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
+    let na = a.iter().map(|x| x * x).sum::<f32>().sqrt();
+    let nb = b.iter().map(|x| x * x).sum::<f32>().sqrt();
+    if na == 0.0 || nb == 0.0 {
+        0.0
+    } else {
+        dot / (na * nb)
+    }
+}
+
 /// What the embedding model is, recorded in the table so a mismatch is caught at start-up.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ModelInfo {

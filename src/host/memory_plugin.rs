@@ -34,6 +34,7 @@ impl MemoryPlugin {
                 mode: RecallMode::Chained,
                 entities: ev.entities,
                 relevance_gate: None,
+                timezone: ev.timezone,
             })
             .await?;
         Ok(json!({

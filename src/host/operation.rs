@@ -152,6 +152,9 @@ pub struct LlmRequestEvent {
     pub query: String,
     #[serde(default)]
     pub entities: Vec<String>,
+    /// The host's IANA time zone, for time words in the query (`recall.timezone` otherwise).
+    #[serde(default)]
+    pub timezone: Option<String>,
 }
 
 /// The reflection result: the feedback body without conversation or persona, which come

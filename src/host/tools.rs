@@ -195,6 +195,7 @@ pub fn recall_request(ctx: CallContext, args: Value) -> Result<RecallRequest, Pl
         mode: RecallMode::Comprehensive,
         entities: Vec::new(),
         relevance_gate: None,
+        timezone: None,
     })
 }
 

@@ -10,7 +10,8 @@
 use std::collections::BTreeSet;
 
 use super::model::ScoredMemory;
-use crate::embed::calibration::cosine;
+use crate::embed::cosine;
+use crate::embed::duplicates::DuplicateBound;
 
 /// A ranked hit with its vector (unit length), when the vector search read it.
 pub struct Ranked {
@@ -19,8 +20,14 @@ pub struct Ranked {
 }
 
 /// Up to `limit` hits of `ranked` (best first), none the same fact as a better one: of two,
-/// the newer takes the better one's slot. Hits without a vector are never merged.
-pub fn keep_distinct(ranked: Vec<Ranked>, bound: f32, limit: usize) -> Vec<ScoredMemory> {
+/// the newer takes the better one's slot. Hits without a vector are never merged. Also
+/// returns how many hits were merged into another.
+pub fn keep_distinct(
+    ranked: Vec<Ranked>,
+    bound: &DuplicateBound,
+    limit: usize,
+) -> (Vec<ScoredMemory>, usize) {
+    let mut merged = 0;
     let mut kept: Vec<Ranked> = Vec::with_capacity(limit.min(ranked.len()));
     for candidate in ranked {
         if kept.len() >= limit {
@@ -31,19 +38,24 @@ pub fn keep_distinct(ranked: Vec<Ranked>, bound: f32, limit: usize) -> Vec<Score
                 let score = kept[slot].hit.score;
                 kept[slot] = candidate;
                 kept[slot].hit.score = kept[slot].hit.score.max(score);
+                merged += 1;
             }
-            Some(_) => {}
+            Some(_) => merged += 1,
             None => kept.push(candidate),
         }
     }
-    kept.into_iter().map(|k| k.hit).collect()
+    (kept.into_iter().map(|k| k.hit).collect(), merged)
 }
 
-fn same_fact(a: &Ranked, b: &Ranked, bound: f32) -> bool {
+fn same_fact(a: &Ranked, b: &Ranked, bound: &DuplicateBound) -> bool {
     let (Some(va), Some(vb)) = (&a.vector, &b.vector) else {
         return false;
     };
-    cosine(va, vb) >= bound && numbers(&a.hit.memory.content) == numbers(&b.hit.memory.content)
+    let (ta, tb) = (&a.hit.memory.content, &b.hit.memory.content);
+    bound
+        .between(ta, tb)
+        .is_some_and(|bound| cosine(va, vb) >= bound)
+        && numbers(ta) == numbers(tb)
 }
 
 /// Whether `a` was written after `b` (a row without a time is the older).
@@ -91,6 +103,18 @@ mod tests {
         }
     }
 
+    fn bound(similarity: f32) -> DuplicateBound {
+        let script = crate::embed::duplicates::ScriptBound {
+            similarity,
+            closest_different: similarity - 0.005,
+            paraphrases_caught: 0.0,
+        };
+        DuplicateBound {
+            cjk: Some(script),
+            latin: Some(script),
+        }
+    }
+
     fn ids(hits: &[ScoredMemory]) -> Vec<&str> {
         hits.iter().map(|h| h.memory.id.as_str()).collect()
     }
@@ -127,8 +151,8 @@ mod tests {
                 0.4,
             ),
         ];
-        let kept = keep_distinct(hits, 0.99, 2);
-        assert_eq!(ids(&kept), ["new", "other"]);
+        let (kept, merged) = keep_distinct(hits, &bound(0.99), 2);
+        assert_eq!((ids(&kept), merged), (vec!["new", "other"], 1));
         assert!(
             (kept[0].score - 0.9).abs() < 1e-6,
             "the slot keeps its score"
@@ -153,10 +177,16 @@ mod tests {
                 0.8,
             ),
         ];
-        assert_eq!(ids(&keep_distinct(hits, 0.99, 5)), ["three", "four"]);
+        assert_eq!(
+            ids(&keep_distinct(hits, &bound(0.99), 5).0),
+            ["three", "four"]
+        );
         let mut a = ranked("a", "x", "2026-01-01T00:00:00Z", [1.0, 0.0], 0.9);
         a.vector = None;
         let b = ranked("b", "x", "2026-06-01T00:00:00Z", [1.0, 0.0], 0.8);
-        assert_eq!(ids(&keep_distinct(vec![a, b], 0.99, 5)), ["a", "b"]);
+        assert_eq!(
+            ids(&keep_distinct(vec![a, b], &bound(0.99), 5).0),
+            ["a", "b"]
+        );
     }
 }

@@ -17,6 +17,7 @@ pub(crate) mod redact;
 pub(crate) mod relevance;
 pub(crate) mod retention;
 pub mod service;
+pub(crate) mod time_words;
 pub(crate) mod touch;
 
 pub use feedback::{journal, journal_files};

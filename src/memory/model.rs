@@ -107,6 +107,10 @@ pub struct RecallRequest {
     /// browse. Default `true` (`memory::relevance`).
     #[serde(default)]
     pub relevance_gate: Option<bool>,
+    /// The caller's IANA time zone, for time words in the query (`recall.timezone` when
+    /// absent; `memory::time_words`).
+    #[serde(default)]
+    pub timezone: Option<String>,
 }
 
 /// What a recall returns: the scope it ran under, whether legacy NULL rows were visible, hits.
@@ -124,6 +128,32 @@ pub struct RecallResponse {
     /// message reads as small talk, or no visible memory answers it).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gated: Option<&'static str>,
+    /// Present when the query named a time: the window searched, and whether it held nothing
+    /// (then the memories come from a search without it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub time_window: Option<TimeWindow>,
+    /// Hits left out as the same fact as a returned memory in other words
+    /// (`memory::distinct`); absent when none was.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub merged_duplicates: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
+/// The creation-time window a query's time words named (`memory::time_words`).
+#[derive(Debug, Clone, Serialize)]
+pub struct TimeWindow {
+    /// The words, as the query wrote them.
+    pub words: String,
+    /// RFC 3339, inclusive.
+    pub from: String,
+    /// RFC 3339, exclusive.
+    pub until: String,
+    pub timezone: String,
+    /// Nothing visible was created in the window; recall searched without it.
+    pub empty: bool,
 }
 
 /// `POST /v1/forget`: without `memory_ids`, every memory written from the conversation; with

@@ -32,6 +32,7 @@ pub fn recall_filter(
     RowFilter {
         scopes,
         alive_at: Some(now),
+        created: None,
     }
 }
 
@@ -47,6 +48,7 @@ mod tests {
     fn sql(current: &ScopeName, migration: bool, mode: ScopeFilterMode) -> Option<String> {
         RowFilter {
             alive_at: None,
+            created: None,
             ..recall_filter(current, migration, mode, Utc::now())
         }
         .to_sql()

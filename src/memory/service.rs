@@ -40,7 +40,8 @@ use crate::store::{LanceSearch, RowFilter, ScopeSet, Selection, Store, WriterSet
 const MAX_QUERY_CHARS: usize = 2000;
 const DEFAULT_STRENGTH: i64 = 50;
 const MAX_FORGET_IDS: usize = 100;
-/// Candidates searched beyond the limit, for the slots of facts said twice (`memory::distinct`).
+/// Candidates searched beyond the limit and the merged ones, when facts said twice gave up
+/// slots (`memory::distinct`).
 const DISTINCT_SPARE: usize = 3;
 /// Memories per browse page when the request names no limit (capped by `recall.max_limit`).
 const BROWSE_DEFAULT_LIMIT: usize = 20;
@@ -58,12 +59,20 @@ fn conversation(raw: &str) -> Result<ConversationId, MemoryError> {
     })
 }
 
+/// What a recall's ranking stage kept, and how many hits it merged into a better one (one
+/// fact said twice).
+struct Selected {
+    memories: Vec<ScoredMemory>,
+    merged: usize,
+}
+
 /// What a recall's search stage found, and how it ran.
 struct Searched {
     search: SearchKind,
     found: super::hybrid::Found,
     degraded: Option<&'static str>,
     gated: Option<&'static str>,
+    time_window: Option<TimeWindow>,
 }
 
 /// The query without surrounding blanks: not empty and at most [`MAX_QUERY_CHARS`] long.
@@ -302,8 +311,21 @@ impl MemoryService {
         tokio::task::consume_budget().await;
 
         let visible = self.visibility(&conversation, req.persona.as_deref());
-        let searched = self.search_visible(&req, query, limit, &visible).await?;
-        let memories = self.rank_and_select(&req, limit, searched.search, searched.found);
+        let mut searched = self.search_visible(&req, query, limit, 0, &visible).await?;
+        let mut ranked = self.rank_and_select(&req, limit, searched.search, searched.found);
+        // A fact said twice gave up a slot: search once more, deeper, for the next one. (The
+        // first search keeps its usual depth, so fusion ranks as it always did.)
+        if ranked.merged > 0
+            && ranked.memories.len() < limit
+            && req.mode == RecallMode::Comprehensive
+        {
+            let extra = ranked.merged + DISTINCT_SPARE;
+            searched = self
+                .search_visible(&req, query, limit, extra, &visible)
+                .await?;
+            ranked = self.rank_and_select(&req, limit, searched.search, searched.found);
+        }
+        let (memories, merged_duplicates) = (ranked.memories, ranked.merged);
         if let Some(touches) = self.touches.get() {
             touches.record(memories.iter().map(|m| m.memory.id.clone()).collect());
         }
@@ -325,6 +347,8 @@ impl MemoryService {
             memories,
             degraded: searched.degraded,
             gated: searched.gated,
+            time_window: searched.time_window,
+            merged_duplicates,
         })
     }
 
@@ -335,14 +359,15 @@ impl MemoryService {
         req: &RecallRequest,
         query: &str,
         limit: usize,
+        extra: usize,
         visible: &Visibility,
     ) -> Result<Searched, MemoryError> {
         let cfg = &self.settings.recall;
         let k = match req.mode {
             // Strength can lift a candidate past closer ones: rank a wider pool.
             RecallMode::Comprehensive if self.ranking().weighs_strength() => limit * 4,
-            // A few more than asked for: a fact said twice gives its slot to the next one.
-            RecallMode::Comprehensive => limit + DISTINCT_SPARE,
+            // Deeper (`extra`) after a fact said twice gave up a slot.
+            RecallMode::Comprehensive => limit + extra,
             RecallMode::Chained => cfg.pool_size.max(1).max(limit),
         };
         // Keyword-only while the table's vectors are another model's (a re-embed is under way).
@@ -357,30 +382,59 @@ impl MemoryService {
             vectors: &self.vectors,
             keywords: &self.vectors,
         };
+        let zone = self.zone(req.timezone.as_deref())?;
+        let time = super::time_words::find(query, Utc::now().with_timezone(&zone));
+        // Time words name a window of the prefilter and are left out of the searched text.
+        let text = time.as_ref().map_or(query, |t| t.rest.as_str());
         let calibration = self.calibration();
         let measured = calibration.as_ref().unwrap_or(&Calibration::UNMEASURED);
-        let fit = *measured.for_query(query);
+        let fit = *measured.for_query(text);
         let threshold = match (cfg.similarity_cut, calibration) {
             (SimilarityCut::Calibrated, Some(_)) => fit.similarity_cut(),
             _ => cfg.similarity_threshold,
         };
-        let found = searchers
-            .candidates(&CandidateQuery {
-                text: &redact(query),
-                rows: visible.rows.clone(),
-                k,
-                threshold,
-                kind: search,
-                fit,
-                rescale: measured.rescale_for(query),
-            })
-            .await?;
+        let redacted = redact(text);
+        let search_in = |rows: RowFilter| CandidateQuery {
+            text: &redacted,
+            rows,
+            k,
+            threshold,
+            kind: search,
+            fit,
+            rescale: measured.rescale_for(text),
+        };
+        let mut time_window = None;
+        let mut found = match &time {
+            None => {
+                searchers
+                    .candidates(&search_in(visible.rows.clone()))
+                    .await?
+            }
+            Some(t) => {
+                let mut rows = visible.rows.clone();
+                rows.created = Some(t.window);
+                let within = searchers.candidates(&search_in(rows)).await?;
+                time_window = Some(TimeWindow {
+                    words: t.words.clone(),
+                    from: t.window.from.to_rfc3339(),
+                    until: t.window.until.to_rfc3339(),
+                    timezone: zone.name().to_string(),
+                    empty: within.candidates.is_empty(),
+                });
+                within
+            }
+        };
+        if time_window.as_ref().is_some_and(|w| w.empty) {
+            found = searchers
+                .candidates(&search_in(visible.rows.clone()))
+                .await?;
+        }
         if found.degraded.is_some() {
             self.degraded_recalls.fetch_add(1, Ordering::Relaxed);
         }
         let degraded = degraded.or(found.degraded);
         let gated = if req.relevance_gate.unwrap_or(cfg.relevance_gate) {
-            self.gate(query, &fit, found.vector.as_ref())
+            self.gate(text, &fit, found.vector.as_ref())
         } else {
             None
         };
@@ -393,6 +447,7 @@ impl MemoryService {
             found,
             degraded,
             gated,
+            time_window,
         })
     }
 
@@ -404,7 +459,7 @@ impl MemoryService {
         limit: usize,
         search: SearchKind,
         found: super::hybrid::Found,
-    ) -> Vec<ScoredMemory> {
+    ) -> Selected {
         let cfg = &self.settings.recall;
         let ranking = self.ranking();
         let now = Utc::now();
@@ -427,11 +482,11 @@ impl MemoryService {
             RecallMode::Comprehensive => limit,
             RecallMode::Chained => usize::MAX,
         };
-        let scored = match self.calibration.get() {
-            Some(fit) => distinct::keep_distinct(ranked, fit.duplicates.similarity, keep),
-            None => ranked.into_iter().take(keep).map(|r| r.hit).collect(),
+        let (scored, merged) = match self.calibration.get() {
+            Some(fit) => distinct::keep_distinct(ranked, &fit.duplicates, keep),
+            None => (ranked.into_iter().take(keep).map(|r| r.hit).collect(), 0),
         };
-        match req.mode {
+        let memories = match req.mode {
             RecallMode::Comprehensive => scored,
             RecallMode::Chained => chained::select(
                 scored,
@@ -442,7 +497,8 @@ impl MemoryService {
                     final_limit: limit,
                 },
             ),
-        }
+        };
+        Selected { memories, merged }
     }
 
     /// The relevance gate (`memory::relevance`): `Some` when the message asks for no memory.
@@ -470,6 +526,19 @@ impl MemoryService {
             "relevance gate"
         );
         (!relevance.asks_for_memory()).then_some("no_relevant_memory")
+    }
+
+    /// The zone a request's time words are read in: its own (a plugin's), else
+    /// `recall.timezone`, else the machine's.
+    fn zone(&self, requested: Option<&str>) -> Result<chrono_tz::Tz, MemoryError> {
+        let configured = self.settings.recall.timezone.as_str();
+        match requested.map(str::trim).filter(|z| !z.is_empty()) {
+            Some(z) => super::time_words::parse_zone(z).map_err(|e| invalid("timezone", e)),
+            None if !configured.is_empty() => {
+                super::time_words::parse_zone(configured).map_err(|e| invalid("timezone", e))
+            }
+            None => Ok(super::time_words::machine_zone()),
+        }
     }
 
     /// What a conversation may read, as a predicate: its scope and `public` (plus NULL-scope

@@ -18,7 +18,9 @@
 
 use chrono::{DateTime, SecondsFormat, Utc};
 
-use super::schema::{COL_CONTENT, COL_CONVERSATION_ID, COL_EXPIRES_AT, COL_ID, COL_MEMORY_SCOPE};
+use super::schema::{
+    COL_CONTENT, COL_CONVERSATION_ID, COL_CREATED_AT, COL_EXPIRES_AT, COL_ID, COL_MEMORY_SCOPE,
+};
 
 /// Which rows a read may return.
 #[derive(Debug, Clone, PartialEq)]
@@ -27,6 +29,16 @@ pub struct RowFilter {
     pub scopes: Option<ScopeSet>,
     /// Rows whose `expires_at` is at or before this time are hidden; `None`: expiry ignored.
     pub alive_at: Option<DateTime<Utc>>,
+    /// Only rows created in this window (a question that names a time, `memory::time_words`);
+    /// `None`: any time.
+    pub created: Option<TimeRange>,
+}
+
+/// A half-open window of creation times, `[from, until)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimeRange {
+    pub from: DateTime<Utc>,
+    pub until: DateTime<Utc>,
 }
 
 /// Admitted `memory_scope` values.
@@ -140,6 +152,7 @@ impl RowFilter {
     pub const ALL: RowFilter = RowFilter {
         scopes: None,
         alive_at: None,
+        created: None,
     };
 
     pub fn admits_scope(&self, scope: Option<&str>) -> bool {
@@ -158,16 +171,38 @@ impl RowFilter {
         }
     }
 
+    /// `created_at` in microseconds since the epoch, as stored; a row without one is outside
+    /// every window.
+    pub fn admits_created(&self, created_at_micros: Option<i64>) -> bool {
+        match (self.created, created_at_micros) {
+            (None, _) => true,
+            (Some(_), None) => false,
+            (Some(w), Some(t)) => t >= w.from.timestamp_micros() && t < w.until.timestamp_micros(),
+        }
+    }
+
     /// The same filter as a DataFusion predicate for LanceDB; `None` when it admits every row.
     pub fn to_sql(&self) -> Option<String> {
         let scopes = self.scopes.as_ref().map(scope_set_sql);
         let alive = self.alive_at.map(alive_clause);
-        match (scopes, alive) {
+        let visible = match (scopes, alive) {
             (Some(s), Some(a)) => Some(format!("({s}) AND {a}")),
             (Some(s), None) => Some(s),
             (None, Some(a)) => Some(a),
             (None, None) => None,
-        }
+        };
+        let Some(w) = self.created else {
+            return visible;
+        };
+        let created = format!(
+            "{COL_CREATED_AT} >= {} AND {COL_CREATED_AT} < {}",
+            timestamp_literal(w.from),
+            timestamp_literal(w.until)
+        );
+        Some(match visible {
+            Some(v) => format!("({v}) AND {created}"),
+            None => created,
+        })
     }
 }
 
@@ -307,7 +342,14 @@ mod tests {
 
     #[test]
     fn sql_of_scopes_and_expiry() {
-        let f = |scopes, alive_at| RowFilter { scopes, alive_at }.to_sql();
+        let f = |scopes, alive_at| {
+            RowFilter {
+                scopes,
+                alive_at,
+                created: None,
+            }
+            .to_sql()
+        };
         assert_eq!(
             f(set(&["public"], false), None).as_deref(),
             Some("memory_scope = 'public'")
@@ -340,6 +382,7 @@ mod tests {
         let f = RowFilter {
             scopes: set(&["a", "public"], false),
             alive_at: Some(now),
+            created: None,
         };
         assert!(f.admits_scope(Some("a")) && f.admits_scope(Some("public")));
         assert!(!f.admits_scope(Some("b")) && !f.admits_scope(None) && !f.admits_scope(Some("")));

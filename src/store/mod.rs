@@ -38,7 +38,9 @@ use crate::embed::ModelInfo;
 use commit::read_retrying;
 
 pub use commit::WriterSettings;
-pub use filter::{sql_literal, target_still, timestamp_literal, RowFilter, ScopeSet, Selection};
+pub use filter::{
+    sql_literal, target_still, timestamp_literal, RowFilter, ScopeSet, Selection, TimeRange,
+};
 pub use fulltext::{FulltextSearch, KeywordHit, KeywordMatching, KeywordRequest};
 pub use index_state::IndexState;
 pub use maintenance::pruning::PruneReport;
@@ -109,8 +111,10 @@ impl StoreError {
 
     /// Lance reports concurrent-commit races as a retryable conflict, and gives up with "too
     /// much write contention" after its own retries when several instances commit to one
-    /// bucket at once. Neither commit happened, so the write can be tried again whole;
-    /// anything else is final.
+    /// bucket at once. A merge that Lance re-ran on its own after a conflict with a re-embed's
+    /// switch finds the schema moved under the rows it was given ("append with different
+    /// schema"). None of these committed, so the write can be tried again whole, shaped for
+    /// the latest version; anything else is final.
     pub fn is_retryable(&self) -> bool {
         match self {
             StoreError::Lance(lancedb::Error::Lance { source }) => matches!(
@@ -118,6 +122,7 @@ impl StoreError {
                 lance_core::Error::RetryableCommitConflict { .. }
                     | lance_core::Error::CommitConflict { .. }
                     | lance_core::Error::TooMuchWriteContention { .. }
+                    | lance_core::Error::SchemaMismatch { .. }
             ),
             _ => false,
         }

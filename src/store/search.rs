@@ -156,6 +156,8 @@ impl LanceSearch {
             .table
             .query()
             .nearest_to(req.vector.as_slice())?
+            // Named: during a re-embed the table holds `vector_next` too.
+            .column(super::schema::COL_VECTOR)
             .distance_type(DistanceType::Cosine)
             .select(Select::columns(&with_vector()))
             .limit(limit);

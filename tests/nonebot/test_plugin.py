@@ -370,7 +370,7 @@ async def test_incognito_on_stops_storing(app: App, scopemem: Scopemem) -> None:
     assert conv in scope_map_on_disk(scopemem)["incognito"]
     secret = "The surprise party for Mia is next Friday"
     got = await remember(event, secret)
-    assert got == {"stored": False, "memory": None}, got
+    assert got == {"stored": False, "memory": None, "deduplicated": False}, got
     reflection = {"new_memories": [{"content": secret}]}
     assert await p.after_reply(event, "psst", "ok", [], reflection) is None
     await asyncio.sleep(0.5)

@@ -13,6 +13,7 @@ the log says what failed without quoting memory content.
 from __future__ import annotations
 
 import json
+import os
 from typing import Any, Optional, Sequence, Union
 
 from nonebot import logger
@@ -41,6 +42,29 @@ def _whole(v: Any) -> Any:
     return v
 
 
+def local_timezone() -> Optional[str]:
+    """This bot's IANA time zone: ``TZ`` when it names one, else the zone /etc/localtime links
+    to; None when neither does (scopemem then uses its own ``recall.timezone``)."""
+    candidates = [os.environ.get("TZ", "").lstrip(":")]
+    try:
+        target = os.path.realpath("/etc/localtime")
+        if "/zoneinfo/" in target:
+            candidates.append(target.split("/zoneinfo/", 1)[1])
+    except OSError:
+        pass
+    for name in candidates:
+        if not name or "/" not in name and name != "UTC":
+            continue
+        try:
+            from zoneinfo import ZoneInfo
+
+            ZoneInfo(name)
+        except Exception:  # noqa: BLE001 - unknown or malformed zone
+            continue
+        return name
+    return None
+
+
 async def memory_context(
     event: Event, query: str, *, persona: Optional[str] = None
 ) -> tuple[str, list[str]]:
@@ -54,6 +78,10 @@ async def memory_context(
     body: dict[str, Any] = {"conversation_id": conv, "query": query}
     if persona:
         body["persona"] = persona
+    zone = local_timezone()
+    if zone:
+        # "昨天" and "上周" in the query are this bot's days, not the server's.
+        body["timezone"] = zone
     answer = await _request("memory_context", "POST", "/v1/events/llm_request", body)
     if answer is None:
         return "", []

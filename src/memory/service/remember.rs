@@ -162,6 +162,11 @@ impl MemoryService {
                 },
                 // The id is held by a row that is no longer this fact (it was corrected).
                 None if id_taken => break,
+                // While a re-embed stages vectors, a merge would lose every commit race to its
+                // batches (their transactions name no inserted keys, so Lance cannot tell them
+                // apart from inserts): remembers then append plainly, and only two processes
+                // remembering one fact in the same instant of a re-embed can leave two rows.
+                None if !self.reembed.vectors_current() => break,
                 None => {
                     let present = self
                         .store
@@ -186,10 +191,10 @@ impl MemoryService {
                 deduplicated: true,
             });
         }
-        // No fact to fold into (only punctuation), or the row under this fact's id now holds
-        // another text (it was corrected): a row of its own.
+        // No fact to fold into (only punctuation), a re-embed under way, or the row under this
+        // fact's id now holds another text (it was corrected): a row of its own.
         let mut record = record;
-        if is_fact {
+        if is_fact && id_taken {
             record.id = uuid::Uuid::now_v7().to_string();
         }
         self.store.append(vec![(record.clone(), vector)]).await?;
@@ -211,6 +216,7 @@ impl MemoryService {
         let own = RowFilter {
             scopes: Some(ScopeSet::only(scope)),
             alive_at: Some(now),
+            created: None,
         };
         let visible = own.to_sql();
         self.store.refresh().await?;
@@ -223,6 +229,10 @@ impl MemoryService {
             .find(|r| fact::same_fact(&r.content, &record.content))
         {
             return Ok(Some(found));
+        }
+        // While a re-embed runs the table's vectors are another model's: nothing to compare.
+        if !self.reembed.vectors_current() {
+            return Ok(None);
         }
         let hits = self
             .vectors

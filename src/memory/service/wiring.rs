@@ -368,9 +368,8 @@ async fn measure_model(embedder: Arc<dyn Embedder>, into: Arc<std::sync::OnceLoc
                     latin_to_cjk_accuracy = c.latin_to_cjk.accuracy,
                     cjk_chat_floor = fit.small_talk.cjk.floor,
                     latin_chat_floor = fit.small_talk.latin.floor,
-                    duplicate_bound = fit.duplicates.similarity,
-                    closest_different_facts = fit.duplicates.closest_different,
-                    paraphrases_caught = fit.duplicates.paraphrases_caught,
+                    cjk_duplicate_bound = ?fit.duplicates.cjk.map(|b| b.similarity),
+                    latin_duplicate_bound = ?fit.duplicates.latin.map(|b| b.similarity),
                     "embedding model calibrated"
                 );
                 let _ = into.set(fit);

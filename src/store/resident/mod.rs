@@ -687,6 +687,7 @@ mod tests {
         RowFilter {
             scopes: None,
             alive_at: None,
+            created: None,
         }
     }
 

@@ -134,7 +134,10 @@ impl Partition {
     fn scan_rows(&self, partition: usize, q: &Query, rows: &RowFilter, top: &mut TopN) {
         let dim = self.dim;
         for (row, code) in self.codes.chunks_exact(dim).enumerate() {
-            if self.gone[row] || !rows.admits_expiry(self.expires[row]) {
+            if self.gone[row]
+                || !rows.admits_expiry(self.expires[row])
+                || !self.in_window(row, rows)
+            {
                 continue;
             }
             let dot = dot_i8(&q.codes, code) as f32;
@@ -162,13 +165,27 @@ impl Partition {
             .collect()
     }
 
-    /// Whether row `row` is alive for the filter (still here, not expired at its time).
+    /// Whether row `row` is alive for the filter (still here, not expired at its time, and
+    /// created in the filter's window if it has one).
     pub(super) fn alive(&self, row: usize, rows: &RowFilter) -> bool {
         !self.gone.get(row).copied().unwrap_or(true)
             && self
                 .expires
                 .get(row)
                 .is_some_and(|e| rows.admits_expiry(*e))
+            && self.in_window(row, rows)
+    }
+
+    /// Whether row `row` was created in the filter's time window (every row without one).
+    #[inline(always)]
+    fn in_window(&self, row: usize, rows: &RowFilter) -> bool {
+        rows.created.is_none()
+            || rows.admits_created(
+                self.records
+                    .get(row)
+                    .and_then(|r| r.created_at)
+                    .map(|t| t.timestamp_micros()),
+            )
     }
 
     /// Take row `row` out of this partition (it moved to another scope): it is skipped from now
@@ -330,6 +347,7 @@ mod tests {
         RowFilter {
             scopes: None,
             alive_at: None,
+            created: None,
         }
     }
 
@@ -396,6 +414,7 @@ mod tests {
         let rows = RowFilter {
             scopes: None,
             alive_at: Some(chrono::Utc::now()),
+            created: None,
         };
         let mut top = TopN::new(5);
         p.scan(0, &Query::new(&[1.0, 0.0], None), &rows, &mut top);
