@@ -279,7 +279,12 @@ pub async fn calibrate(embedder: &dyn Embedder) -> Result<ModelFit, EmbedError> 
         cjk_to_latin: fit(&cjk.0, &latin.1),
         latin_to_cjk: fit(&latin.0, &cjk.1),
     };
-    let duplicates = super::duplicates::DuplicateBound::measure(embedder, &calibration).await?;
+    let duplicates = super::duplicates::DuplicateBound::measure(
+        embedder,
+        calibration.cjk.accuracy,
+        calibration.latin.accuracy,
+    )
+    .await?;
     Ok(ModelFit {
         duplicates,
         calibration,

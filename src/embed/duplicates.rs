@@ -16,7 +16,6 @@
 //! Paraphrase pairs are measured too, to report how many the bound still catches (`/v1/status`
 //! shows it); they never lower the bound.
 
-use super::calibration::Calibration;
 use super::{cosine, EmbedError, Embedder, Script, TextRole};
 
 /// Pairs that state different facts in almost the same words: (Chinese, English).
@@ -88,10 +87,11 @@ pub struct ScriptBound {
 
 impl DuplicateBound {
     /// Measure `embedder` on the probe pairs (one embedding call), given how well it ranks
-    /// each script (`calibration`).
+    /// each script (the calibration's accuracies, Chinese and English).
     pub async fn measure(
         embedder: &dyn Embedder,
-        calibration: &Calibration,
+        cjk_accuracy: f32,
+        latin_accuracy: f32,
     ) -> Result<DuplicateBound, EmbedError> {
         let texts: Vec<String> = DIFFERENT
             .iter()
@@ -122,8 +122,8 @@ impl DuplicateBound {
                 .then(|| ScriptBound::from_similarities(&sims(different), &sims(same)))
         };
         Ok(DuplicateBound {
-            cjk: of(Script::Cjk, calibration.cjk.accuracy),
-            latin: of(Script::Latin, calibration.latin.accuracy),
+            cjk: of(Script::Cjk, cjk_accuracy),
+            latin: of(Script::Latin, latin_accuracy),
         })
     }
 
