@@ -7,8 +7,6 @@
 //! *different* facts the model scores) and they name the same numbers. The newer of the two
 //! keeps the better slot, and the slot freed goes to the next distinct memory.
 
-use std::collections::BTreeSet;
-
 use super::model::ScoredMemory;
 use crate::embed::cosine;
 use crate::embed::duplicates::DuplicateBound;
@@ -63,9 +61,9 @@ fn newer(a: &Ranked, b: &Ranked) -> bool {
     a.hit.memory.created_at > b.hit.memory.created_at
 }
 
-/// The runs of digits a text names (after NFKC, so `３点` is `3点`): "3点" and "4点" are never
-/// one fact however close their vectors are.
-fn numbers(text: &str) -> BTreeSet<String> {
+/// The runs of digits a text names, in order (after NFKC, so `３点` is `3点`): "3点" and "4点",
+/// or "r1 c0" and "r0 c1", are never one fact however close their vectors are.
+fn numbers(text: &str) -> Vec<String> {
     use unicode_normalization::UnicodeNormalization;
     let folded: String = text.nfkc().collect();
     folded
@@ -157,6 +155,15 @@ mod tests {
             (kept[0].score - 0.9).abs() < 1e-6,
             "the slot keeps its score"
         );
+    }
+
+    #[test]
+    fn the_same_numbers_in_another_order_are_other_numbers() {
+        assert_ne!(
+            numbers("note r1 c0 from mcp1"),
+            numbers("note r0 c1 from mcp1")
+        );
+        assert_eq!(numbers("会议改到３点"), numbers("会议改到3点"));
     }
 
     #[test]
