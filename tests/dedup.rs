@@ -325,3 +325,96 @@ async fn different_facts_in_near_identical_words_are_both_recalled_with_e5() {
     }
     host.shutdown().await;
 }
+
+/// A feedback job's new memories fold like remembers, in a batch and in a job applied alone:
+/// a fact the scope holds is reinforced (the job's outcome names it under `deduplicated`), the
+/// same new fact from two jobs of one batch is one row, and the same text in another scope is
+/// a row of its own.
+#[tokio::test]
+async fn feedback_new_memories_reinforce_the_fact_their_scope_holds() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = host(common::config(dir.path(), family_map())).await;
+    let said = common::remember(&host, FAMILY, "爸爸每天早上跑步五公里").await;
+    let held = said["memory"]["id"].as_str().unwrap().to_string();
+    let feedback = |body: Value| {
+        let host = &host;
+        async move {
+            host.invoke("feedback", body).await.unwrap()["job_id"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        }
+    };
+    // Queued before the worker starts: one batch.
+    let repeat = feedback(json!({"conversation_id": FAMILY,
+        "new_memories": [{"content": "爸爸每天早上跑步五公里！"}, {"content": "弟弟在学吉他"}]}))
+    .await;
+    let again = feedback(json!({"conversation_id": FAMILY,
+        "new_memories": [{"content": "弟弟 在学吉他。"}]}))
+    .await;
+    let elsewhere = feedback(json!({"conversation_id": PUBLIC,
+        "new_memories": [{"content": "爸爸每天早上跑步五公里"}]}))
+    .await;
+    host.start_background();
+    let wait = |job: String| {
+        let host = &host;
+        async move {
+            let o = host
+                .memory()
+                .feedback()
+                .wait_for(&job, Duration::from_secs(60))
+                .await
+                .expect("the job finishes");
+            assert!(o.error.is_none(), "{o:?}");
+            o
+        }
+    };
+    let o = wait(repeat).await;
+    assert_eq!(o.deduplicated, vec![held.clone()], "{o:?}");
+    assert_eq!(o.created.len(), 1, "{o:?}");
+    let brother = o.created[0].clone();
+    let o = wait(again).await;
+    assert_eq!(
+        (o.created.clone(), o.deduplicated.clone()),
+        (vec![], vec![brother.clone()]),
+        "the second job of the batch reinforces the row the first added"
+    );
+    let o = wait(elsewhere).await;
+    assert!(o.deduplicated.is_empty() && o.created.len() == 1, "{o:?}");
+
+    let family = rows_with(&host, "家人", "").await;
+    let texts: Vec<&str> = family.iter().map(|r| r.content.as_str()).collect();
+    assert_eq!(family.len(), 2, "{texts:?}");
+    let dad = family.iter().find(|r| r.id == held).expect("the held fact");
+    assert_eq!(dad.strength, 60, "remembered at 50, reinforced once");
+    let brother_row = family.iter().find(|r| r.id == brother).expect("one row");
+    // Added passive at 10, repeated once in the batch.
+    assert_eq!(brother_row.strength, 20);
+    assert_eq!(
+        rows_with(&host, "public", "爸爸每天早上跑步").await.len(),
+        1,
+        "the public copy is a row of its own"
+    );
+
+    // A job with a merge is applied alone (`feedback::apply`): its repetition folds too.
+    let a = common::remember(&host, FAMILY, "妹妹喜欢画画").await["memory"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let b = common::remember(&host, FAMILY, "妹妹每周上美术课").await["memory"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let alone = feedback(json!({"conversation_id": FAMILY, "merge_groups": [[a, b]],
+        "new_memories": [{"content": "弟弟在学吉他!"}]}))
+    .await;
+    let o = wait(alone).await;
+    assert_eq!(o.merged.len(), 1, "{o:?}");
+    assert_eq!(
+        (o.created.clone(), o.deduplicated.clone()),
+        (vec![], vec![brother.clone()]),
+        "{o:?}"
+    );
+    assert_eq!(rows_with(&host, "家人", "弟弟").await.len(), 1);
+    host.shutdown().await;
+}

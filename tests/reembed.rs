@@ -370,7 +370,12 @@ async fn model_change_through_processes(pair: Pair) {
         "killed in the middle: {staged_at_kill} of {total} staged"
     );
 
-    let r2 = spawn_serve(dir.path(), "r2", extra.clone()).await;
+    // R2 resumes at a slower pace, so that the checks below (F's start, a recall, a forget
+    // and a remember, seconds each in a debug build on a loaded machine) run while it works:
+    // about 31 batches of 8 at 2 s apart leave a minute of re-embed.
+    let mut slow = extra.clone();
+    slow["backfill"]["pause_ms"] = json!(2000);
+    let r2 = spawn_serve(dir.path(), "r2", slow).await;
     let f = spawn_serve(dir.path(), "f", extra.clone()).await;
     let p = reembed_status(&client, &f).await;
     assert_eq!(p["state"], "pending", "F follows, R2 runs it: {p}");

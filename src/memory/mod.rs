@@ -15,6 +15,7 @@ pub(crate) mod ranking;
 pub mod read_filter;
 pub(crate) mod redact;
 pub(crate) mod relevance;
+pub(crate) mod repetition;
 pub(crate) mod retention;
 pub mod service;
 pub(crate) mod time_words;

@@ -207,7 +207,9 @@ pub struct MemoryService {
     store: Store,
     search: Arc<LanceSearch>,
     /// The vector search recalls use: resident in memory, LanceDB when it cannot answer.
-    vectors: crate::store::resident::ResidentSearch,
+    vectors: Arc<crate::store::resident::ResidentSearch>,
+    /// Finds and reinforces the stored copy of a repeated fact (shared with feedback).
+    repetitions: super::repetition::Repetitions,
     /// Embeddings of recent recall queries.
     queries: crate::embed::QueryCache,
     embedder: Arc<dyn Embedder>,
@@ -379,8 +381,8 @@ impl MemoryService {
         let searchers = Searchers {
             embedder: self.embedder.as_ref(),
             queries: &self.queries,
-            vectors: &self.vectors,
-            keywords: &self.vectors,
+            vectors: self.vectors.as_ref(),
+            keywords: self.vectors.as_ref(),
         };
         let zone = self.zone(req.timezone.as_deref())?;
         let time = super::time_words::find(query, Utc::now().with_timezone(&zone));

@@ -1,12 +1,15 @@
 //! Applying a plan: embed first (the step most likely to fail leaves nothing behind), then
-//! compare-and-set strengths, insert what is missing, and delete what merges replace.
+//! compare-and-set strengths, add each new memory or reinforce the stored copy of its fact
+//! (`memory::repetition`, as a remember does), insert what merges make, and delete what they
+//! replace.
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 
 use chrono::Utc;
 
 use super::shared::Shared;
 use super::*;
+use crate::memory::repetition::derived_id;
 use crate::store::Selection;
 use crate::store::{MemoryRecord, StrengthChange, StrengthSet};
 
@@ -16,8 +19,16 @@ pub(super) async fn apply(
     plan: &FeedbackPlan,
 ) -> Result<JobOutcome, MemoryError> {
     let mut refused = plan.refused.clone();
-    // Insert-if-missing, by the ids assigned at acceptance: a replay never duplicates.
+    // Each new memory is written under its fact's derived id (so the same fact from another
+    // write path or process lands on one row), or under the id assigned at acceptance when its
+    // text is no fact. Insert-if-missing by those ids: a replay never duplicates.
+    let derived: Vec<Option<String>> = plan
+        .new_memories
+        .iter()
+        .map(|m| derived_id(&job.scope, &m.content))
+        .collect();
     let mut ids: Vec<String> = plan.new_memories.iter().map(|m| m.id.clone()).collect();
+    ids.extend(derived.iter().flatten().cloned());
     for m in &plan.merges {
         ids.push(m.new_id.clone());
         ids.extend(m.delete_ids.iter().cloned());
@@ -25,25 +36,32 @@ pub(super) async fn apply(
     // On the latest version: a member another process erased a moment ago must count as gone,
     // or the merge would write its text back.
     shared.store.refresh().await?;
-    let existing: BTreeSet<String> = shared
+    let existing: BTreeMap<String, MemoryRecord> = shared
         .store
         .get_by_ids(&ids, None)
         .await?
         .into_iter()
-        .map(|r| r.id)
+        .map(|r| (r.id.clone(), r))
         .collect();
-    let mut records: Vec<MemoryRecord> = plan
-        .new_memories
-        .iter()
-        .filter(|m| !existing.contains(&m.id))
-        .map(|m| new_memory_record(job, m))
-        .collect();
+    let mut news: Vec<(MemoryRecord, String)> = Vec::new(); // (record, id assigned at acceptance)
+    let mut created: Vec<String> = Vec::new();
+    for (m, derived) in plan.new_memories.iter().zip(&derived) {
+        match written_before(job, m, derived.as_deref(), &existing) {
+            Some(id) => created.push(id),
+            None => {
+                let mut record = new_memory_record(job, m);
+                record.id = derived.clone().unwrap_or_else(|| m.id.clone());
+                news.push((record, m.id.clone()));
+            }
+        }
+    }
+    let mut merged_records = Vec::new();
     let mut merges: Vec<&MergePlan> = Vec::new();
     for m in &plan.merges {
-        if existing.contains(&m.new_id) {
+        if existing.contains_key(&m.new_id) {
             merges.push(m); // applied before a crash: only the deletes may be left
-        } else if m.delete_ids.iter().all(|id| existing.contains(id)) {
-            records.push(merged_record(job, m));
+        } else if m.delete_ids.iter().all(|id| existing.contains_key(id)) {
+            merged_records.push(merged_record(job, m));
             merges.push(m);
         } else {
             // A newer job merged or deleted a member since this plan was made: writing the
@@ -55,23 +73,37 @@ pub(super) async fn apply(
         }
     }
     // Embed before writing anything: the step most likely to fail leaves no partial effect.
-    let vectors = if records.is_empty() {
+    let texts: Vec<String> = news
+        .iter()
+        .map(|(r, _)| r.content.clone())
+        .chain(merged_records.iter().map(|r| r.content.clone()))
+        .collect();
+    let mut vectors = if texts.is_empty() {
         Vec::new()
     } else {
         shared
             .embedder
-            .embed(
-                crate::embed::TextRole::Passage,
-                records.iter().map(|r| r.content.clone()).collect(),
-            )
+            .embed(crate::embed::TextRole::Passage, texts)
             .await?
     };
+    let merged_vectors = vectors.split_off(news.len().min(vectors.len()));
     let reinforced = reinforce(shared, plan).await?;
-    if !records.is_empty() {
+    let mut deduplicated = Vec::new();
+    for ((record, accepted_id), vector) in news.into_iter().zip(vectors) {
+        let written = shared
+            .repetitions
+            .add_or_reinforce(record, vector, accepted_id)
+            .await?;
+        match written.deduplicated {
+            true => deduplicated.push(written.memory.id),
+            false => created.push(written.memory.id),
+        }
+    }
+    if !merged_records.is_empty() {
         shared
             .store
             .writer()
-            .insert_missing(records.into_iter().zip(vectors).collect())
+            .insert_missing(merged_records.into_iter().zip(merged_vectors).collect())
             .await?;
     }
     for m in &merges {
@@ -85,13 +117,35 @@ pub(super) async fn apply(
         job_id: job.job_id.clone(),
         state: JobState::Done,
         reinforced,
-        created: plan.new_memories.iter().map(|m| m.id.clone()).collect(),
+        created,
+        deduplicated,
         merged: merges.iter().map(|m| m.new_id.clone()).collect(),
         refused,
         error: None,
         attempts: 1,
         finished_at: Utc::now(),
     })
+}
+
+/// The id under which an earlier attempt of this job already wrote new memory `m`, if one did:
+/// the row under the id assigned at acceptance, or the row under the fact's id that this
+/// conversation wrote since the job was accepted with the same fact (an earlier attempt, or
+/// a write racing it; either way the fact is stored and reinforcing it again would count the
+/// job twice).
+fn written_before(
+    job: &FeedbackJob,
+    m: &NewMemoryJob,
+    derived: Option<&str>,
+    existing: &BTreeMap<String, MemoryRecord>,
+) -> Option<String> {
+    if existing.contains_key(&m.id) {
+        return Some(m.id.clone());
+    }
+    let row = existing.get(derived?)?;
+    let ours = row.conversation_id.as_deref() == Some(job.conversation_id.as_str())
+        && row.created_at.is_some_and(|t| t >= job.accepted_at)
+        && crate::memory::fact::same_fact(&row.content, &m.content);
+    ours.then(|| row.id.clone())
 }
 
 /// Set the planned strengths, only where a row still has the strength the plan saw (or

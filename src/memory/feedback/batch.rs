@@ -4,7 +4,9 @@
 //! Jobs are planned in acceptance order against the rows as the earlier jobs of the batch leave
 //! them, so the net effect is the one applying them one by one would have had. Every plan is
 //! journaled before anything is written: after a crash each job replays alone from its plan,
-//! and replays are idempotent (insert-if-missing by id, compare-and-set strengths). A batch
+//! and replays are idempotent (insert-if-missing by id, compare-and-set strengths). A new
+//! memory whose fact the scope already holds reinforces that memory instead
+//! (`memory::repetition`), in the batch as in a job applied alone. A batch
 //! whose writes fail is not replayed: each of its jobs is planned again and applied alone.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -18,6 +20,8 @@ use super::plan::{ids_read, plan_from};
 use super::shared::Shared;
 use super::worker::{finish, run_job, Run};
 use super::*;
+use crate::memory::model::Remembered;
+use crate::memory::repetition::derived_id;
 use crate::store::{MemoryRecord, StrengthChange};
 
 /// Most jobs in one batch.
@@ -165,26 +169,38 @@ async fn apply_batch(shared: &Shared, jobs: &[FeedbackJob]) -> Result<Vec<JobOut
     // Later plans assume the earlier jobs applied: if the writes fail, every job is planned
     // again on its own (its new rows are inserted only if missing; the strengths are one
     // commit, so none of them was written).
-    write_net(shared, &net).await.map_err(unplanned)?;
+    let written = write_net(shared, &net).await.map_err(unplanned)?;
     let failed = |error: MemoryError| BatchError {
         error,
         plans: net.plans.iter().cloned().map(Some).collect(),
     };
+    let mut created = vec![Vec::new(); jobs.len()];
+    let mut deduplicated = vec![Vec::new(); jobs.len()];
+    for (job, memory) in net.insert_jobs.iter().zip(written) {
+        match memory.deduplicated {
+            true => deduplicated[*job].push(memory.memory.id),
+            false => created[*job].push(memory.memory.id),
+        }
+    }
     let outcomes: Vec<JobOutcome> = jobs
         .iter()
         .zip(&net.plans)
         .zip(&net.reinforced)
-        .map(|((job, plan), reinforced)| JobOutcome {
-            job_id: job.job_id.clone(),
-            state: JobState::Done,
-            reinforced: *reinforced,
-            created: plan.new_memories.iter().map(|m| m.id.clone()).collect(),
-            merged: Vec::new(),
-            refused: plan.refused.clone(),
-            error: None,
-            attempts: 1,
-            finished_at: Utc::now(),
-        })
+        .zip(created.into_iter().zip(deduplicated))
+        .map(
+            |(((job, plan), reinforced), (created, deduplicated))| JobOutcome {
+                job_id: job.job_id.clone(),
+                state: JobState::Done,
+                reinforced: *reinforced,
+                created,
+                deduplicated,
+                merged: Vec::new(),
+                refused: plan.refused.clone(),
+                error: None,
+                attempts: 1,
+                finished_at: Utc::now(),
+            },
+        )
         .collect();
     let finished: Vec<Record> = outcomes
         .iter()
@@ -205,8 +221,11 @@ struct NetEffect {
     plans: Vec<FeedbackPlan>,
     /// Rows each job reinforced.
     reinforced: Vec<usize>,
-    /// New rows, with the strength they are inserted with.
+    /// New rows, with the strength they are inserted with (under the id assigned at
+    /// acceptance; `write_net` writes each under its fact's id).
     inserts: Vec<MemoryRecord>,
+    /// The job (index in the batch) each insert comes from.
+    insert_jobs: Vec<usize>,
     /// Final strength per row, compare-and-set against the strength it has in the table.
     strengths: Vec<StrengthChange>,
 }
@@ -219,12 +238,13 @@ fn plan_batch(jobs: &[FeedbackJob], rows: Vec<MemoryRecord>, null_visible: bool)
     // The strength each changed row has in the table (or is inserted with).
     let mut before: BTreeMap<String, i32> = BTreeMap::new();
     let mut net = NetEffect::default();
-    for job in jobs {
+    for (index, job) in jobs.iter().enumerate() {
         let plan = plan_from(job, &state, null_visible);
         for m in &plan.new_memories {
             if !state.contains_key(&m.id) {
                 let record = new_memory_record(job, m);
                 net.inserts.push(record.clone());
+                net.insert_jobs.push(index);
                 state.insert(m.id.clone(), record);
             }
         }
@@ -261,9 +281,12 @@ fn plan_batch(jobs: &[FeedbackJob], rows: Vec<MemoryRecord>, null_visible: bool)
     net
 }
 
-/// Embed first (the step most likely to fail leaves nothing behind), insert the new rows, then
-/// set the strengths (after the insert: a row created and reinforced in one batch exists).
-async fn write_net(shared: &Shared, net: &NetEffect) -> Result<(), MemoryError> {
+/// Embed first (the step most likely to fail leaves nothing behind), add the new rows or
+/// reinforce the stored copies of their facts (`memory::repetition`), then set the strengths
+/// (after the insert: a row created and reinforced in one batch exists). Returns what became
+/// of each insert, in order.
+async fn write_net(shared: &Shared, net: &NetEffect) -> Result<Vec<Remembered>, MemoryError> {
+    let mut written = Vec::new();
     if !net.inserts.is_empty() {
         let vectors = shared
             .embedder
@@ -272,11 +295,21 @@ async fn write_net(shared: &Shared, net: &NetEffect) -> Result<(), MemoryError> 
                 net.inserts.iter().map(|r| r.content.clone()).collect(),
             )
             .await?;
-        shared
-            .store
-            .writer()
-            .insert_missing(net.inserts.iter().cloned().zip(vectors).collect())
-            .await?;
+        let rows = net
+            .inserts
+            .iter()
+            .zip(vectors)
+            .map(|(record, vector)| {
+                let mut record = record.clone();
+                let accepted_id = record.id.clone();
+                let scope = record.memory_scope.as_deref().unwrap_or_default();
+                if let Some(id) = derived_id(scope, &record.content) {
+                    record.id = id;
+                }
+                (record, vector, accepted_id)
+            })
+            .collect();
+        written = shared.repetitions.add_or_reinforce_all(rows).await?;
     }
     let changed = set_strengths(shared, &net.strengths).await?;
     if changed as usize != net.strengths.len() {
@@ -287,7 +320,7 @@ async fn write_net(shared: &Shared, net: &NetEffect) -> Result<(), MemoryError> 
             "some reinforcements found a strength changed by another writer"
         );
     }
-    Ok(())
+    Ok(written)
 }
 
 #[cfg(test)]

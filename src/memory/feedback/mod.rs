@@ -27,6 +27,7 @@ use std::time::Duration;
 
 use crate::memory::MemoryError;
 
+pub(crate) use queue::QueueWrites;
 pub use queue::{FeedbackPause, FeedbackQueue};
 
 const MAX_IDS: usize = 100;
@@ -140,6 +141,10 @@ pub struct JobOutcome {
     pub state: JobState,
     pub reinforced: usize,
     pub created: Vec<String>,
+    /// Stored memories a new memory of the job repeated, reinforced instead of copied.
+    /// (Absent in outcomes journaled by older versions.)
+    #[serde(default)]
+    pub deduplicated: Vec<String>,
     pub merged: Vec<String>,
     pub refused: Vec<(String, String)>,
     pub error: Option<String>,
@@ -155,6 +160,7 @@ impl JobOutcome {
             state,
             reinforced: 0,
             created: vec![],
+            deduplicated: vec![],
             merged: vec![],
             refused: vec![],
             error: Some(error),

@@ -32,18 +32,32 @@ pub struct FeedbackQueue {
     task: crate::task::TaskSlot,
 }
 
+/// What the queue writes through: the store and embedder, the scope map its jobs are scoped
+/// by, the migration gate they wait on, and the folding of repeated facts.
+pub(crate) struct QueueWrites {
+    pub(crate) store: Store,
+    pub(crate) embedder: Arc<dyn Embedder>,
+    pub(crate) scopes: Arc<ScopeResolver>,
+    pub(crate) gate: MigrationGate,
+    pub(crate) repetitions: crate::memory::repetition::Repetitions,
+}
+
 impl FeedbackQueue {
     /// Claim this process's journal in `dir` (adopting dead instances' unfinished jobs, which
     /// the worker replays first) and open the queue.
-    pub fn open(
+    pub(crate) fn open(
         dir: &std::path::Path,
         table: &str,
         settings: QueueSettings,
-        store: Store,
-        embedder: Arc<dyn Embedder>,
-        scopes: Arc<ScopeResolver>,
-        gate: MigrationGate,
+        writes: QueueWrites,
     ) -> Result<FeedbackQueue, MemoryError> {
+        let QueueWrites {
+            store,
+            embedder,
+            scopes,
+            gate,
+            repetitions,
+        } = writes;
         let mut files =
             InstanceJournal::claim(dir, table).map_err(|e| MemoryError::Internal(e.to_string()))?;
         let pending = std::mem::take(&mut files.pending);
@@ -60,6 +74,7 @@ impl FeedbackQueue {
                 store,
                 embedder,
                 gate,
+                repetitions,
                 files,
                 apply: tokio::sync::Mutex::new(()),
                 dropped: Mutex::new(Default::default()),

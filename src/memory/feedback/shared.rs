@@ -20,6 +20,8 @@ pub(super) struct Shared {
     pub(super) store: Store,
     pub(super) embedder: Arc<dyn Embedder>,
     pub(super) gate: MigrationGate,
+    /// Folds a new memory into the stored copy of the same fact (`memory::repetition`).
+    pub(super) repetitions: crate::memory::repetition::Repetitions,
     /// This process's journal (and the lock that marks it alive).
     pub(super) files: InstanceJournal,
     /// Held by the worker while it applies a job, and by an erase for its whole duration, so an

@@ -55,9 +55,22 @@ impl MemoryService {
                 "scope_filter = disabled: recall ignores scopes (emergency rollback mode)"
             );
         }
-        let feedback = open_feedback(config, &store, &embedder, &scopes, &backfill)?;
+        let reembed = Arc::new(reembed);
+        let vectors = Arc::new(resident_search(config, &store, &search));
+        let repetitions = crate::memory::repetition::Repetitions::new(
+            store.clone(),
+            vectors.clone(),
+            reembed.clone(),
+        );
+        let feedback = open_feedback(
+            config,
+            &store,
+            &embedder,
+            &scopes,
+            &backfill,
+            repetitions.clone(),
+        )?;
         let lease = take_lease(config, &store, &feedback).await;
-        let vectors = resident_search(config, &store, &search);
         let calibration = Arc::new(std::sync::OnceLock::new());
         measure_model(embedder.clone(), calibration.clone()).await;
         let backfill = Arc::new(backfill);
@@ -79,7 +92,8 @@ impl MemoryService {
             scopes,
             settings: service_settings(config, follow_others),
             backfill,
-            reembed: Arc::new(reembed),
+            reembed,
+            repetitions,
             latency,
             erase_notices,
             feedback,
@@ -190,6 +204,7 @@ fn open_feedback(
     embedder: &Arc<dyn Embedder>,
     scopes: &Arc<ScopeResolver>,
     backfill: &BackfillHandle,
+    repetitions: crate::memory::repetition::Repetitions,
 ) -> Result<crate::memory::feedback::FeedbackQueue, MemoryError> {
     crate::memory::feedback::FeedbackQueue::open(
         &config.storage.state_dir(),
@@ -203,10 +218,13 @@ fn open_feedback(
             },
             retention: crate::memory::retention::Retention::from_config(&config.retention),
         },
-        store.clone(),
-        embedder.clone(),
-        scopes.clone(),
-        backfill.gate().clone(),
+        crate::memory::feedback::QueueWrites {
+            store: store.clone(),
+            embedder: embedder.clone(),
+            scopes: scopes.clone(),
+            gate: backfill.gate().clone(),
+            repetitions,
+        },
     )
 }
 
