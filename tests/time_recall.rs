@@ -130,7 +130,10 @@ fn texts(r: &Value) -> Vec<String> {
 }
 
 async fn start(dir: &std::path::Path, resident_max_rows: u64) -> PluginHost {
-    let mut config = common::config(dir, family_map());
+    start_with(common::config(dir, family_map()), resident_max_rows).await
+}
+
+async fn start_with(mut config: scopemem::config::Config, resident_max_rows: u64) -> PluginHost {
     config.recall.timezone = "Asia/Shanghai".into();
     config.recall.resident_max_rows = resident_max_rows as usize;
     let host = PluginHost::start_with(config, None, common::e5())
@@ -187,6 +190,20 @@ async fn an_empty_window_falls_back_and_other_questions_are_unchanged() {
     let r = recall(&host, FAMILY, "晚饭去哪吃的").await;
     assert!(r.get("time_window").is_none(), "{r}");
     assert_eq!(texts(&r).len(), 5);
+    // `time_words: false` searches the words as written: no window, every dinner a candidate.
+    let r = host
+        .invoke(
+            "recall",
+            json!({"conversation_id": FAMILY, "query": "去年晚饭去哪吃的", "limit": 5,
+                   "relevance_gate": false, "time_words": false}),
+        )
+        .await
+        .unwrap();
+    assert!(r.get("time_window").is_none(), "{r}");
+    assert!(
+        texts(&r).iter().filter(|t| t.starts_with("晚饭")).count() >= 3,
+        "{r}"
+    );
 
     let e = host
         .invoke(
@@ -206,5 +223,61 @@ async fn an_empty_window_falls_back_and_other_questions_are_unchanged() {
         .await
         .unwrap();
     assert_eq!(r["time_window"]["timezone"], "Pacific/Honolulu", "{r}");
+    host.shutdown().await;
+}
+
+/// With the relevance gate on (the default, as the injection path runs), a question that names
+/// a time still recalls its memory, and chat that names a time recalls nothing: inside a
+/// window the gate asks a smaller margin (`memory::relevance::WINDOW_GATE_MARGIN`), not none.
+#[tokio::test]
+async fn the_relevance_gate_lets_time_questions_through_and_holds_time_chat_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = common::config(dir.path(), family_map());
+    // The shipped recall settings (the tests' config turns the gate and the cut off).
+    config.recall = scopemem::config::Config::from_value(&json!({}))
+        .unwrap()
+        .config
+        .recall;
+    let host = start_with(config, 1_000_000).await;
+    let started = std::time::Instant::now();
+    while host.memory().calibration().is_none() {
+        assert!(started.elapsed() < std::time::Duration::from_secs(300));
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let gated = |query: &'static str| {
+        let host = &host;
+        async move {
+            host.invoke(
+                "recall",
+                json!({"conversation_id": FAMILY, "query": query, "limit": 5}),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{query}: {e}"))
+        }
+    };
+    let mut first = Vec::new();
+    for (question, want) in QUESTIONS {
+        let r = gated(question).await;
+        if texts(&r).first().map(String::as_str) == Some(want) {
+            first.push(question);
+        }
+    }
+    println!(
+        "RESULT time questions with the gate on: hit@1 {} of {}",
+        first.len(),
+        QUESTIONS.len()
+    );
+    assert!(first.len() >= 9, "answered first: {first:?}");
+    for chat in [
+        "今天好累啊",
+        "昨天睡得好香",
+        "最近好忙啊",
+        "上周太累了",
+        "lol today",
+    ] {
+        let r = gated(chat).await;
+        assert!(texts(&r).is_empty(), "{chat}: {r}");
+        assert_eq!(r["gated"], "no_relevant_memory", "{chat}: {r}");
+    }
     host.shutdown().await;
 }

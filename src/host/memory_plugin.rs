@@ -35,6 +35,7 @@ impl MemoryPlugin {
                 entities: ev.entities,
                 relevance_gate: None,
                 timezone: ev.timezone,
+                time_words: None,
             })
             .await?;
         Ok(json!({

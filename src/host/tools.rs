@@ -196,6 +196,7 @@ pub fn recall_request(ctx: CallContext, args: Value) -> Result<RecallRequest, Pl
         entities: Vec::new(),
         relevance_gate: None,
         timezone: None,
+        time_words: None,
     })
 }
 

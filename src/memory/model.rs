@@ -111,6 +111,10 @@ pub struct RecallRequest {
     /// absent; `memory::time_words`).
     #[serde(default)]
     pub timezone: Option<String>,
+    /// `false` searches the query as written, with no time window even when it names a time
+    /// (to compare, or to find a memory by the words themselves). Default `true`.
+    #[serde(default)]
+    pub time_words: Option<bool>,
 }
 
 /// What a recall returns: the scope it ran under, whether legacy NULL rows were visible, hits.

@@ -385,7 +385,10 @@ impl MemoryService {
             keywords: self.vectors.as_ref(),
         };
         let zone = self.zone(req.timezone.as_deref())?;
-        let time = super::time_words::find(query, Utc::now().with_timezone(&zone));
+        let time = match req.time_words {
+            Some(false) => None,
+            _ => super::time_words::find(query, Utc::now().with_timezone(&zone)),
+        };
         // Time words name a window of the prefilter and are left out of the searched text.
         let text = time.as_ref().map_or(query, |t| t.rest.as_str());
         let calibration = self.calibration();
@@ -415,13 +418,18 @@ impl MemoryService {
             Some(t) => {
                 let mut rows = visible.rows.clone();
                 rows.created = Some(t.window);
-                let within = searchers.candidates(&search_in(rows)).await?;
+                let within = searchers.candidates(&search_in(rows.clone())).await?;
+                // Empty when nothing visible was created then; candidates that the similarity
+                // cut left out of a window that holds memories are no reason to answer from
+                // other days.
+                let empty =
+                    within.candidates.is_empty() && self.store.count(rows.to_sql()).await? == 0;
                 time_window = Some(TimeWindow {
                     words: t.words.clone(),
                     from: t.window.from.to_rfc3339(),
                     until: t.window.until.to_rfc3339(),
                     timezone: zone.name().to_string(),
-                    empty: within.candidates.is_empty(),
+                    empty,
                 });
                 within
             }
@@ -435,8 +443,9 @@ impl MemoryService {
             self.degraded_recalls.fetch_add(1, Ordering::Relaxed);
         }
         let degraded = degraded.or(found.degraded);
+        let in_window = time_window.as_ref().is_some_and(|w| !w.empty);
         let gated = if req.relevance_gate.unwrap_or(cfg.relevance_gate) {
-            self.gate(text, &fit, found.vector.as_ref())
+            self.gate(text, &fit, found.vector.as_ref(), in_window)
         } else {
             None
         };
@@ -511,6 +520,7 @@ impl MemoryService {
         query: &str,
         fit: &crate::embed::calibration::ScriptFit,
         vector: Option<&super::hybrid::VectorEvidence>,
+        in_window: bool,
     ) -> Option<&'static str> {
         let measured = self.calibration.get()?;
         let vector = vector?;
@@ -527,7 +537,11 @@ impl MemoryService {
             chat_z = relevance.chat_z,
             "relevance gate"
         );
-        (!relevance.asks_for_memory()).then_some("no_relevant_memory")
+        let asks = match in_window {
+            true => relevance.asks_about_a_time(),
+            false => relevance.asks_for_memory(),
+        };
+        (!asks).then_some("no_relevant_memory")
     }
 
     /// The zone a request's time words are read in: its own (a plugin's), else

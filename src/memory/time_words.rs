@@ -11,7 +11,7 @@
 //! 上周X, 这周 / 本周, 上周, 这个月 / 本月, 上个月, 今年, 去年, 前年, 最近 / 近期 / 这几天,
 //! YYYY年M月D日, M月D日 (or 号), YYYY-MM-DD. In English: today, tonight, yesterday, the day before
 //! yesterday, N days ago, this / last week, month, year, recently / lately, last Monday and on
-//! Monday (both the latest Monday), YYYY-MM-DD.
+//! Monday (both the latest Monday), (on) YYYY-MM-DD.
 
 use std::sync::LazyLock;
 
@@ -72,13 +72,16 @@ fn pattern(re: &str, span: fn(&regex::Captures<'_>) -> Option<Span>) -> Pattern 
 
 static PATTERNS: LazyLock<Vec<Pattern>> = LazyLock::new(|| {
     vec![
-        pattern(r"(\d{4})[-/年](\d{1,2})[-/月](\d{1,2})[日号]?", |c| {
-            Some(Span::Date {
-                year: c[1].parse().ok(),
-                month: c[2].parse().ok()?,
-                day: c[3].parse().ok()?,
-            })
-        }),
+        pattern(
+            r"(?i:\bon\s+)?(\d{4})[-/年](\d{1,2})[-/月](\d{1,2})[日号]?",
+            |c| {
+                Some(Span::Date {
+                    year: c[1].parse().ok(),
+                    month: c[2].parse().ok()?,
+                    day: c[3].parse().ok()?,
+                })
+            },
+        ),
         pattern(r"(\d{1,2})月(\d{1,2})[日号]", |c| {
             Some(Span::Date {
                 year: None,
@@ -404,6 +407,12 @@ mod tests {
                 date(2026, 11, 25),
                 1,
                 "where did we eat",
+            ),
+            (
+                "where did we have dinner on 2026-11-07",
+                date(2026, 11, 7),
+                1,
+                "where did we have dinner",
             ),
             (
                 "who called two days ago?",
