@@ -448,7 +448,7 @@ mod tests {
                 "what was decided on 2026-11-02",
                 date(2026, 11, 2),
                 1,
-                "what was decided on",
+                "what was decided",
             ),
         ];
         for (q, from, n, rest) in cases {
