@@ -493,6 +493,23 @@ struct Tally {
     five: usize,
 }
 
+impl Tally {
+    /// Count one question whose right memory came at `rank` (or not at all).
+    fn count(&mut self, rank: Option<usize>) {
+        self.asked += 1;
+        self.first += usize::from(rank == Some(0));
+        self.five += usize::from(rank.is_some());
+    }
+
+    fn hit1(&self) -> f64 {
+        self.first as f64 / self.asked.max(1) as f64
+    }
+
+    fn hit5(&self) -> f64 {
+        self.five as f64 / self.asked.max(1) as f64
+    }
+}
+
 fn main() {
     let rt = common::runtime();
     rt.block_on(run());
@@ -501,28 +518,7 @@ fn main() {
 async fn run() {
     let quality = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/quality");
     let dir = tempfile::tempdir().expect("temp dir");
-    let config = dir.path().join("config.json");
-    std::fs::write(
-        &config,
-        serde_json::to_vec(&json!({
-            "storage": {"db_dir": dir.path().join("db")},
-            "conversation_scope_map": {FAMILY: "家人", WORK: "工作", GAME: "游戏群", CLASS: "同学"},
-            "recall": {"timezone": "Asia/Shanghai"},
-        }))
-        .expect("json"),
-    )
-    .expect("config");
-    let host = PluginHost::start(Some(&config)).await.expect("host starts");
-    // The relevance gate needs the model's calibration, measured at start-up (in the
-    // background when it takes long, as in a debug build): ask only once it is there.
-    let started = std::time::Instant::now();
-    while host.memory().calibration().is_none() {
-        assert!(
-            started.elapsed() < std::time::Duration::from_secs(600),
-            "the model was never calibrated"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-    }
+    let host = start(dir.path()).await;
     let model = host.memory().embedder().model_id();
     let mut seeded = Vec::new();
     let mut questions = Vec::new();
@@ -538,63 +534,93 @@ async fn run() {
         questions.len(),
         today()
     );
+    ask_time_questions(&host, &questions).await;
+    ask_time_chat(&host).await;
+    ask_plain_questions(&host, &quality).await;
+    host.shutdown().await;
+}
 
+/// A host with the default config (so the default model) plus the bench's scopes and zone,
+/// once the model is calibrated: the relevance gate needs the calibration, measured at
+/// start-up (in the background when it takes long, as in a debug build).
+async fn start(dir: &Path) -> PluginHost {
+    let config = dir.join("config.json");
+    std::fs::write(
+        &config,
+        serde_json::to_vec(&json!({
+            "storage": {"db_dir": dir.join("db")},
+            "conversation_scope_map": {FAMILY: "家人", WORK: "工作", GAME: "游戏群", CLASS: "同学"},
+            "recall": {"timezone": "Asia/Shanghai"},
+        }))
+        .expect("json"),
+    )
+    .expect("config");
+    let host = PluginHost::start(Some(&config)).await.expect("host starts");
+    let started = std::time::Instant::now();
+    while host.memory().calibration().is_none() {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(600),
+            "the model was never calibrated"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    host
+}
+
+/// The time questions with their window and as written: hit@1 and hit@5, per kind of time
+/// word, and rows of other scopes.
+async fn ask_time_questions(host: &PluginHost, questions: &[Question]) {
     let mut with = Tally::default();
     let mut without = Tally::default();
     let mut per_span: BTreeMap<&str, Tally> = BTreeMap::new();
     let (mut leaks, mut no_window, mut empty) = (0, 0, 0);
-    for q in &questions {
+    for q in questions {
         let scope = scope_of(q.conversation);
         for (time_words, tally) in [(true, &mut with), (false, &mut without)] {
-            let r = recall(&host, q, time_words).await;
+            let r = recall(host, q, time_words).await;
             let got = contents(&r);
             leaks += got
                 .iter()
                 .filter(|(_, s)| s != scope && s != "public")
                 .count();
             let rank = got.iter().position(|(t, _)| *t == q.want);
-            tally.asked += 1;
-            tally.first += usize::from(rank == Some(0));
-            tally.five += usize::from(rank.is_some());
-            if time_words {
-                let span = per_span.entry(q.span).or_default();
-                span.asked += 1;
-                span.first += usize::from(rank == Some(0));
-                span.five += usize::from(rank.is_some());
-                match r.get("time_window") {
-                    None => no_window += 1,
-                    Some(w) if w["empty"] == true => empty += 1,
-                    Some(_) => {}
-                }
-                if rank != Some(0) {
-                    println!(
-                        "  missed: {} → {:?} (want {}); window {} {}",
-                        q.text,
-                        got.first().map(|g| &g.0),
-                        q.want,
-                        r["time_window"],
-                        r.get("gated")
-                            .map(|g| format!("gated {g}"))
-                            .unwrap_or_default()
-                    );
-                }
+            tally.count(rank);
+            if !time_words {
+                continue;
+            }
+            per_span.entry(q.span).or_default().count(rank);
+            match r.get("time_window") {
+                None => no_window += 1,
+                Some(w) if w["empty"] == true => empty += 1,
+                Some(_) => {}
+            }
+            if rank != Some(0) {
+                println!(
+                    "  missed: {} → {:?} (want {}); window {} {}",
+                    q.text,
+                    got.first().map(|g| &g.0),
+                    q.want,
+                    r["time_window"],
+                    r.get("gated")
+                        .map(|g| format!("gated {g}"))
+                        .unwrap_or_default()
+                );
             }
         }
     }
-    let ratio = |a: usize, b: usize| a as f64 / b.max(1) as f64;
     println!("\n| time questions ({}) | hit@1 | hit@5 |", with.asked);
     println!("|---|---|---|");
     println!(
         "| with the time window (default) | **{:.2}** ({}) | {:.2} |",
-        ratio(with.first, with.asked),
+        with.hit1(),
         with.first,
-        ratio(with.five, with.asked)
+        with.hit5()
     );
     println!(
         "| searched as written (`time_words: false`) | {:.2} ({}) | {:.2} |",
-        ratio(without.first, without.asked),
+        without.hit1(),
         without.first,
-        ratio(without.five, without.asked)
+        without.hit5()
     );
     println!("\nhit@1 per kind of time word (with the window):");
     for (span, t) in &per_span {
@@ -602,18 +628,14 @@ async fn run() {
     }
     println!("time questions that got no window: {no_window}; an empty window: {empty}");
     println!("rows from another scope, all recalls: {leaks}");
+}
 
-    // Small talk that names a time: recalls nothing.
+/// Small talk that names a time: it must recall nothing.
+async fn ask_time_chat(host: &PluginHost) {
     let mut chatty = Vec::new();
     for (i, line) in TIME_SMALL_TALK.iter().enumerate() {
         let conversation = if i % 2 == 0 { FAMILY } else { WORK };
-        let q = Question {
-            conversation,
-            text: line.to_string(),
-            want: String::new(),
-            span: "none",
-        };
-        let got = contents(&recall(&host, &q, true).await);
+        let got = contents(&recall(host, &asked(conversation, line), true).await);
         if !got.is_empty() {
             chatty.push(format!("{line} ({})", got.len()));
         }
@@ -622,19 +644,18 @@ async fn run() {
         "small talk naming a time that recalled something: {} of {}{}",
         chatty.len(),
         TIME_SMALL_TALK.len(),
-        if chatty.is_empty() {
-            String::new()
-        } else {
-            format!(": {chatty:?}")
-        }
+        listed(&chatty)
     );
+}
 
-    // Questions without time words: no window, and the same top 5 as searched as written.
+/// Questions without time words: no window, and the same top 5 as searched as written; and
+/// which of the quality bench's questions name a time.
+async fn ask_plain_questions(host: &PluginHost, quality: &Path) {
     let plain = plain_questions();
     let (mut windows, mut same, mut first) = (0, 0, 0);
     for q in &plain {
-        let r = recall(&host, q, true).await;
-        let as_written = recall(&host, q, false).await;
+        let r = recall(host, q, true).await;
+        let as_written = recall(host, q, false).await;
         windows += usize::from(r.get("time_window").is_some());
         same += usize::from(contents(&r) == contents(&as_written));
         first += usize::from(contents(&r).first().map(|g| g.0.as_str()) == Some(q.want.as_str()));
@@ -643,28 +664,37 @@ async fn run() {
         "\nquestions without time words ({}): hit@1 {first}; given a window {windows}; top 5 equal to `time_words: false` in {same}",
         plain.len()
     );
-    let asked = quality_questions(&quality);
+    let texts = quality_questions(quality);
     let mut named = Vec::new();
-    for text in &asked {
-        let q = Question {
-            conversation: FAMILY,
-            text: text.clone(),
-            want: String::new(),
-            span: "none",
-        };
-        if recall(&host, &q, true).await.get("time_window").is_some() {
+    for text in &texts {
+        let r = recall(host, &asked(FAMILY, text), true).await;
+        if r.get("time_window").is_some() {
             named.push(text.clone());
         }
     }
     println!(
         "quality bench questions given a window: {} of {}{}",
         named.len(),
-        asked.len(),
-        if named.is_empty() {
-            String::new()
-        } else {
-            format!(": {named:?}")
-        }
+        texts.len(),
+        listed(&named)
     );
-    host.shutdown().await;
+}
+
+/// A question with no right memory (chat, or a probe for a window).
+fn asked(conversation: &'static str, text: &str) -> Question {
+    Question {
+        conversation,
+        text: text.to_string(),
+        want: String::new(),
+        span: "none",
+    }
+}
+
+/// `": [..]"` for a non-empty list, else nothing.
+fn listed(items: &[String]) -> String {
+    if items.is_empty() {
+        String::new()
+    } else {
+        format!(": {items:?}")
+    }
 }
