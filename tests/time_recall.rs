@@ -121,12 +121,7 @@ async fn recall(host: &PluginHost, conversation: &str, query: &str) -> Value {
 }
 
 fn texts(r: &Value) -> Vec<String> {
-    r["memories"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m["content"].as_str().unwrap().to_string())
-        .collect()
+    common::recalled_texts(r)
 }
 
 async fn start(dir: &std::path::Path, resident_max_rows: u64) -> PluginHost {

@@ -223,12 +223,7 @@ impl Repetitions {
         record: &MemoryRecord,
         vector: &[f32],
     ) -> Result<Option<MemoryRecord>, MemoryError> {
-        let visible = RowFilter {
-            scopes: Some(ScopeSet::only(scope)),
-            alive_at: Some(Utc::now()),
-            created: None,
-        }
-        .to_sql();
+        let visible = own_rows(scope).to_sql();
         let by_id = self
             .store
             .get_by_ids(std::slice::from_ref(&record.id), visible.as_deref())
@@ -254,11 +249,7 @@ impl Repetitions {
         record: &MemoryRecord,
         vector: &[f32],
     ) -> Result<Option<MemoryRecord>, MemoryError> {
-        let own = RowFilter {
-            scopes: Some(ScopeSet::only(scope)),
-            alive_at: Some(Utc::now()),
-            created: None,
-        };
+        let own = own_rows(scope);
         let hits = self
             .vectors
             .nearest(&SearchRequest {
@@ -329,6 +320,16 @@ impl Repetitions {
         memory.expires_at =
             expires_at.map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Micros, true));
         Ok(Some(memory))
+    }
+}
+
+/// The unexpired rows of `scope` alone: never `public` for a private scope, never legacy NULL
+/// rows. A fact is looked for only there.
+fn own_rows(scope: &str) -> RowFilter {
+    RowFilter {
+        scopes: Some(ScopeSet::only(scope)),
+        alive_at: Some(Utc::now()),
+        created: None,
     }
 }
 

@@ -495,3 +495,13 @@ pub async fn resident_and_lance(
 #[path = "../../src/test_logs.rs"]
 mod test_logs;
 pub use test_logs::log_capture_baseline;
+
+/// The texts of a recall answer's memories, in order.
+pub fn recalled_texts(r: &Value) -> Vec<String> {
+    r["memories"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["content"].as_str().unwrap().to_string())
+        .collect()
+}
