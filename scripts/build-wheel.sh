@@ -32,5 +32,7 @@ for d in all-MiniLM-L6-v2-int8 onnxruntime-1.31.1; do
 done
 log "building the release wheel (a cold release build takes ~45 min on 2 cores)"
 cd "$ROOT"
-"$VENV/bin/maturin" build --release --strip --out dist
+# Deflate level 9 instead of maturin's 6: 2.8 MB smaller (measured on the 99.4 MB wheel), the
+# margin under PyPI's 100 MB per file.
+"$VENV/bin/maturin" build --release --strip --compression-level 9 --out dist
 ls -l dist/*.whl >&2
