@@ -112,6 +112,26 @@ pub async fn post(client: &reqwest::Client, s: &Serve, path: &str, body: Value) 
     (status, r.json().await.unwrap_or(Value::Null))
 }
 
+/// `post`, tried again (up to 5 times, after the response's 1 s Retry-After) while the
+/// answer is 503 `store_busy`: what a client does when another process's erase or compaction
+/// pruned the version its request read, again and again on a loaded machine.
+pub async fn post_retrying_busy(
+    client: &reqwest::Client,
+    s: &Serve,
+    path: &str,
+    body: Value,
+) -> (u16, Value) {
+    let mut answer = post(client, s, path, body.clone()).await;
+    for _ in 0..5 {
+        if answer.0 != 503 || answer.1["error"]["code"] != "store_busy" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        answer = post(client, s, path, body.clone()).await;
+    }
+    answer
+}
+
 /// `POST /v1/recall` (limit 100) as `conversation`; the memories it returned.
 pub async fn recalled(
     client: &reqwest::Client,
