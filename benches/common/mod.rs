@@ -427,6 +427,19 @@ pub fn quality_lines(field: &str, limit: usize) -> Vec<String> {
     out
 }
 
+/// `texts` embedded as passages by `model` in calls of `chunk`, one after another: texts per
+/// second.
+pub async fn passages_per_s(model: &dyn Embedder, texts: &[String], chunk: usize) -> f64 {
+    let started = Instant::now();
+    for part in texts.chunks(chunk) {
+        model
+            .embed(scopemem::embed::TextRole::Passage, part.to_vec())
+            .await
+            .expect("embed");
+    }
+    texts.len() as f64 / started.elapsed().as_secs_f64()
+}
+
 /// The multi-threaded runtime every bench drives its async work on.
 pub fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()

