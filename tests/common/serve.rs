@@ -132,14 +132,16 @@ pub async fn post_retrying_busy(
     answer
 }
 
-/// `POST /v1/recall` (limit 100) as `conversation`; the memories it returned.
+/// `POST /v1/recall` (limit 100) as `conversation`; the memories it returned. A 503
+/// `store_busy` (another process's erase or compaction pruned the version it read, past the
+/// read's own retries) is tried again, as a client does.
 pub async fn recalled(
     client: &reqwest::Client,
     s: &Serve,
     conversation: &str,
     query: &str,
 ) -> Vec<Value> {
-    let (status, r) = post(
+    let (status, r) = post_retrying_busy(
         client,
         s,
         "/v1/recall",
