@@ -548,11 +548,13 @@ async fn recall(
     ids: &HashMap<String, usize>,
     scores: &mut Scores,
 ) -> Vec<usize> {
+    // With the gate on, as the injection path recalls (an explicit recall is never gated).
     let body = json!({
         "conversation_id": conversation(ask),
         "query": text,
         "limit": LIMIT,
         "search": mode,
+        "relevance_gate": true,
     });
     let started = Instant::now();
     let v = post(client, &format!("{base}/v1/recall"), &body)

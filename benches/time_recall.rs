@@ -464,7 +464,7 @@ async fn recall(host: &PluginHost, q: &Question, time_words: bool) -> Value {
     host.invoke(
         "recall",
         json!({"conversation_id": q.conversation, "query": q.text, "limit": 5,
-               "time_words": time_words}),
+               "time_words": time_words, "relevance_gate": true}),
     )
     .await
     .unwrap_or_else(|e| panic!("{}: {e}", q.text))

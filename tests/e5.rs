@@ -194,7 +194,7 @@ async fn small_talk_recalls_nothing_and_questions_with_content_still_recall() {
     let mut leaked = HashMap::new();
     for (i, line) in small_talk.iter().enumerate() {
         let conv = if i % 2 == 0 { FAMILY } else { WORK };
-        let r = recall(&host, conv, line, json!({})).await;
+        let r = recall(&host, conv, line, json!({"relevance_gate": true})).await;
         if !contents(&r).is_empty() {
             leaked.insert(*line, contents(&r));
         } else {
@@ -251,12 +251,81 @@ async fn small_talk_recalls_nothing_and_questions_with_content_still_recall() {
     }
     assert!(missed.is_empty(), "{missed:#?}");
     // The answer lives in the family scope: from work, nothing rather than a stranger.
-    let r = recall(&host, WORK, "外公能吃月饼吗", json!({})).await;
+    let r = recall(
+        &host,
+        WORK,
+        "外公能吃月饼吗",
+        json!({"relevance_gate": true}),
+    )
+    .await;
     assert!(contents(&r).is_empty(), "{r}");
-    // Browsing still sees everything.
-    let r = recall(&host, FAMILY, "早上好呀", json!({"relevance_gate": false})).await;
+    // An explicit recall is never held back.
+    let r = recall(&host, FAMILY, "早上好呀", json!({})).await;
     assert!(!contents(&r).is_empty(), "{r}");
     assert!(r.get("gated").is_none(), "{r}");
+    host.shutdown().await;
+}
+
+/// Issue 48: the gate is for injection into every prompt. An LLM's recall tool call and a
+/// recall through the API are explicit asks and never held back, and a message that names a
+/// visible memory in its own words passes the gate on the injection path too; small talk
+/// there still recalls nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn explicit_asks_and_a_memorys_own_words_are_never_gated() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = PluginHost::start_with(default_config(dir.path()), None, common::e5())
+        .await
+        .expect("host starts");
+    common::remember(&host, FAMILY, "奶奶喜欢兰花").await;
+    common::remember(&host, FAMILY, "family: keep me").await;
+    let started = std::time::Instant::now();
+    while host.memory().calibration().is_none() {
+        assert!(started.elapsed() < std::time::Duration::from_secs(300));
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let ctx = scopemem::host::CallContext {
+        conversation_id: FAMILY.into(),
+        persona: None,
+    };
+    let r = host
+        .call_tool("core_memory_recall", ctx, json!({"query": "grandma"}))
+        .await
+        .unwrap();
+    assert!(r.get("gated").is_none(), "{r}");
+    assert!(contents(&r).iter().any(|c| c == "奶奶喜欢兰花"), "{r}");
+
+    let r = recall(&host, FAMILY, "family", json!({})).await;
+    assert_eq!(
+        contents(&r).first().map(String::as_str),
+        Some("family: keep me"),
+        "{r}"
+    );
+    // With the gate asked for (as injection does), the memory's own word still passes it.
+    let r = recall(&host, FAMILY, "family", json!({"relevance_gate": true})).await;
+    assert!(r.get("gated").is_none(), "{r}");
+    assert!(contents(&r).iter().any(|c| c == "family: keep me"), "{r}");
+    let inject = |query: &'static str| {
+        let host = &host;
+        async move {
+            host.invoke(
+                "on_llm_request",
+                json!({"conversation_id": FAMILY, "query": query}),
+            )
+            .await
+            .unwrap()
+        }
+    };
+    let injected = inject("兰花").await;
+    assert!(
+        injected["injection"]
+            .as_str()
+            .is_some_and(|b| b.contains("奶奶喜欢兰花")),
+        "{injected}"
+    );
+    for chat in ["早上好呀", "哈哈哈哈", "好的谢谢", "+1"] {
+        let injected = inject(chat).await;
+        assert_eq!(injected["injection"], "", "{chat}: {injected}");
+    }
     host.shutdown().await;
 }
 

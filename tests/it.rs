@@ -117,6 +117,9 @@ mod update;
 #[path = "time_recall.rs"]
 mod time_recall;
 
+#[path = "turns.rs"]
+mod turns;
+
 #[path = "ui.rs"]
 mod ui;
 

@@ -244,7 +244,8 @@ async fn the_relevance_gate_lets_time_questions_through_and_holds_time_chat_back
         async move {
             host.invoke(
                 "recall",
-                json!({"conversation_id": FAMILY, "query": query, "limit": 5}),
+                json!({"conversation_id": FAMILY, "query": query, "limit": 5,
+                       "relevance_gate": true}),
             )
             .await
             .unwrap_or_else(|e| panic!("{query}: {e}"))

@@ -49,6 +49,47 @@ impl QueryCache {
         Ok(vector)
     }
 
+    /// The vectors of `texts`, in order: the cached ones from the cache, the others from one
+    /// call to the model (a recall with the conversation's turns embeds what is new in one
+    /// batch; earlier turns were usually queries already).
+    pub async fn embed_all(
+        &self,
+        embedder: &dyn Embedder,
+        texts: &[String],
+    ) -> Result<Vec<Arc<Vec<f32>>>, EmbedError> {
+        let model = embedder.model_id().to_string();
+        let mut found: Vec<Option<Arc<Vec<f32>>>> = texts
+            .iter()
+            .map(|t| self.get(&(model.clone(), t.clone())))
+            .collect();
+        let mut missing: Vec<String> = Vec::new();
+        for (text, hit) in texts.iter().zip(&found) {
+            if hit.is_none() && !missing.contains(text) {
+                missing.push(text.clone());
+            }
+        }
+        if !missing.is_empty() {
+            let vectors = embedder.embed(TextRole::Query, missing.clone()).await?;
+            if vectors.len() != missing.len() {
+                return Err(EmbedError::Model(format!(
+                    "embedder returned {} vectors for {} texts",
+                    vectors.len(),
+                    missing.len()
+                )));
+            }
+            for (text, vector) in missing.into_iter().zip(vectors) {
+                let vector = Arc::new(vector);
+                for (slot, t) in found.iter_mut().zip(texts) {
+                    if slot.is_none() && *t == text {
+                        *slot = Some(vector.clone());
+                    }
+                }
+                self.put((model.clone(), text), vector);
+            }
+        }
+        Ok(found.into_iter().flatten().collect())
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Entries> {
         // The map holds only finished entries: a panic elsewhere cannot leave one half-written.
         self.entries.lock().unwrap_or_else(|e| e.into_inner())
@@ -135,6 +176,20 @@ mod tests {
         );
         cache.embed(&a, "abc").await.unwrap();
         assert_eq!(a.0.load(Ordering::Relaxed), 1);
+    }
+
+    #[tokio::test]
+    async fn turns_embed_what_is_new_in_one_call_and_keep_their_order() {
+        let model = Counting(AtomicUsize::new(0), "counting");
+        let cache = QueryCache::default();
+        cache.embed(&model, "bb").await.unwrap();
+        let texts: Vec<String> = ["a", "bb", "ccc", "a"].map(String::from).to_vec();
+        let got = cache.embed_all(&model, &texts).await.unwrap();
+        let got: Vec<f32> = got.iter().map(|v| v[0]).collect();
+        assert_eq!(got, [1.0, 2.0, 3.0, 1.0]);
+        assert_eq!(model.0.load(Ordering::Relaxed), 2, "one call for a and ccc");
+        cache.embed_all(&model, &texts).await.unwrap();
+        assert_eq!(model.0.load(Ordering::Relaxed), 2, "all cached now");
     }
 
     #[tokio::test]

@@ -33,9 +33,10 @@ impl MemoryPlugin {
                 search: None,
                 mode: RecallMode::Chained,
                 entities: ev.entities,
-                relevance_gate: None,
+                relevance_gate: Some(self.service.injection_gate()),
                 timezone: ev.timezone,
                 time_words: None,
+                history: ev.history,
             })
             .await?;
         Ok(json!({

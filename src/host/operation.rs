@@ -155,6 +155,10 @@ pub struct LlmRequestEvent {
     /// The host's IANA time zone, for time words in the query (`recall.timezone` otherwise).
     #[serde(default)]
     pub timezone: Option<String>,
+    /// The conversation's earlier turns, oldest first, searched with beside the query
+    /// (`memory::turns`).
+    #[serde(default)]
+    pub history: Vec<crate::memory::turns::Turn>,
 }
 
 /// The reflection result: the feedback body without conversation or persona, which come

@@ -197,6 +197,7 @@ pub fn recall_request(ctx: CallContext, args: Value) -> Result<RecallRequest, Pl
         relevance_gate: None,
         timezone: None,
         time_words: None,
+        history: Vec::new(),
     })
 }
 

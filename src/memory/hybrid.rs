@@ -26,6 +26,11 @@
 //! ([`CandidateQuery::rescale`], from the calibration): a Chinese question's English answer
 //! would otherwise sit behind every Chinese memory of the chat (see `embed::script`).
 //!
+//! A follow-up in a chat asks with its context too ([`CandidateQuery::context`],
+//! `memory::turns`): the vector search with the message's and the context's vectors combined,
+//! the keyword search with the context's words. [`Found::keyword_named`] tells the relevance
+//! gate that the message's own words are all in a visible memory (it names that memory).
+//!
 //! When the embedding provider fails (a remote server down, slow or refusing its key), a
 //! vector or hybrid recall answers from the keyword list alone, under the same filter, and
 //! says so ([`Found::degraded`]) instead of failing: a chat keeps its memories while the
@@ -42,6 +47,7 @@ use crate::store::{
     KeywordMatching, KeywordRequest, MemoryRecord, NearestVisible, RowFilter, SearchRequest,
 };
 
+use super::turns::{combine, MESSAGE_WEIGHT};
 use super::MemoryError;
 
 /// The rank constant of fusion. Small, so that rank differences near the head count: with the
@@ -70,6 +76,9 @@ pub struct Candidate {
 /// vector list's similarity floor and the model's fit for the query's script.
 pub struct CandidateQuery<'a> {
     pub text: &'a str,
+    /// The recent turns and the message (redacted, `memory::turns::context`): the keyword
+    /// search asks with it, and it is half of the query vector. `None` for a query alone.
+    pub context: Option<&'a str>,
     /// Which rows both searches may return.
     pub rows: RowFilter,
     pub k: usize,
@@ -93,6 +102,9 @@ pub struct Found {
     pub degraded: Option<&'static str>,
     /// What the vector search saw, when it ran: for the relevance gate.
     pub vector: Option<VectorEvidence>,
+    /// Whether a keyword hit holds every term of the question: the question names a visible
+    /// memory in its own words, which the relevance gate never holds back.
+    pub keyword_named: bool,
 }
 
 /// The query's vector and its best visible memory's similarity (below the threshold too).
@@ -100,6 +112,12 @@ pub struct Found {
 pub struct VectorEvidence {
     pub query: Arc<Vec<f32>>,
     pub best_similarity: Option<f32>,
+}
+
+/// The keyword list, and whether one of its memories holds every term of the question.
+struct KeywordList {
+    candidates: Vec<Candidate>,
+    named: bool,
 }
 
 /// The vector list and what it saw.
@@ -124,17 +142,19 @@ impl Searchers<'_> {
         let found = match q.kind {
             SearchKind::Vector => self.by_vector(q).await.map(|v| Found {
                 candidates: v.candidates,
-                degraded: None,
                 vector: Some(v.evidence),
+                ..Found::default()
             }),
             SearchKind::Keyword => return self.keyword_only(q).await,
             SearchKind::Hybrid => match futures::try_join!(self.by_vector(q), self.by_keyword(q)) {
                 Ok((vector, keyword)) => {
-                    let (w, keyword) = exact_terms_first(q, keyword);
+                    let named = keyword.named;
+                    let (w, keyword) = exact_terms_first(q, keyword.candidates);
                     Ok(Found {
                         candidates: fuse(&[(w, vector.candidates), (1.0 - w, keyword)]),
                         degraded: None,
                         vector: Some(vector.evidence),
+                        keyword_named: named,
                     })
                 }
                 Err(e) => Err(e),
@@ -154,15 +174,38 @@ impl Searchers<'_> {
     }
 
     async fn keyword_only(&self, q: &CandidateQuery<'_>) -> Result<Found, MemoryError> {
+        let keyword = self.by_keyword(q).await?;
         Ok(Found {
-            candidates: self.by_keyword(q).await?,
+            candidates: keyword.candidates,
+            keyword_named: keyword.named,
             ..Found::default()
         })
     }
 
+    /// The query's vector: the text's, or with a context the two combined
+    /// ([`MESSAGE_WEIGHT`]), both embedded in one call.
+    async fn query_vector(&self, q: &CandidateQuery<'_>) -> Result<Arc<Vec<f32>>, MemoryError> {
+        let Some(context) = q.context else {
+            return Ok(self.queries.embed(self.embedder, q.text).await?);
+        };
+        let texts = [q.text.to_string(), context.to_string()];
+        let vectors = self.queries.embed_all(self.embedder, &texts).await?;
+        let [message, context] = vectors.as_slice() else {
+            return Err(MemoryError::Embed(crate::embed::EmbedError::Model(
+                format!("{} vectors for a message and its context", vectors.len()),
+            )));
+        };
+        let parts = [
+            (message.as_slice(), MESSAGE_WEIGHT),
+            (context.as_slice(), 1.0 - MESSAGE_WEIGHT),
+        ];
+        // No direction to search in (opposite vectors): the message alone.
+        Ok(combine(&parts).map_or_else(|| message.clone(), Arc::new))
+    }
+
     /// Nearest neighbours at or above the threshold, relevance = similarity.
     async fn by_vector(&self, q: &CandidateQuery<'_>) -> Result<VectorList, MemoryError> {
-        let vector = self.queries.embed(self.embedder, q.text).await?;
+        let vector = self.query_vector(q).await?;
         let hits = self
             .vectors
             .nearest(&SearchRequest {
@@ -192,12 +235,13 @@ impl Searchers<'_> {
 
     /// BM25 hits that hold a term of the question ([`QueryTerms`]: more than a shared
     /// letter), at or above [`KEYWORD_MIN_SHARE`] of the best; relevance = share of the best.
-    async fn by_keyword(&self, q: &CandidateQuery<'_>) -> Result<Vec<Candidate>, MemoryError> {
-        let mut terms = QueryTerms::of(q.text);
+    async fn by_keyword(&self, q: &CandidateQuery<'_>) -> Result<KeywordList, MemoryError> {
+        let asked = q.context.unwrap_or(q.text);
+        let mut terms = QueryTerms::of(asked);
         let hits: Vec<_> = self
             .keywords
             .matching(&KeywordRequest {
-                text: q.text.to_string(),
+                text: asked.to_string(),
                 rows: q.rows.clone(),
                 k: q.k,
             })
@@ -206,7 +250,7 @@ impl Searchers<'_> {
             .filter(|h| terms.found_in(&h.record))
             .collect();
         let best = hits.first().map_or(0.0, |h| h.score);
-        Ok(hits
+        let candidates: Vec<Candidate> = hits
             .into_iter()
             .take_while(|h| h.score >= best * KEYWORD_MIN_SHARE && h.score > 0.0)
             .map(|h| Candidate {
@@ -214,7 +258,11 @@ impl Searchers<'_> {
                 record: h.record,
                 vector: None,
             })
-            .collect())
+            .collect();
+        // Named by the message itself (a context's every word is in no one memory).
+        let mut message = QueryTerms::of(q.text);
+        let named = candidates.iter().any(|c| message.all_found_in(&c.record));
+        Ok(KeywordList { candidates, named })
     }
 }
 

@@ -20,6 +20,7 @@ pub(crate) mod retention;
 pub mod service;
 pub(crate) mod time_words;
 pub(crate) mod touch;
+pub mod turns;
 
 pub use feedback::{journal, journal_files};
 pub use model::*;

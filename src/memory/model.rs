@@ -102,9 +102,10 @@ pub struct RecallRequest {
     pub entities: Vec<String>,
     #[serde(default)]
     pub persona: Option<String>,
-    /// `false` returns the nearest memories even for a message that asks for none (small talk,
-    /// or a question whose answer is not visible): for tools and the operator page that
-    /// browse. Default `true` (`memory::relevance`).
+    /// `true` holds the memories back for a message that asks for none (small talk, or a
+    /// question whose answer is not visible; `memory::relevance`). Off by default: a recall
+    /// through the API, an LLM tool or MCP is an explicit ask. The injection event
+    /// (`on_llm_request`) sets it from `recall.relevance_gate`.
     #[serde(default)]
     pub relevance_gate: Option<bool>,
     /// The caller's IANA time zone, for time words in the query (`recall.timezone` when
@@ -115,6 +116,10 @@ pub struct RecallRequest {
     /// (to compare, or to find a memory by the words themselves). Default `true`.
     #[serde(default)]
     pub time_words: Option<bool>,
+    /// The conversation's earlier turns, oldest first: the search asks with them beside the
+    /// query, which weighs most (`memory::turns`). At most `turns::MAX_TURNS`.
+    #[serde(default)]
+    pub history: Vec<super::turns::Turn>,
 }
 
 /// What a recall returns: the scope it ran under, whether legacy NULL rows were visible, hits.

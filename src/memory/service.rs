@@ -67,6 +67,12 @@ struct Selected {
 }
 
 /// What a recall's search stage found, and how it ran.
+/// What a recall asks with: the request and its checked query.
+struct Asked<'a> {
+    req: &'a RecallRequest,
+    query: &'a str,
+}
+
 struct Searched {
     search: SearchKind,
     found: super::hybrid::Found,
@@ -247,6 +253,12 @@ impl MemoryService {
         self.ranking().weighs_strength() || self.settings.retention.refresh_on_recall
     }
 
+    /// Whether the injection event holds memories back for messages that ask for none
+    /// (`recall.relevance_gate`); explicit recalls never are.
+    pub fn injection_gate(&self) -> bool {
+        self.settings.recall.relevance_gate
+    }
+
     fn ranking(&self) -> super::ranking::Ranking {
         super::ranking::Ranking::from_config(&self.settings.recall)
     }
@@ -307,13 +319,15 @@ impl MemoryService {
         let conversation = conversation(&req.conversation_id)?;
         let query = checked_query(&req.query)?;
         let limit = recall_limit(&self.settings.recall, &req)?;
+        super::turns::check(&req.history).map_err(|e| invalid("history", e.to_string()))?;
         // A recall of a cached query over the resident copy finishes without waiting on
         // anything, so a caller recalling in a loop never gave its worker back: tasks woken on
         // that worker (an erase's) waited up to two minutes. Yield once the task's budget is spent.
         tokio::task::consume_budget().await;
 
         let visible = self.visibility(&conversation, req.persona.as_deref());
-        let mut searched = self.search_visible(&req, query, limit, 0, &visible).await?;
+        let asked = Asked { req: &req, query };
+        let mut searched = self.search_visible(&asked, limit, 0, &visible).await?;
         let mut ranked = self.rank_and_select(&req, limit, searched.search, searched.found);
         // A fact said twice gave up a slot: search once more, deeper, for the next one. (The
         // first search keeps its usual depth, so fusion ranks as it always did.)
@@ -322,9 +336,7 @@ impl MemoryService {
             && req.mode == RecallMode::Comprehensive
         {
             let extra = ranked.merged + DISTINCT_SPARE;
-            searched = self
-                .search_visible(&req, query, limit, extra, &visible)
-                .await?;
+            searched = self.search_visible(&asked, limit, extra, &visible).await?;
             ranked = self.rank_and_select(&req, limit, searched.search, searched.found);
         }
         let (memories, merged_duplicates) = (ranked.memories, ranked.merged);
@@ -358,12 +370,12 @@ impl MemoryService {
     /// when the relevance gate closes), with the search that ran and why it was degraded.
     async fn search_visible(
         &self,
-        req: &RecallRequest,
-        query: &str,
+        asked: &Asked<'_>,
         limit: usize,
         extra: usize,
         visible: &Visibility,
     ) -> Result<Searched, MemoryError> {
+        let (req, query) = (asked.req, asked.query);
         let cfg = &self.settings.recall;
         let k = match req.mode {
             // Strength can lift a candidate past closer ones: rank a wider pool.
@@ -399,8 +411,13 @@ impl MemoryService {
             _ => cfg.similarity_threshold,
         };
         let redacted = redact(text);
+        // The earlier turns and the message, for a follow-up (`memory::turns`).
+        let context = super::turns::context(&req.history, text)
+            .map_err(|e| invalid("history", e.to_string()))?
+            .map(|c| redact(&c));
         let search_in = |rows: RowFilter| CandidateQuery {
             text: &redacted,
+            context: context.as_deref(),
             rows,
             k,
             threshold,
@@ -444,7 +461,9 @@ impl MemoryService {
         }
         let degraded = degraded.or(found.degraded);
         let in_window = time_window.as_ref().is_some_and(|w| !w.empty);
-        let gated = if req.relevance_gate.unwrap_or(cfg.relevance_gate) {
+        // The gate is for injection into every prompt; an explicit recall is never held back,
+        // and a message that names a visible memory's own words asks for it.
+        let gated = if req.relevance_gate.unwrap_or(false) && !found.keyword_named {
             self.gate(text, &fit, found.vector.as_ref(), in_window)
         } else {
             None

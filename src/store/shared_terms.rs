@@ -99,9 +99,26 @@ impl QueryTerms {
 
     /// Whether `record`'s content or tags hold one of the question's terms.
     pub fn found_in(&mut self, record: &MemoryRecord) -> bool {
-        let Some(splitter) = self.splitter.as_mut() else {
-            return true;
-        };
+        match self.words_of(record) {
+            None => true,
+            Some(text) => self.terms.iter().any(|t| text.contains(t.as_str())),
+        }
+    }
+
+    /// Whether `record`'s content or tags hold every term of the question (and it has one):
+    /// the question names that memory in its own words ("family" for "family: keep me").
+    pub fn all_found_in(&mut self, record: &MemoryRecord) -> bool {
+        match self.words_of(record) {
+            None => false,
+            Some(text) => {
+                !self.terms.is_empty() && self.terms.iter().all(|t| text.contains(t.as_str()))
+            }
+        }
+    }
+
+    /// The record's content and tags as split words, or `None` without a splitter.
+    fn words_of(&mut self, record: &MemoryRecord) -> Option<String> {
+        let splitter = self.splitter.as_mut()?;
         let mut text = String::new();
         for part in std::iter::once(&record.content).chain(&record.tags) {
             for token in tokens(splitter.as_mut(), part) {
@@ -109,7 +126,7 @@ impl QueryTerms {
                 text.push(' ');
             }
         }
-        self.terms.iter().any(|t| text.contains(t.as_str()))
+        Some(text)
     }
 }
 
@@ -163,5 +180,28 @@ mod tests {
             );
         }
         assert!(QueryTerms::of("grandma").found_in(&record("dinner", &["Grandma"])));
+    }
+
+    #[test]
+    fn a_question_names_a_memory_when_the_memory_holds_every_term() {
+        let cases = [
+            ("family", "family: keep me", true),
+            ("Family?", "奶奶喜欢兰花", false),
+            ("兰花", "奶奶喜欢兰花", true),
+            ("奶奶的兰花", "奶奶喜欢兰花", false),
+            ("ZX-99812", "订单号 zx-99812 已签收", true),
+            ("早上好", "早上七点出发", false),
+            ("+1", "+1", false),
+            ("the of", "the of", false),
+        ];
+        for (query, content, want) in cases {
+            let mut q = QueryTerms::of(query);
+            let terms = q.terms.clone();
+            assert_eq!(
+                q.all_found_in(&record(content, &[])),
+                want,
+                "{query} in {content}: {terms:?}"
+            );
+        }
     }
 }

@@ -1,0 +1,209 @@
+//! Queries from the conversation (issue 48, `memory::turns`): a follow-up that names nothing
+//! recalls the memory the turns before it were about, through `/v1/recall` and the injection
+//! event, with the real e5 model on a real LanceDB directory; the history is bounded and
+//! checked; and recalls with different histories at once each get their own answer.
+
+use crate::common;
+
+use std::sync::Arc;
+
+use common::{family_map, FAMILY, WORK};
+use scopemem::config::Config;
+use scopemem::host::PluginHost;
+use serde_json::{json, Value};
+
+/// The shipped defaults (gate on for injection, calibrated cut, hybrid), pointed at `dir`.
+fn default_config(dir: &std::path::Path) -> Config {
+    Config::from_value(&json!({
+        "conversation_scope_map": family_map(),
+        "storage": {"db_dir": dir.join("lancedb").to_string_lossy()},
+    }))
+    .expect("test config is valid")
+    .config
+}
+
+const FAMILY_MEMORIES: [&str; 6] = [
+    "奶奶上个月做了白内障手术，现在看东西清楚多了",
+    "外公有糖尿病，月饼和粽子都不能多吃",
+    "小雨的生日是三月十二号，她一直想要一只小狗",
+    "爸爸周末要去钓鱼，别约他吃饭",
+    "妈妈对青霉素过敏，打针前一定要提醒医生",
+    "表哥在深圳做程序员，过年才回来",
+];
+
+/// Turns as a host sends them, oldest first.
+fn history(turns: &[(&str, &str)]) -> Value {
+    Value::Array(
+        turns
+            .iter()
+            .map(|(role, content)| json!({"role": role, "content": content}))
+            .collect(),
+    )
+}
+
+async fn calibrated_host(dir: &std::path::Path) -> PluginHost {
+    let host = PluginHost::start_with(default_config(dir), None, common::e5())
+        .await
+        .expect("host starts");
+    for m in FAMILY_MEMORIES {
+        common::remember(&host, FAMILY, m).await;
+    }
+    let started = std::time::Instant::now();
+    while host.memory().calibration().is_none() {
+        assert!(started.elapsed() < std::time::Duration::from_secs(300));
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    host
+}
+
+fn first(r: &Value) -> Option<String> {
+    common::recalled_texts(r).into_iter().next()
+}
+
+/// "那后来呢？" names nothing: alone, the injection event injects nothing and a recall's first
+/// memory is anyone's guess; with the turns about grandma's eyes, both find the operation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_follow_up_finds_what_the_turns_before_it_were_about() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = calibrated_host(dir.path()).await;
+    let turns = history(&[
+        ("user", "我想聊聊奶奶，她的眼睛之前一直看不清楚"),
+        ("assistant", "是啊，记得她说过要去医院看看。"),
+    ]);
+    let follow_up = "那后来呢？";
+
+    let alone = host
+        .invoke(
+            "on_llm_request",
+            json!({"conversation_id": FAMILY, "query": follow_up}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(alone["injection"], "", "{alone}");
+    let injected = host
+        .invoke(
+            "on_llm_request",
+            json!({"conversation_id": FAMILY, "query": follow_up, "history": turns}),
+        )
+        .await
+        .unwrap();
+    assert!(
+        injected["injection"]
+            .as_str()
+            .is_some_and(|b| b.contains("白内障手术")),
+        "{injected}"
+    );
+    let r = host
+        .invoke(
+            "recall",
+            json!({"conversation_id": FAMILY, "query": follow_up, "history": turns, "limit": 3}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(first(&r).as_deref(), Some(FAMILY_MEMORIES[0]), "{r}");
+
+    // The current message still leads: a new question after the same turns is answered.
+    let r = host
+        .invoke(
+            "recall",
+            json!({"conversation_id": FAMILY, "query": "外公能吃月饼吗", "history": turns,
+                   "limit": 3}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(first(&r).as_deref(), Some(FAMILY_MEMORIES[1]), "{r}");
+
+    // Turns never widen the scope: the work group sees none of it.
+    let r = host
+        .invoke(
+            "recall",
+            json!({"conversation_id": WORK, "query": follow_up, "history": turns}),
+        )
+        .await
+        .unwrap();
+    assert!(common::recalled_texts(&r).is_empty(), "{r}");
+    host.shutdown().await;
+}
+
+/// A history is checked like any input: a role other than user or assistant, a turn without
+/// content and more than 50 turns are the caller's error (400 on HTTP), and naming the field
+/// wrong is refused rather than ignored.
+#[tokio::test]
+async fn a_bad_history_is_the_callers_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = common::host(common::config(dir.path(), family_map())).await;
+    let too_many: Vec<Value> = (0..51)
+        .map(|i| json!({"role": "user", "content": format!("turn {i}")}))
+        .collect();
+    for (op, history) in [
+        ("recall", json!([{"role": "system", "content": "x"}])),
+        ("recall", json!([{"role": "user"}])),
+        (
+            "recall",
+            json!([{"role": "user", "content": "x", "scope": "家人"}]),
+        ),
+        ("recall", Value::Array(too_many.clone())),
+        ("on_llm_request", Value::Array(too_many)),
+        ("on_llm_request", json!("not a list")),
+    ] {
+        let err = host
+            .invoke(
+                op,
+                json!({"conversation_id": FAMILY, "query": "q", "history": history}),
+            )
+            .await
+            .expect_err("refused");
+        assert!(err.client_error, "{op}: {}", err.message);
+        assert_eq!(err.code, "invalid_input", "{op}: {}", err.message);
+    }
+    // 50 turns are fine; empty ones are skipped.
+    let fifty: Vec<Value> = (0..50)
+        .map(|i| json!({"role": if i % 2 == 0 { "user" } else { "assistant" }, "content": if i == 49 { String::new() } else { format!("turn {i}") }, "name": "张三"}))
+        .collect();
+    host.invoke(
+        "recall",
+        json!({"conversation_id": FAMILY, "query": "q", "history": fifty}),
+    )
+    .await
+    .expect("50 turns");
+    host.shutdown().await;
+}
+
+/// Sixteen recalls at once, each after its own turns, each get the memory its turns were
+/// about: the batch embedding and the query cache keep every recall's vectors its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn recalls_with_their_own_turns_at_once_each_get_their_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = Arc::new(calibrated_host(dir.path()).await);
+    let topics: [(&str, &str); 4] = [
+        ("奶奶的眼睛之前一直看不清楚，要去医院", FAMILY_MEMORIES[0]),
+        ("外公最近血糖又高了，中秋快到了", FAMILY_MEMORIES[1]),
+        ("妈妈下周要去医院打针", FAMILY_MEMORIES[4]),
+        ("表哥过年回不回来？他在外地工作", FAMILY_MEMORIES[5]),
+    ];
+    let mut tasks = Vec::new();
+    for i in 0..16usize {
+        let host = host.clone();
+        let (turn, want) = topics[i % topics.len()];
+        tasks.push(tokio::spawn(async move {
+            let turns = history(&[("user", turn), ("assistant", &format!("嗯嗯 ({i})"))]);
+            let r = host
+                .invoke(
+                    "recall",
+                    json!({"conversation_id": FAMILY, "query": "后来怎么样了？",
+                           "history": turns, "limit": 3}),
+                )
+                .await
+                .unwrap();
+            (turn, want, first(&r))
+        }));
+    }
+    let mut wrong = Vec::new();
+    for t in tasks {
+        let (turn, want, got) = t.await.unwrap();
+        if got.as_deref() != Some(want) {
+            wrong.push(format!("{turn}: want {want}, got {got:?}"));
+        }
+    }
+    assert!(wrong.is_empty(), "{wrong:#?}");
+}
