@@ -569,6 +569,25 @@ async fn astrbot_recalls_chinese_paraphrases_with_multilingual_e5_in_process() {
         hits.iter().all(|m| m["memory_scope"] != "工作"),
         "the work group's memory reached the family: {report}"
     );
+    // Issue 48: "那后来呢？" after a turn about grandma's eyes injects the cataract memory,
+    // found through the plugin's history (req.contexts); the message alone injects nothing.
+    assert_eq!(report["remember_follow_up"][0], 200, "{report}");
+    let prompts = report["follow_up_prompts"].as_array().unwrap();
+    assert!(
+        prompts
+            .iter()
+            .any(|p| p.as_str().unwrap_or("").contains("白内障手术")),
+        "the follow-up did not inject the memory: {report}"
+    );
+    let alone = &report["follow_up_alone"];
+    assert_eq!(alone[0], 200, "{report}");
+    assert!(
+        !alone[1]["injection"]
+            .as_str()
+            .unwrap_or("")
+            .contains("白内障手术"),
+        "{report}"
+    );
     let pids: Vec<u64> = report["pids"]
         .as_array()
         .unwrap()

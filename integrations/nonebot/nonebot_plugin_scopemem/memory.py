@@ -65,10 +65,46 @@ def local_timezone() -> Optional[str]:
     return None
 
 
+# Earlier turns sent with each recall (scopemem searches with the 6 most recent, each cut to
+# its last 300 characters).
+HISTORY_TURNS = 8
+HISTORY_CHARS = 600
+
+
+def _history(history: Optional[Sequence[Any]]) -> list[dict[str, str]]:
+    """The most recent user and assistant turns of ``history`` (OpenAI-style messages,
+    ``{"role", "content"}`` with a string or a list of text parts), oldest first."""
+    turns: list[dict[str, str]] = []
+    for message in reversed(list(history or [])):
+        if len(turns) == HISTORY_TURNS:
+            break
+        if not isinstance(message, dict) or message.get("role") not in ("user", "assistant"):
+            continue
+        content = message.get("content")
+        if isinstance(content, list):
+            content = "".join(
+                str(p.get("text") or "") for p in content if isinstance(p, dict)
+            )
+        text = content.strip() if isinstance(content, str) else ""
+        if text:
+            turns.append({"role": message["role"], "content": text[-HISTORY_CHARS:]})
+    turns.reverse()
+    return turns
+
+
 async def memory_context(
-    event: Event, query: str, *, persona: Optional[str] = None
+    event: Event,
+    query: str,
+    *,
+    persona: Optional[str] = None,
+    history: Optional[Sequence[Any]] = None,
 ) -> tuple[str, list[str]]:
     """(injection text for the system prompt, recalled memory ids) for this chat and query.
+
+    ``history``: the chat's earlier messages as the bot keeps them for its LLM (OpenAI-style
+    ``{"role": "user"|"assistant", "content": ...}``, oldest first). scopemem searches with
+    the most recent of them beside ``query``, so a follow-up ("她后来呢") finds the memory the
+    conversation is about.
 
     ("", []) when nothing is relevant, the query is empty, or scopemem is unavailable.
     """
@@ -78,6 +114,9 @@ async def memory_context(
     body: dict[str, Any] = {"conversation_id": conv, "query": query}
     if persona:
         body["persona"] = persona
+    turns = _history(history)
+    if turns:
+        body["history"] = turns
     zone = local_timezone()
     if zone:
         # "昨天" and "上周" in the query are this bot's days, not the server's.
