@@ -192,12 +192,7 @@ fn rate(hits: &[bool]) -> String {
 
 /// The product defaults (the calibrated similarity cut), not the test helper's fixed -1.
 fn default_config(dir: &std::path::Path) -> scopemem::config::Config {
-    scopemem::config::Config::from_value(&json!({
-        "conversation_scope_map": family_map(),
-        "storage": {"db_dir": dir.join("lancedb").to_string_lossy()},
-    }))
-    .expect("config")
-    .config
+    common::shipped_config(dir)
 }
 
 /// First-place hit rates of vector and hybrid on both halves of the set, asserting that hybrid

@@ -234,11 +234,7 @@ async fn the_relevance_gate_lets_time_questions_through_and_holds_time_chat_back
         .config
         .recall;
     let host = start_with(config, 1_000_000).await;
-    let started = std::time::Instant::now();
-    while host.memory().calibration().is_none() {
-        assert!(started.elapsed() < std::time::Duration::from_secs(300));
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
+    common::calibrated(&host).await;
     let gated = |query: &'static str| {
         let host = &host;
         async move {

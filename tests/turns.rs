@@ -8,19 +8,8 @@ use crate::common;
 use std::sync::Arc;
 
 use common::{family_map, FAMILY, WORK};
-use scopemem::config::Config;
 use scopemem::host::PluginHost;
 use serde_json::{json, Value};
-
-/// The shipped defaults (gate on for injection, calibrated cut, hybrid), pointed at `dir`.
-fn default_config(dir: &std::path::Path) -> Config {
-    Config::from_value(&json!({
-        "conversation_scope_map": family_map(),
-        "storage": {"db_dir": dir.join("lancedb").to_string_lossy()},
-    }))
-    .expect("test config is valid")
-    .config
-}
 
 const FAMILY_MEMORIES: [&str; 6] = [
     "奶奶上个月做了白内障手术，现在看东西清楚多了",
@@ -42,17 +31,13 @@ fn history(turns: &[(&str, &str)]) -> Value {
 }
 
 async fn calibrated_host(dir: &std::path::Path) -> PluginHost {
-    let host = PluginHost::start_with(default_config(dir), None, common::e5())
+    let host = PluginHost::start_with(common::shipped_config(dir), None, common::e5())
         .await
         .expect("host starts");
     for m in FAMILY_MEMORIES {
         common::remember(&host, FAMILY, m).await;
     }
-    let started = std::time::Instant::now();
-    while host.memory().calibration().is_none() {
-        assert!(started.elapsed() < std::time::Duration::from_secs(300));
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    common::calibrated(&host).await;
     host
 }
 

@@ -50,6 +50,30 @@ pub fn e5() -> Arc<dyn Embedder> {
         .clone()
 }
 
+/// The shipped defaults (relevance gate on for injection, calibrated cut, hybrid) with the
+/// family map, pointed at `<dir>/lancedb`.
+pub fn shipped_config(dir: &Path) -> Config {
+    Config::from_value(&json!({
+        "conversation_scope_map": family_map(),
+        "storage": {"db_dir": dir.join("lancedb").to_string_lossy()},
+    }))
+    .expect("test config is valid")
+    .config
+}
+
+/// Wait (up to 5 minutes) until the host's embedder is calibrated: the similarity cut and the
+/// relevance gate need the calibration, measured in the background at start-up.
+pub async fn calibrated(host: &PluginHost) {
+    let started = Instant::now();
+    while host.memory().calibration().is_none() {
+        assert!(
+            started.elapsed() < Duration::from_secs(300),
+            "the model was not calibrated in 5 minutes"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// Defaults from conf_schema.json, pointed at `dir`, with the given map. The similarity
 /// threshold is lowered and the relevance gate opened so visibility tests see every row the
 /// filter lets through.
