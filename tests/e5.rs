@@ -276,6 +276,7 @@ async fn explicit_asks_and_a_memorys_own_words_are_never_gated() {
         .expect("host starts");
     common::remember(&host, FAMILY, "奶奶喜欢兰花").await;
     common::remember(&host, FAMILY, "family: keep me").await;
+    common::remember(&host, FAMILY, "收到快递后放在门口").await;
     common::calibrated(&host).await;
     let ctx = scopemem::host::CallContext {
         conversation_id: FAMILY.into(),
@@ -316,7 +317,8 @@ async fn explicit_asks_and_a_memorys_own_words_are_never_gated() {
             .is_some_and(|b| b.contains("奶奶喜欢兰花")),
         "{injected}"
     );
-    for chat in ["早上好呀", "哈哈哈哈", "好的谢谢", "+1"] {
+    // 收到 is every word of a memory too, but it reads as chat: still held back.
+    for chat in ["早上好呀", "哈哈哈哈", "好的谢谢", "+1", "收到"] {
         let injected = inject(chat).await;
         assert_eq!(injected["injection"], "", "{chat}: {injected}");
     }

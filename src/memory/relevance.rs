@@ -35,6 +35,16 @@ pub const GATE_MARGIN: f32 = 2.0;
 /// 0.5 and above (one that passes [`GATE_MARGIN`] too), 2 at 0.0.
 pub const WINDOW_GATE_MARGIN: f32 = 0.5;
 
+/// The most `chat_z` of a message that names a visible memory in its own words (every term of
+/// it is in the memory: "family" for "family: keep me", "兰花"). Such a message asks for that
+/// memory whatever its `memory_z`, unless it reads as chat: a short line such as 收到 or 有点困
+/// is in some memory too among thousands. Measured with multilingual-e5: content words sit at
+/// 兰花 -0.7, 咖啡 0.7, 奶奶 0.8, 机场 1.5, family 3.3; chat that a memory held every word of at
+/// 有点困 4.1, 谢谢老板 5.5, 早上好 6.7, 收到 7.6, 嗯嗯 8.1. On the quality bench (80 small-talk
+/// lines among 3,184 memories) 7 lines recall something with this bound, 6 without the rule and
+/// 10 with the rule unbounded; no question's hit@1 or hit@5 changed.
+pub const NAMED_MAX_CHAT_Z: f32 = 3.5;
+
 /// One message's two measurements.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Relevance {
@@ -71,6 +81,12 @@ impl Relevance {
         self.margin() >= GATE_MARGIN
     }
 
+    /// For a message whose every word is in a visible memory: it asks for that memory unless
+    /// it reads as chat ([`NAMED_MAX_CHAT_Z`]).
+    pub fn names_a_memory(&self) -> bool {
+        self.chat_z <= NAMED_MAX_CHAT_Z
+    }
+
     /// For a message whose time words name a window that holds memories (`memory_z` measured
     /// within it): the words already say it asks about that time.
     pub fn asks_about_a_time(&self) -> bool {
@@ -81,6 +97,22 @@ impl Relevance {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_message_naming_a_memory_asks_for_it_unless_it_reads_as_chat() {
+        let word = |chat_z| Relevance {
+            memory_z: 0.0,
+            chat_z,
+        };
+        assert!(
+            !word(3.3).asks_for_memory(),
+            "the margin alone holds it back"
+        );
+        assert!(word(3.3).names_a_memory(), "family");
+        assert!(word(-0.7).names_a_memory(), "兰花");
+        assert!(!word(4.1).names_a_memory(), "有点困");
+        assert!(!word(7.6).names_a_memory(), "收到");
+    }
 
     #[test]
     fn the_margin_weighs_the_answer_against_chat() {

@@ -463,8 +463,9 @@ impl MemoryService {
         let in_window = time_window.as_ref().is_some_and(|w| !w.empty);
         // The gate is for injection into every prompt; an explicit recall is never held back,
         // and a message that names a visible memory's own words asks for it.
-        let gated = if req.relevance_gate.unwrap_or(false) && !found.keyword_named {
-            self.gate(text, &fit, found.vector.as_ref(), in_window)
+        let gated = if req.relevance_gate.unwrap_or(false) {
+            let named = found.keyword_named;
+            self.gate(text, &fit, found.vector.as_ref(), in_window, named)
         } else {
             None
         };
@@ -533,13 +534,15 @@ impl MemoryService {
 
     /// The relevance gate (`memory::relevance`): `Some` when the message asks for no memory.
     /// Open when the vector search did not run or the model is not measured yet: nothing to
-    /// weigh the message with.
+    /// weigh the message with. `named`: a visible memory holds every word of the message, which
+    /// then passes unless it reads as chat.
     fn gate(
         &self,
         query: &str,
         fit: &crate::embed::calibration::ScriptFit,
         vector: Option<&super::hybrid::VectorEvidence>,
         in_window: bool,
+        named: bool,
     ) -> Option<&'static str> {
         let measured = self.calibration.get()?;
         let vector = vector?;
@@ -554,13 +557,15 @@ impl MemoryService {
         tracing::debug!(
             memory_z = relevance.memory_z,
             chat_z = relevance.chat_z,
+            named,
             "relevance gate"
         );
         let asks = match in_window {
             true => relevance.asks_about_a_time(),
             false => relevance.asks_for_memory(),
         };
-        (!asks).then_some("no_relevant_memory")
+        let names_a_memory = named && relevance.names_a_memory();
+        (!asks && !names_a_memory).then_some("no_relevant_memory")
     }
 
     /// The zone a request's time words are read in: its own (a plugin's), else
