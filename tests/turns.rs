@@ -57,55 +57,33 @@ async fn a_follow_up_finds_what_the_turns_before_it_were_about() {
     ]);
     let follow_up = "那后来呢？";
 
-    let alone = host
-        .invoke(
-            "on_llm_request",
-            json!({"conversation_id": FAMILY, "query": follow_up}),
-        )
-        .await
-        .unwrap();
+    let ask = |op: &'static str, conversation: &'static str, query: &'static str, with: bool| {
+        let host = &host;
+        let mut body = json!({"conversation_id": conversation, "query": query});
+        if op == "recall" {
+            body["limit"] = json!(3);
+        }
+        if with {
+            body["history"] = turns.clone();
+        }
+        async move { host.invoke(op, body).await.unwrap() }
+    };
+    let alone = ask("on_llm_request", FAMILY, follow_up, false).await;
     assert_eq!(alone["injection"], "", "{alone}");
-    let injected = host
-        .invoke(
-            "on_llm_request",
-            json!({"conversation_id": FAMILY, "query": follow_up, "history": turns}),
-        )
-        .await
-        .unwrap();
+    let injected = ask("on_llm_request", FAMILY, follow_up, true).await;
     assert!(
         injected["injection"]
             .as_str()
             .is_some_and(|b| b.contains("白内障手术")),
         "{injected}"
     );
-    let r = host
-        .invoke(
-            "recall",
-            json!({"conversation_id": FAMILY, "query": follow_up, "history": turns, "limit": 3}),
-        )
-        .await
-        .unwrap();
+    let r = ask("recall", FAMILY, follow_up, true).await;
     assert_eq!(first(&r).as_deref(), Some(FAMILY_MEMORIES[0]), "{r}");
-
     // The current message still leads: a new question after the same turns is answered.
-    let r = host
-        .invoke(
-            "recall",
-            json!({"conversation_id": FAMILY, "query": "外公能吃月饼吗", "history": turns,
-                   "limit": 3}),
-        )
-        .await
-        .unwrap();
+    let r = ask("recall", FAMILY, "外公能吃月饼吗", true).await;
     assert_eq!(first(&r).as_deref(), Some(FAMILY_MEMORIES[1]), "{r}");
-
     // Turns never widen the scope: the work group sees none of it.
-    let r = host
-        .invoke(
-            "recall",
-            json!({"conversation_id": WORK, "query": follow_up, "history": turns}),
-        )
-        .await
-        .unwrap();
+    let r = ask("recall", WORK, follow_up, true).await;
     assert!(common::recalled_texts(&r).is_empty(), "{r}");
     host.shutdown().await;
 }
