@@ -259,8 +259,16 @@ impl Searchers<'_> {
                 vector: None,
             })
             .collect();
-        // Named by the message itself (a context's every word is in no one memory).
-        let mut message = QueryTerms::of(q.text);
+        // Named by the message itself (a context's every word is in no one memory); without a
+        // context the message's terms are the ones already built.
+        let mut own;
+        let message = match q.context {
+            None => &mut terms,
+            Some(_) => {
+                own = QueryTerms::of(q.text);
+                &mut own
+            }
+        };
         let named = candidates.iter().any(|c| message.all_found_in(&c.record));
         Ok(KeywordList { candidates, named })
     }
