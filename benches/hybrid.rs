@@ -232,6 +232,9 @@ async fn appends(
             scope_source: Some("unmapped".into()),
             expires_at: None,
             last_recalled_at: None,
+            speaker_id: None,
+            speaker_name: None,
+            source_ids: vec![],
         };
         let t = Instant::now();
         store

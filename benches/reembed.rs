@@ -101,6 +101,9 @@ async fn seed(db: &Path, model: &ModelInfo, n: usize) {
                     scope_source: Some("conversation".into()),
                     expires_at: None,
                     last_recalled_at: None,
+                    speaker_id: None,
+                    speaker_name: None,
+                    source_ids: vec![],
                 };
                 (record, old_vector.clone())
             })

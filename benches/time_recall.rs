@@ -453,6 +453,9 @@ async fn seed(host: &PluginHost, seeded: &[Seeded]) {
                 scope_source: Some("conversation".into()),
                 expires_at: None,
                 last_recalled_at: None,
+                speaker_id: None,
+                speaker_name: None,
+                source_ids: vec![],
             };
             (record, vector)
         })

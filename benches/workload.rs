@@ -77,6 +77,9 @@ fn record(i: usize, scope: &str) -> MemoryRecord {
         scope_source: Some("conversation".into()),
         expires_at: None,
         last_recalled_at: None,
+        speaker_id: None,
+        speaker_name: None,
+        source_ids: vec![],
     }
 }
 
@@ -103,6 +106,7 @@ fn request(w: &Workload, qi: usize) -> SearchRequest {
             scopes: Some(ScopeSet { names, null: false }),
             alive_at: Some(Utc::now()),
             created: None,
+            tier: None,
         },
         k: K,
         rescale: None,

@@ -147,6 +147,9 @@ async fn legacy_table(db: &Path, embedder: &Arc<dyn Embedder>) {
                     scope_source: None,
                     expires_at: None,
                     last_recalled_at: None,
+                    speaker_id: None,
+                    speaker_name: None,
+                    source_ids: vec![],
                 };
                 (record, v)
             })

@@ -166,6 +166,9 @@ async fn a_fact_stored_under_an_older_id_is_found_by_its_text() {
         scope_source: Some("conversation".into()),
         expires_at: None,
         last_recalled_at: None,
+        speaker_id: None,
+        speaker_name: None,
+        source_ids: vec![],
     };
     host.memory()
         .store()

@@ -224,6 +224,7 @@ async fn an_old_plan_replayed_late_never_overwrites_a_newer_job() {
         useful_memory_ids: vec![x.clone()],
         new_memories: vec![],
         merge_groups: vec![],
+        message: None,
     };
     let mut plan = FeedbackPlan {
         reinforce: vec![(x.clone(), 53)],

@@ -12,7 +12,7 @@ use chrono::{DateTime, Utc};
 use scopemem::config::ScopeFilterMode;
 use scopemem::memory::read_filter::recall_filter;
 use scopemem::scope::ScopeName;
-use scopemem::store::{MemoryRecord, NearestVisible, RowFilter, ScopeSet, SearchRequest};
+use scopemem::store::{MemoryRecord, NearestVisible, RowFilter, ScopeSet, SearchRequest, Tier};
 
 const DIM: usize = 8;
 const ROWS: usize = 160;
@@ -73,7 +73,13 @@ fn table(rng: &mut Rng, clocks: &[DateTime<Utc>]) -> Vec<(MemoryRecord, Vec<f32>
                 content: format!("memory {i}"),
                 reasoning: None,
                 tags: vec![],
-                memory_type: "knowledge".into(),
+                // A working-memory message one row in three: the tier is part of the filter.
+                memory_type: if rng.below(3) == 0 {
+                    "message"
+                } else {
+                    "knowledge"
+                }
+                .into(),
                 strength: 10,
                 is_active: true,
                 conversation_id: None,
@@ -82,6 +88,9 @@ fn table(rng: &mut Rng, clocks: &[DateTime<Utc>]) -> Vec<(MemoryRecord, Vec<f32>
                 scope_source: scope.map(|_| "conversation".to_string()),
                 expires_at,
                 last_recalled_at: None,
+                speaker_id: None,
+                speaker_name: None,
+                source_ids: vec![],
             };
             (record, vector)
         })
@@ -98,7 +107,12 @@ fn filter(rng: &mut Rng, clocks: &[DateTime<Utc>]) -> RowFilter {
         } else {
             ScopeFilterMode::Enforce
         };
-        return recall_filter(&ScopeName::parse(current).unwrap(), rng.coin(), mode, now);
+        let rows = recall_filter(&ScopeName::parse(current).unwrap(), rng.coin(), mode, now);
+        return match rng.below(3) {
+            0 => rows,
+            1 => rows.in_tier(Tier::Memories),
+            _ => rows.in_tier(Tier::Messages),
+        };
     }
     let scopes = (rng.below(5) > 0).then(|| ScopeSet {
         names: SCOPES
@@ -113,6 +127,7 @@ fn filter(rng: &mut Rng, clocks: &[DateTime<Utc>]) -> RowFilter {
         scopes,
         alive_at: rng.coin().then_some(now),
         created: None,
+        tier: [None, Some(Tier::Memories), Some(Tier::Messages)][rng.below(3)],
     }
 }
 

@@ -27,6 +27,9 @@ fn work_record(id: String, content: String) -> MemoryRecord {
         scope_source: Some("conversation".into()),
         expires_at: None,
         last_recalled_at: None,
+        speaker_id: None,
+        speaker_name: None,
+        source_ids: vec![],
     }
 }
 

@@ -119,6 +119,8 @@ mod time_recall;
 
 #[path = "turns.rs"]
 mod turns;
+#[path = "working_memory.rs"]
+mod working_memory;
 
 #[path = "ui.rs"]
 mod ui;

@@ -63,6 +63,9 @@ fn row(
                 now + chrono::Duration::days(1)
             }),
             last_recalled_at: None,
+            speaker_id: None,
+            speaker_name: None,
+            source_ids: vec![],
         },
         vector,
     )

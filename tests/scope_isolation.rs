@@ -300,6 +300,9 @@ async fn duplicate_ids_in_a_legacy_table_never_cross_scopes() {
                 scope_source: Some("conversation".into()),
                 expires_at: None,
                 last_recalled_at: None,
+                speaker_id: None,
+                speaker_name: None,
+                source_ids: vec![],
             };
             (record, v)
         })

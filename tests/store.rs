@@ -43,6 +43,9 @@ fn row(i: usize, scope: &str) -> (MemoryRecord, Vec<f32>) {
             scope_source: Some("conversation".into()),
             expires_at: None,
             last_recalled_at: None,
+            speaker_id: None,
+            speaker_name: None,
+            source_ids: vec![],
         },
         vector(i),
     )
@@ -74,6 +77,7 @@ async fn prefilter_returns_k_rows_of_a_rare_scope() {
                 }),
                 alive_at: None,
                 created: None,
+                tier: None,
             },
             k: 10,
             rescale: None,

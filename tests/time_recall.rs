@@ -104,6 +104,9 @@ async fn seed(host: &PluginHost) {
                 scope_source: Some("conversation".into()),
                 expires_at: None,
                 last_recalled_at: None,
+                speaker_id: None,
+                speaker_name: None,
+                source_ids: vec![],
             };
             (record, vector)
         })

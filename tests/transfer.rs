@@ -118,6 +118,9 @@ async fn source(dir: &Path) -> scopemem::host::PluginHost {
         scope_source: None,
         expires_at: None,
         last_recalled_at: None,
+        speaker_id: None,
+        speaker_name: None,
+        source_ids: vec![],
     };
     let v = embedder()
         .embed(
@@ -215,6 +218,9 @@ async fn a_10k_row_round_trip_keeps_every_row_and_scope() {
                 memory_scope: scope,
                 expires_at: (i % 7 == 0).then(|| base + chrono::Duration::days(3650 + i as i64)),
                 last_recalled_at: (i % 11 == 0).then(|| base + chrono::Duration::hours(i as i64)),
+                speaker_id: None,
+                speaker_name: None,
+                source_ids: vec![],
             };
             let vector: Vec<f32> = (0..384)
                 .map(|d| (((i * 31 + d * 7) % 101) as f32 - 50.0) / 500.0)

@@ -299,6 +299,9 @@ pub async fn dataset(e: &Arc<dyn Embedder>, n: usize) -> (PathBuf, Store) {
                         scope_source: Some("conversation".into()),
                         expires_at: None,
                         last_recalled_at: None,
+                        speaker_id: None,
+                        speaker_name: None,
+                        source_ids: vec![],
                     },
                     v,
                 )
@@ -348,6 +351,7 @@ pub async fn queries(e: &dyn Embedder) -> Vec<Query> {
                     }),
                     alive_at: None,
                     created: None,
+                    tier: None,
                 },
             }
         })

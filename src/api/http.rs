@@ -18,6 +18,7 @@ use super::metrics::{render, track, Metrics};
 use crate::host::operation::{self, AfterMessageSent, JobQuery, LlmRequestEvent};
 use crate::host::{PluginError, PluginHost, Request};
 use crate::memory::feedback::FeedbackRequest;
+use crate::memory::working::MessageEvent;
 use crate::memory::{BrowseRequest, ForgetRequest, RecallRequest, RememberRequest, UpdateRequest};
 
 /// A JSON error response.
@@ -140,6 +141,7 @@ pub fn router(host: Arc<PluginHost>) -> Router {
         .route("/v1/export", get(export))
         .route("/v1/events/llm_request", post(llm_request))
         .route("/v1/events/after_message_sent", post(after_message_sent))
+        .route("/v1/events/message", post(message))
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics_text))
         .nest_service("/mcp", mcp)
@@ -242,6 +244,18 @@ async fn after_message_sent(
         StatusCode::OK
     } else {
         StatusCode::ACCEPTED
+    };
+    Ok((status, Json(v)))
+}
+
+async fn message(
+    State(host): State<AppState>,
+    Body(ev): Body<MessageEvent>,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    let v = host.dispatch(Request::OnMessage(ev)).await?;
+    let status = match v["accepted"].as_bool() {
+        Some(true) => StatusCode::ACCEPTED,
+        _ => StatusCode::OK,
     };
     Ok((status, Json(v)))
 }

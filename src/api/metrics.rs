@@ -252,6 +252,21 @@ fn render_feedback(out: &mut String, host: &PluginHost) {
                 feedback.depth().to_string(),
             ),
             (
+                "scopemem_working_memory_waiting",
+                Some("Chat messages accepted and not yet embedded (keyword-searchable meanwhile)."),
+                "gauge",
+                memory.working_status().waiting.to_string(),
+            ),
+            (
+                "scopemem_working_memory_vector_lag_seconds",
+                Some("How long the oldest waiting chat message has waited for its vector."),
+                "gauge",
+                format!(
+                    "{:.3}",
+                    memory.working_status().vector_lag_ms as f64 / 1000.0
+                ),
+            ),
+            (
                 "scopemem_feedback_dead_letters",
                 Some("Feedback jobs dead-lettered in the last day."),
                 "gauge",

@@ -450,6 +450,20 @@ pub struct RetentionConfig {
     pub refresh_on_recall: bool,
 }
 
+/// `working_memory.*`: every message of a chat, kept for a while (design 5.13).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct WorkingMemoryConfig {
+    pub enabled: bool,
+    /// Hours a message lives after it was sent (at least 1).
+    pub ttl_hours: u32,
+    /// Most live messages per scope; the sweeper erases the oldest beyond it.
+    pub max_per_scope: usize,
+    /// Messages that may wait to be embedded before new ones are refused with 503.
+    pub queue_capacity: usize,
+    /// Recent messages a recall returns beside its memories.
+    pub recall_limit: usize,
+}
+
 /// The complete, validated configuration.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Config {
@@ -480,6 +494,8 @@ pub struct Config {
     pub feedback: FeedbackConfig,
     /// Memory life cycle.
     pub retention: RetentionConfig,
+    /// Working memory (every message of a chat).
+    pub working_memory: WorkingMemoryConfig,
     /// Log filter (e.g. `info`).
     pub log_level: String,
 }
@@ -556,6 +572,7 @@ impl Config {
         let migration = root.obj("migration")?;
         let feedback = root.obj("feedback")?;
         let retention = root.obj("retention")?;
+        let working = root.obj("working_memory")?;
 
         let conversation_scope_map = scope_map(&root)?;
         let recall = recall_config(&recall)?;
@@ -602,6 +619,13 @@ impl Config {
                     .collect::<Result<_, ConfigError>>()?,
                 sweep_interval_secs: retention.count("sweep_interval_secs", 1)?,
                 refresh_on_recall: retention.boolean("refresh_on_recall")?,
+            },
+            working_memory: WorkingMemoryConfig {
+                enabled: working.boolean("enabled")?,
+                ttl_hours: working.count("ttl_hours", 1)?,
+                max_per_scope: working.count("max_per_scope", 1)?,
+                queue_capacity: working.count("queue_capacity", 1)?,
+                recall_limit: working.count("recall_limit", 0)?,
             },
             log_level: root.non_empty("log_level")?.to_owned(),
         })

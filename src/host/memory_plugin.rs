@@ -10,6 +10,7 @@ use super::operation::{AfterMessageSent, LlmRequestEvent, Operation, Request};
 use super::{tools, CallContext, Plugin, PluginError, ToolSpec};
 
 use crate::memory::feedback::{AcceptError, FeedbackRequest};
+use crate::memory::service::MessageOutcome;
 use crate::memory::{injection, MemoryService, RecallMode, RecallRequest};
 
 pub struct MemoryPlugin {
@@ -40,8 +41,9 @@ impl MemoryPlugin {
             })
             .await?;
         Ok(json!({
-            "injection": injection::render(&r.memories),
+            "injection": injection::render(&r.memories, &r.recent_messages),
             "memory_ids": r.memories.iter().map(|m| m.memory.id.as_str()).collect::<Vec<_>>(),
+            "recent_message_ids": r.recent_messages.iter().map(|m| m.memory.id.as_str()).collect::<Vec<_>>(),
             "memory_scope": r.memory_scope,
             "migration_mode": r.migration_mode,
         }))
@@ -83,15 +85,36 @@ fn remembered(outcome: Option<crate::memory::Remembered>) -> Value {
     }
 }
 
+/// `{"accepted": true, "id", "memory_scope"}` (202), or `{"accepted": false, "reason"}` for an
+/// incognito chat or a working memory turned off.
+fn accept_message(
+    service: &MemoryService,
+    ev: crate::memory::working::MessageEvent,
+) -> Result<Value, PluginError> {
+    match service.accept_message(ev) {
+        Ok(MessageOutcome::Accepted { id, memory_scope }) => {
+            Ok(json!({ "accepted": true, "id": id, "memory_scope": memory_scope }))
+        }
+        Ok(MessageOutcome::NotStored(reason)) => Ok(json!({ "accepted": false, "reason": reason })),
+        Err(e) => Err(accept_error(e)),
+    }
+}
+
+fn accept_error(e: AcceptError) -> PluginError {
+    match e {
+        AcceptError::Invalid(e) => e.into(),
+        e @ (AcceptError::QueueFull(_) | AcceptError::MessagesFull(_)) => {
+            PluginError::unavailable("queue_full", e.to_string(), 1)
+        }
+        AcceptError::Journal(e) if super::is_disk_full(&e) => PluginError::disk_full(e),
+        AcceptError::Journal(e) => PluginError::internal(e),
+    }
+}
+
 fn accept(service: &MemoryService, req: FeedbackRequest) -> Result<Value, PluginError> {
     match service.feedback().accept(req) {
         Ok(job_id) => Ok(json!({ "job_id": job_id, "stored": job_id.is_some() })),
-        Err(AcceptError::Invalid(e)) => Err(e.into()),
-        Err(e @ AcceptError::QueueFull(_)) => {
-            Err(PluginError::unavailable("queue_full", e.to_string(), 1))
-        }
-        Err(AcceptError::Journal(e)) if super::is_disk_full(&e) => Err(PluginError::disk_full(e)),
-        Err(AcceptError::Journal(e)) => Err(PluginError::internal(e)),
+        Err(e) => Err(accept_error(e)),
     }
 }
 
@@ -121,6 +144,7 @@ impl Plugin for MemoryPlugin {
                 Request::Forget(req) => to_json(&self.service.forget(req).await?),
                 Request::OnLlmRequest(ev) => self.on_llm_request(ev).await,
                 Request::AfterMessageSent(ev) => self.after_message_sent(ev),
+                Request::OnMessage(ev) => accept_message(&self.service, ev),
             }
         })
     }

@@ -14,6 +14,7 @@ use serde_json::Value;
 
 use super::PluginError;
 use crate::memory::feedback::{FeedbackRequest, NewMemory};
+use crate::memory::working::MessageEvent;
 use crate::memory::{BrowseRequest, ForgetRequest, RecallRequest, RememberRequest, UpdateRequest};
 
 /// What a plugin can be asked to do.
@@ -27,6 +28,7 @@ pub enum Operation {
     Forget,
     OnLlmRequest,
     AfterMessageSent,
+    OnMessage,
     Browse,
     Update,
     ScopeMap,
@@ -34,7 +36,7 @@ pub enum Operation {
 
 impl Operation {
     /// Every operation, in the order the memory plugin documents them.
-    pub const ALL: [Operation; 11] = [
+    pub const ALL: [Operation; 12] = [
         Operation::Remember,
         Operation::Recall,
         Operation::Status,
@@ -43,6 +45,7 @@ impl Operation {
         Operation::Forget,
         Operation::OnLlmRequest,
         Operation::AfterMessageSent,
+        Operation::OnMessage,
         Operation::Browse,
         Operation::Update,
         Operation::ScopeMap,
@@ -59,6 +62,7 @@ impl Operation {
             Operation::Forget => "forget",
             Operation::OnLlmRequest => "on_llm_request",
             Operation::AfterMessageSent => "after_message_sent",
+            Operation::OnMessage => "on_message",
             Operation::Browse => "browse",
             Operation::Update => "update",
             Operation::ScopeMap => "scope_map",
@@ -82,6 +86,8 @@ pub enum Request {
     Forget(ForgetRequest),
     OnLlmRequest(LlmRequestEvent),
     AfterMessageSent(AfterMessageSent),
+    /// Any message of a chat, for the working memory.
+    OnMessage(MessageEvent),
     Browse(BrowseRequest),
     Update(UpdateRequest),
     ScopeMap,
@@ -98,6 +104,7 @@ impl Request {
             Request::Forget(_) => Operation::Forget,
             Request::OnLlmRequest(_) => Operation::OnLlmRequest,
             Request::AfterMessageSent(_) => Operation::AfterMessageSent,
+            Request::OnMessage(_) => Operation::OnMessage,
             Request::Browse(_) => Operation::Browse,
             Request::Update(_) => Operation::Update,
             Request::ScopeMap => Operation::ScopeMap,
@@ -122,6 +129,7 @@ impl Request {
             Operation::Forget => Request::Forget(body(payload)?),
             Operation::OnLlmRequest => Request::OnLlmRequest(body(payload)?),
             Operation::AfterMessageSent => Request::AfterMessageSent(body(payload)?),
+            Operation::OnMessage => Request::OnMessage(body(payload)?),
             Operation::Browse => Request::Browse(body(payload)?),
             Operation::Update => Request::Update(body(payload)?),
             Operation::ScopeMap => Request::ScopeMap,

@@ -81,6 +81,9 @@ mod tests {
                 scope_source: Some("unmapped".into()),
                 created_at: None,
                 expires_at: None,
+                speaker_id: None,
+                speaker_name: None,
+                source_ids: vec![],
             },
             score,
         }

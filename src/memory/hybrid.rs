@@ -348,6 +348,9 @@ mod tests {
             scope_source: None,
             expires_at: None,
             last_recalled_at: None,
+            speaker_id: None,
+            speaker_name: None,
+            source_ids: vec![],
         }
     }
 

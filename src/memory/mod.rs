@@ -21,6 +21,7 @@ pub mod service;
 pub(crate) mod time_words;
 pub(crate) mod touch;
 pub mod turns;
+pub mod working;
 
 pub use feedback::{journal, journal_files};
 pub use model::*;

@@ -23,6 +23,12 @@ pub struct Memory {
     pub created_at: Option<String>,
     /// RFC 3339; null: never expires.
     pub expires_at: Option<String>,
+    /// Who said it (sender id, and the name they had then); null when nobody in particular.
+    pub speaker_id: Option<String>,
+    pub speaker_name: Option<String>,
+    /// The working-memory messages a consolidated memory came from; absent when none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub source_ids: Vec<String>,
 }
 
 impl From<MemoryRecord> for Memory {
@@ -43,6 +49,9 @@ impl From<MemoryRecord> for Memory {
             expires_at: r
                 .expires_at
                 .map(|t| t.to_rfc3339_opts(SecondsFormat::Micros, true)),
+            speaker_id: r.speaker_id,
+            speaker_name: r.speaker_name,
+            source_ids: r.source_ids,
         }
     }
 }
@@ -145,6 +154,9 @@ pub struct RecallResponse {
     /// (`memory::distinct`); absent when none was.
     #[serde(skip_serializing_if = "is_zero")]
     pub merged_duplicates: usize,
+    /// The working memory's tier (design 5.13): recent chat messages that answer the query,
+    /// searched on their own beside the memories, with speaker and time.
+    pub recent_messages: Vec<ScoredMemory>,
 }
 
 fn is_zero(n: &usize) -> bool {
@@ -201,6 +213,9 @@ pub struct BrowseRequest {
     pub offset: Option<i64>,
     #[serde(default)]
     pub limit: Option<i64>,
+    /// `true` lists the working memory's recent messages instead of the memories.
+    #[serde(default)]
+    pub messages: bool,
 }
 
 /// One page of visible memories and how many the conversation can see in all.

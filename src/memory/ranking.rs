@@ -74,6 +74,9 @@ mod tests {
             scope_source: Some("unmapped".into()),
             expires_at: None,
             last_recalled_at: recalled_days_ago.map(|d| now - chrono::Duration::days(d)),
+            speaker_id: None,
+            speaker_name: None,
+            source_ids: vec![],
         }
     }
 

@@ -33,6 +33,7 @@ pub fn recall_filter(
         scopes,
         alive_at: Some(now),
         created: None,
+        tier: None,
     }
 }
 

@@ -28,7 +28,9 @@ use crate::migrate::reembed::ReembedHandle;
 use crate::store::schema::{COL_EXPIRES_AT, COL_LAST_RECALLED_AT, COL_STRENGTH, COL_TAGS};
 use crate::store::Store;
 use crate::store::{sql_literal, timestamp_literal};
-use crate::store::{MemoryRecord, NearestVisible, RowFilter, ScopeSet, SearchRequest, Selection};
+use crate::store::{
+    MemoryRecord, NearestVisible, RowFilter, ScopeSet, SearchRequest, Selection, Tier,
+};
 
 /// How much a repetition raises a memory's strength.
 pub(crate) const REINFORCE_STEP: i32 = 10;
@@ -330,6 +332,7 @@ fn own_rows(scope: &str) -> RowFilter {
         scopes: Some(ScopeSet::only(scope)),
         alive_at: Some(Utc::now()),
         created: None,
+        tier: Some(Tier::Memories),
     }
 }
 

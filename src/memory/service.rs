@@ -16,6 +16,9 @@ mod remember;
 pub mod sweeper;
 mod update;
 mod wiring;
+mod working;
+
+pub use working::MessageOutcome;
 
 use super::chained::{self, ChainedLimits};
 use super::distinct::{self, Ranked};
@@ -35,7 +38,7 @@ use crate::scope::{ConversationId, MapSummary, ScopeResolver};
 use crate::store::beside::Beside;
 use crate::store::lease::{self, Lease};
 use crate::store::maintenance::pruning::VersionLimits;
-use crate::store::{LanceSearch, RowFilter, ScopeSet, Selection, Store, WriterSettings};
+use crate::store::{LanceSearch, RowFilter, ScopeSet, Selection, Store, Tier, WriterSettings};
 
 const MAX_QUERY_CHARS: usize = 2000;
 const DEFAULT_STRENGTH: i64 = 50;
@@ -79,6 +82,18 @@ struct Searched {
     degraded: Option<&'static str>,
     gated: Option<&'static str>,
     time_window: Option<TimeWindow>,
+}
+
+/// How much a question that names a memory's speaker ("张三喜欢什么") lifts that memory.
+const SPEAKER_BOOST: f32 = 1.25;
+
+/// [`SPEAKER_BOOST`] when `query` holds the name (two characters or more) the record's speaker
+/// had when it was written, else 1.
+fn speaker_boost(query: &str, record: &crate::store::MemoryRecord) -> f32 {
+    match record.speaker_name.as_deref() {
+        Some(name) if name.chars().count() >= 2 && query.contains(name) => SPEAKER_BOOST,
+        _ => 1.0,
+    }
 }
 
 /// The query without surrounding blanks: not empty and at most [`MAX_QUERY_CHARS`] long.
@@ -139,6 +154,8 @@ pub struct ServiceSettings {
     /// How often other processes' erase notices are read (`storage.read_consistency_ms`, at
     /// least 100 ms).
     pub follow_erasures: std::time::Duration,
+    /// The working memory (`working_memory.*`).
+    pub working: super::working::WorkingSettings,
 }
 
 /// `GET /v1/status`.
@@ -172,6 +189,9 @@ pub struct Status {
     /// Whether this process runs the maintenance, and who holds the lease.
     pub maintenance: MaintenanceStatus,
     pub feedback_queue_depth: usize,
+    /// The working memory: messages waiting for their vectors (keyword-searchable meanwhile)
+    /// and how long the oldest has waited.
+    pub working_memory: working::WorkingStatus,
     /// Whether this process's feedback journal takes writes (false: feedback is refused).
     pub feedback_journal_ok: bool,
     /// Dead-lettered feedback jobs of the last day (ids, reasons, attempts; no memory text).
@@ -239,6 +259,8 @@ pub struct MemoryService {
     /// chat sits, the duplicate bound), for recall and `/v1/status`; unset until the model
     /// could be measured.
     calibration: Arc<std::sync::OnceLock<ModelFit>>,
+    /// How often recalls returned each recent message (the consolidation threshold rule).
+    recurrences: super::working::Recurrences,
 }
 
 impl MemoryService {
@@ -325,7 +347,12 @@ impl MemoryService {
         // that worker (an erase's) waited up to two minutes. Yield once the task's budget is spent.
         tokio::task::consume_budget().await;
 
-        let visible = self.visibility(&conversation, req.persona.as_deref());
+        let all_tiers = self.visibility(&conversation, req.persona.as_deref());
+        // Long-term memories here; the working memory's messages are their own tier below.
+        let visible = Visibility {
+            rows: all_tiers.rows.clone().in_tier(Tier::Memories),
+            ..all_tiers.clone()
+        };
         let asked = Asked { req: &req, query };
         let mut searched = self.search_visible(&asked, limit, 0, &visible).await?;
         let mut ranked = self.rank_and_select(&req, limit, searched.search, searched.found);
@@ -343,6 +370,11 @@ impl MemoryService {
         if let Some(touches) = self.touches.get() {
             touches.record(memories.iter().map(|m| m.memory.id.clone()).collect());
         }
+        // What the gate holds back, it holds back from both tiers.
+        let recent_messages = match searched.gated {
+            Some(_) => Vec::new(),
+            None => self.recent_messages(&asked, &all_tiers).await?,
+        };
         self.latency.record(started.elapsed());
         tracing::info!(
             conversation_id = conversation.as_str(),
@@ -352,6 +384,7 @@ impl MemoryService {
             degraded = searched.degraded,
             gated = searched.gated,
             rows = memories.len(),
+            recent_messages = recent_messages.len(),
             ms = started.elapsed().as_millis() as u64,
             "recalled"
         );
@@ -363,6 +396,7 @@ impl MemoryService {
             gated: searched.gated,
             time_window: searched.time_window,
             merged_duplicates,
+            recent_messages,
         })
     }
 
@@ -499,7 +533,8 @@ impl MemoryService {
             .into_iter()
             .map(|c| Ranked {
                 hit: ScoredMemory {
-                    score: ranking.score(c.relevance, &c.record, now),
+                    score: ranking.score(c.relevance, &c.record, now)
+                        * speaker_boost(&req.query, &c.record),
                     memory: c.record.into(),
                 },
                 vector: c.vector,
@@ -624,6 +659,14 @@ impl MemoryService {
         }
         let (offset, limit) = (offset as usize, limit as usize);
         let visible = self.visibility(&conversation, req.persona.as_deref());
+        let tier = match req.messages {
+            true => Tier::Messages,
+            false => Tier::Memories,
+        };
+        let visible = Visibility {
+            rows: visible.rows.clone().in_tier(tier),
+            ..visible
+        };
         let page = self
             .store
             .page_newest(visible.rows.to_sql().as_deref(), offset, limit)
@@ -784,6 +827,7 @@ impl MemoryService {
                 holder: self.lease_holder().await,
             },
             feedback_queue_depth: self.feedback.depth(),
+            working_memory: self.working_status(),
             feedback_journal_ok: self.feedback.journal_healthy(),
             feedback_dead_letters: self.feedback.dead_letters(),
             scope_map: self.scopes.snapshot().summary(),

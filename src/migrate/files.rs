@@ -9,7 +9,7 @@ use serde::Deserialize;
 use super::MigrateError;
 use crate::store::schema::{item_field, timestamp_type, vector_type};
 
-const FILES: [(&str, &str); 3] = [
+const FILES: [(&str, &str); 4] = [
     (
         "0001_memories.json",
         include_str!("../../migrations/0001_memories.json"),
@@ -21,6 +21,10 @@ const FILES: [(&str, &str); 3] = [
     (
         "0003_life_cycle.json",
         include_str!("../../migrations/0003_life_cycle.json"),
+    ),
+    (
+        "0004_speakers.json",
+        include_str!("../../migrations/0004_speakers.json"),
     ),
 ];
 

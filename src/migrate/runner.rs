@@ -9,7 +9,7 @@ use super::files::{self, schema_of, Op};
 use super::MigrateError;
 use crate::store::schema::{
     COL_EXPIRES_AT, COL_ID, COL_LAST_RECALLED_AT, COL_MEMORY_SCOPE, COL_SCOPE_SOURCE,
-    META_SCHEMA_VERSION,
+    COL_SOURCE_IDS, COL_SPEAKER_ID, META_SCHEMA_VERSION,
 };
 
 /// What opening the table did.
@@ -91,10 +91,12 @@ pub async fn current_version(table: &Table) -> Result<u32, MigrateError> {
         match (
             has(COL_MEMORY_SCOPE) && has(COL_SCOPE_SOURCE),
             has(COL_EXPIRES_AT) && has(COL_LAST_RECALLED_AT),
+            has(COL_SPEAKER_ID) && has(COL_SOURCE_IDS),
         ) {
-            (true, true) => 3,
-            (true, false) => 2,
-            (false, _) => 1,
+            (true, true, true) => 4,
+            (true, true, false) => 3,
+            (true, false, _) => 2,
+            (false, _, _) => 1,
         },
     )
 }

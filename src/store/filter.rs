@@ -20,6 +20,7 @@ use chrono::{DateTime, SecondsFormat, Utc};
 
 use super::schema::{
     COL_CONTENT, COL_CONVERSATION_ID, COL_CREATED_AT, COL_EXPIRES_AT, COL_ID, COL_MEMORY_SCOPE,
+    COL_MEMORY_TYPE, MESSAGE_TYPE,
 };
 
 /// Which rows a read may return.
@@ -32,6 +33,24 @@ pub struct RowFilter {
     /// Only rows created in this window (a question that names a time, `memory::time_words`);
     /// `None`: any time.
     pub created: Option<TimeRange>,
+    /// Only long-term memories, or only working-memory messages ([`Tier`]); `None`: both.
+    pub tier: Option<Tier>,
+}
+
+/// The two tiers of the table: long-term memories, and the working memory's recent messages
+/// (rows of `memory_type` [`MESSAGE_TYPE`], design 5.13). A recall searches each on its own,
+/// so a busy chat's messages never crowd a memory out of its slots.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tier {
+    Memories,
+    Messages,
+}
+
+impl Tier {
+    /// Whether a row of `memory_type` is in this tier.
+    pub fn admits(self, memory_type: &str) -> bool {
+        (memory_type == MESSAGE_TYPE) == (self == Tier::Messages)
+    }
 }
 
 /// A half-open window of creation times, `[from, until)`.
@@ -153,7 +172,18 @@ impl RowFilter {
         scopes: None,
         alive_at: None,
         created: None,
+        tier: None,
     };
+
+    /// This filter for one tier only.
+    pub fn in_tier(mut self, tier: Tier) -> RowFilter {
+        self.tier = Some(tier);
+        self
+    }
+
+    pub fn admits_type(&self, memory_type: &str) -> bool {
+        self.tier.is_none_or(|t| t.admits(memory_type))
+    }
 
     pub fn admits_scope(&self, scope: Option<&str>) -> bool {
         match (&self.scopes, scope) {
@@ -191,18 +221,26 @@ impl RowFilter {
             (None, Some(a)) => Some(a),
             (None, None) => None,
         };
-        let Some(w) = self.created else {
-            return visible;
-        };
-        let created = format!(
-            "{COL_CREATED_AT} >= {} AND {COL_CREATED_AT} < {}",
-            timestamp_literal(w.from),
-            timestamp_literal(w.until)
-        );
-        Some(match visible {
-            Some(v) => format!("({v}) AND {created}"),
-            None => created,
-        })
+        let created = self.created.map(|w| {
+            format!(
+                "{COL_CREATED_AT} >= {} AND {COL_CREATED_AT} < {}",
+                timestamp_literal(w.from),
+                timestamp_literal(w.until)
+            )
+        });
+        let tier = self.tier.map(|t| {
+            let op = if t == Tier::Messages { "=" } else { "<>" };
+            format!("{COL_MEMORY_TYPE} {op} {}", sql_literal(MESSAGE_TYPE))
+        });
+        [created, tier]
+            .into_iter()
+            .flatten()
+            .fold(visible, |sql, more| {
+                Some(match sql {
+                    Some(v) => format!("({v}) AND {more}"),
+                    None => more,
+                })
+            })
     }
 }
 
@@ -347,6 +385,7 @@ mod tests {
                 scopes,
                 alive_at,
                 created: None,
+                tier: None,
             }
             .to_sql()
         };
@@ -383,6 +422,7 @@ mod tests {
             scopes: set(&["a", "public"], false),
             alive_at: Some(now),
             created: None,
+            tier: None,
         };
         assert!(f.admits_scope(Some("a")) && f.admits_scope(Some("public")));
         assert!(!f.admits_scope(Some("b")) && !f.admits_scope(None) && !f.admits_scope(Some("")));

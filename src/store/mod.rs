@@ -39,7 +39,7 @@ use commit::read_retrying;
 
 pub use commit::WriterSettings;
 pub use filter::{
-    sql_literal, target_still, timestamp_literal, RowFilter, ScopeSet, Selection, TimeRange,
+    sql_literal, target_still, timestamp_literal, RowFilter, ScopeSet, Selection, Tier, TimeRange,
 };
 pub use fulltext::{FulltextSearch, KeywordHit, KeywordMatching, KeywordRequest};
 pub use index_state::IndexState;

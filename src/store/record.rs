@@ -45,6 +45,15 @@ pub struct MemoryRecord {
     /// The last time a recall returned it (refresh-on-recall and decay start from here).
     #[serde(default, with = "rfc3339_micros")]
     pub last_recalled_at: Option<DateTime<Utc>>,
+    /// Who said it: the sender's platform id (the key) and the name they had then; `None` for
+    /// a memory nobody in particular said (a remember or reflection naming no speaker).
+    #[serde(default)]
+    pub speaker_id: Option<String>,
+    #[serde(default)]
+    pub speaker_name: Option<String>,
+    /// The working-memory messages a consolidated memory came from (they may have expired).
+    #[serde(default)]
+    pub source_ids: Vec<String>,
 }
 
 #[cfg(test)]
@@ -65,6 +74,9 @@ impl MemoryRecord {
             scope_source: None,
             expires_at: None,
             last_recalled_at: None,
+            speaker_id: None,
+            speaker_name: None,
+            source_ids: vec![],
         }
     }
 }
@@ -156,6 +168,7 @@ fn our_columns(
     dimension: usize,
 ) -> Result<Vec<(&'static str, ArrayRef)>, StoreError> {
     let mut tags = ListBuilder::new(StringBuilder::new());
+    let mut sources = ListBuilder::new(StringBuilder::new());
     let mut flat = Vec::with_capacity(rows.len() * dimension);
     let mut created = Vec::with_capacity(rows.len());
     for (r, v) in rows {
@@ -170,6 +183,10 @@ fn our_columns(
             tags.values().append_value(t);
         }
         tags.append(true);
+        for id in &r.source_ids {
+            sources.values().append_value(id);
+        }
+        sources.append(!r.source_ids.is_empty());
         created.push(r.created_at.unwrap_or_else(Utc::now).timestamp_micros());
     }
     let vectors = FixedSizeListArray::try_new(
@@ -215,6 +232,9 @@ fn our_columns(
             COL_LAST_RECALLED_AT,
             timestamps(rows, |r| r.last_recalled_at),
         ),
+        (COL_SPEAKER_ID, strings(|r| r.speaker_id.as_deref())),
+        (COL_SPEAKER_NAME, strings(|r| r.speaker_name.as_deref())),
+        (COL_SOURCE_IDS, Arc::new(sources.finish())),
     ])
 }
 
@@ -280,9 +300,10 @@ fn opt_str(col: Option<&StringArray>, i: usize) -> Option<String> {
         .map(|c| c.value(i).to_string())
 }
 
-/// The tags column as `List<Utf8>`, whatever list and string types the table stores.
-fn tags_col(batch: &RecordBatch) -> Option<ListArray> {
-    let col = batch.column_by_name(COL_TAGS)?;
+/// A list-of-text column (`tags`, `source_ids`) as `List<Utf8>`, whatever list and string
+/// types the table stores.
+fn string_list_col(batch: &RecordBatch, name: &str) -> Option<ListArray> {
+    let col = batch.column_by_name(name)?;
     if let Some(l) = col.as_any().downcast_ref::<ListArray>() {
         if l.values().as_any().is::<StringArray>() {
             return Some(l.clone());
@@ -326,8 +347,13 @@ pub fn from_batch(batch: &RecordBatch) -> Vec<MemoryRecord> {
     let (id, content, reasoning) = (id.as_ref(), content.as_ref(), reasoning.as_ref());
     let (memory_type, conversation) = (memory_type.as_ref(), conversation.as_ref());
     let (scope, source) = (scope.as_ref(), source.as_ref());
-    let tags = tags_col(batch);
+    let tags = string_list_col(batch, COL_TAGS);
     let tags = tags.as_ref();
+    let sources = string_list_col(batch, COL_SOURCE_IDS);
+    let sources = sources.as_ref();
+    let speaker_id = string_col(batch, COL_SPEAKER_ID);
+    let speaker_name = string_col(batch, COL_SPEAKER_NAME);
+    let (speaker_id, speaker_name) = (speaker_id.as_ref(), speaker_name.as_ref());
     let strength = batch
         .column_by_name(COL_STRENGTH)
         .and_then(|c| c.as_any().downcast_ref::<Int32Array>());
@@ -344,21 +370,7 @@ pub fn from_batch(batch: &RecordBatch) -> Vec<MemoryRecord> {
             id: opt_str(id, i).unwrap_or_default(),
             content: opt_str(content, i).unwrap_or_default(),
             reasoning: opt_str(reasoning, i),
-            tags: tags
-                .filter(|t| t.is_valid(i))
-                .map(|t| {
-                    let v = t.value(i);
-                    v.as_any()
-                        .downcast_ref::<StringArray>()
-                        .map(|s| {
-                            (0..s.len())
-                                .filter(|j| s.is_valid(*j))
-                                .map(|j| s.value(j).to_string())
-                                .collect()
-                        })
-                        .unwrap_or_default()
-                })
-                .unwrap_or_default(),
+            tags: list_value(tags, i),
             memory_type: opt_str(memory_type, i).unwrap_or_else(|| "knowledge".into()),
             strength: strength
                 .filter(|s| s.is_valid(i))
@@ -376,8 +388,29 @@ pub fn from_batch(batch: &RecordBatch) -> Vec<MemoryRecord> {
             scope_source: opt_str(source, i),
             expires_at: opt_time(expires, i),
             last_recalled_at: opt_time(recalled, i),
+            speaker_id: opt_str(speaker_id, i),
+            speaker_name: opt_str(speaker_name, i),
+            source_ids: list_value(sources, i),
         })
         .collect()
+}
+
+/// Row `i` of a list-of-text column; empty for NULL.
+fn list_value(col: Option<&ListArray>, i: usize) -> Vec<String> {
+    col.filter(|t| t.is_valid(i))
+        .map(|t| {
+            let v = t.value(i);
+            v.as_any()
+                .downcast_ref::<StringArray>()
+                .map(|s| {
+                    (0..s.len())
+                        .filter(|j| s.is_valid(*j))
+                        .map(|j| s.value(j).to_string())
+                        .collect()
+                })
+                .unwrap_or_default()
+        })
+        .unwrap_or_default()
 }
 
 /// A timestamp column as UTC microseconds, whatever unit the table stores (absent on tables
@@ -440,6 +473,9 @@ mod tests {
             scope_source: scope.map(|_| "conversation".into()),
             expires_at: Utc.timestamp_micros(1_800_000_000_000_000).single(),
             last_recalled_at: None,
+            speaker_id: None,
+            speaker_name: None,
+            source_ids: vec![],
         }
     }
 

@@ -5,8 +5,8 @@ use std::sync::Arc;
 use lancedb::arrow::arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
 
 /// Schema version written by this build; v1 is the legacy table without scope columns, v2 added
-/// the scope columns, v3 the life-cycle columns.
-pub const SCHEMA_VERSION: u32 = 3;
+/// the scope columns, v3 the life-cycle columns, v4 the speaker and provenance columns.
+pub const SCHEMA_VERSION: u32 = 4;
 
 /// Table-config keys (Lance manifest config) where we record what the table holds, so a
 /// restart with another embedding model fails loudly instead of mixing vector spaces.
@@ -38,9 +38,20 @@ pub const COL_MEMORY_SCOPE: &str = "memory_scope";
 pub const COL_SCOPE_SOURCE: &str = "scope_source";
 pub const COL_EXPIRES_AT: &str = "expires_at";
 pub const COL_LAST_RECALLED_AT: &str = "last_recalled_at";
+/// Who said it: the platform's sender id (the key: a rename keeps a person's memories
+/// together) and the name they had when it was written.
+pub const COL_SPEAKER_ID: &str = "speaker_id";
+pub const COL_SPEAKER_NAME: &str = "speaker_name";
+/// The working-memory messages a consolidated memory came from (design 5.13).
+pub const COL_SOURCE_IDS: &str = "source_ids";
+
+/// The `memory_type` of a working-memory message (design 5.13): a row of the same table, so
+/// scope, expiry, erasure and export hold for it as for any memory, but never a type a caller
+/// may give a memory.
+pub const MESSAGE_TYPE: &str = "message";
 
 /// Every column except the vector: what recall reads back (vectors are never shipped out).
-pub const RECORD_COLUMNS: [&str; 13] = [
+pub const RECORD_COLUMNS: [&str; 16] = [
     COL_ID,
     COL_CONTENT,
     COL_REASONING,
@@ -54,6 +65,9 @@ pub const RECORD_COLUMNS: [&str; 13] = [
     COL_SCOPE_SOURCE,
     COL_EXPIRES_AT,
     COL_LAST_RECALLED_AT,
+    COL_SPEAKER_ID,
+    COL_SPEAKER_NAME,
+    COL_SOURCE_IDS,
 ];
 
 /// The list item field lancedb uses for tags and vectors.
@@ -69,7 +83,7 @@ pub fn timestamp_type() -> DataType {
     DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()))
 }
 
-/// The current (v3) schema for a model of `dimension`.
+/// The current (v4) schema for a model of `dimension`.
 pub fn memories_schema(dimension: usize) -> SchemaRef {
     Arc::new(Schema::new(vec![
         Field::new(COL_ID, DataType::Utf8, false),
@@ -86,6 +100,13 @@ pub fn memories_schema(dimension: usize) -> SchemaRef {
         Field::new(COL_SCOPE_SOURCE, DataType::Utf8, true),
         Field::new(COL_EXPIRES_AT, timestamp_type(), true),
         Field::new(COL_LAST_RECALLED_AT, timestamp_type(), true),
+        Field::new(COL_SPEAKER_ID, DataType::Utf8, true),
+        Field::new(COL_SPEAKER_NAME, DataType::Utf8, true),
+        Field::new(
+            COL_SOURCE_IDS,
+            DataType::List(item_field(DataType::Utf8)),
+            true,
+        ),
     ]))
 }
 

@@ -88,6 +88,7 @@ pub(super) fn validate(
             .collect(),
         new_memories,
         merge_groups,
+        message: None,
     };
     Ok(Some(job))
 }

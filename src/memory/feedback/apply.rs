@@ -18,6 +18,9 @@ pub(super) async fn apply(
     job: &FeedbackJob,
     plan: &FeedbackPlan,
 ) -> Result<JobOutcome, MemoryError> {
+    if let Some(record) = job.message_record() {
+        return apply_message(shared, job, record).await;
+    }
     let mut refused = plan.refused.clone();
     // Each new memory is written under its fact's derived id (so the same fact from another
     // write path or process lands on one row), or under the id assigned at acceptance when its
@@ -127,6 +130,41 @@ pub(super) async fn apply(
     })
 }
 
+/// A working-memory message: embedded and inserted as it is, once (a replay finds its id).
+async fn apply_message(
+    shared: &Shared,
+    job: &FeedbackJob,
+    record: MemoryRecord,
+) -> Result<JobOutcome, MemoryError> {
+    let vector = shared
+        .embedder
+        .embed(
+            crate::embed::TextRole::Passage,
+            vec![record.content.clone()],
+        )
+        .await?
+        .pop()
+        .ok_or_else(|| MemoryError::Internal("embedder returned no vector".into()))?;
+    let id = record.id.clone();
+    shared
+        .store
+        .writer()
+        .insert_missing(vec![(record, vector)])
+        .await?;
+    Ok(JobOutcome {
+        job_id: job.job_id.clone(),
+        state: JobState::Done,
+        reinforced: 0,
+        created: vec![id],
+        deduplicated: vec![],
+        merged: vec![],
+        refused: vec![],
+        error: None,
+        attempts: 1,
+        finished_at: Utc::now(),
+    })
+}
+
 /// The id under which an earlier attempt of this job already wrote new memory `m`, if one did:
 /// the row under the id assigned at acceptance, or the row under the fact's id that this
 /// conversation wrote since the job was accepted with the same fact (an earlier attempt, or
@@ -189,6 +227,9 @@ pub(super) fn new_memory_record(job: &FeedbackJob, m: &NewMemoryJob) -> MemoryRe
         scope_source: Some(job.scope_source.clone()),
         expires_at: m.expires_at,
         last_recalled_at: None,
+        speaker_id: None,
+        speaker_name: None,
+        source_ids: vec![],
     }
 }
 
@@ -207,5 +248,8 @@ fn merged_record(job: &FeedbackJob, m: &MergePlan) -> MemoryRecord {
         scope_source: Some(m.scope_source.clone()),
         expires_at: m.expires_at,
         last_recalled_at: None,
+        speaker_id: None,
+        speaker_name: None,
+        source_ids: vec![],
     }
 }

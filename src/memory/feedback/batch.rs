@@ -28,6 +28,8 @@ use crate::store::{MemoryRecord, StrengthChange};
 pub(super) const MAX_JOBS: usize = 64;
 /// Most new memories (texts to embed) in one batch.
 pub(super) const MAX_NEW: usize = 256;
+/// Journal size past which a batch compacts it (finished jobs' text leaves the file).
+const JOURNAL_COMPACT_BYTES: u64 = 32 << 20;
 
 /// Whether a job may join a batch. A merge deletes rows that an earlier job of the same batch
 /// may have created; replaying that earlier job after a crash would bring them back. Merges
@@ -63,6 +65,13 @@ pub(super) async fn run_batch(shared: &Shared, jobs: Vec<FeedbackJob>, stop: &No
                     shared.record_written(job, &outcome);
                 }
                 finish(shared, outcome);
+            }
+            if let Err(e) = shared
+                .files
+                .journal
+                .compact_when_over(JOURNAL_COMPACT_BYTES)
+            {
+                tracing::warn!(error = %e, "could not compact the feedback journal");
             }
             return Run::Next;
         }
@@ -141,6 +150,7 @@ async fn apply_batch(shared: &Shared, jobs: &[FeedbackJob]) -> Result<Vec<JobOut
     for job in jobs {
         wanted.extend(ids_read(job));
         wanted.extend(job.new_memories.iter().map(|m| m.id.clone()));
+        wanted.extend(job.message.iter().map(|m| m.id.clone()));
     }
     shared
         .store
@@ -176,6 +186,9 @@ async fn apply_batch(shared: &Shared, jobs: &[FeedbackJob]) -> Result<Vec<JobOut
     };
     let mut created = vec![Vec::new(); jobs.len()];
     let mut deduplicated = vec![Vec::new(); jobs.len()];
+    for (job, record) in net.message_jobs.iter().zip(&net.messages) {
+        created[*job].push(record.id.clone());
+    }
     for (job, memory) in net.insert_jobs.iter().zip(written) {
         match memory.deduplicated {
             true => deduplicated[*job].push(memory.memory.id),
@@ -228,6 +241,9 @@ struct NetEffect {
     insert_jobs: Vec<usize>,
     /// Final strength per row, compare-and-set against the strength it has in the table.
     strengths: Vec<StrengthChange>,
+    /// Working-memory messages to insert, and the job each comes from.
+    messages: Vec<MemoryRecord>,
+    message_jobs: Vec<usize>,
 }
 
 /// Plan every job in order against `rows` as the earlier jobs leave them, and sum up the
@@ -239,6 +255,17 @@ fn plan_batch(jobs: &[FeedbackJob], rows: Vec<MemoryRecord>, null_visible: bool)
     let mut before: BTreeMap<String, i32> = BTreeMap::new();
     let mut net = NetEffect::default();
     for (index, job) in jobs.iter().enumerate() {
+        if let Some(record) = job.message_record() {
+            // A message is stored as it is, once (insert-if-missing by its id).
+            if !state.contains_key(&record.id) {
+                net.messages.push(record.clone());
+                net.message_jobs.push(index);
+                state.insert(record.id.clone(), record);
+            }
+            net.reinforced.push(0);
+            net.plans.push(FeedbackPlan::default());
+            continue;
+        }
         let plan = plan_from(job, &state, null_visible);
         for m in &plan.new_memories {
             if !state.contains_key(&m.id) {
@@ -287,14 +314,27 @@ fn plan_batch(jobs: &[FeedbackJob], rows: Vec<MemoryRecord>, null_visible: bool)
 /// of each insert, in order.
 async fn write_net(shared: &Shared, net: &NetEffect) -> Result<Vec<Remembered>, MemoryError> {
     let mut written = Vec::new();
+    let texts: Vec<String> = net
+        .inserts
+        .iter()
+        .chain(&net.messages)
+        .map(|r| r.content.clone())
+        .collect();
+    let mut vectors = match texts.is_empty() {
+        true => Vec::new(),
+        false => {
+            shared
+                .embedder
+                .embed(crate::embed::TextRole::Passage, texts)
+                .await?
+        }
+    };
+    let message_vectors = vectors.split_off(net.inserts.len().min(vectors.len()));
+    if !net.messages.is_empty() {
+        let rows = net.messages.iter().cloned().zip(message_vectors).collect();
+        shared.store.writer().insert_missing(rows).await?;
+    }
     if !net.inserts.is_empty() {
-        let vectors = shared
-            .embedder
-            .embed(
-                crate::embed::TextRole::Passage,
-                net.inserts.iter().map(|r| r.content.clone()).collect(),
-            )
-            .await?;
         let rows = net
             .inserts
             .iter()
@@ -342,6 +382,9 @@ mod tests {
             scope_source: Some("mapped".into()),
             expires_at: None,
             last_recalled_at: None,
+            speaker_id: None,
+            speaker_name: None,
+            source_ids: vec![],
         }
     }
 
@@ -365,6 +408,7 @@ mod tests {
                 })
                 .collect(),
             merge_groups: vec![],
+            message: None,
         }
     }
 

@@ -118,6 +118,11 @@ impl Pending {
             Record::Done { job_id } => self.jobs.retain(|p| p.job.job_id != job_id),
             Record::Finished { outcome } => {
                 self.jobs.retain(|p| p.job.job_id != outcome.job_id);
+                // A message's outcome is asked for by nobody: keeping it would crowd the day
+                // of feedback outcomes with a chat's every line.
+                if outcome.job_id.starts_with(super::MESSAGE_JOB_PREFIX) {
+                    return;
+                }
                 self.finished.retain(|o| o.job_id != outcome.job_id);
                 self.finished.push(outcome);
             }
@@ -270,6 +275,19 @@ impl Journal {
         }
     }
 
+    /// Compact when the file has grown past `bytes`: finished jobs (a chat's messages above
+    /// all) would otherwise keep their text here until the next erase.
+    pub fn compact_when_over(&self, bytes: u64) -> Result<(), JournalError> {
+        let len = {
+            let state = self.lock()?;
+            state.file.metadata().map_err(|e| err(&self.path, e))?.len()
+        };
+        if len > bytes {
+            self.compact(|_, _| false)?;
+        }
+        Ok(())
+    }
+
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -367,6 +385,7 @@ mod tests {
                 expires_at: None,
             }],
             merge_groups: vec![],
+            message: None,
         }
     }
 

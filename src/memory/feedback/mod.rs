@@ -85,6 +85,36 @@ pub struct FeedbackJob {
     pub useful_memory_ids: Vec<String>,
     pub new_memories: Vec<NewMemoryJob>,
     pub merge_groups: Vec<MergeGroupJob>,
+    /// A working-memory message (`memory::working`): a job holds feedback or one message,
+    /// which is stored as it is (no plan, no folding into a stored fact).
+    #[serde(default)]
+    pub message: Option<crate::memory::working::MessageJob>,
+}
+
+/// The job ids of messages start so: their outcomes are not kept for `GET /v1/feedback`.
+pub(crate) const MESSAGE_JOB_PREFIX: &str = "msgjob-";
+
+impl FeedbackJob {
+    /// A message's job, journal-ready.
+    pub(crate) fn of_message(m: crate::memory::working::MessageAccepted) -> FeedbackJob {
+        FeedbackJob {
+            job_id: format!("{MESSAGE_JOB_PREFIX}{}", uuid::Uuid::now_v7()),
+            conversation_id: m.conversation_id,
+            scope: m.scope,
+            scope_source: m.scope_source,
+            accepted_at: Utc::now(),
+            useful_memory_ids: vec![],
+            new_memories: vec![],
+            merge_groups: vec![],
+            message: Some(m.job),
+        }
+    }
+
+    /// The row of its message, if it is a message's job.
+    pub(crate) fn message_record(&self) -> Option<crate::store::MemoryRecord> {
+        let m = self.message.as_ref()?;
+        Some(m.record(&self.conversation_id, &self.scope, &self.scope_source))
+    }
 }
 
 /// A merge, fully decided: the merged memory and the rows it replaces.
@@ -178,6 +208,8 @@ pub struct QueueSettings {
     pub retry: RetryPolicy,
     /// TTLs per memory type for the new memories feedback writes.
     pub retention: crate::memory::retention::Retention,
+    /// Working-memory messages that may wait for their vectors before new ones get 503.
+    pub message_capacity: usize,
 }
 
 /// How failed jobs are retried: in place (later jobs wait, so none overtakes it), with a
@@ -204,6 +236,8 @@ pub enum AcceptError {
     Invalid(#[from] MemoryError),
     #[error("the feedback queue is full ({0} jobs waiting); retry later")]
     QueueFull(usize),
+    #[error("{0} messages are waiting to be embedded; retry later")]
+    MessagesFull(usize),
     #[error("{0}")]
     Journal(String),
 }

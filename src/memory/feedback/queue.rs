@@ -26,6 +26,7 @@ pub struct FeedbackQueue {
     rx: Mutex<Option<mpsc::Receiver<FeedbackJob>>>,
     replay: Mutex<Vec<PendingJob>>,
     capacity: usize,
+    message_capacity: usize,
     /// TTLs that give accepted new memories their expiry.
     retention: crate::memory::retention::Retention,
     stop: Arc<Notify>,
@@ -68,7 +69,16 @@ impl FeedbackQueue {
             corrupt_lines = pending.corrupt_lines,
             "feedback journal claimed; adopted unfinished jobs are replayed first"
         );
-        let (tx, rx) = mpsc::channel(settings.capacity.max(1));
+        // One channel, so messages and feedback are applied in the order they came; each kind
+        // is held to its own capacity in `accept` / `accept_message`.
+        let message_capacity = settings.message_capacity.max(1);
+        let (tx, rx) = mpsc::channel(settings.capacity.max(1) + message_capacity);
+        let replayed_messages = crate::memory::working::PendingMessages::default();
+        for p in &pending.jobs {
+            if let Some(record) = p.job.message_record() {
+                replayed_messages.add(&p.job.job_id, record);
+            }
+        }
         Ok(FeedbackQueue {
             shared: Arc::new(Shared {
                 store,
@@ -85,12 +95,14 @@ impl FeedbackQueue {
                 batches: Default::default(),
                 finished: Notify::new(),
                 depth: std::sync::atomic::AtomicUsize::new(pending.jobs.len()),
+                pending: Arc::new(replayed_messages),
             }),
             scopes,
             tx,
             rx: Mutex::new(Some(rx)),
             replay: Mutex::new(pending.jobs),
             capacity: settings.capacity.max(1),
+            message_capacity,
             retention: settings.retention,
             stop: Arc::new(Notify::new()),
             task: crate::task::TaskSlot::default(),
@@ -113,6 +125,10 @@ impl FeedbackQueue {
             return Ok(None);
         };
         // Reserve a queue slot first: never journal what cannot be queued.
+        let feedback_waiting = self.depth().saturating_sub(self.shared.pending.len());
+        if feedback_waiting >= self.capacity {
+            return Err(AcceptError::QueueFull(self.capacity));
+        }
         let permit = match self.tx.try_reserve() {
             Ok(p) => p,
             Err(_) => return Err(AcceptError::QueueFull(self.capacity)),
@@ -140,6 +156,51 @@ impl FeedbackQueue {
     }
 
     /// Start the worker: replays unfinished journaled jobs first, then serves the queue.
+    /// Journal a working-memory message durably and queue it for embedding; it is searchable
+    /// by keyword ([`FeedbackQueue::pending`]) from now on. Returns its row id.
+    pub fn accept_message(
+        &self,
+        accepted: crate::memory::working::MessageAccepted,
+    ) -> Result<String, AcceptError> {
+        let waiting = self.shared.pending.len();
+        if waiting >= self.message_capacity {
+            return Err(AcceptError::MessagesFull(waiting));
+        }
+        let job = FeedbackJob::of_message(accepted);
+        let Some(record) = job.message_record() else {
+            return Err(AcceptError::Journal(
+                "a message job without its message".into(),
+            ));
+        };
+        let permit = match self.tx.try_reserve() {
+            Ok(p) => p,
+            Err(_) => return Err(AcceptError::MessagesFull(waiting)),
+        };
+        self.shared
+            .files
+            .journal
+            .append(&Record::Accepted { job: job.clone() })
+            .map_err(|e| AcceptError::Journal(e.to_string()))?;
+        self.shared
+            .depth
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let id = record.id.clone();
+        self.shared.pending.add(&job.job_id, record);
+        tracing::debug!(
+            conversation_id = %job.conversation_id,
+            memory_scope = %job.scope,
+            id = %id,
+            "message accepted"
+        );
+        permit.send(job);
+        Ok(id)
+    }
+
+    /// Messages accepted and not yet written.
+    pub fn pending(&self) -> &crate::memory::working::PendingMessages {
+        &self.shared.pending
+    }
+
     pub fn start(&self) {
         if self.task.is_set() {
             return;
@@ -198,6 +259,8 @@ impl FeedbackQueue {
             .journal
             .compact(select)
             .map_err(|e| MemoryError::Internal(e.to_string()))?;
+        // A dropped message is never returned again, even before the worker skips its job.
+        self.shared.pending.remove(ids.iter().map(String::as_str));
         if let Ok(mut dropped) = self.shared.dropped.lock() {
             dropped.extend(ids.iter().cloned());
         }

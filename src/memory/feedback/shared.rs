@@ -41,6 +41,8 @@ pub(super) struct Shared {
     pub(super) batches: std::sync::atomic::AtomicU64,
     pub(super) finished: Notify,
     pub(super) depth: std::sync::atomic::AtomicUsize,
+    /// Messages accepted and not yet written, searchable by keyword meanwhile.
+    pub(super) pending: Arc<crate::memory::working::PendingMessages>,
 }
 
 /// The rows one applied job wrote.

@@ -119,6 +119,11 @@ pub(super) fn finish(shared: &Shared, outcome: JobOutcome) {
     shared
         .depth
         .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    if outcome.job_id.starts_with(MESSAGE_JOB_PREFIX) {
+        shared.pending.remove([outcome.job_id.as_str()]);
+        shared.finished.notify_waiters();
+        return;
+    }
     if let Ok(mut o) = shared.outcomes.lock() {
         if o.len() >= 1000 {
             o.pop_front();

@@ -76,6 +76,9 @@ impl MemoryService {
             scope_source: Some(scope.source.as_str().to_string()),
             expires_at,
             last_recalled_at: None,
+            speaker_id: None,
+            speaker_name: None,
+            source_ids: vec![],
         };
         let outcome = self
             .repetitions

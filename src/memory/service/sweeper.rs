@@ -1,4 +1,5 @@
-//! The expiry sweeper: erases memories whose `expires_at` has passed.
+//! The expiry sweeper: erases memories whose `expires_at` has passed, and the oldest chat
+//! messages of a scope past its working-memory cap.
 //!
 //! Recall already hides them (the alive clause is in its prefilter); the sweeper makes the
 //! expiry real on disk through the service's one erase path, the same as `forget`: delete on
@@ -41,9 +42,10 @@ pub async fn sweep_once(memory: &MemoryService) -> Result<usize, MemoryError> {
     let started = Instant::now();
     let predicate = expired_clause(Utc::now());
     memory.store().refresh().await?;
+    let over_cap = memory.erase_messages_over_cap().await?;
     let due = memory.store().count(Some(predicate.clone())).await?;
     if due == 0 {
-        return Ok(0);
+        return Ok(over_cap);
     }
     let outcome = memory.erase_expired(predicate).await?;
     tracing::info!(
@@ -52,5 +54,5 @@ pub async fn sweep_once(memory: &MemoryService) -> Result<usize, MemoryError> {
         ms = started.elapsed().as_millis() as u64,
         "expired memories erased"
     );
-    Ok(outcome.deleted as usize)
+    Ok(outcome.deleted as usize + over_cap)
 }

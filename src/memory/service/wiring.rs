@@ -100,6 +100,7 @@ impl MemoryService {
             touches: std::sync::OnceLock::new(),
             degraded_recalls: AtomicU64::new(0),
             calibration,
+            recurrences: Default::default(),
         })
     }
 
@@ -217,6 +218,7 @@ fn open_feedback(
                 cap: std::time::Duration::from_secs(30),
             },
             retention: crate::memory::retention::Retention::from_config(&config.retention),
+            message_capacity: config.working_memory.queue_capacity,
         },
         crate::memory::feedback::QueueWrites {
             store: store.clone(),
@@ -280,6 +282,7 @@ fn service_settings(config: &Config, follow_others: std::time::Duration) -> Serv
             .max(std::time::Duration::from_secs(1)),
         retention: crate::memory::retention::Retention::from_config(&config.retention),
         follow_erasures: follow_others,
+        working: crate::memory::working::WorkingSettings::from_config(&config.working_memory),
     }
 }
 

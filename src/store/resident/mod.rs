@@ -688,6 +688,7 @@ mod tests {
             scopes: None,
             alive_at: None,
             created: None,
+            tier: None,
         }
     }
 

@@ -176,16 +176,19 @@ impl Partition {
             && self.in_window(row, rows)
     }
 
-    /// Whether row `row` was created in the filter's time window (every row without one).
+    /// Whether row `row` was created in the filter's time window (every row without one) and
+    /// is of the filter's tier (every row without one).
     #[inline(always)]
     fn in_window(&self, row: usize, rows: &RowFilter) -> bool {
-        rows.created.is_none()
-            || rows.admits_created(
-                self.records
-                    .get(row)
-                    .and_then(|r| r.created_at)
-                    .map(|t| t.timestamp_micros()),
-            )
+        if rows.created.is_none() && rows.tier.is_none() {
+            return true;
+        }
+        let record = self.records.get(row);
+        rows.admits_created(
+            record
+                .and_then(|r| r.created_at)
+                .map(|t| t.timestamp_micros()),
+        ) && record.is_some_and(|r| rows.admits_type(&r.memory_type))
     }
 
     /// Take row `row` out of this partition (it moved to another scope): it is skipped from now
@@ -340,6 +343,9 @@ mod tests {
             scope_source: None,
             expires_at: None,
             last_recalled_at: None,
+            speaker_id: None,
+            speaker_name: None,
+            source_ids: vec![],
         }
     }
 
@@ -348,6 +354,7 @@ mod tests {
             scopes: None,
             alive_at: None,
             created: None,
+            tier: None,
         }
     }
 
@@ -415,6 +422,7 @@ mod tests {
             scopes: None,
             alive_at: Some(chrono::Utc::now()),
             created: None,
+            tier: None,
         };
         let mut top = TopN::new(5);
         p.scan(0, &Query::new(&[1.0, 0.0], None), &rows, &mut top);

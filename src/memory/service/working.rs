@@ -1,0 +1,230 @@
+//! The working memory's part of the service (docs/design.md section 5.13): accept a chat
+//! message, search the recent messages as a recall's second tier, and make a message a
+//! long-term memory when recalls keep wanting it (the threshold rule, `working::recurrence`).
+
+use chrono::Utc;
+use serde::Serialize;
+
+use super::{Asked, MemoryService, Visibility, DEFAULT_STRENGTH};
+use crate::embed::TextRole;
+use crate::memory::feedback::AcceptError;
+use crate::memory::model::{RecallMode, Remembered, ScoredMemory};
+use crate::memory::repetition::derived_id;
+use crate::memory::working::{self, MessageEvent, MESSAGE_TYPE};
+use crate::memory::MemoryError;
+use crate::scope::{derive_scope, ConversationId};
+use crate::store::schema::COL_MEMORY_TYPE;
+use crate::store::{sql_literal, MemoryRecord, Selection, Tier};
+
+/// The memory type a consolidated message becomes.
+const CONSOLIDATED_TYPE: &str = "knowledge";
+
+/// What became of a message sent to the working memory.
+#[derive(Debug, Clone, PartialEq)]
+pub enum MessageOutcome {
+    /// Journaled and queued for embedding; searchable by keyword already.
+    Accepted { id: String, memory_scope: String },
+    /// Not stored: `"incognito"` or `"disabled"` (`working_memory.enabled` is off).
+    NotStored(&'static str),
+}
+
+/// `working_memory` in `/v1/status`.
+#[derive(Debug, Clone, Serialize)]
+pub struct WorkingStatus {
+    pub enabled: bool,
+    /// Messages accepted and not yet embedded (keyword-searchable meanwhile).
+    pub waiting: usize,
+    /// How long the oldest waiting message has waited for its vector (milliseconds).
+    pub vector_lag_ms: u64,
+}
+
+impl MemoryService {
+    /// Check a chat message, derive its scope from the conversation id, redact it and journal it
+    /// for the working memory. Incognito chats store nothing.
+    pub fn accept_message(&self, ev: MessageEvent) -> Result<MessageOutcome, AcceptError> {
+        let settings = &self.settings.working;
+        if !settings.enabled {
+            ConversationId::parse(&ev.conversation_id).map_err(MemoryError::Scope)?;
+            return Ok(MessageOutcome::NotStored("disabled"));
+        }
+        match working::accept(ev, &self.scopes, settings.ttl, Utc::now())? {
+            None => Ok(MessageOutcome::NotStored("incognito")),
+            Some(accepted) => {
+                let memory_scope = accepted.scope.clone();
+                let id = self.feedback.accept_message(accepted)?;
+                Ok(MessageOutcome::Accepted { id, memory_scope })
+            }
+        }
+    }
+
+    pub fn working_status(&self) -> WorkingStatus {
+        let pending = self.feedback.pending();
+        WorkingStatus {
+            enabled: self.settings.working.enabled,
+            waiting: pending.len(),
+            vector_lag_ms: pending.lag().as_millis() as u64,
+        }
+    }
+
+    /// The recall's second tier: the visible recent messages that answer the query, searched
+    /// on their own (same scope filter, time window and relevance gate as the memories), plus
+    /// the messages still waiting for their vectors that hold its words.
+    pub(super) async fn recent_messages(
+        &self,
+        asked: &Asked<'_>,
+        visible: &Visibility,
+    ) -> Result<Vec<ScoredMemory>, MemoryError> {
+        let limit = self.settings.working.recall_limit;
+        if limit == 0 || !self.settings.working.enabled {
+            return Ok(Vec::new());
+        }
+        let messages = Visibility {
+            rows: visible.rows.clone().in_tier(Tier::Messages),
+            ..visible.clone()
+        };
+        let mut req = asked.req.clone();
+        req.mode = RecallMode::Comprehensive;
+        let asked = Asked {
+            req: &req,
+            query: asked.query,
+        };
+        let searched = self.search_visible(&asked, limit, 0, &messages).await?;
+        if searched.gated.is_some() {
+            return Ok(Vec::new());
+        }
+        let mut hits = self
+            .rank_and_select(&req, limit, searched.search, searched.found)
+            .memories;
+        let stored: Vec<String> = hits.iter().map(|h| h.memory.id.clone()).collect();
+        let waiting = self
+            .feedback
+            .pending()
+            .matching(&messages.rows, asked.query, limit);
+        for (record, score) in waiting {
+            if !hits.iter().any(|h| h.memory.id == record.id) {
+                hits.push(ScoredMemory {
+                    memory: record.into(),
+                    score,
+                });
+            }
+        }
+        hits.sort_by(|a, b| b.score.total_cmp(&a.score));
+        hits.truncate(limit);
+        let returned = hits
+            .iter()
+            .map(|h| h.memory.id.as_str())
+            .filter(|id| stored.iter().any(|s| s == id));
+        for id in self.recurrences.returned(returned) {
+            if let Err(e) = self.consolidate_message(&id).await {
+                tracing::warn!(id = %id, error = %e, "could not consolidate a recent message");
+            }
+        }
+        Ok(hits)
+    }
+
+    /// Erase the oldest messages of every scope that holds more than
+    /// `working_memory.max_per_scope` (the sweeper's pass), through the one erase path.
+    pub(crate) async fn erase_messages_over_cap(&self) -> Result<usize, MemoryError> {
+        let cap = self.settings.working.max_per_scope;
+        let stats = self.store.stats().await?;
+        let mut erased = 0;
+        for (scope, rows) in stats.rows_by_scope {
+            if rows <= cap {
+                continue;
+            }
+            let messages = Selection::scope(&scope).and_sql(&format!(
+                "{COL_MEMORY_TYPE} = {}",
+                sql_literal(MESSAGE_TYPE)
+            ));
+            let oldest = self
+                .store
+                .page_newest(Some(&messages), cap, usize::MAX)
+                .await?;
+            if oldest.rows.is_empty() {
+                continue;
+            }
+            let ids = oldest.rows.into_iter().map(|r| r.id);
+            let outcome = self
+                .erase_where(Selection::ids(ids).rows_sql(), None, None)
+                .await?;
+            tracing::info!(
+                memory_scope = %scope,
+                rows = outcome.deleted,
+                "oldest messages over the scope's working-memory cap erased"
+            );
+            erased += outcome.deleted as usize;
+        }
+        Ok(erased)
+    }
+
+    /// Make the stored message `id` a long-term memory: its text, speaker and time, through
+    /// the one-copy-of-a-fact path. The scope is derived again from the message's conversation
+    /// id; when the map moved that conversation since (or made it incognito), nothing is
+    /// written, so a consolidation never lands a message in a scope it was not said in.
+    pub(crate) async fn consolidate_message(
+        &self,
+        id: &str,
+    ) -> Result<Option<Remembered>, MemoryError> {
+        self.store.refresh().await?;
+        let rows = self.store.get_by_ids(&[id.to_string()], None).await?;
+        let Some(message) = rows.into_iter().find(|r| r.memory_type == MESSAGE_TYPE) else {
+            return Ok(None);
+        };
+        let Some(conversation) = message.conversation_id.as_deref() else {
+            return Ok(None);
+        };
+        let conversation = ConversationId::parse(conversation)?;
+        let map = self.scopes.snapshot();
+        let Some(scope) = derive_scope(&map, &conversation, None) else {
+            return Ok(None);
+        };
+        if message.memory_scope.as_deref() != Some(scope.scope.as_str()) {
+            tracing::info!(
+                id,
+                "message not consolidated: its conversation maps to another scope now"
+            );
+            return Ok(None);
+        }
+        let vector = self
+            .embedder
+            .embed(TextRole::Passage, vec![message.content.clone()])
+            .await?
+            .pop()
+            .ok_or_else(|| MemoryError::Internal("embedder returned no vector".into()))?;
+        let now = Utc::now();
+        let fresh_id = uuid::Uuid::now_v7().to_string();
+        let record = MemoryRecord {
+            id: derived_id(scope.scope.as_str(), &message.content)
+                .unwrap_or_else(|| fresh_id.clone()),
+            content: message.content,
+            reasoning: Some("said in the chat and recalled again (working memory)".into()),
+            tags: vec![],
+            memory_type: CONSOLIDATED_TYPE.into(),
+            strength: DEFAULT_STRENGTH as i32,
+            is_active: false,
+            conversation_id: message.conversation_id,
+            created_at: message.created_at.or(Some(now)),
+            memory_scope: Some(scope.scope.as_str().to_string()),
+            scope_source: Some(scope.source.as_str().to_string()),
+            expires_at: self
+                .settings
+                .retention
+                .expires_at(CONSOLIDATED_TYPE, now, None),
+            last_recalled_at: None,
+            speaker_id: message.speaker_id,
+            speaker_name: message.speaker_name,
+            source_ids: vec![message.id],
+        };
+        let written = self
+            .repetitions
+            .add_or_reinforce(record, vector, fresh_id)
+            .await?;
+        tracing::info!(
+            memory_scope = scope.scope.as_str(),
+            id = %written.memory.id,
+            deduplicated = written.deduplicated,
+            "recent message consolidated into a long-term memory"
+        );
+        Ok(Some(written))
+    }
+}

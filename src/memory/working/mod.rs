@@ -1,0 +1,46 @@
+//! Working memory (docs/design.md section 5.13): every message of a chat, the members' words to
+//! each other included, kept for `working_memory.ttl_hours` and searched as a second tier beside
+//! long-term memories. One file per stage:
+//! - [`event`]: validate a message, derive its scope once from the conversation id, redact it,
+//!   and give it an id (the same platform message is one row however often it is sent);
+//! - [`pending`]: what was accepted but not embedded yet, searchable by keyword at once;
+//! - [`recurrence`]: the threshold rule that makes a message a long-term memory (recalled a
+//!   second time).
+//!
+//! Messages are rows of the `memories` table with `memory_type` [`MESSAGE_TYPE`]: the scope
+//! filter, expiry, every forget, erasure from disk and the export hold for them with no second
+//! code path. They reach the table through the feedback queue (journaled before the 202,
+//! replayed after a crash, dropped by an erase that selects them, embedded in batches).
+
+mod event;
+mod pending;
+mod recurrence;
+
+pub use crate::store::schema::MESSAGE_TYPE;
+pub(crate) use event::accept;
+pub use event::{MessageAccepted, MessageEvent, MessageJob};
+pub use pending::PendingMessages;
+pub use recurrence::Recurrences;
+
+/// `working_memory.*` as the memory layer uses it.
+#[derive(Debug, Clone)]
+pub struct WorkingSettings {
+    pub enabled: bool,
+    /// How long a message lives after it was sent.
+    pub ttl: chrono::Duration,
+    pub max_per_scope: usize,
+    pub queue_capacity: usize,
+    pub recall_limit: usize,
+}
+
+impl WorkingSettings {
+    pub fn from_config(c: &crate::config::WorkingMemoryConfig) -> WorkingSettings {
+        WorkingSettings {
+            enabled: c.enabled,
+            ttl: chrono::Duration::hours(i64::from(c.ttl_hours)),
+            max_per_scope: c.max_per_scope,
+            queue_capacity: c.queue_capacity,
+            recall_limit: c.recall_limit,
+        }
+    }
+}

@@ -1,0 +1,52 @@
+//! The threshold rule of consolidation (design 5.13): a message that a recall returns a second
+//! time is wanted again, and becomes a long-term memory, with no LLM involved. Counted in
+//! this process (a restart forgets the first return; the rule then needs two more).
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+/// Returns that make a message a long-term memory.
+pub const CONSOLIDATE_AT: u8 = 2;
+/// Messages counted at most; past it the counts start over (they are hints, not state).
+const MAX_COUNTED: usize = 100_000;
+
+#[derive(Default)]
+pub struct Recurrences {
+    returned: Mutex<HashMap<String, u8>>,
+}
+
+impl Recurrences {
+    /// Count one more return of each of `ids`; the ids that reached [`CONSOLIDATE_AT`] just
+    /// now (each message once).
+    pub fn returned<'a>(&self, ids: impl IntoIterator<Item = &'a str>) -> Vec<String> {
+        let Ok(mut counts) = self.returned.lock() else {
+            return Vec::new();
+        };
+        if counts.len() > MAX_COUNTED {
+            counts.clear();
+        }
+        let mut due = Vec::new();
+        for id in ids {
+            let n = counts.entry(id.to_string()).or_insert(0);
+            *n = n.saturating_add(1);
+            if *n == CONSOLIDATE_AT {
+                due.push(id.to_string());
+            }
+        }
+        due
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_second_return_consolidates_once() {
+        let r = Recurrences::default();
+        assert!(r.returned(["a", "b"]).is_empty());
+        assert_eq!(r.returned(["a"]), vec!["a".to_string()]);
+        assert!(r.returned(["a"]).is_empty());
+        assert_eq!(r.returned(["b", "c"]), vec!["b".to_string()]);
+    }
+}
