@@ -17,6 +17,8 @@ mod cli;
 
 #[path = "concurrency.rs"]
 mod concurrency;
+#[path = "consolidation.rs"]
+mod consolidation;
 
 #[path = "crash.rs"]
 mod crash;

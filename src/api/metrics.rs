@@ -267,6 +267,36 @@ fn render_feedback(out: &mut String, host: &PluginHost) {
                 ),
             ),
             (
+                "scopemem_consolidation_passes_total",
+                Some("LLM consolidation passes run over a conversation's recent messages."),
+                "counter",
+                memory.consolidation_status().passes.to_string(),
+            ),
+            (
+                "scopemem_consolidation_added_total",
+                Some("Long-term memories the LLM consolidation passes added."),
+                "counter",
+                memory.consolidation_status().added.to_string(),
+            ),
+            (
+                "scopemem_consolidation_refused_total",
+                Some("Consolidation decisions refused (a scope, an id not shown, no text)."),
+                "counter",
+                memory.consolidation_status().refused.to_string(),
+            ),
+            (
+                "scopemem_consolidation_malformed_total",
+                Some("Consolidation answers dropped as not the JSON asked for."),
+                "counter",
+                memory.consolidation_status().malformed.to_string(),
+            ),
+            (
+                "scopemem_consolidation_failed_total",
+                Some("Consolidation calls that failed or timed out."),
+                "counter",
+                memory.consolidation_status().failed.to_string(),
+            ),
+            (
                 "scopemem_feedback_dead_letters",
                 Some("Feedback jobs dead-lettered in the last day."),
                 "gauge",

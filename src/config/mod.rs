@@ -428,6 +428,38 @@ pub struct MigrationConfig {
     pub reembed_batch_size: usize,
 }
 
+/// `consolidation.*`, with the API key read from the variable it names. A base URL without a
+/// model is an error: the pass could never run.
+fn consolidation_config(c: &Obj) -> Result<ConsolidationConfig, ConfigError> {
+    let llm_base_url = c
+        .string("llm_base_url")?
+        .trim()
+        .trim_end_matches('/')
+        .to_owned();
+    let llm_model = c.string("llm_model")?.trim().to_owned();
+    if !llm_base_url.is_empty() && llm_model.is_empty() {
+        return Err(ConfigError::InvalidValue {
+            key: "consolidation.llm_model".to_owned(),
+            reason: "must name a model when consolidation.llm_base_url is set".to_owned(),
+            got: "\"\"".to_owned(),
+        });
+    }
+    let key_env = c.string("llm_api_key_env")?.trim();
+    let llm_api_key = (!key_env.is_empty())
+        .then(|| std::env::var(key_env).ok())
+        .flatten()
+        .and_then(|k| Secret::new(&k));
+    Ok(ConsolidationConfig {
+        llm_base_url,
+        llm_model,
+        llm_api_key,
+        every_messages: c.count("every_messages", 1)?,
+        quiet_minutes: c.count("quiet_minutes", 0)?,
+        max_messages: c.count("max_messages", 1)?,
+        timeout_secs: c.count("timeout_secs", 1)?,
+    })
+}
+
 /// `feedback.*`: the reflection write path.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct FeedbackConfig {
@@ -464,6 +496,20 @@ pub struct WorkingMemoryConfig {
     pub recall_limit: usize,
 }
 
+/// `consolidation.*`: the LLM pass over a chat's recent messages (design 5.13).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ConsolidationConfig {
+    /// Empty: no LLM pass.
+    pub llm_base_url: String,
+    pub llm_model: String,
+    /// From `llm_api_key_env`, when that variable is set.
+    pub llm_api_key: Option<Secret>,
+    pub every_messages: usize,
+    pub quiet_minutes: u64,
+    pub max_messages: usize,
+    pub timeout_secs: u64,
+}
+
 /// The complete, validated configuration.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Config {
@@ -496,6 +542,8 @@ pub struct Config {
     pub retention: RetentionConfig,
     /// Working memory (every message of a chat).
     pub working_memory: WorkingMemoryConfig,
+    /// The LLM consolidation pass.
+    pub consolidation: ConsolidationConfig,
     /// Log filter (e.g. `info`).
     pub log_level: String,
 }
@@ -573,6 +621,7 @@ impl Config {
         let feedback = root.obj("feedback")?;
         let retention = root.obj("retention")?;
         let working = root.obj("working_memory")?;
+        let consolidation = root.obj("consolidation")?;
 
         let conversation_scope_map = scope_map(&root)?;
         let recall = recall_config(&recall)?;
@@ -627,6 +676,7 @@ impl Config {
                 queue_capacity: working.count("queue_capacity", 1)?,
                 recall_limit: working.count("recall_limit", 0)?,
             },
+            consolidation: consolidation_config(&consolidation)?,
             log_level: root.non_empty("log_level")?.to_owned(),
         })
     }

@@ -1,6 +1,7 @@
 //! The memory layer: remember, recall, redaction, and the one place scopes are derived.
 
 pub(crate) mod chained;
+pub mod consolidation;
 pub(crate) mod distinct;
 pub(crate) mod erase_notices;
 pub(crate) mod exact_terms;

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use chrono::Utc;
 use serde::Serialize;
 
+mod consolidation;
 mod erase;
 mod remember;
 pub mod sweeper;
@@ -18,6 +19,7 @@ mod update;
 mod wiring;
 mod working;
 
+pub use consolidation::PassOutcome;
 pub use working::MessageOutcome;
 
 use super::chained::{self, ChainedLimits};
@@ -192,6 +194,8 @@ pub struct Status {
     /// The working memory: messages waiting for their vectors (keyword-searchable meanwhile)
     /// and how long the oldest has waited.
     pub working_memory: working::WorkingStatus,
+    /// The LLM consolidation passes: whether one is configured, and what they did.
+    pub consolidation: crate::memory::consolidation::ConsolidationStatus,
     /// Whether this process's feedback journal takes writes (false: feedback is refused).
     pub feedback_journal_ok: bool,
     /// Dead-lettered feedback jobs of the last day (ids, reasons, attempts; no memory text).
@@ -261,6 +265,10 @@ pub struct MemoryService {
     calibration: Arc<std::sync::OnceLock<ModelFit>>,
     /// How often recalls returned each recent message (the consolidation threshold rule).
     recurrences: super::working::Recurrences,
+    /// The LLM consolidation pass (`consolidation.*`).
+    consolidator: super::consolidation::Consolidator,
+    /// Whether the table holds any message, so recalls skip the second tier until it does.
+    messages_present: working::MessagesPresent,
 }
 
 impl MemoryService {
@@ -365,6 +373,9 @@ impl MemoryService {
             let extra = ranked.merged + DISTINCT_SPARE;
             searched = self.search_visible(&asked, limit, extra, &visible).await?;
             ranked = self.rank_and_select(&req, limit, searched.search, searched.found);
+        }
+        if searched.degraded == Some("embedding_unavailable") {
+            self.degraded_recalls.fetch_add(1, Ordering::Relaxed);
         }
         let (memories, merged_duplicates) = (ranked.memories, ranked.merged);
         if let Some(touches) = self.touches.get() {
@@ -489,9 +500,6 @@ impl MemoryService {
             found = searchers
                 .candidates(&search_in(visible.rows.clone()))
                 .await?;
-        }
-        if found.degraded.is_some() {
-            self.degraded_recalls.fetch_add(1, Ordering::Relaxed);
         }
         let degraded = degraded.or(found.degraded);
         let in_window = time_window.as_ref().is_some_and(|w| !w.empty);
@@ -828,6 +836,7 @@ impl MemoryService {
             },
             feedback_queue_depth: self.feedback.depth(),
             working_memory: self.working_status(),
+            consolidation: self.consolidation_status(),
             feedback_journal_ok: self.feedback.journal_healthy(),
             feedback_dead_letters: self.feedback.dead_letters(),
             scope_map: self.scopes.snapshot().summary(),

@@ -133,14 +133,7 @@ impl FeedbackQueue {
             Ok(p) => p,
             Err(_) => return Err(AcceptError::QueueFull(self.capacity)),
         };
-        self.shared
-            .files
-            .journal
-            .append(&Record::Accepted { job: job.clone() })
-            .map_err(|e| AcceptError::Journal(e.to_string()))?;
-        self.shared
-            .depth
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.journal_accepted(&job)?;
         let job_id = job.job_id.clone();
         tracing::info!(
             conversation_id = %job.conversation_id,
@@ -155,7 +148,6 @@ impl FeedbackQueue {
         Ok(Some(job_id))
     }
 
-    /// Start the worker: replays unfinished journaled jobs first, then serves the queue.
     /// Journal a working-memory message durably and queue it for embedding; it is searchable
     /// by keyword ([`FeedbackQueue::pending`]) from now on. Returns its row id.
     pub fn accept_message(
@@ -176,14 +168,7 @@ impl FeedbackQueue {
             Ok(p) => p,
             Err(_) => return Err(AcceptError::MessagesFull(waiting)),
         };
-        self.shared
-            .files
-            .journal
-            .append(&Record::Accepted { job: job.clone() })
-            .map_err(|e| AcceptError::Journal(e.to_string()))?;
-        self.shared
-            .depth
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.journal_accepted(&job)?;
         let id = record.id.clone();
         self.shared.pending.add(&job.job_id, record);
         tracing::debug!(
@@ -196,11 +181,25 @@ impl FeedbackQueue {
         Ok(id)
     }
 
+    /// Journal `job` durably (before it is acknowledged) and count it as waiting.
+    fn journal_accepted(&self, job: &FeedbackJob) -> Result<(), AcceptError> {
+        self.shared
+            .files
+            .journal
+            .append(&Record::Accepted { job: job.clone() })
+            .map_err(|e| AcceptError::Journal(e.to_string()))?;
+        self.shared
+            .depth
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
+    }
+
     /// Messages accepted and not yet written.
     pub fn pending(&self) -> &crate::memory::working::PendingMessages {
         &self.shared.pending
     }
 
+    /// Start the worker: replays unfinished journaled jobs first, then serves the queue.
     pub fn start(&self) {
         if self.task.is_set() {
             return;

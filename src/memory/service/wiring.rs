@@ -71,6 +71,9 @@ impl MemoryService {
             repetitions.clone(),
         )?;
         let lease = take_lease(config, &store, &feedback).await;
+        let consolidator =
+            crate::memory::consolidation::Consolidator::from_config(&config.consolidation)
+                .map_err(|e| MemoryError::Internal(e.to_string()))?;
         let calibration = Arc::new(std::sync::OnceLock::new());
         measure_model(embedder.clone(), calibration.clone()).await;
         let backfill = Arc::new(backfill);
@@ -101,6 +104,8 @@ impl MemoryService {
             degraded_recalls: AtomicU64::new(0),
             calibration,
             recurrences: Default::default(),
+            consolidator,
+            messages_present: Default::default(),
         })
     }
 
@@ -117,6 +122,11 @@ impl MemoryService {
             Arc::downgrade(self),
             self.settings.retention.sweep_interval,
         ));
+        if self.consolidator.client.is_some() {
+            tokio::spawn(super::consolidation::run_consolidation(Arc::downgrade(
+                self,
+            )));
+        }
         if self.records_recalls() {
             let _ = self.touches.set(crate::memory::touch::RecallTouches::spawn(
                 self.store.clone(),

@@ -2,6 +2,10 @@
 //! message, search the recent messages as a recall's second tier, and make a message a
 //! long-term memory when recalls keep wanting it (the threshold rule, `working::recurrence`).
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
 use chrono::Utc;
 use serde::Serialize;
 
@@ -9,6 +13,7 @@ use super::{Asked, MemoryService, Visibility, DEFAULT_STRENGTH};
 use crate::embed::TextRole;
 use crate::memory::feedback::AcceptError;
 use crate::memory::model::{RecallMode, Remembered, ScoredMemory};
+use crate::memory::redact::redact;
 use crate::memory::repetition::derived_id;
 use crate::memory::working::{self, MessageEvent, MESSAGE_TYPE};
 use crate::memory::MemoryError;
@@ -27,6 +32,18 @@ pub enum MessageOutcome {
     /// Not stored: `"incognito"` or `"disabled"` (`working_memory.enabled` is off).
     NotStored(&'static str),
 }
+
+/// Whether the table holds a message: a recall in a store nobody sends messages to skips the
+/// second tier's search. Known once seen (this process accepted one, or a count found one);
+/// until then the table is counted again at most every [`RECHECK`], so messages another
+/// process writes are searched from then on.
+#[derive(Default)]
+pub struct MessagesPresent {
+    seen: AtomicBool,
+    checked: Mutex<Option<Instant>>,
+}
+
+const RECHECK: Duration = Duration::from_secs(10);
 
 /// `working_memory` in `/v1/status`.
 #[derive(Debug, Clone, Serialize)]
@@ -51,7 +68,10 @@ impl MemoryService {
             None => Ok(MessageOutcome::NotStored("incognito")),
             Some(accepted) => {
                 let memory_scope = accepted.scope.clone();
+                let conversation = accepted.conversation_id.clone();
                 let id = self.feedback.accept_message(accepted)?;
+                self.messages_present.seen.store(true, Ordering::Relaxed);
+                self.consolidator.triggers.message(&conversation);
                 Ok(MessageOutcome::Accepted { id, memory_scope })
             }
         }
@@ -75,7 +95,7 @@ impl MemoryService {
         visible: &Visibility,
     ) -> Result<Vec<ScoredMemory>, MemoryError> {
         let limit = self.settings.working.recall_limit;
-        if limit == 0 || !self.settings.working.enabled {
+        if limit == 0 || !self.settings.working.enabled || !self.any_messages().await? {
             return Ok(Vec::new());
         }
         let messages = Visibility {
@@ -122,6 +142,29 @@ impl MemoryService {
         Ok(hits)
     }
 
+    /// Whether the table may hold a message ([`MessagesPresent`]).
+    async fn any_messages(&self) -> Result<bool, MemoryError> {
+        let present = &self.messages_present;
+        if present.seen.load(Ordering::Relaxed) {
+            return Ok(true);
+        }
+        {
+            let Ok(mut checked) = present.checked.lock() else {
+                return Ok(true);
+            };
+            if checked.is_some_and(|t| t.elapsed() < RECHECK) {
+                return Ok(false);
+            }
+            *checked = Some(Instant::now());
+        }
+        let messages = format!("{COL_MEMORY_TYPE} = {}", sql_literal(MESSAGE_TYPE));
+        let found = self.store.count(Some(messages)).await? > 0;
+        if found {
+            present.seen.store(true, Ordering::Relaxed);
+        }
+        Ok(found)
+    }
+
     /// Erase the oldest messages of every scope that holds more than
     /// `working_memory.max_per_scope` (the sweeper's pass), through the one erase path.
     pub(crate) async fn erase_messages_over_cap(&self) -> Result<usize, MemoryError> {
@@ -158,9 +201,7 @@ impl MemoryService {
     }
 
     /// Make the stored message `id` a long-term memory: its text, speaker and time, through
-    /// the one-copy-of-a-fact path. The scope is derived again from the message's conversation
-    /// id; when the map moved that conversation since (or made it incognito), nothing is
-    /// written, so a consolidation never lands a message in a scope it was not said in.
+    /// the one-copy-of-a-fact path (the threshold rule).
     pub(crate) async fn consolidate_message(
         &self,
         id: &str,
@@ -170,40 +211,62 @@ impl MemoryService {
         let Some(message) = rows.into_iter().find(|r| r.memory_type == MESSAGE_TYPE) else {
             return Ok(None);
         };
-        let Some(conversation) = message.conversation_id.as_deref() else {
+        let Some(conversation_id) = message.conversation_id.clone() else {
             return Ok(None);
         };
-        let conversation = ConversationId::parse(conversation)?;
+        self.write_consolidated(Consolidated {
+            conversation_id,
+            said_in: message.memory_scope.clone(),
+            content: message.content,
+            reasoning: "said in the chat and recalled again (working memory)",
+            speaker_id: message.speaker_id,
+            speaker_name: message.speaker_name,
+            said_at: message.created_at,
+            source_ids: vec![message.id],
+        })
+        .await
+    }
+
+    /// Write a fact consolidated from messages as a long-term memory of their conversation,
+    /// through the one-copy-of-a-fact path. The scope is derived again from the conversation
+    /// id; when the map moved that conversation since the messages were said (`said_in`), or
+    /// made it incognito, nothing is written: a consolidation never lands a fact in a scope
+    /// its messages were not said in.
+    pub(crate) async fn write_consolidated(
+        &self,
+        fact: Consolidated,
+    ) -> Result<Option<Remembered>, MemoryError> {
+        let conversation = ConversationId::parse(&fact.conversation_id)?;
         let map = self.scopes.snapshot();
         let Some(scope) = derive_scope(&map, &conversation, None) else {
             return Ok(None);
         };
-        if message.memory_scope.as_deref() != Some(scope.scope.as_str()) {
+        if fact.said_in.as_deref() != Some(scope.scope.as_str()) {
             tracing::info!(
-                id,
-                "message not consolidated: its conversation maps to another scope now"
+                conversation_id = conversation.as_str(),
+                "not consolidated: the conversation maps to another scope now"
             );
             return Ok(None);
         }
+        let content = redact(&fact.content);
         let vector = self
             .embedder
-            .embed(TextRole::Passage, vec![message.content.clone()])
+            .embed(TextRole::Passage, vec![content.clone()])
             .await?
             .pop()
             .ok_or_else(|| MemoryError::Internal("embedder returned no vector".into()))?;
         let now = Utc::now();
         let fresh_id = uuid::Uuid::now_v7().to_string();
         let record = MemoryRecord {
-            id: derived_id(scope.scope.as_str(), &message.content)
-                .unwrap_or_else(|| fresh_id.clone()),
-            content: message.content,
-            reasoning: Some("said in the chat and recalled again (working memory)".into()),
+            id: derived_id(scope.scope.as_str(), &content).unwrap_or_else(|| fresh_id.clone()),
+            content,
+            reasoning: Some(fact.reasoning.to_string()),
             tags: vec![],
             memory_type: CONSOLIDATED_TYPE.into(),
             strength: DEFAULT_STRENGTH as i32,
             is_active: false,
-            conversation_id: message.conversation_id,
-            created_at: message.created_at.or(Some(now)),
+            conversation_id: Some(conversation.as_str().to_string()),
+            created_at: fact.said_at.or(Some(now)),
             memory_scope: Some(scope.scope.as_str().to_string()),
             scope_source: Some(scope.source.as_str().to_string()),
             expires_at: self
@@ -211,9 +274,9 @@ impl MemoryService {
                 .retention
                 .expires_at(CONSOLIDATED_TYPE, now, None),
             last_recalled_at: None,
-            speaker_id: message.speaker_id,
-            speaker_name: message.speaker_name,
-            source_ids: vec![message.id],
+            speaker_id: fact.speaker_id,
+            speaker_name: fact.speaker_name,
+            source_ids: fact.source_ids,
         };
         let written = self
             .repetitions
@@ -223,8 +286,21 @@ impl MemoryService {
             memory_scope = scope.scope.as_str(),
             id = %written.memory.id,
             deduplicated = written.deduplicated,
-            "recent message consolidated into a long-term memory"
+            "messages consolidated into a long-term memory"
         );
         Ok(Some(written))
     }
+}
+
+/// A fact consolidated from chat messages, before it is written.
+pub(crate) struct Consolidated {
+    pub(crate) conversation_id: String,
+    /// The scope the messages were stored in.
+    pub(crate) said_in: Option<String>,
+    pub(crate) content: String,
+    pub(crate) reasoning: &'static str,
+    pub(crate) speaker_id: Option<String>,
+    pub(crate) speaker_name: Option<String>,
+    pub(crate) said_at: Option<chrono::DateTime<Utc>>,
+    pub(crate) source_ids: Vec<String>,
 }

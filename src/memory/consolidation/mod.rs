@@ -1,0 +1,114 @@
+//! Consolidation by an LLM (docs/design.md section 5.13): every `every_messages` messages, or
+//! after `quiet_minutes` of quiet, a conversation's recent messages and its scope's nearest
+//! long-term memories go to an OpenAI-compatible chat-completions endpoint, which answers
+//! ADD / UPDATE(id) / NONE decisions as JSON. One file per stage:
+//! - [`triggers`]: which conversations are due;
+//! - [`chat`]: the one HTTP call;
+//! - [`decisions`]: the prompt, and the answer parsed and checked against what was sent.
+//!
+//! The messages and the answer are untrusted. The answer cannot name a scope (a decision with
+//! any field beyond its own is refused), an UPDATE may only name a memory the pass showed it,
+//! an ADD's sources only messages the pass showed it, and every decision is applied through
+//! the remember and update paths as the conversation itself, so scope, redaction, dedup and
+//! erasure hold. Malformed answers are dropped and counted.
+
+pub mod chat;
+pub mod decisions;
+pub mod triggers;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use serde::Serialize;
+
+pub use chat::{ChatClient, ChatError};
+pub use decisions::{Decision, Shown};
+pub use triggers::Triggers;
+
+/// `consolidation.*` as the memory layer uses it; `None` client: no LLM pass.
+#[derive(Debug, Clone)]
+pub struct ConsolidationSettings {
+    pub every_messages: usize,
+    pub quiet: Duration,
+    pub max_messages: usize,
+}
+
+impl ConsolidationSettings {
+    pub fn from_config(c: &crate::config::ConsolidationConfig) -> ConsolidationSettings {
+        ConsolidationSettings {
+            every_messages: c.every_messages,
+            quiet: Duration::from_secs(c.quiet_minutes.saturating_mul(60)),
+            max_messages: c.max_messages,
+        }
+    }
+}
+
+/// What the passes did, for `/v1/status` and `/metrics`.
+#[derive(Debug, Default)]
+pub struct Counters {
+    pub passes: AtomicU64,
+    pub added: AtomicU64,
+    pub updated: AtomicU64,
+    /// Decisions refused: unknown fields (a scope), ids the pass did not show, empty text.
+    pub refused: AtomicU64,
+    /// Answers that were not the JSON asked for.
+    pub malformed: AtomicU64,
+    /// Calls that failed or timed out.
+    pub failed: AtomicU64,
+}
+
+/// The counters as numbers.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct ConsolidationStatus {
+    pub llm: bool,
+    pub passes: u64,
+    pub added: u64,
+    pub updated: u64,
+    pub refused: u64,
+    pub malformed: u64,
+    pub failed: u64,
+}
+
+impl Counters {
+    pub fn bump(counter: &AtomicU64, by: u64) {
+        counter.fetch_add(by, Ordering::Relaxed);
+    }
+
+    pub fn status(&self, llm: bool) -> ConsolidationStatus {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        ConsolidationStatus {
+            llm,
+            passes: get(&self.passes),
+            added: get(&self.added),
+            updated: get(&self.updated),
+            refused: get(&self.refused),
+            malformed: get(&self.malformed),
+            failed: get(&self.failed),
+        }
+    }
+}
+
+/// The LLM pass's parts, held by the service: the client (none without a base URL), when it
+/// runs, which conversations are due, and what it did.
+#[derive(Debug)]
+pub struct Consolidator {
+    pub client: Option<ChatClient>,
+    pub settings: ConsolidationSettings,
+    pub triggers: Triggers,
+    pub counters: Counters,
+}
+
+impl Consolidator {
+    pub fn from_config(c: &crate::config::ConsolidationConfig) -> Result<Consolidator, ChatError> {
+        Ok(Consolidator {
+            client: ChatClient::from_config(c)?,
+            settings: ConsolidationSettings::from_config(c),
+            triggers: Triggers::default(),
+            counters: Counters::default(),
+        })
+    }
+
+    pub fn status(&self) -> ConsolidationStatus {
+        self.counters.status(self.client.is_some())
+    }
+}

@@ -1,0 +1,281 @@
+//! The LLM consolidation pass of the service (docs/design.md section 5.13,
+//! `memory::consolidation`): a due conversation's recent messages and its scope's nearest
+//! memories go to the chat endpoint; the checked decisions are applied as the conversation,
+//! through the consolidated-fact writer (ADD) and the correction path (UPDATE).
+
+use std::sync::Weak;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+
+use super::working::Consolidated;
+use super::{Asked, MemoryService, Visibility};
+use crate::memory::consolidation::decisions::{self, ShownMemory, ShownMessage};
+use crate::memory::consolidation::{Counters, Decision, Shown};
+use crate::memory::model::{RecallRequest, UpdateRequest};
+use crate::memory::working::MESSAGE_TYPE;
+use crate::memory::MemoryError;
+use crate::scope::ConversationId;
+use crate::store::filter::alive_clause;
+use crate::store::schema::{COL_CREATED_AT, COL_MEMORY_TYPE};
+use crate::store::{sql_literal, timestamp_literal, Selection, Tier};
+
+/// Stored memories shown beside the messages, nearest first.
+const MEMORIES_SHOWN: usize = 10;
+/// The query the nearest memories are found with: the messages' last characters.
+const QUERY_CHARS: usize = 600;
+/// How often the due conversations are looked for.
+const TICK: Duration = Duration::from_secs(2);
+
+/// What one pass did.
+#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+pub struct PassOutcome {
+    pub messages: usize,
+    pub added: usize,
+    pub updated: usize,
+    pub refused: usize,
+}
+
+impl MemoryService {
+    /// Run the pass of every conversation that is due; returns how many ran.
+    pub async fn consolidate_due(&self) -> usize {
+        let c = &self.consolidator;
+        let due = c
+            .triggers
+            .due(c.settings.every_messages.max(1), c.settings.quiet);
+        let ran = due.len();
+        for (conversation, since) in due {
+            let outcome = self.consolidation_pass(&conversation, since).await;
+            let (read, until) = match &outcome {
+                Ok((o, until)) => (o.messages, *until),
+                Err(e) => {
+                    tracing::warn!(error = %e, "consolidation pass failed; its messages are read again next time");
+                    (0, None)
+                }
+            };
+            c.triggers.finished(&conversation, read, until);
+        }
+        ran
+    }
+
+    /// One pass over `conversation_id`'s messages sent after `since`: the outcome, and the
+    /// time of the newest message read (`None` when it applied nothing: read again next time).
+    pub async fn consolidation_pass(
+        &self,
+        conversation_id: &str,
+        since: Option<DateTime<Utc>>,
+    ) -> Result<(PassOutcome, Option<DateTime<Utc>>), MemoryError> {
+        let c = &self.consolidator;
+        let Some(client) = c.client.as_ref() else {
+            return Ok((PassOutcome::default(), None));
+        };
+        let conversation = ConversationId::parse(conversation_id)?;
+        let messages = self.messages_since(&conversation, since).await?;
+        let Some(newest) = messages.iter().map(|m| m.sent_at).max() else {
+            return Ok((PassOutcome::default(), None));
+        };
+        let said_in = self.message_scope(&messages).await?;
+        let shown = Shown {
+            memories: self.nearest_memories(&conversation, &messages).await?,
+            messages,
+        };
+        Counters::bump(&c.counters.passes, 1);
+        let answer = match client.complete(decisions::SYSTEM, &shown.prompt()).await {
+            Ok(a) => a,
+            Err(e) => {
+                Counters::bump(&c.counters.failed, 1);
+                return Err(MemoryError::Internal(format!("consolidation call: {e}")));
+            }
+        };
+        let parsed = match decisions::parse(&answer, &shown) {
+            Ok(p) => p,
+            Err(e) => {
+                Counters::bump(&c.counters.malformed, 1);
+                tracing::warn!(error = %e, "consolidation answer dropped");
+                return Err(MemoryError::Internal(e.to_string()));
+            }
+        };
+        let mut outcome = PassOutcome {
+            messages: shown.messages.len(),
+            refused: parsed.refused,
+            ..PassOutcome::default()
+        };
+        for decision in parsed.decisions {
+            self.apply_decision(&conversation, &said_in, &shown, decision, &mut outcome)
+                .await?;
+        }
+        Counters::bump(&c.counters.added, outcome.added as u64);
+        Counters::bump(&c.counters.updated, outcome.updated as u64);
+        Counters::bump(&c.counters.refused, outcome.refused as u64);
+        tracing::info!(
+            conversation_id = conversation.as_str(),
+            messages = outcome.messages,
+            added = outcome.added,
+            updated = outcome.updated,
+            refused = outcome.refused,
+            "consolidation pass applied"
+        );
+        Ok((outcome, Some(newest)))
+    }
+
+    async fn apply_decision(
+        &self,
+        conversation: &ConversationId,
+        said_in: &Option<String>,
+        shown: &Shown,
+        decision: Decision,
+        outcome: &mut PassOutcome,
+    ) -> Result<(), MemoryError> {
+        match decision {
+            Decision::Add {
+                content,
+                source_ids,
+            } => {
+                let first = source_ids.first().and_then(|id| shown.message(id));
+                let said_at = source_ids
+                    .iter()
+                    .filter_map(|id| shown.message(id).map(|m| m.sent_at))
+                    .max();
+                let written = self
+                    .write_consolidated(Consolidated {
+                        conversation_id: conversation.as_str().to_string(),
+                        said_in: said_in.clone(),
+                        content,
+                        reasoning: "consolidated from the chat by the LLM pass",
+                        speaker_id: first.map(|m| m.speaker_id.clone()),
+                        speaker_name: first.map(|m| m.speaker.clone()).filter(|n| !n.is_empty()),
+                        said_at,
+                        source_ids,
+                    })
+                    .await?;
+                match written {
+                    Some(_) => outcome.added += 1,
+                    None => outcome.refused += 1,
+                }
+            }
+            Decision::Update { id, content, .. } => {
+                let req = UpdateRequest {
+                    conversation_id: conversation.as_str().to_string(),
+                    persona: None,
+                    memory_id: id,
+                    content: Some(content),
+                    tags: None,
+                    expires_at: None,
+                };
+                match self.update(req).await {
+                    Ok(_) => outcome.updated += 1,
+                    Err(MemoryError::NotFound(_) | MemoryError::InvalidInput { .. }) => {
+                        outcome.refused += 1
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The conversation's live messages sent after `since`, oldest first, at most
+    /// `consolidation.max_messages` (the newest ones).
+    async fn messages_since(
+        &self,
+        conversation: &ConversationId,
+        since: Option<DateTime<Utc>>,
+    ) -> Result<Vec<ShownMessage>, MemoryError> {
+        let mut predicate = format!(
+            "{COL_MEMORY_TYPE} = {} AND {}",
+            sql_literal(MESSAGE_TYPE),
+            alive_clause(Utc::now())
+        );
+        if let Some(t) = since {
+            predicate.push_str(&format!(" AND {COL_CREATED_AT} > {}", timestamp_literal(t)));
+        }
+        let rows = Selection::conversation(conversation.as_str()).and_sql(&predicate);
+        self.store.refresh().await?;
+        let max = self.consolidator.settings.max_messages.max(1);
+        let mut page = self.store.page_newest(Some(&rows), 0, max).await?.rows;
+        page.reverse();
+        Ok(page
+            .into_iter()
+            .filter_map(|r| {
+                Some(ShownMessage {
+                    sent_at: r.created_at?,
+                    speaker: r.speaker_name.unwrap_or_default(),
+                    speaker_id: r.speaker_id.unwrap_or_default(),
+                    id: r.id,
+                    text: r.content,
+                })
+            })
+            .collect())
+    }
+
+    /// The scope the messages were stored in (one conversation's messages share it).
+    async fn message_scope(
+        &self,
+        messages: &[ShownMessage],
+    ) -> Result<Option<String>, MemoryError> {
+        let Some(first) = messages.first() else {
+            return Ok(None);
+        };
+        let rows = self
+            .store
+            .get_by_ids(std::slice::from_ref(&first.id), None)
+            .await?;
+        Ok(rows.into_iter().next().and_then(|r| r.memory_scope))
+    }
+
+    /// The long-term memories the conversation may recall that are nearest to the messages.
+    async fn nearest_memories(
+        &self,
+        conversation: &ConversationId,
+        messages: &[ShownMessage],
+    ) -> Result<Vec<ShownMemory>, MemoryError> {
+        let joined: Vec<&str> = messages.iter().map(|m| m.text.as_str()).collect();
+        let joined = joined.join("\n");
+        let skip = joined.chars().count().saturating_sub(QUERY_CHARS);
+        let query: String = joined.chars().skip(skip).collect();
+        let req = RecallRequest {
+            conversation_id: conversation.as_str().to_string(),
+            query,
+            relevance_gate: Some(false),
+            time_words: Some(false),
+            ..RecallRequest::default()
+        };
+        let all = self.visibility(conversation, None);
+        let visible = Visibility {
+            rows: all.rows.clone().in_tier(Tier::Memories),
+            ..all
+        };
+        let asked = Asked {
+            req: &req,
+            query: req.query.trim(),
+        };
+        let searched = self
+            .search_visible(&asked, MEMORIES_SHOWN, 0, &visible)
+            .await?;
+        let ranked = self.rank_and_select(&req, MEMORIES_SHOWN, searched.search, searched.found);
+        Ok(ranked
+            .memories
+            .into_iter()
+            .map(|m| ShownMemory {
+                id: m.memory.id,
+                content: m.memory.content,
+            })
+            .collect())
+    }
+
+    pub fn consolidation_status(&self) -> crate::memory::consolidation::ConsolidationStatus {
+        self.consolidator.status()
+    }
+}
+
+/// Run the due passes every [`TICK`] while the service lives (only with an LLM configured).
+pub async fn run_consolidation(memory: Weak<MemoryService>) {
+    loop {
+        tokio::time::sleep(TICK).await;
+        let Some(memory) = memory.upgrade() else {
+            return;
+        };
+        memory.consolidate_due().await;
+    }
+}
