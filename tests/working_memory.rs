@@ -96,6 +96,9 @@ async fn what_members_say_to_each_other_answers_a_later_question_in_their_scope_
         .expect("host starts");
     host.start_background();
     common::calibrated(&host).await;
+    // A long-term memory that does not answer the question: the gate must not hold the
+    // message back for it (the gate weighs each tier on its own).
+    common::remember(&host, FAMILY, "奶奶喜欢在阳台上种兰花").await;
 
     let first = say(&host, FAMILY, ZHANG, ALLERGY).await;
     assert_eq!(first["accepted"], true, "{first}");
@@ -158,7 +161,7 @@ async fn what_members_say_to_each_other_answers_a_later_question_in_their_scope_
         .invoke("browse", json!({"conversation_id": FAMILY}))
         .await
         .unwrap();
-    assert_eq!(browsed["total"], 0, "{browsed}");
+    assert_eq!(browsed["total"], 1, "{browsed}");
     let listed = host
         .invoke(
             "browse",

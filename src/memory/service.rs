@@ -381,11 +381,9 @@ impl MemoryService {
         if let Some(touches) = self.touches.get() {
             touches.record(memories.iter().map(|m| m.memory.id.clone()).collect());
         }
-        // What the gate holds back, it holds back from both tiers.
-        let recent_messages = match searched.gated {
-            Some(_) => Vec::new(),
-            None => self.recent_messages(&asked, &all_tiers).await?,
-        };
+        // Each tier answers to the gate on its own evidence: a question whose only answer was
+        // said in the chat gets that message though no long-term memory answers it.
+        let recent_messages = self.recent_messages(&asked, &all_tiers).await?;
         self.latency.record(started.elapsed());
         tracing::info!(
             conversation_id = conversation.as_str(),
