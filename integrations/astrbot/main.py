@@ -3,6 +3,11 @@
 Every call names its conversation with the event's ``unified_msg_origin`` (UMO); scopemem maps
 it to a scope with its own ``conversation_scope_map``. Nothing here (and nothing the LLM says)
 can choose a scope. When scopemem is unreachable, chatting goes on without memory.
+
+With ``working_memory`` on (the default), every message of every chat (group members talking
+to each other included) and the bot's own replies go to scopemem's working memory
+(``POST /v1/events/message``) in the background; scopemem injects the matching recent ones
+into the prompt through the same ``<memory_context>`` block as long-term memories.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import os
 import re
 import time
 from collections import deque
+from datetime import datetime, timezone
 from typing import Any
 
 import aiohttp
@@ -32,6 +38,16 @@ EXTRA_RECALLED = "_scopemem_recalled_ids"
 EXTRA_PERSONA = "_scopemem_persona"
 EXTRA_REPLY = "_scopemem_bot_reply"
 EXTRA_REFLECTION = "_scopemem_reflection"
+# Set on a `/scopemem …` command's event: neither it nor its answer is chat worth keeping.
+EXTRA_WM_SKIP = "_scopemem_wm_skip"
+
+# Limits of POST /v1/events/message: longer text is cut (scopemem refuses it whole).
+WM_TEXT_CHARS = 4000
+WM_ID_CHARS = 128
+WM_NAME_CHARS = 64
+# Sends in flight at most; beyond that a message is dropped rather than queued without bound
+# (a scopemem that hangs must not make AstrBot hold every chat line in memory).
+WM_MAX_PENDING = 256
 
 REFLECTION_RE = re.compile(r"<memory_reflection>(.*?)</memory_reflection>", re.DOTALL)
 
@@ -253,6 +269,27 @@ def split_reflection(text: str) -> tuple[str, dict[str, Any] | None]:
     return visible, reflection
 
 
+def _sent_at(timestamp: Any) -> str | None:
+    """RFC 3339 (UTC) of a platform's message time (seconds since the epoch; a value in
+    milliseconds, as a few adapters give, is recognised), or None to let scopemem use now."""
+    if isinstance(timestamp, bool) or not isinstance(timestamp, (int, float)) or timestamp <= 0:
+        return None
+    if timestamp > 1e11:
+        timestamp = timestamp / 1000.0
+    try:
+        return datetime.fromtimestamp(timestamp, tz=timezone.utc).isoformat()
+    except (OverflowError, OSError, ValueError):
+        return None
+
+
+def _message_id(raw: Any) -> str | None:
+    """The platform's message id as scopemem's dedup key, when the adapter gives one."""
+    if raw is None or isinstance(raw, bool):
+        return None
+    text = str(raw).strip()
+    return text[:WM_ID_CHARS] if text else None
+
+
 class Supervisor:
     """Runs `scopemem serve`, restarting it with backoff. It does not outlive AstrBot, even a
     kill -9 of it: it is started with `--exit-with-parent` and a stdin pipe nothing writes to
@@ -334,7 +371,16 @@ class ScopememPlugin(Star):
         url = str(cfg.get("scopemem_url", "") or "").strip()
         self.token = str(cfg.get("auth_token", "") or os.environ.get("SCOPEMEM_AUTH_TOKEN", ""))
         self.request_timeout = float(cfg.get("request_timeout_secs", 3.0))
-        self.reflection_mode = str(cfg.get("reflection", "inline"))
+        # Working memory replaces the inline reflection block as the default way the bot
+        # remembers a chat; `inline` stays an option.
+        self.reflection_mode = str(cfg.get("reflection", "off"))
+        self.working_memory = bool(cfg.get("working_memory", True))
+        # Background sends to /v1/events/message: kept here so they are not garbage-collected
+        # mid-flight, and cancelled when the plugin stops.
+        self.wm_tasks: set[asyncio.Task] = set()
+        # Refusals of /v1/events/message already logged as warnings, by (status, code): a
+        # scopemem without the route (404) or a malformed field must not log every chat line.
+        self.wm_refusals_logged: set[tuple[int, str]] = set()
         # The plugin runs scopemem itself (and owns its config) unless the operator points it
         # at a scopemem that runs elsewhere. A configured binary always means "run this one".
         self.owns_scopemem = not url or bool(str(cfg.get("scopemem_binary", "") or ""))
@@ -467,6 +513,11 @@ class ScopememPlugin(Star):
     async def terminate(self) -> None:
         # AstrBot keeps registered web APIs after a plugin stops; the page's handlers check this.
         self.terminated = True
+        pending = list(self.wm_tasks)
+        for task in pending:
+            task.cancel()
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)
         if self.supervisor is not None:
             await self.supervisor.stop()
         await self.client.close()
@@ -537,24 +588,33 @@ class ScopememPlugin(Star):
 
     @filter.on_llm_response()
     async def take_reflection(self, event: AstrMessageEvent, resp: LLMResponse) -> None:
-        """Strip the reflection block from the reply (before it is sent) and keep it."""
+        """Strip the reflection block from the reply (before it is sent) and keep it; hand the
+        visible reply to working memory."""
         try:
-            if event.get_extra(EXTRA_RECALLED) is None or resp is None:
+            if resp is None:
                 return
             text = resp.completion_text or ""
-            reflection = None
-            if self.reflection_mode == "inline" and "<memory_reflection>" in text:
-                visible, reflection = split_reflection(text)
-                chain = getattr(resp, "result_chain", None)
-                if chain is not None:
-                    from astrbot.api.event import MessageChain
+            if event.get_extra(EXTRA_RECALLED) is not None:
+                reflection = None
+                if self.reflection_mode == "inline" and "<memory_reflection>" in text:
+                    visible, reflection = split_reflection(text)
+                    chain = getattr(resp, "result_chain", None)
+                    if chain is not None:
+                        from astrbot.api.event import MessageChain
 
-                    resp.result_chain = MessageChain().message(visible)
-                resp.completion_text = visible
-                text = visible
-            event.set_extra(EXTRA_REPLY, text)
-            if reflection is not None:
-                event.set_extra(EXTRA_REFLECTION, reflection)
+                        resp.result_chain = MessageChain().message(visible)
+                    resp.completion_text = visible
+                    text = visible
+                event.set_extra(EXTRA_REPLY, text)
+                if reflection is not None:
+                    event.set_extra(EXTRA_REFLECTION, reflection)
+            # The model's reply is recorded here, not in after_message_sent: AstrBot calls this
+            # hook once per LLM turn, streaming or not, while with streaming on it never calls
+            # after_message_sent (its respond stage hands the stream to the platform and returns).
+            if not text.strip():
+                chain = getattr(resp, "result_chain", None)
+                text = chain.get_plain_text() if chain is not None else ""
+            self._record_bot_reply(event, text)
         except Exception as e:
             logger.warning("[scopemem] on_llm_response skipped: %s", e)
 
@@ -590,6 +650,123 @@ class ScopememPlugin(Star):
             pass
         except Exception as e:
             logger.warning("[scopemem] after_message_sent skipped: %s", e)
+
+    # ---- working memory: every chat line, in the background ------------------------------
+
+    @filter.event_message_type(filter.EventMessageType.ALL, priority=10)
+    async def record_message(self, event: AstrMessageEvent) -> None:
+        """Send this message to scopemem's working memory (every chat, whether or not it
+        addresses the bot); never replies, never stops the event.
+
+        AstrBot's waking stage calls this handler for every message, a group message between
+        members included: a plugin handler whose filters pass wakes the event (``is_wake``)
+        without making it a wake command (``is_at_or_wake_command``), so no LLM turn follows.
+        The priority runs it before other plugins' handlers, one of which may stop the event.
+        """
+        if not self.working_memory:
+            return
+        try:
+            if self._is_own_command(event):
+                event.set_extra(EXTRA_WM_SKIP, True)
+                return
+            sender = str(event.get_sender_id() or "")
+            if not sender or sender == str(event.get_self_id() or ""):
+                return  # the bot's own messages are recorded as its replies
+            text = (event.message_str or "").strip()
+            if not text:
+                return  # a picture, a sticker, a poke: nothing to remember as text
+            body: dict[str, Any] = {
+                "conversation_id": event.unified_msg_origin,
+                "sender_id": sender[:WM_ID_CHARS],
+                "sender_name": str(event.get_sender_name() or "").strip()[:WM_NAME_CHARS],
+                "text": text[:WM_TEXT_CHARS],
+            }
+            message = getattr(event, "message_obj", None)
+            message_id = _message_id(getattr(message, "message_id", None))
+            if message_id:
+                body["message_id"] = message_id
+            sent_at = _sent_at(getattr(message, "timestamp", None))
+            if sent_at:
+                body["sent_at"] = sent_at
+            self._send_message(body)
+        except Exception as e:  # never let memory break a chat
+            logger.warning("[scopemem] working memory skipped a message: %s", e)
+
+    @filter.after_message_sent()
+    async def record_reply(self, event: AstrMessageEvent) -> None:
+        """Send a reply the bot sent that is not the model's (another plugin's answer) to
+        working memory. The model's replies are recorded in on_llm_response."""
+        if not self.working_memory or event.get_extra(EXTRA_WM_SKIP):
+            return
+        try:
+            result = event.get_result()
+            if result is None or result.is_model_result():
+                return
+            self._record_bot_reply(event, result.get_plain_text())
+        except Exception as e:
+            logger.warning("[scopemem] working memory skipped a reply: %s", e)
+
+    def _is_own_command(self, event: AstrMessageEvent) -> bool:
+        """Whether this message runs one of this plugin's `/scopemem …` commands: operator
+        chatter (and its answer names the chat's scope), not conversation."""
+        for handler in event.get_extra("activated_handlers") or []:
+            if (
+                getattr(handler, "handler_module_path", None) == __name__
+                and getattr(handler, "handler_name", None) != "record_message"
+            ):
+                return True
+        return False
+
+    def _record_bot_reply(self, event: AstrMessageEvent, text: str) -> None:
+        """The bot's own reply in this chat, as a working-memory message with is_bot."""
+        if not self.working_memory or event.get_extra(EXTRA_WM_SKIP):
+            return
+        text = (text or "").strip()
+        if not text:
+            return
+        body: dict[str, Any] = {
+            "conversation_id": event.unified_msg_origin,
+            "sender_id": str(event.get_self_id() or "bot")[:WM_ID_CHARS],
+            # AstrBot knows no display name of the bot itself; its persona is the nearest.
+            "sender_name": str(event.get_extra(EXTRA_PERSONA) or "").strip()[:WM_NAME_CHARS],
+            "text": text[:WM_TEXT_CHARS],
+            "is_bot": True,
+        }
+        self._send_message(body)
+
+    def _send_message(self, body: dict[str, Any]) -> None:
+        """POST /v1/events/message as a background task: the chat never waits for scopemem.
+        The client's timeout and outage logging apply; every error is swallowed here."""
+        if self.terminated:
+            return
+        if len(self.wm_tasks) >= WM_MAX_PENDING:
+            logger.debug("[scopemem] working memory: %d sends pending, one dropped", WM_MAX_PENDING)
+            return
+        task = asyncio.create_task(self._post_message(body), name="scopemem_working_memory")
+        self.wm_tasks.add(task)
+        task.add_done_callback(self.wm_tasks.discard)
+
+    async def _post_message(self, body: dict[str, Any]) -> None:
+        try:
+            status, payload = await self.client.request("POST", "/v1/events/message", body)
+        except ScopememDown:
+            return  # logged once per outage by the client
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            logger.warning("[scopemem] working memory send failed: %s", type(e).__name__)
+            return
+        if status >= 400:
+            # Never the text: the log must not hold what was said.
+            key = (status, _error_code(payload))
+            log = logger.debug if key in self.wm_refusals_logged else logger.warning
+            self.wm_refusals_logged.add(key)
+            log(
+                "[scopemem] working memory refused a message (%s %s)%s",
+                status,
+                key[1],
+                "; an older scopemem without POST /v1/events/message?" if status == 404 else "",
+            )
 
     # ---- tools: the conversation is always the event's UMO, never an argument -------------
 

