@@ -34,8 +34,13 @@ pub fn render(memories: &[ScoredMemory], recent: &[ScoredMemory]) -> String {
     );
     for m in memories {
         let tags = escape(&m.memory.tags.join(", "));
+        // Who said it, when a speaker is known (a memory consolidated from the chat).
+        let speaker = match (&m.memory.speaker_name, &m.memory.speaker_id) {
+            (Some(name), _) | (None, Some(name)) => format!(" speaker=\"{}\"", escape(name)),
+            (None, None) => String::new(),
+        };
         out.push_str(&format!(
-            "<memory id=\"{}\" type=\"{}\" tags=\"{}\" created_at=\"{}\">{}</memory>\n",
+            "<memory id=\"{}\" type=\"{}\" tags=\"{}\" created_at=\"{}\"{speaker}>{}</memory>\n",
             escape(&m.memory.id),
             escape(&m.memory.memory_type),
             tags,
@@ -119,6 +124,15 @@ mod tests {
         ));
         assert_eq!(block.matches("</recent_messages>").count(), 1, "{block}");
         assert_eq!(block.matches(CLOSE).count(), 1);
+    }
+
+    #[test]
+    fn a_memory_names_its_speaker_when_it_has_one() {
+        let mut m = scored("妈妈对花生过敏");
+        assert!(!render(&[m.clone()], &[]).contains("speaker="));
+        m.memory.speaker_name = Some("张三".into());
+        m.memory.speaker_id = Some("u1".into());
+        assert!(render(&[m], &[]).contains("speaker=\"张三\">妈妈对花生过敏</memory>"));
     }
 
     #[test]

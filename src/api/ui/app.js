@@ -167,6 +167,10 @@ function deletable(m, ownScope, migrating) {
 
 function memoryItem(m, ownScope, migrating) {
   const meta = [m.memory_scope || '(legacy, no scope)', m.memory_type, m.created_at || ''];
+  // Who said it (the name at write time; the id is the key) and the chat messages a
+  // consolidated memory came from.
+  if (m.speaker_id) meta.push('said by ' + (m.speaker_name || m.speaker_id) + ' (' + m.speaker_id + ')');
+  if (m.source_ids && m.source_ids.length) meta.push('from messages ' + m.source_ids.join(', '));
   if (typeof m.score === 'number') meta.push('score ' + m.score.toFixed(3));
   const li = el('li', null, 'memory', [
     el('p', m.content, 'content'),
