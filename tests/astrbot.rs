@@ -60,6 +60,34 @@ async fn respawn_config(config: &Path, base: &str) -> Serve {
     panic!("serve with {} did not come back", config.display());
 }
 
+/// The scenario's next output line, `None` at its end; panics with AstrBot's log tail when it
+/// runs past `deadline` or its output cannot be read.
+async fn scenario_line(
+    lines: &mut tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+    deadline: Instant,
+    log_path: &Path,
+) -> Option<String> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    match tokio::time::timeout(left, lines.next_line()).await {
+        Ok(Ok(line)) => line,
+        Ok(Err(e)) => panic!("reading the scenario: {e}"),
+        Err(_) => panic!(
+            "scenario timed out; AstrBot log tail:\n{}",
+            tail(log_path, 60)
+        ),
+    }
+}
+
+/// Wait for the scenario to exit; it must succeed and have reported.
+async fn scenario_ended(child: &mut tokio::process::Child, report: &Value, log_path: &Path) {
+    let exit = child.wait().await.unwrap();
+    assert!(
+        exit.success() && report.is_object(),
+        "scenario exited {exit} without a report; AstrBot log tail:\n{}",
+        tail(log_path, 80)
+    );
+}
+
 async fn remember(client: &reqwest::Client, s: &Serve, umo: &str, content: &str) {
     let (code, body) = post(
         client,
@@ -178,15 +206,8 @@ async fn astrbot_runs_the_plugin_with_scopes_apart_and_survives_an_outage() {
     let mut report = Value::Null;
     let deadline = Instant::now() + Duration::from_secs(400);
     loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let line = match tokio::time::timeout(left, lines.next_line()).await {
-            Ok(Ok(Some(line))) => line,
-            Ok(Ok(None)) => break,
-            Ok(Err(e)) => panic!("reading the scenario: {e}"),
-            Err(_) => panic!(
-                "scenario timed out; AstrBot log tail:\n{}",
-                tail(&log_path, 60)
-            ),
+        let Some(line) = scenario_line(&mut lines, deadline, &log_path).await else {
+            break;
         };
         let Some(msg) = line.strip_prefix("@@SCENARIO ") else {
             continue;
@@ -209,12 +230,7 @@ async fn astrbot_runs_the_plugin_with_scopes_apart_and_survives_an_outage() {
             other => panic!("unexpected scenario line {other:?}"),
         }
     }
-    let exit = child.wait().await.unwrap();
-    assert!(
-        exit.success() && report.is_object(),
-        "scenario exited {exit} without a report; AstrBot log tail:\n{}",
-        tail(&log_path, 80)
-    );
+    scenario_ended(&mut child, &report, &log_path).await;
 
     // AstrBot itself imported the plugin from data/plugins and registered its tools.
     assert_eq!(
@@ -403,15 +419,8 @@ async fn astrbot_group_chatter_reaches_the_prompt_through_working_memory() {
     let mut report = Value::Null;
     let deadline = Instant::now() + Duration::from_secs(400);
     loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let line = match tokio::time::timeout(left, lines.next_line()).await {
-            Ok(Ok(Some(line))) => line,
-            Ok(Ok(None)) => break,
-            Ok(Err(e)) => panic!("reading the scenario: {e}"),
-            Err(_) => panic!(
-                "scenario timed out; AstrBot log tail:\n{}",
-                tail(&log_path, 60)
-            ),
+        let Some(line) = scenario_line(&mut lines, deadline, &log_path).await else {
+            break;
         };
         if let Some(json) = line.strip_prefix("@@SCENARIO REPORT ") {
             report = serde_json::from_str(json).unwrap();
@@ -422,12 +431,7 @@ async fn astrbot_group_chatter_reaches_the_prompt_through_working_memory() {
             );
         }
     }
-    let exit = child.wait().await.unwrap();
-    assert!(
-        exit.success() && report.is_object(),
-        "scenario exited {exit} without a report; AstrBot log tail:\n{}",
-        tail(&log_path, 80)
-    );
+    scenario_ended(&mut child, &report, &log_path).await;
     assert_eq!(report["umos"]["family"], FAMILY_GROUP_UMO, "{report}");
     // The defaults: working memory on, the inline reflection off.
     assert_eq!(
