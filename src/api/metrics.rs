@@ -242,6 +242,8 @@ async fn render_store(out: &mut String, host: &PluginHost) {
 fn render_feedback(out: &mut String, host: &PluginHost) {
     let memory = host.memory();
     let feedback = memory.feedback();
+    let working = memory.working_status();
+    let consolidation = memory.consolidation_status();
     scalars(
         out,
         &[
@@ -255,46 +257,43 @@ fn render_feedback(out: &mut String, host: &PluginHost) {
                 "scopemem_working_memory_waiting",
                 Some("Chat messages accepted and not yet embedded (keyword-searchable meanwhile)."),
                 "gauge",
-                memory.working_status().waiting.to_string(),
+                working.waiting.to_string(),
             ),
             (
                 "scopemem_working_memory_vector_lag_seconds",
                 Some("How long the oldest waiting chat message has waited for its vector."),
                 "gauge",
-                format!(
-                    "{:.3}",
-                    memory.working_status().vector_lag_ms as f64 / 1000.0
-                ),
+                format!("{:.3}", working.vector_lag_ms as f64 / 1000.0),
             ),
             (
                 "scopemem_consolidation_passes_total",
                 Some("LLM consolidation passes run over a conversation's recent messages."),
                 "counter",
-                memory.consolidation_status().passes.to_string(),
+                consolidation.passes.to_string(),
             ),
             (
                 "scopemem_consolidation_added_total",
                 Some("Long-term memories the LLM consolidation passes added."),
                 "counter",
-                memory.consolidation_status().added.to_string(),
+                consolidation.added.to_string(),
             ),
             (
                 "scopemem_consolidation_refused_total",
                 Some("Consolidation decisions refused (a scope, an id not shown, no text)."),
                 "counter",
-                memory.consolidation_status().refused.to_string(),
+                consolidation.refused.to_string(),
             ),
             (
                 "scopemem_consolidation_malformed_total",
                 Some("Consolidation answers dropped as not the JSON asked for."),
                 "counter",
-                memory.consolidation_status().malformed.to_string(),
+                consolidation.malformed.to_string(),
             ),
             (
                 "scopemem_consolidation_failed_total",
                 Some("Consolidation calls that failed or timed out."),
                 "counter",
-                memory.consolidation_status().failed.to_string(),
+                consolidation.failed.to_string(),
             ),
             (
                 "scopemem_feedback_dead_letters",

@@ -28,7 +28,7 @@ pub use feedback::{journal, journal_files};
 pub use model::*;
 pub use service::{MemoryService, Status, Visibility};
 
-use crate::embed::EmbedError;
+use crate::embed::{EmbedError, Embedder, TextRole};
 use crate::scope::ScopeError;
 use crate::store::StoreError;
 
@@ -80,4 +80,16 @@ impl MemoryError {
                 | MemoryError::Conflict(_)
         )
     }
+}
+
+/// The passage vector of one text: what every path that writes a single row embeds with.
+pub(crate) async fn embed_passage(
+    embedder: &dyn Embedder,
+    text: &str,
+) -> Result<Vec<f32>, MemoryError> {
+    embedder
+        .embed(TextRole::Passage, vec![text.to_owned()])
+        .await?
+        .pop()
+        .ok_or_else(|| MemoryError::Internal("embedder returned no vector".into()))
 }

@@ -136,15 +136,7 @@ async fn apply_message(
     job: &FeedbackJob,
     record: MemoryRecord,
 ) -> Result<JobOutcome, MemoryError> {
-    let vector = shared
-        .embedder
-        .embed(
-            crate::embed::TextRole::Passage,
-            vec![record.content.clone()],
-        )
-        .await?
-        .pop()
-        .ok_or_else(|| MemoryError::Internal("embedder returned no vector".into()))?;
+    let vector = crate::memory::embed_passage(shared.embedder.as_ref(), &record.content).await?;
     let id = record.id.clone();
     shared
         .store

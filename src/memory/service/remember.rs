@@ -7,11 +7,10 @@ use std::time::Instant;
 use chrono::Utc;
 
 use super::{conversation, invalid, MemoryService, DEFAULT_STRENGTH};
-use crate::embed::TextRole;
 use crate::memory::model::{RememberRequest, Remembered};
 use crate::memory::new_memory::{NewMemory, ValidMemory};
 use crate::memory::repetition::derived_id;
-use crate::memory::MemoryError;
+use crate::memory::{embed_passage, MemoryError};
 use crate::scope::derive_scope;
 use crate::store::MemoryRecord;
 
@@ -54,12 +53,7 @@ impl MemoryService {
         };
         // Concurrent remembers share a commit: the writer waits for announced appends.
         let _coming = self.store.announce_append();
-        let vector = self
-            .embedder
-            .embed(TextRole::Passage, vec![content.clone()])
-            .await?
-            .pop()
-            .ok_or_else(|| MemoryError::Internal("embedder returned no vector".into()))?;
+        let vector = embed_passage(self.embedder.as_ref(), &content).await?;
         let fresh_id = uuid::Uuid::now_v7().to_string();
         let id = derived_id(scope.scope.as_str(), &content).unwrap_or_else(|| fresh_id.clone());
         let record = MemoryRecord {

@@ -16,10 +16,9 @@
 use chrono::Utc;
 
 use super::{conversation, invalid, MemoryService};
-use crate::embed::TextRole;
 use crate::memory::model::{Memory, UpdateRequest, Updated};
 use crate::memory::new_memory::{NewMemory, ValidMemory};
-use crate::memory::MemoryError;
+use crate::memory::{embed_passage, MemoryError};
 use crate::store::{target_still, MemoryRecord};
 
 /// Attempts when another write changes the row between the read and the replacement.
@@ -55,12 +54,7 @@ impl MemoryService {
                 return Err(MemoryError::NotFound("memory_id"));
             };
             let new = corrected(&old, &req, expires_at)?;
-            let vector = self
-                .embedder
-                .embed(TextRole::Passage, vec![new.content.clone()])
-                .await?
-                .pop()
-                .ok_or_else(|| MemoryError::Internal("embedder returned no vector".into()))?;
+            let vector = embed_passage(self.embedder.as_ref(), &new.content).await?;
             let condition = target_still(old.memory_scope.as_deref(), &old.content);
             let began = Utc::now();
             let replaced = self

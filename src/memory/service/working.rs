@@ -10,13 +10,12 @@ use chrono::Utc;
 use serde::Serialize;
 
 use super::{Asked, MemoryService, Visibility, DEFAULT_STRENGTH};
-use crate::embed::TextRole;
 use crate::memory::feedback::AcceptError;
 use crate::memory::model::{RecallMode, Remembered, ScoredMemory};
 use crate::memory::redact::redact;
 use crate::memory::repetition::derived_id;
 use crate::memory::working::{self, MessageEvent, MESSAGE_TYPE};
-use crate::memory::MemoryError;
+use crate::memory::{embed_passage, MemoryError};
 use crate::scope::{derive_scope, ConversationId};
 use crate::store::schema::COL_MEMORY_TYPE;
 use crate::store::{sql_literal, MemoryRecord, Selection, Tier};
@@ -249,12 +248,7 @@ impl MemoryService {
             return Ok(None);
         }
         let content = redact(&fact.content);
-        let vector = self
-            .embedder
-            .embed(TextRole::Passage, vec![content.clone()])
-            .await?
-            .pop()
-            .ok_or_else(|| MemoryError::Internal("embedder returned no vector".into()))?;
+        let vector = embed_passage(self.embedder.as_ref(), &content).await?;
         let now = Utc::now();
         let fresh_id = uuid::Uuid::now_v7().to_string();
         let record = MemoryRecord {
