@@ -2,9 +2,17 @@
 //!
 //! A local model (ONNX through fastembed, or the e5 engine) is CPU work that must not run on
 //! the async runtime's threads, and is fastest fed many texts at once. Every caller's texts go
-//! through a channel to one dedicated OS thread; that thread drains what is queued (up to the
-//! batch size), runs queries and passages as one model call each, and hands every caller its
-//! slice. One failed call is the answer of every caller batched into it.
+//! through a channel to one dedicated OS thread; that thread drains what is queued, and runs
+//! model calls of at most the batch size, queries before passages, handing every caller its
+//! vectors once all its texts are done. One failed call is the answer of every caller with a
+//! text in it.
+//!
+//! A caller's texts may span several calls (a working-memory batch hands over 64 messages at
+//! once), and between two calls the thread looks at the channel again: a recall's query waits
+//! behind at most one call of `batch_size` passages, never behind a whole bulk write
+//! (docs/design.md section 5.13, "keyword-searchable at once").
+
+use std::collections::VecDeque;
 
 use tokio::sync::{mpsc, oneshot};
 
@@ -85,35 +93,76 @@ impl BatchWorker {
 
 fn run<M: BatchModel>(mut model: M, mut rx: mpsc::Receiver<Job>, batch_size: usize) {
     model.on_worker_start();
-    while let Some(first) = rx.blocking_recv() {
-        let mut jobs = vec![first];
-        let mut total = jobs[0].texts.len();
-        while total < batch_size {
-            match rx.try_recv() {
-                Ok(job) => {
-                    total += job.texts.len();
-                    jobs.push(job);
-                }
-                Err(_) => break,
+    let mut queue = Waiting::default();
+    loop {
+        if queue.is_empty() {
+            match rx.blocking_recv() {
+                Some(job) => queue.push(job),
+                None => return,
             }
+        }
+        while let Ok(job) = rx.try_recv() {
+            queue.push(job);
         }
         // Queries first: a recall waits on its query, a remember's passages can wait a call.
-        for role in [TextRole::Query, TextRole::Passage] {
-            let (mine, rest): (Vec<Job>, Vec<Job>) = jobs.into_iter().partition(|j| j.role == role);
-            jobs = rest;
-            if !mine.is_empty() {
-                answer(&mut model, role, mine);
-            }
-        }
+        let (role, jobs) = match queue.queries.is_empty() {
+            false => (TextRole::Query, &mut queue.queries),
+            true => (TextRole::Passage, &mut queue.passages),
+        };
+        one_call(&mut model, role, jobs, batch_size);
     }
 }
 
-/// Run `jobs` (all of one role) as one model call and send each job its vectors.
-fn answer<M: BatchModel>(model: &mut M, role: TextRole, jobs: Vec<Job>) {
-    let texts: Vec<&str> = jobs
-        .iter()
-        .flat_map(|j| j.texts.iter().map(String::as_str))
-        .collect();
+/// Jobs waiting for the model, by role, in arrival order.
+#[derive(Default)]
+struct Waiting {
+    queries: VecDeque<Started>,
+    passages: VecDeque<Started>,
+}
+
+impl Waiting {
+    fn push(&mut self, job: Job) {
+        let started = Started {
+            job,
+            vectors: Vec::new(),
+        };
+        match started.job.role {
+            TextRole::Query => self.queries.push_back(started),
+            TextRole::Passage => self.passages.push_back(started),
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.queries.is_empty() && self.passages.is_empty()
+    }
+}
+
+/// A job and the vectors of its first texts, done by earlier calls.
+struct Started {
+    job: Job,
+    vectors: Vec<Vec<f32>>,
+}
+
+/// Run the next (at most) `batch_size` texts of `jobs`, all of one role, as one model call;
+/// send every job whose texts are now all done its vectors, or the call's error to every job
+/// with a text in it.
+fn one_call<M: BatchModel>(
+    model: &mut M,
+    role: TextRole,
+    jobs: &mut VecDeque<Started>,
+    batch_size: usize,
+) {
+    let mut texts: Vec<&str> = Vec::with_capacity(batch_size);
+    let mut touched = 0;
+    for started in jobs.iter() {
+        if texts.len() >= batch_size {
+            break;
+        }
+        let rest = &started.job.texts[started.vectors.len()..];
+        let room = batch_size - texts.len();
+        texts.extend(rest.iter().take(room).map(String::as_str));
+        touched += 1;
+    }
     let result = model.embed_batch(role, &texts).and_then(|v| {
         if v.len() == texts.len() {
             Ok(v)
@@ -125,7 +174,28 @@ fn answer<M: BatchModel>(model: &mut M, role: TextRole, jobs: Vec<Job>) {
             )))
         }
     });
-    deliver(jobs, result);
+    match result {
+        Ok(vectors) => {
+            let mut vectors = vectors.into_iter();
+            for started in jobs.iter_mut().take(touched) {
+                let missing = started.job.texts.len() - started.vectors.len();
+                started.vectors.extend(vectors.by_ref().take(missing));
+            }
+            while jobs
+                .front()
+                .is_some_and(|s| s.vectors.len() == s.job.texts.len())
+            {
+                if let Some(done) = jobs.pop_front() {
+                    let _ = done.job.done.send(Ok(done.vectors));
+                }
+            }
+        }
+        Err(e) => {
+            for failed in jobs.drain(..touched) {
+                let _ = failed.job.done.send(Err(e.clone()));
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -178,5 +248,114 @@ mod tests {
             .await
             .unwrap()
             .is_empty());
+    }
+
+    /// Records each call's role and size, and waits for a permit before answering it.
+    struct Gated {
+        calls: std::sync::Arc<std::sync::Mutex<Vec<(TextRole, usize)>>>,
+        entered: std::sync::mpsc::Sender<()>,
+        permits: std::sync::mpsc::Receiver<()>,
+    }
+
+    impl BatchModel for Gated {
+        fn embed_batch(
+            &mut self,
+            role: TextRole,
+            texts: &[&str],
+        ) -> Result<Vec<Vec<f32>>, EmbedError> {
+            self.calls.lock().unwrap().push((role, texts.len()));
+            let _ = self.entered.send(());
+            self.permits
+                .recv()
+                .map_err(|_| EmbedError::Model("test over".into()))?;
+            Ok(texts.iter().map(|t| vec![t.len() as f32]).collect())
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_query_waits_behind_one_call_of_passages_not_a_whole_bulk_write() {
+        let calls = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (entered_tx, entered) = std::sync::mpsc::channel();
+        let (permit, permits) = std::sync::mpsc::channel();
+        let model = Gated {
+            calls: calls.clone(),
+            entered: entered_tx,
+            permits,
+        };
+        let worker = BatchWorker::spawn("test-embed-gated", model, 4).unwrap();
+        let bulk: Vec<String> = (1..=10).map(|n| "p".repeat(n)).collect();
+        let w = worker.clone();
+        let passages = tokio::spawn({
+            let bulk = bulk.clone();
+            async move { w.embed(TextRole::Passage, bulk).await }
+        });
+        // The first call (4 of the 10 passages) is running; the query arrives during it.
+        let wait = || {
+            tokio::task::block_in_place(|| {
+                entered
+                    .recv_timeout(std::time::Duration::from_secs(60))
+                    .expect("another model call")
+            })
+        };
+        wait();
+        let w = worker.clone();
+        let query = tokio::spawn(async move { w.embed(TextRole::Query, vec!["q".into()]).await });
+        // Wait (by condition) until the query sits in the channel, then let calls finish one
+        // at a time.
+        let queued = std::time::Instant::now();
+        while worker.tx.capacity() == worker.tx.max_capacity() {
+            assert!(queued.elapsed() < std::time::Duration::from_secs(60));
+            tokio::task::yield_now().await;
+        }
+        permit.send(()).unwrap();
+        wait();
+        permit.send(()).unwrap();
+        assert_eq!(query.await.unwrap().unwrap(), vec![vec![1.0]]);
+        for _ in 0..2 {
+            wait();
+            permit.send(()).unwrap();
+        }
+        let got = passages.await.unwrap().unwrap();
+        let want: Vec<Vec<f32>> = bulk.iter().map(|t| vec![t.len() as f32]).collect();
+        assert_eq!(got, want);
+        assert_eq!(
+            *calls.lock().unwrap(),
+            vec![
+                (TextRole::Passage, 4),
+                (TextRole::Query, 1),
+                (TextRole::Passage, 4),
+                (TextRole::Passage, 2)
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_failed_call_fails_every_job_with_a_text_in_it_and_no_other() {
+        struct FailsLong;
+        impl BatchModel for FailsLong {
+            fn embed_batch(
+                &mut self,
+                _role: TextRole,
+                texts: &[&str],
+            ) -> Result<Vec<Vec<f32>>, EmbedError> {
+                match texts.iter().any(|t| t.len() > 3) {
+                    true => Err(EmbedError::Model("too long".into())),
+                    false => Ok(texts.iter().map(|t| vec![t.len() as f32]).collect()),
+                }
+            }
+        }
+        let worker = BatchWorker::spawn("test-embed-fails", FailsLong, 2).unwrap();
+        let texts = |t: &[&str]| t.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert!(worker
+            .embed(TextRole::Passage, texts(&["a", "bb", "cccc"]))
+            .await
+            .is_err());
+        assert_eq!(
+            worker
+                .embed(TextRole::Passage, texts(&["a", "bb", "ccc"]))
+                .await
+                .unwrap(),
+            vec![vec![1.0], vec![2.0], vec![3.0]]
+        );
     }
 }
