@@ -390,10 +390,12 @@ async fn astrbot_group_chatter_reaches_the_prompt_through_working_memory() {
     let python = astrbot_python();
     let dir = tempfile::tempdir().unwrap();
     let map = json!({FAMILY_GROUP_UMO: "家人", WORK_GROUP_UMO: "工作"});
+    // A consolidation pass is due every 2 messages of a chat; the plugin answers it with
+    // AstrBot's (stub) model.
     let serve = spawn_serve(
         dir.path(),
         "astrbot-wm",
-        json!({"conversation_scope_map": map}),
+        json!({"conversation_scope_map": map, "consolidation": {"every_messages": 2}}),
     )
     .await;
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -433,10 +435,11 @@ async fn astrbot_group_chatter_reaches_the_prompt_through_working_memory() {
     }
     scenario_ended(&mut child, &report, &log_path).await;
     assert_eq!(report["umos"]["family"], FAMILY_GROUP_UMO, "{report}");
-    // The defaults: working memory on, the inline reflection off.
+    // The defaults: working memory on, consolidation by AstrBot's model, the inline
+    // reflection off.
     assert_eq!(
         report["settings"],
-        json!({"reflection": "off", "working_memory": true}),
+        json!({"reflection": "off", "working_memory": true, "consolidation": "astrbot"}),
         "{report}"
     );
 
@@ -535,6 +538,27 @@ async fn astrbot_group_chatter_reaches_the_prompt_through_working_memory() {
             .all(|t| !t.contains("scopemem") && !t.contains("机房")),
         "{texts:?}"
     );
+    // The consolidation pass went to AstrBot's model, never with the work group's line; its
+    // fact is a long-term memory of the family scope under the member who said it, and the
+    // next (streamed) question gets it from there.
+    let calls = report["consolidation_calls"].as_array().unwrap();
+    assert!(!calls.is_empty(), "{report}");
+    assert!(
+        calls
+            .iter()
+            .all(|c| !c["prompt"].to_string().contains("机房")),
+        "{report}"
+    );
+    let fact = &report["consolidated"]["memory"];
+    assert_eq!(fact["memory_scope"], "家人", "{report}");
+    assert_eq!(fact["speaker_id"], "mei", "{report}");
+    assert_ne!(fact["memory_type"], "message", "{report}");
+    println!(
+        "RESULT astrbot_consolidation fact_stored_s={:.2}",
+        report["consolidated"]["seconds"].as_f64().unwrap_or(-1.0)
+    );
+    let prompt = prompts(&report, "ask_after_consolidation").join("\n");
+    assert!(prompt.contains("小红的妈妈对花生过敏"), "{prompt}");
     // The work group's recall holds its own line at most, never the family's.
     let work = report["work_recent"].to_string();
     assert!(!work.contains("花生"), "{work}");

@@ -157,6 +157,12 @@ fn guarded_routes() -> Vec<(&'static str, &'static str, Option<Value>)> {
         ("POST", "/mcp", Some(mcp_initialize())),
         ("POST", "/mcp", Some(mcp_remember("refused write over MCP"))),
         ("GET", "/v1/scope_map", None),
+        ("POST", "/v1/consolidation/next", Some(json!({}))),
+        (
+            "POST",
+            "/v1/consolidation/answer",
+            Some(json!({"pass_id": "pass-x", "error": "refused"})),
+        ),
         (
             "POST",
             "/v1/memories/browse",

@@ -265,3 +265,56 @@ async fn a_message_expires_and_its_consolidated_fact_stays() {
     assert!(memories.iter().any(|t| t == ALLERGY), "{memories:?}");
     host.shutdown().await;
 }
+
+/// A fact one member states and another member states again becomes a long-term memory of
+/// their scope, kept under the first speaker, with both messages as its sources. The same
+/// member again, the bot echoing it, another scope's member, and chatter do not count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_fact_a_second_member_states_again_becomes_a_long_term_memory() {
+    const DINNER: &str = "周六晚上七点在外婆家吃饭";
+    let dir = tempfile::tempdir().unwrap();
+    let host = PluginHost::start_with(config(dir.path(), json!({})), None, common::e5())
+        .await
+        .expect("host starts");
+    host.start_background();
+    common::calibrated(&host).await;
+
+    let first = say(&host, FAMILY, ZHANG, DINNER).await;
+    for _ in 0..2 {
+        say(&host, FAMILY, ZHANG, "我明天去上海出差开会").await;
+    }
+    let bot =
+        json!({"conversation_id": FAMILY, "sender_id": "bot", "text": DINNER, "is_bot": true});
+    host.invoke("on_message", bot).await.unwrap();
+    say(&host, WORK, ("u-boss", "老王"), DINNER).await;
+    for member in [ZHANG, LI] {
+        say(&host, FAMILY, member, "好的好的好的").await;
+    }
+    embedded(&host).await;
+    // Messages are checked in the order they were stored: once the last one's fact is
+    // consolidated, every message before it was checked too.
+    let second = say(&host, FAMILY, LI, "周六晚上七点，在外婆家吃饭！").await;
+    let restated = common::eventually(Duration::from_secs(300), || {
+        host.memory().working_status().restated >= 1
+    })
+    .await;
+    assert!(restated, "{:?}", host.memory().working_status());
+
+    let rows = common::all_rows(&host).await;
+    let facts: Vec<_> = rows.iter().filter(|r| r.memory_type != "message").collect();
+    assert_eq!(facts.len(), 1, "only the agreed fact: {facts:?}");
+    let fact = facts[0];
+    assert_eq!(fact.content, DINNER);
+    assert_eq!(fact.memory_scope.as_deref(), Some("家人"));
+    assert_eq!(fact.speaker_id.as_deref(), Some("u-zhang"));
+    assert_eq!(fact.speaker_name.as_deref(), Some("张三"));
+    let sources = [
+        first["id"].as_str().unwrap(),
+        second["id"].as_str().unwrap(),
+    ];
+    assert_eq!(fact.source_ids, sources);
+    assert_eq!(host.memory().working_status().restated, 1);
+    let memories = memories(&host, "周六晚上在哪吃饭").await;
+    assert!(memories.iter().any(|t| t == DINNER), "{memories:?}");
+    host.shutdown().await;
+}

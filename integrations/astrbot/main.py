@@ -7,7 +7,9 @@ can choose a scope. When scopemem is unreachable, chatting goes on without memor
 With ``working_memory`` on (the default), every message of every chat (group members talking
 to each other included) and the bot's own replies go to scopemem's working memory
 (``POST /v1/events/message``) in the background; scopemem injects the matching recent ones
-into the prompt through the same ``<memory_context>`` block as long-term memories.
+into the prompt through the same ``<memory_context>`` block as long-term memories. With
+``consolidation: astrbot`` (the default), AstrBot's own chat model answers scopemem's
+consolidation passes, which turn what was said into long-term memories (consolidation.py).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from astrbot.api.provider import LLMResponse, ProviderRequest
 from astrbot.api.star import Context, Star, StarTools, register
 
 from . import own_config
+from .consolidation import HostConsolidation
 from .dashboard_api import DashboardApi
 
 PLUGIN_NAME = "astrbot_plugin_scopemem"
@@ -375,6 +378,9 @@ class ScopememPlugin(Star):
         # remembers a chat; `inline` stays an option.
         self.reflection_mode = str(cfg.get("reflection", "off"))
         self.working_memory = bool(cfg.get("working_memory", True))
+        # What the working memory said becomes long-term memory through AstrBot's own model
+        # (`astrbot`), or not at all (`off`; scopemem's recall threshold rule still applies).
+        self.consolidation_mode = str(cfg.get("consolidation", "astrbot"))
         # Background sends to /v1/events/message: kept here so they are not garbage-collected
         # mid-flight, and cancelled when the plugin stops.
         self.wm_tasks: set[asyncio.Task] = set()
@@ -386,6 +392,11 @@ class ScopememPlugin(Star):
         self.owns_scopemem = not url or bool(str(cfg.get("scopemem_binary", "") or ""))
         self.base_url = url or "http://127.0.0.1:8787"
         self.client = ScopememClient(self.base_url, self.token, self.request_timeout)
+        self.consolidation: HostConsolidation | None = None
+        if self.working_memory and self.consolidation_mode == "astrbot":
+            self.consolidation = HostConsolidation(
+                self.client, lambda umo: context.get_using_provider(umo=umo)
+            )
         self.supervisor: Supervisor | None = None
         self.own_config_path: Any = None
         self.embedding_key = ""
@@ -398,6 +409,8 @@ class ScopememPlugin(Star):
         DashboardApi(self).register(context)
 
     async def initialize(self) -> None:
+        if self.consolidation is not None:
+            self.consolidation.start()
         if not self.owns_scopemem:
             return
         try:
@@ -518,6 +531,8 @@ class ScopememPlugin(Star):
             task.cancel()
         if pending:
             await asyncio.gather(*pending, return_exceptions=True)
+        if self.consolidation is not None:
+            await self.consolidation.stop()
         if self.supervisor is not None:
             await self.supervisor.stop()
         await self.client.close()
@@ -756,6 +771,8 @@ class ScopememPlugin(Star):
         except Exception as e:
             logger.warning("[scopemem] working memory send failed: %s", type(e).__name__)
             return
+        if status == 202 and self.consolidation is not None:
+            self.consolidation.kick()
         if status >= 400:
             # Never the text: the log must not hold what was said.
             key = (status, _error_code(payload))

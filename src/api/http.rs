@@ -17,6 +17,7 @@ use super::guard::{protect, Guard};
 use super::metrics::{render, track, Metrics};
 use crate::host::operation::{self, AfterMessageSent, JobQuery, LlmRequestEvent};
 use crate::host::{PluginError, PluginHost, Request};
+use crate::memory::consolidation::HostAnswer;
 use crate::memory::feedback::FeedbackRequest;
 use crate::memory::working::MessageEvent;
 use crate::memory::{BrowseRequest, ForgetRequest, RecallRequest, RememberRequest, UpdateRequest};
@@ -142,6 +143,8 @@ pub fn router(host: Arc<PluginHost>) -> Router {
         .route("/v1/events/llm_request", post(llm_request))
         .route("/v1/events/after_message_sent", post(after_message_sent))
         .route("/v1/events/message", post(message))
+        .route("/v1/consolidation/next", post(consolidation_next))
+        .route("/v1/consolidation/answer", post(consolidation_answer))
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics_text))
         .nest_service("/mcp", mcp)
@@ -258,6 +261,19 @@ async fn message(
         _ => StatusCode::OK,
     };
     Ok((status, Json(v)))
+}
+
+async fn consolidation_next(State(host): State<AppState>) -> Result<Json<Value>, ApiError> {
+    Ok(Json(host.dispatch(Request::ConsolidationNext).await?))
+}
+
+async fn consolidation_answer(
+    State(host): State<AppState>,
+    Body(answer): Body<HostAnswer>,
+) -> Result<Json<Value>, ApiError> {
+    Ok(Json(
+        host.dispatch(Request::ConsolidationAnswer(answer)).await?,
+    ))
 }
 
 async fn metrics_text(State(state): State<AppState>) -> Response {

@@ -266,6 +266,12 @@ fn render_feedback(out: &mut String, host: &PluginHost) {
                 format!("{:.3}", working.vector_lag_ms as f64 / 1000.0),
             ),
             (
+                "scopemem_working_memory_restated_total",
+                Some("Facts made long-term memories because a second member stated them again."),
+                "counter",
+                working.restated.to_string(),
+            ),
+            (
                 "scopemem_consolidation_passes_total",
                 Some("LLM consolidation passes run over a conversation's recent messages."),
                 "counter",

@@ -145,6 +145,12 @@ impl Plugin for MemoryPlugin {
                 Request::OnLlmRequest(ev) => self.on_llm_request(ev).await,
                 Request::AfterMessageSent(ev) => self.after_message_sent(ev),
                 Request::OnMessage(ev) => accept_message(&self.service, ev),
+                Request::ConsolidationNext => {
+                    to_json(&json!({"pass": self.service.next_host_pass().await?}))
+                }
+                Request::ConsolidationAnswer(answer) => {
+                    to_json(&self.service.answer_host_pass(answer).await?)
+                }
             }
         })
     }

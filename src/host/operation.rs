@@ -13,6 +13,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::PluginError;
+use crate::memory::consolidation::HostAnswer;
 use crate::memory::feedback::{FeedbackRequest, NewMemory};
 use crate::memory::working::MessageEvent;
 use crate::memory::{BrowseRequest, ForgetRequest, RecallRequest, RememberRequest, UpdateRequest};
@@ -29,6 +30,8 @@ pub enum Operation {
     OnLlmRequest,
     AfterMessageSent,
     OnMessage,
+    ConsolidationNext,
+    ConsolidationAnswer,
     Browse,
     Update,
     ScopeMap,
@@ -36,7 +39,7 @@ pub enum Operation {
 
 impl Operation {
     /// Every operation, in the order the memory plugin documents them.
-    pub const ALL: [Operation; 12] = [
+    pub const ALL: [Operation; 14] = [
         Operation::Remember,
         Operation::Recall,
         Operation::Status,
@@ -46,6 +49,8 @@ impl Operation {
         Operation::OnLlmRequest,
         Operation::AfterMessageSent,
         Operation::OnMessage,
+        Operation::ConsolidationNext,
+        Operation::ConsolidationAnswer,
         Operation::Browse,
         Operation::Update,
         Operation::ScopeMap,
@@ -63,6 +68,8 @@ impl Operation {
             Operation::OnLlmRequest => "on_llm_request",
             Operation::AfterMessageSent => "after_message_sent",
             Operation::OnMessage => "on_message",
+            Operation::ConsolidationNext => "consolidation_next",
+            Operation::ConsolidationAnswer => "consolidation_answer",
             Operation::Browse => "browse",
             Operation::Update => "update",
             Operation::ScopeMap => "scope_map",
@@ -88,6 +95,10 @@ pub enum Request {
     AfterMessageSent(AfterMessageSent),
     /// Any message of a chat, for the working memory.
     OnMessage(MessageEvent),
+    /// The next due consolidation pass, for the host's own LLM.
+    ConsolidationNext,
+    /// The host LLM's answer to a pass.
+    ConsolidationAnswer(HostAnswer),
     Browse(BrowseRequest),
     Update(UpdateRequest),
     ScopeMap,
@@ -105,6 +116,8 @@ impl Request {
             Request::OnLlmRequest(_) => Operation::OnLlmRequest,
             Request::AfterMessageSent(_) => Operation::AfterMessageSent,
             Request::OnMessage(_) => Operation::OnMessage,
+            Request::ConsolidationNext => Operation::ConsolidationNext,
+            Request::ConsolidationAnswer(_) => Operation::ConsolidationAnswer,
             Request::Browse(_) => Operation::Browse,
             Request::Update(_) => Operation::Update,
             Request::ScopeMap => Operation::ScopeMap,
@@ -130,6 +143,8 @@ impl Request {
             Operation::OnLlmRequest => Request::OnLlmRequest(body(payload)?),
             Operation::AfterMessageSent => Request::AfterMessageSent(body(payload)?),
             Operation::OnMessage => Request::OnMessage(body(payload)?),
+            Operation::ConsolidationNext => Request::ConsolidationNext,
+            Operation::ConsolidationAnswer => Request::ConsolidationAnswer(body(payload)?),
             Operation::Browse => Request::Browse(body(payload)?),
             Operation::Update => Request::Update(body(payload)?),
             Operation::ScopeMap => Request::ScopeMap,

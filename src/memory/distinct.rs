@@ -49,7 +49,21 @@ fn same_fact(a: &Ranked, b: &Ranked, bound: &DuplicateBound) -> bool {
     let (Some(va), Some(vb)) = (&a.vector, &b.vector) else {
         return false;
     };
-    let (ta, tb) = (&a.hit.memory.content, &b.hit.memory.content);
+    same_fact_in_other_words(
+        (&a.hit.memory.content, va),
+        (&b.hit.memory.content, vb),
+        bound,
+    )
+}
+
+/// Whether two texts with their (unit) vectors state one fact: at least the model's duplicate
+/// bound for their script apart, and naming the same numbers. Also the working memory's test
+/// for a fact stated again by a second member (`working::restatement`).
+pub(crate) fn same_fact_in_other_words(
+    (ta, va): (&str, &[f32]),
+    (tb, vb): (&str, &[f32]),
+    bound: &DuplicateBound,
+) -> bool {
     bound
         .between(ta, tb)
         .is_some_and(|bound| cosine(va, vb) >= bound)

@@ -13,13 +13,16 @@ use serde::Serialize;
 
 mod consolidation;
 mod erase;
+mod host_consolidation;
 mod remember;
+mod restated;
 pub mod sweeper;
 mod update;
 mod wiring;
 mod working;
 
 pub use consolidation::PassOutcome;
+pub use host_consolidation::HostPassOutcome;
 pub use working::MessageOutcome;
 
 use super::chained::{self, ChainedLimits};
@@ -269,6 +272,8 @@ pub struct MemoryService {
     consolidator: super::consolidation::Consolidator,
     /// Whether the table holds any message, so recalls skip the second tier until it does.
     messages_present: working::MessagesPresent,
+    /// Facts consolidated because a second member stated them again (`service::restated`).
+    restated: AtomicU64,
 }
 
 impl MemoryService {

@@ -67,6 +67,9 @@ class StubLLM:
 
     def __init__(self, family_umo: str) -> None:
         self.requests: list[dict[str, Any]] = []
+        # scopemem's consolidation passes, which the plugin asks this model (kept apart from
+        # the chat turns' requests, whose count the scenarios assert).
+        self.consolidations: list[dict[str, Any]] = []
         self.family_umo = family_umo
         self.port = 0
         self._runner = None
@@ -98,6 +101,8 @@ class StubLLM:
         tool_result = _text(last.get("content")) if last.get("role") == "tool" else None
         tools = [t.get("function", {}).get("name") for t in body.get("tools") or []]
         stream = bool(body.get("stream"))
+        if CONSOLIDATION_SYSTEM in system:
+            return web.json_response(self.consolidate(body, user))
         self.requests.append(
             {
                 "system": system,
@@ -158,6 +163,30 @@ class StubLLM:
             }
         )
 
+
+    def consolidate(self, body: dict[str, Any], user: str) -> dict[str, Any]:
+        """A consolidation pass: ADD the allergy from the message that states it, else NONE."""
+        shown = json.loads(user)
+        source = next(
+            (m for m in shown.get("messages", []) if "花生" in m.get("text", "")), None
+        )
+        decisions: list[dict[str, Any]] = [{"action": "NONE"}]
+        if source is not None:
+            decisions = [
+                {"action": "ADD", "content": WM_CONSOLIDATED, "source_ids": [source["id"]]}
+            ]
+        self.consolidations.append({"prompt": user, "decisions": decisions})
+        answer = json.dumps({"decisions": decisions}, ensure_ascii=False)
+        return {
+            "id": f"chatcmpl-{uuid.uuid4().hex[:12]}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body.get("model", "stub-model"),
+            "choices": [
+                {"index": 0, "message": {"role": "assistant", "content": answer}, "finish_reason": "stop"}
+            ],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+        }
 
     async def stream(self, request, body: dict[str, Any], msg: dict[str, Any], finish: str):
         """The same answer as server-sent events, as OpenAI streams it (`stream: true`): the
@@ -693,6 +722,11 @@ WM_WORK_LINE = ("ming", "服务器下周二搬到新机房")
 WM_QUESTION = "妈妈有什么不能吃的"
 WM_QUESTION_STREAMING = "那妈妈有什么不能吃的呀"
 WM_LAST_LINE = ("ming", "妈妈说她晚上八点到")
+# What the stub model makes of the allergy in a consolidation pass, and the question after it.
+WM_CONSOLIDATED = "小红的妈妈对花生过敏"
+WM_QUESTION_AFTER = "小红的妈妈对什么过敏"
+# The start of scopemem's consolidation system prompt (src/memory/consolidation/decisions.rs).
+CONSOLIDATION_SYSTEM = "You keep the long-term memory of a chat."
 # AstrBot's webchat adapter gives its messages this self id (the bot's own sender id).
 WEBCHAT_SELF_ID = "webchat"
 
@@ -733,7 +767,11 @@ async def run_working_memory(args: argparse.Namespace) -> dict[str, Any]:
     family_umo, work_umo = GroupChat.umo(WM_GROUP), GroupChat.umo(WM_WORK_GROUP)
     report: dict[str, Any] = {
         "umos": {"family": family_umo, "work": work_umo},
-        "settings": {"reflection": star.reflection_mode, "working_memory": star.working_memory},
+        "settings": {
+            "reflection": star.reflection_mode,
+            "working_memory": star.working_memory,
+            "consolidation": star.consolidation_mode,
+        },
         "steps": {},
     }
     steps = report["steps"]
@@ -803,6 +841,29 @@ async def run_working_memory(args: argparse.Namespace) -> dict[str, Any]:
     await turn("chatter_last", WM_LAST_LINE[0], WM_GROUP, WM_LAST_LINE[1])
     report["last_seen"] = await wait_recent(
         family_umo, WM_LAST_LINE[1], lambda m: m.get("content") == WM_LAST_LINE[1], "the last line"
+    )
+    # The consolidation pass, answered by AstrBot's model through the plugin: the allergy
+    # becomes a long-term memory, and a later question (streamed) gets it from there.
+    started = time.monotonic()
+    memories: list[dict[str, Any]] = []
+    while time.monotonic() - started < 240:
+        status, body = await star.client.request(
+            "POST",
+            "/v1/recall",
+            {"conversation_id": family_umo, "query": WM_QUESTION_AFTER},
+            timeout=60,
+        )
+        memories = list((body or {}).get("memories") or []) if status == 200 else []
+        hit = next((m for m in memories if m.get("content") == WM_CONSOLIDATED), None)
+        if hit is not None:
+            report["consolidated"] = {"memory": hit, "seconds": time.monotonic() - started}
+            break
+        await asyncio.sleep(0.5)
+    else:
+        raise RuntimeError(f"the consolidation pass never stored the fact: {memories}")
+    report["consolidation_calls"] = llm.consolidations
+    await turn(
+        "ask_after_consolidation", "ming", WM_GROUP, WM_QUESTION_AFTER, at_bot=True, streaming=True
     )
     report["work_recent"] = await recent(work_umo, WM_QUESTION)
     report["wm_pending_at_end"] = len(star.wm_tasks)

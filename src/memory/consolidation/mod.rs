@@ -4,7 +4,8 @@
 //! ADD / UPDATE(id) / NONE decisions as JSON. One file per stage:
 //! - [`triggers`]: which conversations are due;
 //! - [`chat`]: the one HTTP call;
-//! - [`decisions`]: the prompt, and the answer parsed and checked against what was sent.
+//! - [`decisions`]: the prompt, and the answer parsed and checked against what was sent;
+//! - [`host_passes`]: passes the host's own LLM answers (a plugin relays prompt and answer).
 //!
 //! The messages and the answer are untrusted. The answer cannot name a scope (a decision with
 //! any field beyond its own is refused), an UPDATE may only name a memory the pass showed it,
@@ -14,6 +15,7 @@
 
 pub mod chat;
 pub mod decisions;
+pub mod host_passes;
 pub mod triggers;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -23,6 +25,7 @@ use serde::Serialize;
 
 pub use chat::{ChatClient, ChatError};
 pub use decisions::{Decision, Shown};
+pub use host_passes::{HostAnswer, HostPass, HostPasses, PreparedPass};
 pub use triggers::Triggers;
 
 /// `consolidation.*` as the memory layer uses it; `None` client: no LLM pass.
@@ -96,6 +99,8 @@ pub struct Consolidator {
     pub settings: ConsolidationSettings,
     pub triggers: Triggers,
     pub counters: Counters,
+    /// Passes handed to the host's LLM, waiting for its answer.
+    pub host: HostPasses,
 }
 
 impl Consolidator {
@@ -105,6 +110,7 @@ impl Consolidator {
             settings: ConsolidationSettings::from_config(c),
             triggers: Triggers::default(),
             counters: Counters::default(),
+            host: HostPasses::default(),
         })
     }
 

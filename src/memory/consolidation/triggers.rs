@@ -39,8 +39,14 @@ impl Triggers {
         }
     }
 
-    /// Conversations due now, each marked running, with the time its messages are read from.
-    pub fn due(&self, every: usize, quiet: Duration) -> Vec<(String, Option<DateTime<Utc>>)> {
+    /// Conversations due now (at most `limit`), each marked running, with the time its
+    /// messages are read from.
+    pub fn due(
+        &self,
+        every: usize,
+        quiet: Duration,
+        limit: usize,
+    ) -> Vec<(String, Option<DateTime<Utc>>)> {
         let Ok(mut c) = self.conversations.lock() else {
             return Vec::new();
         };
@@ -50,6 +56,7 @@ impl Triggers {
                     && s.new_messages > 0
                     && (s.new_messages >= every || s.last_message.elapsed() >= quiet)
             })
+            .take(limit)
             .map(|(id, s)| {
                 s.running = true;
                 (id.clone(), s.read_until)
@@ -73,6 +80,27 @@ impl Triggers {
             }
         }
     }
+
+    /// The pass over `conversation` did not run yet (its messages are still being written):
+    /// due again at the next look.
+    pub fn later(&self, conversation: &str) {
+        if let Ok(mut c) = self.conversations.lock() {
+            if let Some(s) = c.get_mut(conversation) {
+                s.running = false;
+            }
+        }
+    }
+
+    /// A pass found no message of `conversation` to read (its messages expired or were
+    /// erased): nothing is due until the next message.
+    pub fn nothing_to_read(&self, conversation: &str) {
+        if let Ok(mut c) = self.conversations.lock() {
+            if let Some(s) = c.get_mut(conversation) {
+                s.running = false;
+                s.new_messages = 0;
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -86,14 +114,14 @@ mod tests {
         t.message("a");
         t.message("b");
         let long = Duration::from_secs(3600);
-        let due = t.due(2, long);
+        let due = t.due(2, long, usize::MAX);
         assert_eq!(due.len(), 1);
         assert_eq!(due[0].0, "a");
-        assert!(t.due(2, long).is_empty(), "a pass is running");
+        assert!(t.due(2, long, usize::MAX).is_empty(), "a pass is running");
         let until = Utc::now();
         t.finished("a", 2, Some(until));
-        assert!(t.due(2, long).is_empty());
-        let quiet = t.due(2, Duration::ZERO);
+        assert!(t.due(2, long, usize::MAX).is_empty());
+        let quiet = t.due(2, Duration::ZERO, 1);
         assert_eq!(quiet.len(), 1, "b after quiet");
         assert_eq!(quiet[0].0, "b");
     }

@@ -141,8 +141,9 @@ async fn apply_message(
     shared
         .store
         .writer()
-        .insert_missing(vec![(record, vector)])
+        .insert_missing(vec![(record.clone(), vector.clone())])
         .await?;
+    shared.stored.offer(record, vector);
     Ok(JobOutcome {
         job_id: job.job_id.clone(),
         state: JobState::Done,

@@ -331,8 +331,12 @@ async fn write_net(shared: &Shared, net: &NetEffect) -> Result<Vec<Remembered>, 
     };
     let message_vectors = vectors.split_off(net.inserts.len().min(vectors.len()));
     if !net.messages.is_empty() {
-        let rows = net.messages.iter().cloned().zip(message_vectors).collect();
-        shared.store.writer().insert_missing(rows).await?;
+        let rows: Vec<(MemoryRecord, Vec<f32>)> =
+            net.messages.iter().cloned().zip(message_vectors).collect();
+        shared.store.writer().insert_missing(rows.clone()).await?;
+        for (record, vector) in rows {
+            shared.stored.offer(record, vector);
+        }
     }
     if !net.inserts.is_empty() {
         let rows = net

@@ -96,6 +96,7 @@ impl FeedbackQueue {
                 finished: Notify::new(),
                 depth: std::sync::atomic::AtomicUsize::new(pending.jobs.len()),
                 pending: Arc::new(replayed_messages),
+                stored: Default::default(),
             }),
             scopes,
             tx,
@@ -197,6 +198,11 @@ impl FeedbackQueue {
     /// Messages accepted and not yet written.
     pub fn pending(&self) -> &crate::memory::working::PendingMessages {
         &self.shared.pending
+    }
+
+    /// Messages as the worker stores them, with their vectors (`working::stored`).
+    pub fn stored_messages(&self) -> &crate::memory::working::StoredMessages {
+        &self.shared.stored
     }
 
     /// Start the worker: replays unfinished journaled jobs first, then serves the queue.

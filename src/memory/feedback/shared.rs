@@ -43,6 +43,8 @@ pub(super) struct Shared {
     pub(super) depth: std::sync::atomic::AtomicUsize,
     /// Messages accepted and not yet written, searchable by keyword meanwhile.
     pub(super) pending: Arc<crate::memory::working::PendingMessages>,
+    /// Messages just stored, with their vectors, for the restatement check.
+    pub(super) stored: crate::memory::working::StoredMessages,
 }
 
 /// The rows one applied job wrote.

@@ -12,7 +12,7 @@ use serde::Serialize;
 use super::working::Consolidated;
 use super::{Asked, MemoryService, Visibility};
 use crate::memory::consolidation::decisions::{self, ShownMemory, ShownMessage};
-use crate::memory::consolidation::{Counters, Decision, Shown};
+use crate::memory::consolidation::{Counters, Decision, PreparedPass, Shown};
 use crate::memory::model::{RecallRequest, UpdateRequest};
 use crate::memory::working::MESSAGE_TYPE;
 use crate::memory::MemoryError;
@@ -41,12 +41,22 @@ impl MemoryService {
     /// Run the pass of every conversation that is due; returns how many ran.
     pub async fn consolidate_due(&self) -> usize {
         let c = &self.consolidator;
-        let due = c
-            .triggers
-            .due(c.settings.every_messages.max(1), c.settings.quiet);
+        let due = c.triggers.due(
+            c.settings.every_messages.max(1),
+            c.settings.quiet,
+            usize::MAX,
+        );
         let ran = due.len();
         for (conversation, since) in due {
+            if self.feedback.pending().holds_conversation(&conversation) {
+                c.triggers.later(&conversation);
+                continue;
+            }
             let outcome = self.consolidation_pass(&conversation, since).await;
+            if matches!(outcome, Ok((PassOutcome { messages: 0, .. }, None))) {
+                c.triggers.nothing_to_read(&conversation);
+                continue;
+            }
             let (read, until) = match &outcome {
                 Ok((o, until)) => (o.messages, *until),
                 Err(e) => {
@@ -70,40 +80,85 @@ impl MemoryService {
         let Some(client) = c.client.as_ref() else {
             return Ok((PassOutcome::default(), None));
         };
-        let conversation = ConversationId::parse(conversation_id)?;
-        let messages = self.messages_since(&conversation, since).await?;
-        let Some(newest) = messages.iter().map(|m| m.sent_at).max() else {
+        let Some(pass) = self.prepare_pass(conversation_id, since).await? else {
             return Ok((PassOutcome::default(), None));
         };
-        let said_in = self.message_scope(&messages).await?;
-        let shown = Shown {
-            memories: self.nearest_memories(&conversation, &messages).await?,
-            messages,
-        };
         Counters::bump(&c.counters.passes, 1);
-        let answer = match client.complete(decisions::SYSTEM, &shown.prompt()).await {
+        let answer = match client
+            .complete(decisions::SYSTEM, &pass.shown.prompt())
+            .await
+        {
             Ok(a) => a,
             Err(e) => {
                 Counters::bump(&c.counters.failed, 1);
                 return Err(MemoryError::Internal(format!("consolidation call: {e}")));
             }
         };
-        let parsed = match decisions::parse(&answer, &shown) {
+        let newest = pass.newest;
+        match self.apply_answer(pass, &answer).await? {
+            Some(outcome) => Ok((outcome, Some(newest))),
+            None => Err(MemoryError::Internal(
+                "the consolidation answer was not the decisions JSON asked for".into(),
+            )),
+        }
+    }
+
+    /// What a pass over `conversation_id`'s messages sent after `since` shows the model; `None`
+    /// when there is no such message.
+    pub(super) async fn prepare_pass(
+        &self,
+        conversation_id: &str,
+        since: Option<DateTime<Utc>>,
+    ) -> Result<Option<PreparedPass>, MemoryError> {
+        let conversation = ConversationId::parse(conversation_id)?;
+        let messages = self.messages_since(&conversation, since).await?;
+        let Some(newest) = messages.iter().map(|m| m.sent_at).max() else {
+            return Ok(None);
+        };
+        let said_in = self.message_scope(&messages).await?;
+        let shown = Shown {
+            memories: self.nearest_memories(&conversation, &messages).await?,
+            messages,
+        };
+        Ok(Some(PreparedPass {
+            conversation_id: conversation.as_str().to_string(),
+            said_in,
+            shown,
+            newest,
+        }))
+    }
+
+    /// Check the model's `answer` against what `pass` showed and apply its decisions as the
+    /// conversation. A malformed answer applies nothing, is counted, and is `None`.
+    pub(super) async fn apply_answer(
+        &self,
+        pass: PreparedPass,
+        answer: &str,
+    ) -> Result<Option<PassOutcome>, MemoryError> {
+        let c = &self.consolidator;
+        let conversation = ConversationId::parse(&pass.conversation_id)?;
+        let parsed = match decisions::parse(answer, &pass.shown) {
             Ok(p) => p,
             Err(e) => {
                 Counters::bump(&c.counters.malformed, 1);
                 tracing::warn!(error = %e, "consolidation answer dropped");
-                return Err(MemoryError::Internal(e.to_string()));
+                return Ok(None);
             }
         };
         let mut outcome = PassOutcome {
-            messages: shown.messages.len(),
+            messages: pass.shown.messages.len(),
             refused: parsed.refused,
             ..PassOutcome::default()
         };
         for decision in parsed.decisions {
-            self.apply_decision(&conversation, &said_in, &shown, decision, &mut outcome)
-                .await?;
+            self.apply_decision(
+                &conversation,
+                &pass.said_in,
+                &pass.shown,
+                decision,
+                &mut outcome,
+            )
+            .await?;
         }
         Counters::bump(&c.counters.added, outcome.added as u64);
         Counters::bump(&c.counters.updated, outcome.updated as u64);
@@ -116,7 +171,7 @@ impl MemoryService {
             refused = outcome.refused,
             "consolidation pass applied"
         );
-        Ok((outcome, Some(newest)))
+        Ok(Some(outcome))
     }
 
     async fn apply_decision(

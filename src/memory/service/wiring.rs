@@ -106,6 +106,7 @@ impl MemoryService {
             recurrences: Default::default(),
             consolidator,
             messages_present: Default::default(),
+            restated: AtomicU64::new(0),
         })
     }
 
@@ -116,6 +117,12 @@ impl MemoryService {
             Arc::downgrade(self),
             self.settings.follow_erasures,
         ));
+        if let Some(stored) = self.feedback.stored_messages().take_receiver() {
+            tokio::spawn(super::restated::follow_stored_messages(
+                Arc::downgrade(self),
+                stored,
+            ));
+        }
         self.feedback.start();
         self.store.start_pruner(self.settings.keep_versions);
         tokio::spawn(sweeper::run_sweeper(

@@ -52,6 +52,10 @@ pub struct WorkingStatus {
     pub waiting: usize,
     /// How long the oldest waiting message has waited for its vector (milliseconds).
     pub vector_lag_ms: u64,
+    /// Facts made long-term memories because a second member stated them again.
+    pub restated: u64,
+    /// Stored messages not compared with earlier ones because the check was behind.
+    pub restatement_skipped: u64,
 }
 
 impl MemoryService {
@@ -82,6 +86,8 @@ impl MemoryService {
             enabled: self.settings.working.enabled,
             waiting: pending.len(),
             vector_lag_ms: pending.lag().as_millis() as u64,
+            restated: self.restated.load(Ordering::Relaxed),
+            restatement_skipped: self.feedback.stored_messages().skipped(),
         }
     }
 

@@ -150,6 +150,9 @@ fn message_row_id(conversation: &str, message_id: Option<&str>) -> String {
     format!("msg-{hex}")
 }
 
+/// The tag a bot's own message is stored with.
+pub const BOT_TAG: &str = "bot";
+
 impl MessageJob {
     /// The row this message is stored as.
     pub fn record(&self, conversation_id: &str, scope: &str, scope_source: &str) -> MemoryRecord {
@@ -158,7 +161,7 @@ impl MessageJob {
             content: self.content.clone(),
             reasoning: None,
             tags: if self.is_bot {
-                vec!["bot".into()]
+                vec![BOT_TAG.into()]
             } else {
                 vec![]
             },

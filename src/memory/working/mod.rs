@@ -5,7 +5,9 @@
 //!   and give it an id (the same platform message is one row however often it is sent);
 //! - [`pending`]: what was accepted but not embedded yet, searchable by keyword at once;
 //! - [`recurrence`]: the threshold rule that makes a message a long-term memory (recalled a
-//!   second time).
+//!   second time);
+//! - [`stored`]: what the worker has just stored, with vectors, handed to the second rule;
+//! - [`restatement`]: that rule (a fact stated again by a second member).
 //!
 //! Messages are rows of the `memories` table with `memory_type` [`MESSAGE_TYPE`]: the scope
 //! filter, expiry, every forget, erasure from disk and the export hold for them with no second
@@ -15,12 +17,15 @@
 mod event;
 mod pending;
 mod recurrence;
+pub mod restatement;
+mod stored;
 
 pub use crate::store::schema::MESSAGE_TYPE;
 pub(crate) use event::accept;
-pub use event::{MessageAccepted, MessageEvent, MessageJob};
+pub use event::{MessageAccepted, MessageEvent, MessageJob, BOT_TAG};
 pub use pending::PendingMessages;
 pub use recurrence::Recurrences;
+pub use stored::{StoredMessage, StoredMessages};
 
 /// `working_memory.*` as the memory layer uses it.
 #[derive(Debug, Clone)]

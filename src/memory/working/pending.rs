@@ -38,6 +38,15 @@ impl PendingMessages {
         }
     }
 
+    /// Whether a message of `conversation_id` is still waiting (a consolidation pass waits
+    /// for it, so it never reads half of what was said).
+    pub fn holds_conversation(&self, conversation_id: &str) -> bool {
+        self.rows.lock().is_ok_and(|rows| {
+            rows.values()
+                .any(|(r, _)| r.conversation_id.as_deref() == Some(conversation_id))
+        })
+    }
+
     pub fn len(&self) -> usize {
         self.rows.lock().map(|r| r.len()).unwrap_or(0)
     }
