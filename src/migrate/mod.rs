@@ -4,6 +4,7 @@
 pub mod backfill;
 pub mod checkpoint;
 pub(crate) mod files;
+pub mod first_open;
 pub(crate) mod pacing;
 pub(crate) mod reembed;
 pub mod runner;
@@ -67,13 +68,20 @@ pub async fn open_store_with(
     let started = std::time::Instant::now();
     let (conn, beside) = Store::connect(db, read_consistency).await?;
     let checkpoint = CheckpointFile::new(beside.clone(), table_name);
+    let as_store_error = |e: MigrateError| match e {
+        MigrateError::Store(s) => s,
+        other => StoreError::Schema(other.to_string()),
+    };
+    // One opening at a time per machine: see `first_open`.
+    let opening = first_open::lock_opening(db.local_dir(), table_name)
+        .await
+        .map_err(as_store_error)?;
     let (table, outcome) = open_or_create(&conn, table_name, model.dimension, &checkpoint)
         .await
-        .map_err(|e| match e {
-            MigrateError::Store(s) => s,
-            other => StoreError::Schema(other.to_string()),
-        })?;
-    let store = Store::attach(table, db, beside, model, settings, outcome.created).await?;
+        .map_err(as_store_error)?;
+    let store = Store::attach(table, db, beside, model, settings, outcome.created).await;
+    drop(opening);
+    let store = store?;
     tracing::info!(
         db = %db,
         table = table_name,

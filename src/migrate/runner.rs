@@ -8,8 +8,8 @@ use serde::Serialize;
 use super::files::{self, schema_of, Op};
 use super::MigrateError;
 use crate::store::schema::{
-    COL_EXPIRES_AT, COL_ID, COL_LAST_RECALLED_AT, COL_MEMORY_SCOPE, COL_SCOPE_SOURCE,
-    COL_SOURCE_IDS, COL_SPEAKER_ID, META_SCHEMA_VERSION,
+    COL_EXPIRES_AT, COL_LAST_RECALLED_AT, COL_MEMORY_SCOPE, COL_SCOPE_SOURCE, COL_SOURCE_IDS,
+    COL_SPEAKER_ID, META_SCHEMA_VERSION,
 };
 
 /// What opening the table did.
@@ -52,10 +52,10 @@ async fn add_missing_columns(
             .await;
         match added {
             Ok(_) => return Ok(()),
-            Err(e) if attempt < 5 => {
+            Err(e) if attempt < crate::store::RACE_ATTEMPTS => {
                 attempt += 1;
                 tracing::debug!(error = %e, attempt, "adding columns raced another process; re-checking");
-                tokio::time::sleep(std::time::Duration::from_millis(50 * attempt)).await;
+                tokio::time::sleep(crate::store::race_pause(attempt)).await;
             }
             Err(e) => return Err(e.into()),
         }
@@ -139,8 +139,8 @@ async fn declare_backfill(path: &super::checkpoint::CheckpointFile) -> Result<()
     Ok(())
 }
 
-/// Open `name` (creating it through the migrations if missing) and bring it to the latest
-/// version. Never rewrites data: new columns are added as all-NULL, which Lance records in
+/// Open `name` (creating it through the migrations if missing, `first_open`: any number of
+/// processes may start at once on an empty directory) and bring it to the latest version. Never rewrites data: new columns are added as all-NULL, which Lance records in
 /// metadata only. A migration that declares a backfill writes its checkpoint (`checkpoint`)
 /// before it adds a column, so another process that finds the new columns also finds the
 /// backfill pending and keeps legacy rows visible.
@@ -151,42 +151,26 @@ pub async fn open_or_create(
     checkpoint: &super::checkpoint::CheckpointFile,
 ) -> Result<(Table, MigrationOutcome), MigrateError> {
     let all = files::all()?;
-    let names = conn.table_names().execute().await?;
-    let exists = names.iter().any(|n| n == name);
-    let (table, from) = if exists {
-        let table = conn.open_table(name).execute().await?;
-        let v = current_version(&table).await?;
-        (table, v)
-    } else {
-        let create = all
-            .first()
-            .and_then(|m| {
-                m.ops.iter().find_map(|op| match op {
-                    Op::CreateTable { columns } => Some(columns.clone()),
-                    _ => None,
-                })
+    let create = all
+        .first()
+        .and_then(|m| {
+            m.ops.iter().find_map(|op| match op {
+                Op::CreateTable { columns } => Some(columns.clone()),
+                _ => None,
             })
-            .ok_or_else(|| MigrateError::Definition("0001 must create the table".into()))?;
-        match conn
-            .create_empty_table(name, schema_of(&create, dimension)?)
-            .execute()
-            .await
-        {
-            Ok(table) => {
-                table.set_unenforced_primary_key([COL_ID]).await?;
-                record_version(&table, 1).await?;
-                tracing::info!(table = name, "created table at schema v1");
-                (table, 1)
-            }
-            // Another process sharing the directory created it first: open theirs.
-            Err(lancedb::Error::TableAlreadyExists { .. }) => {
-                let table = conn.open_table(name).execute().await?;
-                let v = current_version(&table).await?;
-                (table, v)
-            }
-            Err(e) => return Err(e.into()),
+        })
+        .ok_or_else(|| MigrateError::Definition("0001 must create the table".into()))?;
+    let (table, created) =
+        super::first_open::create_or_open(conn, name, schema_of(&create, dimension)?).await?;
+    let from = match created {
+        true => {
+            record_version(&table, 1).await?;
+            tracing::info!(table = name, "created table at schema v1");
+            1
         }
+        false => current_version(&table).await?,
     };
+    let exists = !created;
     let has_rows = exists && table.count_rows(None).await? > 0;
     let mut backfill_needed = false;
     let mut to = from;
@@ -213,6 +197,9 @@ pub async fn open_or_create(
         record_version(&table, m.version).await?;
         to = m.version;
         tracing::info!(table = name, version = m.version, description = %m.description, "migration applied");
+    }
+    if !has_rows {
+        super::first_open::set_primary_key(&table).await?;
     }
     Ok((
         table,

@@ -283,8 +283,9 @@ impl Store {
         created: bool,
     ) -> Result<Store, StoreError> {
         if created {
-            write_model_meta(&table, model).await?;
-            maintenance::indexes::ensure_scalar_indexes(&table).await?;
+            // Other processes starting beside this one commit their migrations meanwhile.
+            adopt_model(&table, model).await?;
+            ensure_scalar_indexes_settled(&table).await?;
         } else {
             check_model(&table, model).await?;
         }
@@ -555,19 +556,6 @@ fn is_not_found(e: &lance_core::Error) -> bool {
     }
 }
 
-async fn write_model_meta(table: &Table, model: &ModelInfo) -> Result<(), StoreError> {
-    let native = table
-        .as_native()
-        .ok_or_else(|| StoreError::Schema("only local tables are supported".into()))?;
-    native
-        .update_config([
-            (META_MODEL_ID.to_string(), model.id.clone()),
-            (META_DIMENSION.to_string(), model.dimension.to_string()),
-        ])
-        .await?;
-    Ok(())
-}
-
 /// A table records the model it was built with; a different model or dimension is refused.
 /// A table with no record (written by another program) is adopted when the dimension matches.
 /// During a re-embed (see [`reembed`]) both the old model and the new one are accepted: the
@@ -631,7 +619,7 @@ async fn adopt_model(table: &Table, model: &ModelInfo) -> Result<(), StoreError>
 /// Merge `entries` into the table's config (the Lance manifest). Another process committing
 /// config at the same moment makes one of the two commits conflict; the loser re-reads the
 /// latest config and `settled` decides: `Ok(true)` it already holds what we wanted, `Ok(false)`
-/// try again (up to 5 times, with a growing pause), `Err` give up with that error.
+/// try again (up to [`RACE_ATTEMPTS`] times, [`race_pause`]), `Err` give up with that error.
 pub async fn update_config_settled(
     table: &Table,
     entries: &[(String, String)],
@@ -640,11 +628,11 @@ pub async fn update_config_settled(
     let native = table
         .as_native()
         .ok_or_else(|| StoreError::Schema("only local tables are supported".into()))?;
-    let mut attempt: u64 = 0;
+    let mut attempt: u32 = 0;
     loop {
         let err = match native.update_config(entries.iter().cloned()).await {
             Ok(_) => return Ok(()),
-            Err(e) if attempt >= 5 => return Err(e.into()),
+            Err(e) if attempt >= RACE_ATTEMPTS => return Err(e.into()),
             Err(e) => e,
         };
         attempt += 1;
@@ -653,6 +641,36 @@ pub async fn update_config_settled(
             return Ok(());
         }
         tracing::debug!(error = %err, attempt, "a config commit raced another process; retrying");
-        tokio::time::sleep(std::time::Duration::from_millis(50 * attempt)).await;
+        tokio::time::sleep(race_pause(attempt)).await;
     }
+}
+
+/// Build the scalar indexes of a new table, beside other processes that may be building them
+/// too: an index commit that lost to theirs is tried again on the latest version, where theirs
+/// is found and skipped.
+async fn ensure_scalar_indexes_settled(table: &Table) -> Result<(), StoreError> {
+    let mut attempt = 0;
+    loop {
+        match maintenance::indexes::ensure_scalar_indexes(table).await {
+            Ok(()) => return Ok(()),
+            Err(e) if attempt < RACE_ATTEMPTS => {
+                attempt += 1;
+                tracing::debug!(error = %e, attempt, "building indexes raced another process; re-checking");
+                table.checkout_latest().await?;
+                tokio::time::sleep(race_pause(attempt)).await;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Tries at a metadata commit (config, columns, primary key) that keeps losing to other
+/// processes' commits: a first start of four processes makes a dozen such commits at once.
+pub(crate) const RACE_ATTEMPTS: u32 = 12;
+
+/// The pause before try `attempt` (from 1) of a commit that lost a race: growing, and
+/// jittered so that processes which lost together do not collide again in step.
+pub(crate) fn race_pause(attempt: u32) -> std::time::Duration {
+    let jitter = (uuid::Uuid::new_v4().as_u128() % 40) as u64;
+    std::time::Duration::from_millis(20 * u64::from(attempt.min(10)) + jitter)
 }
