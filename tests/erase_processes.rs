@@ -210,8 +210,9 @@ async fn fifty_rounds_of_write_here_forget_there_leave_nothing_anywhere() {
 
 /// Feedback accepted by one process, its conversation forgotten through another. Process `a`
 /// journals each job (with its text) and applies it; `b` erases the conversation, sometimes
-/// before `a` has applied the job, sometimes after. Within a bounded time no file holds the
-/// text (not `a`'s journal either) and no process recalls it. Before, `a`'s journal kept every
+/// before `a` has applied the job, sometimes after. From the moment the forget returns no
+/// process recalls the text, and within a bounded time no file holds it (not `a`'s journal
+/// either). Before, `a`'s journal kept every
 /// such text until `a` itself erased something or restarted, and a job `a` applied just after
 /// `b`'s delete wrote its memory back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -258,6 +259,17 @@ async fn feedback_accepted_here_and_erased_there_leaves_no_copy_in_any_journal()
         )
         .await;
         assert_eq!(status, 200, "round {round}: {r}");
+        // Once the forget has returned, no process on this machine serves the row: not `a`,
+        // whose view of the table and resident copy were read before the erase
+        // (`memory::erase_generation`). No wait, no retry.
+        for s in [&a, &b] {
+            let hits = recalled(&client, s, &conversation, &text).await;
+            assert!(
+                hits.is_empty(),
+                "round {round}: {} recalls {text} after the forget returned: {hits:?}",
+                s.base
+            );
+        }
         erased.push((conversation, text));
     }
     let started = Instant::now();

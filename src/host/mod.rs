@@ -306,6 +306,7 @@ impl PluginHost {
         vectors: bool,
     ) -> Result<Vec<u8>, PluginError> {
         let visible = self.memory.visible_to(conversation_id, persona)?;
+        self.memory.caught_up_with_erasures().await?;
         let embedder = self.memory.embedder();
         let model = embedder.model_info();
         let options = crate::transfer::ExportOptions {

@@ -3,6 +3,7 @@
 pub(crate) mod chained;
 pub mod consolidation;
 pub(crate) mod distinct;
+pub(crate) mod erase_generation;
 pub(crate) mod erase_notices;
 pub(crate) mod exact_terms;
 pub(crate) mod fact;

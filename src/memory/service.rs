@@ -258,6 +258,8 @@ pub struct MemoryService {
     feedback: super::feedback::FeedbackQueue,
     /// Erase notices beside the table: this process's erases reach the others through them.
     erase_notices: super::erase_notices::EraseNotices,
+    /// When another process on this machine last erased (`memory::erase_generation`).
+    erase_generation: super::erase_generation::EraseGeneration,
     /// Records what recalls returned, when decay ranking or refresh-on-recall needs it.
     touches: std::sync::OnceLock<super::touch::RecallTouches>,
     /// Recalls answered by keyword alone because the query could not be embedded.
@@ -355,6 +357,7 @@ impl MemoryService {
         let query = checked_query(&req.query)?;
         let limit = recall_limit(&self.settings.recall, &req)?;
         super::turns::check(&req.history).map_err(|e| invalid("history", e.to_string()))?;
+        self.caught_up_with_erasures().await?;
         // A recall of a cached query over the resident copy finishes without waiting on
         // anything, so a caller recalling in a loop never gave its worker back: tasks woken on
         // that worker (an erase's) waited up to two minutes. Yield once the task's budget is spent.
@@ -656,6 +659,7 @@ impl MemoryService {
     /// snapshot, without a query or a similarity threshold (the operator page's browse).
     pub async fn browse(&self, req: BrowseRequest) -> Result<BrowseResponse, MemoryError> {
         let conversation = conversation(&req.conversation_id)?;
+        self.caught_up_with_erasures().await?;
         let offset = req.offset.unwrap_or(0);
         if offset < 0 {
             return Err(invalid("offset", "offset must not be negative"));

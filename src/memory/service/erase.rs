@@ -62,6 +62,7 @@ impl MemoryService {
                 ))
             })?;
         }
+        self.tell_local_readers().await;
         Ok(ForgetOutcome {
             deleted: report.deleted,
             refused: Vec::new(),
@@ -93,7 +94,36 @@ impl MemoryService {
             MemoryError::Internal(format!(
                 "the memory is updated, but the other processes could not be told to drop copies of its old text: {e}"
             ))
-        })
+        })?;
+        self.tell_local_readers().await;
+        Ok(())
+    }
+
+    /// After an erase committed: bump the erase generation, so every other process on this
+    /// machine catches up before its next read ([`Self::caught_up_with_erasures`]).
+    async fn tell_local_readers(&self) {
+        if let Err(e) = self.erase_generation.bump().await {
+            tracing::warn!(error = %e, "could not bump the erase generation; other processes learn of this erase within storage.read_consistency_ms");
+        }
+    }
+
+    /// Before a read (recall, browse, export, the tools, injection): when another process on
+    /// this machine erased since this one last looked (`memory::erase_generation`), read the
+    /// latest version of the table (the resident copy follows it) and apply the erase notices
+    /// first. So no process serves a row whose forget has returned. One 8-byte read when
+    /// nothing was erased.
+    pub async fn caught_up_with_erasures(&self) -> Result<(), MemoryError> {
+        if self.erase_generation.unseen().is_none() {
+            return Ok(());
+        }
+        let _one = self.erase_generation.catching_up.lock().await;
+        let Some(generation) = self.erase_generation.unseen() else {
+            return Ok(());
+        };
+        self.store.refresh().await?;
+        self.follow_erasures().await?;
+        self.erase_generation.mark_seen(generation);
+        Ok(())
     }
 
     /// Apply the erases other processes made since the last call: drop this process's

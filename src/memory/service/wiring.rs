@@ -77,6 +77,10 @@ impl MemoryService {
         let calibration = Arc::new(std::sync::OnceLock::new());
         measure_model(embedder.clone(), calibration.clone()).await;
         let backfill = Arc::new(backfill);
+        let erase_generation = crate::memory::erase_generation::EraseGeneration::open(
+            store.beside(),
+            &config.storage.table_name,
+        );
         let erase_notices = crate::memory::erase_notices::EraseNotices::new(
             store.beside().clone(),
             &config.storage.table_name,
@@ -99,6 +103,7 @@ impl MemoryService {
             repetitions,
             latency,
             erase_notices,
+            erase_generation,
             feedback,
             touches: std::sync::OnceLock::new(),
             degraded_recalls: AtomicU64::new(0),
