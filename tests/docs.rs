@@ -68,31 +68,97 @@ fn relative_links_in_readme_and_docs_point_at_files_that_exist() {
     pages.extend(docs);
 
     let mut dead = Vec::new();
-    let mut checked = 0;
+    let (mut checked, mut anchors_checked) = (0, 0);
     for page in &pages {
         let text = std::fs::read_to_string(page).expect("read a Markdown page");
         for target in link_targets(&text) {
-            let Some(path) = relative_path(&target) else {
-                continue;
+            let anchor = target.split_once('#').map(|(_, a)| a);
+            let resolved = match relative_path(&target) {
+                Some(path) => page.parent().unwrap_or(Path::new(".")).join(path),
+                // An anchor on the same page.
+                None if target.starts_with('#') => page.clone(),
+                None => continue,
             };
             checked += 1;
-            let resolved = page.parent().unwrap_or(Path::new(".")).join(path);
+            let shown = page.strip_prefix(&root).unwrap_or(page).display();
             if !resolved.exists() {
-                dead.push(format!(
-                    "{}: ({target})",
-                    page.strip_prefix(&root).unwrap_or(page).display()
-                ));
+                dead.push(format!("{shown}: ({target}): no such file"));
+                continue;
+            }
+            let Some(anchor) = anchor.filter(|_| resolved.extension().is_some_and(|x| x == "md"))
+            else {
+                continue;
+            };
+            anchors_checked += 1;
+            let heads = heading_anchors(&std::fs::read_to_string(&resolved).unwrap_or_default());
+            if !heads.contains(anchor) {
+                dead.push(format!("{shown}: ({target}): no heading has that anchor"));
             }
         }
     }
     assert!(
-        checked > 0,
-        "no relative link found: the link parser is broken"
+        checked > 0 && anchors_checked > 0,
+        "no relative link or anchor found: the link parser is broken"
     );
     assert!(
         dead.is_empty(),
-        "links to files that do not exist:\n{}",
+        "links to files or headings that do not exist:\n{}",
         dead.join("\n")
+    );
+}
+
+/// The anchors GitHub gives a page's headings: the heading text lowercased, without
+/// punctuation (letters of every script, digits, `-` and `_` stay), spaces made `-`; the
+/// second heading with one slug gets `-1`, the third `-2`.
+fn heading_anchors(markdown: &str) -> std::collections::HashSet<String> {
+    let mut seen: std::collections::HashMap<String, usize> = Default::default();
+    let mut anchors = std::collections::HashSet::new();
+    let mut fenced = false;
+    for line in markdown.lines() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+            continue;
+        }
+        let hashes = line.chars().take_while(|&c| c == '#').count();
+        if fenced || !(1..=6).contains(&hashes) || !line[hashes..].starts_with(' ') {
+            continue;
+        }
+        let text = line[hashes..].trim().trim_end_matches('#').trim();
+        let slug: String = text
+            .to_lowercase()
+            .chars()
+            .filter_map(|c| match c {
+                ' ' => Some('-'),
+                c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+                _ => None,
+            })
+            .collect();
+        let n = seen.entry(slug.clone()).or_insert(0);
+        anchors.insert(match *n {
+            0 => slug,
+            k => format!("{slug}-{k}"),
+        });
+        *n += 1;
+    }
+    anchors
+}
+
+#[test]
+fn heading_anchors_are_githubs() {
+    let page = "# scopemem\n## 5.13 Working memory\n### 8a. HTTP, MCP and the LLM tools\n\
+                ```sh\n# not a heading\n```\n## `make test` 失败时\n## Notes\n## Notes\n";
+    let mut got: Vec<String> = heading_anchors(page).into_iter().collect();
+    got.sort();
+    assert_eq!(
+        got,
+        [
+            "513-working-memory",
+            "8a-http-mcp-and-the-llm-tools",
+            "make-test-失败时",
+            "notes",
+            "notes-1",
+            "scopemem"
+        ]
     );
 }
 

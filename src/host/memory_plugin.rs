@@ -124,7 +124,7 @@ impl Plugin for MemoryPlugin {
     }
 
     fn operations(&self) -> &'static [Operation] {
-        &Operation::ALL
+        Operation::ALL
     }
 
     fn invoke(&self, request: Request) -> BoxFuture<'_, Result<Value, PluginError>> {

@@ -18,67 +18,52 @@ use crate::memory::feedback::{FeedbackRequest, NewMemory};
 use crate::memory::working::MessageEvent;
 use crate::memory::{BrowseRequest, ForgetRequest, RecallRequest, RememberRequest, UpdateRequest};
 
-/// What a plugin can be asked to do.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Operation {
-    Remember,
-    Recall,
-    Status,
-    Feedback,
-    FeedbackStatus,
-    Forget,
-    OnLlmRequest,
-    AfterMessageSent,
-    OnMessage,
-    ConsolidationNext,
-    ConsolidationAnswer,
-    Browse,
-    Update,
-    ScopeMap,
+/// Declares [`Operation`], its name for each variant, and [`Operation::ALL`] from one list, so
+/// an operation cannot be left out of `ALL` (the host's route table and the memory plugin's
+/// operation list come from it) or lack a name.
+macro_rules! operations {
+    ($($variant:ident => $name:literal),* $(,)?) => {
+        /// What a plugin can be asked to do.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum Operation {
+            $($variant),*
+        }
+
+        impl Operation {
+            /// Every operation, in the order the memory plugin documents them.
+            pub const ALL: &'static [Operation] = &[$(Operation::$variant),*];
+
+            /// The operation's name in logs and in [`Request::parse`].
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(Operation::$variant => $name),*
+                }
+            }
+        }
+    };
+}
+
+operations! {
+    Remember => "remember",
+    Recall => "recall",
+    Status => "status",
+    Feedback => "feedback",
+    FeedbackStatus => "feedback_status",
+    Forget => "forget",
+    OnLlmRequest => "on_llm_request",
+    AfterMessageSent => "after_message_sent",
+    OnMessage => "on_message",
+    ConsolidationNext => "consolidation_next",
+    ConsolidationAnswer => "consolidation_answer",
+    Browse => "browse",
+    Update => "update",
+    ScopeMap => "scope_map",
 }
 
 impl Operation {
-    /// Every operation, in the order the memory plugin documents them.
-    pub const ALL: [Operation; 14] = [
-        Operation::Remember,
-        Operation::Recall,
-        Operation::Status,
-        Operation::Feedback,
-        Operation::FeedbackStatus,
-        Operation::Forget,
-        Operation::OnLlmRequest,
-        Operation::AfterMessageSent,
-        Operation::OnMessage,
-        Operation::ConsolidationNext,
-        Operation::ConsolidationAnswer,
-        Operation::Browse,
-        Operation::Update,
-        Operation::ScopeMap,
-    ];
-
-    /// The operation's name in logs and in [`Request::parse`].
-    pub fn name(self) -> &'static str {
-        match self {
-            Operation::Remember => "remember",
-            Operation::Recall => "recall",
-            Operation::Status => "status",
-            Operation::Feedback => "feedback",
-            Operation::FeedbackStatus => "feedback_status",
-            Operation::Forget => "forget",
-            Operation::OnLlmRequest => "on_llm_request",
-            Operation::AfterMessageSent => "after_message_sent",
-            Operation::OnMessage => "on_message",
-            Operation::ConsolidationNext => "consolidation_next",
-            Operation::ConsolidationAnswer => "consolidation_answer",
-            Operation::Browse => "browse",
-            Operation::Update => "update",
-            Operation::ScopeMap => "scope_map",
-        }
-    }
-
     /// The operation called `name`, if any.
     pub fn from_name(name: &str) -> Option<Operation> {
-        Operation::ALL.into_iter().find(|op| op.name() == name)
+        Operation::ALL.iter().copied().find(|op| op.name() == name)
     }
 }
 
@@ -221,9 +206,16 @@ mod tests {
     use serde_json::json;
 
     #[test]
-    fn every_operation_round_trips_through_its_name() {
-        for op in Operation::ALL {
+    fn every_operation_round_trips_through_its_name_and_parses_into_its_request() {
+        let mut names = std::collections::HashSet::new();
+        for &op in Operation::ALL {
+            assert!(names.insert(op.name()), "{} named twice", op.name());
             assert_eq!(Operation::from_name(op.name()), Some(op));
+            // Parsing names the variant's own request (an empty body is refused or accepted,
+            // never routed to another operation).
+            if let Ok(request) = Request::parse(op.name(), json!({})) {
+                assert_eq!(request.operation(), op);
+            }
         }
         assert_eq!(Operation::from_name("Remember"), None);
     }

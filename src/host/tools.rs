@@ -1,10 +1,15 @@
 //! The LLM tools of the memory plugin (names and limits modelled on the upstream plugin's
 //! `core_memory_remember` / `core_memory_recall`), and `core_memory_update`, which corrects or
-//! deletes a memory the conversation was shown (injected memories carry their ids).
+//! deletes a memory the conversation was shown (injected memories carry their ids). The
+//! schemas' limits are the write and recall paths' own constants, so they cannot drift.
 
 use serde_json::{json, Map, Value};
 
 use super::{CallContext, PluginError, ToolSpec};
+use crate::memory::new_memory::{
+    MAX_ID_BYTES, MAX_STRENGTH, MAX_TAGS, MAX_TAG_CHARS, MAX_TEXT_CHARS,
+};
+use crate::memory::service::MAX_QUERY_CHARS;
 use crate::memory::{
     ForgetRequest, RecallMode, RecallRequest, RememberRequest, UpdateRequest, MEMORY_TYPES,
 };
@@ -24,17 +29,17 @@ pub fn specs() -> Vec<ToolSpec> {
                 "type": "object",
                 "additionalProperties": false,
                 "properties": {
-                    "content": {"type": "string", "minLength": 1, "maxLength": 4000,
+                    "content": {"type": "string", "minLength": 1, "maxLength": MAX_TEXT_CHARS,
                                 "description": "What to remember, as a self-contained statement."},
-                    "judgment": {"type": "string", "minLength": 1, "maxLength": 4000,
+                    "judgment": {"type": "string", "minLength": 1, "maxLength": MAX_TEXT_CHARS,
                                  "description": "Alias of content."},
-                    "reasoning": {"type": "string", "maxLength": 4000,
+                    "reasoning": {"type": "string", "maxLength": MAX_TEXT_CHARS,
                                   "description": "Why this is worth remembering."},
-                    "tags": {"type": "array", "maxItems": 32,
-                             "items": {"type": "string", "minLength": 1, "maxLength": 64},
+                    "tags": {"type": "array", "maxItems": MAX_TAGS,
+                             "items": {"type": "string", "minLength": 1, "maxLength": MAX_TAG_CHARS},
                              "description": "People, places and keywords this memory is about."},
                     "memory_type": {"type": "string", "enum": MEMORY_TYPES, "default": "knowledge"},
-                    "strength": {"type": "integer", "minimum": 1, "maximum": 100, "default": 50,
+                    "strength": {"type": "integer", "minimum": 1, "maximum": MAX_STRENGTH, "default": crate::memory::service::DEFAULT_STRENGTH,
                                  "description": "How important it is."},
                     "expires_at": {"type": "string", "format": "date-time",
                                    "description": "When to forget it (RFC 3339, in the future), \
@@ -51,7 +56,7 @@ pub fn specs() -> Vec<ToolSpec> {
                 "additionalProperties": false,
                 "required": ["query"],
                 "properties": {
-                    "query": {"type": "string", "minLength": 1, "maxLength": 2000,
+                    "query": {"type": "string", "minLength": 1, "maxLength": MAX_QUERY_CHARS,
                               "description": "What to look for, in natural language."},
                     "limit": {"type": "integer", "minimum": 1, "maximum": 100, "default": 5},
                     "search": {"type": "string", "enum": ["hybrid", "vector", "keyword"],
@@ -69,12 +74,12 @@ pub fn specs() -> Vec<ToolSpec> {
                 "additionalProperties": false,
                 "required": ["memory_id"],
                 "properties": {
-                    "memory_id": {"type": "string", "minLength": 1, "maxLength": 128,
+                    "memory_id": {"type": "string", "minLength": 1, "maxLength": MAX_ID_BYTES,
                                   "description": "The id of the memory to correct or delete."},
-                    "content": {"type": "string", "minLength": 1, "maxLength": 4000,
+                    "content": {"type": "string", "minLength": 1, "maxLength": MAX_TEXT_CHARS,
                                 "description": "The corrected memory, as a self-contained statement."},
-                    "tags": {"type": "array", "maxItems": 32,
-                             "items": {"type": "string", "minLength": 1, "maxLength": 64}},
+                    "tags": {"type": "array", "maxItems": MAX_TAGS,
+                             "items": {"type": "string", "minLength": 1, "maxLength": MAX_TAG_CHARS}},
                     "delete": {"type": "boolean", "default": false,
                                "description": "true: forget this memory instead of correcting it."}
                 }

@@ -13,6 +13,10 @@ pub const MAX_TEXT_CHARS: usize = 4000;
 pub const MAX_TAGS: usize = 32;
 /// Longest tag, in characters.
 pub const MAX_TAG_CHARS: usize = 64;
+/// Longest memory id a caller may name, in bytes.
+pub const MAX_ID_BYTES: usize = 128;
+/// Strength a caller may give a memory: 1 to this.
+pub const MAX_STRENGTH: i64 = 100;
 
 /// A memory as a caller proposes it. No scope: that is derived from the conversation.
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]

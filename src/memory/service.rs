@@ -45,8 +45,8 @@ use crate::store::lease::{self, Lease};
 use crate::store::maintenance::pruning::VersionLimits;
 use crate::store::{LanceSearch, RowFilter, ScopeSet, Selection, Store, Tier, WriterSettings};
 
-const MAX_QUERY_CHARS: usize = 2000;
-const DEFAULT_STRENGTH: i64 = 50;
+pub(crate) const MAX_QUERY_CHARS: usize = 2000;
+pub(crate) const DEFAULT_STRENGTH: i64 = 50;
 const MAX_FORGET_IDS: usize = 100;
 /// Candidates searched beyond the limit and the merged ones, when facts said twice gave up
 /// slots (`memory::distinct`).

@@ -8,7 +8,7 @@ use chrono::Utc;
 
 use super::{conversation, invalid, MemoryService, DEFAULT_STRENGTH};
 use crate::memory::model::{RememberRequest, Remembered};
-use crate::memory::new_memory::{NewMemory, ValidMemory};
+use crate::memory::new_memory::{NewMemory, ValidMemory, MAX_STRENGTH};
 use crate::memory::repetition::derived_id;
 use crate::memory::{embed_passage, MemoryError};
 use crate::scope::derive_scope;
@@ -22,8 +22,11 @@ impl MemoryService {
         let started = Instant::now();
         let conversation = conversation(&req.conversation_id)?;
         let strength = req.strength.unwrap_or(DEFAULT_STRENGTH);
-        if !(1..=100).contains(&strength) {
-            return Err(invalid("strength", "strength must be between 1 and 100"));
+        if !(1..=MAX_STRENGTH).contains(&strength) {
+            return Err(invalid(
+                "strength",
+                format!("strength must be between 1 and {MAX_STRENGTH}"),
+            ));
         }
         let ValidMemory {
             content,

@@ -17,7 +17,7 @@ use chrono::Utc;
 
 use super::{conversation, invalid, MemoryService};
 use crate::memory::model::{Memory, UpdateRequest, Updated};
-use crate::memory::new_memory::{NewMemory, ValidMemory};
+use crate::memory::new_memory::{NewMemory, ValidMemory, MAX_ID_BYTES};
 use crate::memory::{embed_passage, MemoryError};
 use crate::store::{target_still, MemoryRecord};
 
@@ -35,8 +35,11 @@ impl MemoryService {
             ));
         }
         let id = req.memory_id.trim();
-        if id.is_empty() || id.len() > 128 {
-            return Err(invalid("memory_id", "memory_id must be 1 to 128 bytes"));
+        if id.is_empty() || id.len() > MAX_ID_BYTES {
+            return Err(invalid(
+                "memory_id",
+                format!("memory_id must be 1 to {MAX_ID_BYTES} bytes"),
+            ));
         }
         let now = Utc::now();
         let expires_at = match req.expires_at.as_deref() {
