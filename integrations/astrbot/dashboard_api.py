@@ -14,14 +14,13 @@ through the plugin config (the source of truth while the plugin runs scopemem), 
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from astrbot.api import logger
 from astrbot.api.web import error_response, request
 from fastapi.responses import Response
 
-if TYPE_CHECKING:
-    from .main import ScopememPlugin
+from .client import ScopememDown
 
 # The page's routes, under AstrBot's /api/v1/plugins/extensions/.
 PREFIX = "/astrbot_plugin_scopemem/memories"
@@ -91,7 +90,9 @@ def _error_of(payload: Any) -> tuple[str, str]:
 class DashboardApi:
     """Registers the page's routes on AstrBot's context and answers them."""
 
-    def __init__(self, plugin: ScopememPlugin) -> None:
+    def __init__(self, plugin: Any) -> None:
+        # `plugin` is main.ScopememPlugin (its client, terminated flag and scope map), not
+        # imported here: main imports this module.
         self.plugin = plugin
 
     def register(self, context: Any) -> None:
@@ -146,7 +147,6 @@ class DashboardApi:
         self, method: str, path: str, body: Any = None, timeout: float = READ_TIMEOUT_S
     ) -> Any:
         """Call scopemem; a 4xx becomes the page's error with scopemem's code and message."""
-        from .main import ScopememDown
 
         try:
             status, payload = await self.plugin.client.request(method, path, body, timeout=timeout)
@@ -310,7 +310,6 @@ class DashboardApi:
         persona = request.query.get("persona")
         if isinstance(persona, str) and persona.strip():
             query["persona"] = persona.strip()
-        from .main import ScopememDown
 
         try:
             status, raw = await self.plugin.client.request_raw(

@@ -23,7 +23,6 @@ from collections import deque
 from datetime import datetime, timezone
 from typing import Any
 
-import aiohttp
 
 from astrbot.api import AstrBotConfig, logger
 from astrbot.api.event import AstrMessageEvent, filter
@@ -31,8 +30,10 @@ from astrbot.api.provider import LLMResponse, ProviderRequest
 from astrbot.api.star import Context, Star, StarTools, register
 
 from . import own_config
+from .client import ScopememClient, ScopememDown, error_code
 from .consolidation import HostConsolidation
 from .dashboard_api import DashboardApi
+from .supervisor import Supervisor
 
 PLUGIN_NAME = "astrbot_plugin_scopemem"
 
@@ -63,101 +64,6 @@ long-term; memory_type is knowledge, event, skill, task or emotional). The block
 before the user sees the reply. Leave it out when there is nothing to record.
 </memory_reflection_instructions>
 """.strip()
-
-
-class ScopememDown(Exception):
-    """scopemem could not be reached (or answered 5xx)."""
-
-
-class ScopememClient:
-    """A small JSON client that logs an outage once and its end once."""
-
-    def __init__(self, base_url: str, token: str, timeout_s: float) -> None:
-        self.base_url = base_url.rstrip("/")
-        self.token = token
-        self.timeout = aiohttp.ClientTimeout(total=timeout_s)
-        self.down = False
-        self.last_error = ""
-        self._session: aiohttp.ClientSession | None = None
-
-    def _headers(self) -> dict[str, str]:
-        headers = {"content-type": "application/json"}
-        if self.token:
-            headers["authorization"] = f"Bearer {self.token}"
-        return headers
-
-    async def _get_session(self) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
-            self._session = aiohttp.ClientSession(timeout=self.timeout)
-        return self._session
-
-    async def close(self) -> None:
-        if self._session is not None and not self._session.closed:
-            await self._session.close()
-
-    def _mark_down(self, error: str) -> None:
-        self.last_error = error
-        if not self.down:
-            self.down = True
-            logger.warning(
-                "[scopemem] %s unreachable (%s): chatting continues without memory "
-                "until it is back (logged once per outage)",
-                self.base_url,
-                error,
-            )
-
-    def _mark_up(self) -> None:
-        if self.down:
-            self.down = False
-            logger.info("[scopemem] %s is reachable again: memory is back", self.base_url)
-
-    async def request_raw(
-        self, method: str, path: str, body: Any = None, timeout: float | None = None
-    ) -> tuple[int, bytes]:
-        """Returns (status, body bytes). Raises ScopememDown on transport errors; a
-        `timeout` (seconds) replaces the chat path's short one for this call."""
-        # No `timeout` argument at all keeps the session's (aiohttp reads None as "no limit").
-        extra = {} if timeout is None else {"timeout": aiohttp.ClientTimeout(total=timeout)}
-        try:
-            session = await self._get_session()
-            async with session.request(
-                method,
-                self.base_url + path,
-                headers=self._headers(),
-                data=None if body is None else json.dumps(body),
-                **extra,
-            ) as resp:
-                raw = await resp.read()
-                status = resp.status
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
-            self._mark_down(type(e).__name__ if not str(e) else f"{type(e).__name__}: {e}")
-            raise ScopememDown(str(e) or type(e).__name__) from e
-        if status < 500:
-            self._mark_up()
-        return status, raw
-
-    async def request(
-        self, method: str, path: str, body: Any = None, timeout: float | None = None
-    ) -> tuple[int, Any]:
-        """Returns (status, json). Raises ScopememDown on transport errors and 5xx."""
-        status, raw = await self.request_raw(method, path, body, timeout)
-        text = raw.decode("utf-8", errors="replace")
-        try:
-            payload = json.loads(text) if text else None
-        except ValueError:
-            payload = None
-        if status >= 500:
-            code = _error_code(payload) or f"HTTP {status}"
-            self._mark_down(code)
-            raise ScopememDown(code)
-        self._mark_up()
-        return status, payload
-
-
-def _error_code(payload: Any) -> str:
-    if isinstance(payload, dict) and isinstance(payload.get("error"), dict):
-        return str(payload["error"].get("code", ""))
-    return ""
 
 
 def _whole(v: Any) -> Any:
@@ -291,73 +197,6 @@ def _message_id(raw: Any) -> str | None:
         return None
     text = str(raw).strip()
     return text[:WM_ID_CHARS] if text else None
-
-
-class Supervisor:
-    """Runs `scopemem serve`, restarting it with backoff. It does not outlive AstrBot, even a
-    kill -9 of it: it is started with `--exit-with-parent` and a stdin pipe nothing writes to
-    (its end closes when AstrBot dies). scopemem embeds in-process, so it is the only child."""
-
-    def __init__(self, argv: list[str], extra_env: dict[str, str] | None = None) -> None:
-        self.argv = argv
-        self.binary = argv[0]
-        self.extra_env = extra_env or {}
-        self.proc: asyncio.subprocess.Process | None = None
-        self.task: asyncio.Task | None = None
-        self.stopping = False
-
-    def start(self) -> None:
-        name = os.path.basename(self.binary)
-        self.task = asyncio.create_task(self._run(), name=f"scopemem_supervisor_{name}")
-
-    async def _run(self) -> None:
-        backoff = 1.0
-        env = dict(os.environ)
-        env.update(self.extra_env)
-        while not self.stopping:
-            started = time.monotonic()
-            try:
-                self.proc = await asyncio.create_subprocess_exec(
-                    *self.argv,
-                    env=env,
-                    stdin=asyncio.subprocess.PIPE,
-                )
-                logger.info("[scopemem] started %s (pid %s)", self.binary, self.proc.pid)
-                code = await self.proc.wait()
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:  # a missing binary, a bad path, ...
-                code = None
-                logger.error("[scopemem] could not start %s: %s", self.binary, e)
-            if self.stopping:
-                return
-            if time.monotonic() - started > 60:
-                backoff = 1.0
-            logger.warning(
-                "[scopemem] %s exited (code %s); restarting in %.0f s",
-                os.path.basename(self.binary),
-                code,
-                backoff,
-            )
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, 30.0)
-
-    async def stop(self) -> None:
-        self.stopping = True
-        proc = self.proc
-        if proc is not None and proc.returncode is None:
-            proc.terminate()  # SIGTERM: scopemem drains and flushes, then exits 0
-            try:
-                await asyncio.wait_for(proc.wait(), timeout=15)
-            except asyncio.TimeoutError:
-                proc.kill()
-                await proc.wait()
-        if self.task is not None:
-            self.task.cancel()
-            try:
-                await self.task
-            except (asyncio.CancelledError, Exception):
-                pass
 
 
 @register(
@@ -581,7 +420,7 @@ class ScopememPlugin(Star):
         status, payload = await self.client.request("POST", "/v1/events/llm_request", body)
         if status != 200 or not isinstance(payload, dict):
             logger.warning(
-                "[scopemem] llm_request refused (%s %s)", status, _error_code(payload)
+                "[scopemem] llm_request refused (%s %s)", status, error_code(payload)
             )
             return
         ids = [str(i) for i in payload.get("memory_ids") or []]
@@ -659,7 +498,7 @@ class ScopememPlugin(Star):
             )
             if status >= 400:
                 logger.warning(
-                    "[scopemem] reflection refused (%s %s)", status, _error_code(payload)
+                    "[scopemem] reflection refused (%s %s)", status, error_code(payload)
                 )
         except ScopememDown:
             pass
@@ -775,7 +614,7 @@ class ScopememPlugin(Star):
             self.consolidation.kick()
         if status >= 400:
             # Never the text: the log must not hold what was said.
-            key = (status, _error_code(payload))
+            key = (status, error_code(payload))
             log = logger.debug if key in self.wm_refusals_logged else logger.warning
             self.wm_refusals_logged.add(key)
             log(
@@ -800,7 +639,7 @@ class ScopememPlugin(Star):
         except ScopememDown:
             return "Memory is unavailable right now; continue without it."
         if status != 200:
-            return f"error: {_error_code(payload) or status}"
+            return f"error: {error_code(payload) or status}"
         return json.dumps(payload, ensure_ascii=False)
 
     @filter.llm_tool(name="core_memory_remember")
@@ -1031,7 +870,7 @@ class ScopememPlugin(Star):
         except ScopememDown:
             return "scopemem is down; nothing was erased. Try again when it is back."
         if code != 200 or not isinstance(body, dict):
-            return f"forget failed: {_error_code(body) or code}"
+            return f"forget failed: {error_code(body) or code}"
         return f"Erased {body.get('deleted', 0)} memories written in this chat."
 
     async def status_text(self, umo: str, full: bool = False) -> str:
@@ -1041,7 +880,7 @@ class ScopememPlugin(Star):
         try:
             code, st = await self.client.request("GET", "/v1/status")
             if code != 200 or not isinstance(st, dict):
-                lines.insert(0, f"scopemem status: error {_error_code(st) or code}")
+                lines.insert(0, f"scopemem status: error {error_code(st) or code}")
                 return "\n".join(lines)
             _, rec = await self.client.request(
                 "POST", "/v1/recall", {"conversation_id": umo, "query": "status", "limit": 1}
