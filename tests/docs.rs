@@ -256,3 +256,58 @@ fn the_link_parser_skips_code_and_urls() {
     let files: Vec<&str> = targets.iter().filter_map(|t| relative_path(t)).collect();
     assert_eq!(files, ["a.md", "img/b.png"]);
 }
+
+/// docs/design.md section 4 is the map of `src/`: every module file is named there (as
+/// `file.rs`, or through a folder below its layer, `feedback/`), and so is every such folder.
+/// A module added without a line in the map fails here.
+#[test]
+fn design_section_4_names_every_module() {
+    let root = repo();
+    let design = std::fs::read_to_string(root.join("docs/design.md")).expect("read design.md");
+    let start = design.find("## 4. Layers").expect("section 4");
+    let end = design[start..]
+        .find("\n## 5.")
+        .map_or(design.len(), |e| start + e);
+    let map = &design[start..end];
+    let mut missing = Vec::new();
+    let mut seen = 0;
+    let mut stack = vec![root.join("src")];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).expect("read src/") {
+            let path = entry.expect("src/ entry").path();
+            let rel = path.strip_prefix(root.join("src")).unwrap().to_path_buf();
+            let parts: Vec<String> = rel
+                .iter()
+                .map(|p| p.to_string_lossy().into_owned())
+                .collect();
+            let name = parts.last().cloned().unwrap_or_default();
+            // Folders below a layer (and the files in them) may be named by the folder.
+            let below_layer = parts.get(1..parts.len().saturating_sub(1)).unwrap_or(&[]);
+            let by_folder = below_layer.iter().any(|p| map.contains(&format!("{p}/")));
+            if path.is_dir() {
+                stack.push(path.clone());
+                if parts.len() > 1 && !by_folder && !map.contains(&format!("{name}/")) {
+                    missing.push(format!("{}/", rel.display()));
+                }
+                continue;
+            }
+            if !name.ends_with(".rs") || ["lib.rs", "main.rs", "mod.rs"].contains(&name.as_str()) {
+                continue;
+            }
+            seen += 1;
+            if !by_folder && !map.contains(&name) {
+                missing.push(rel.display().to_string());
+            }
+        }
+    }
+    assert!(
+        seen > 50,
+        "walked only {seen} module files: the walk is broken"
+    );
+    missing.sort();
+    assert!(
+        missing.is_empty(),
+        "docs/design.md section 4 does not name these modules of src/:\n{}",
+        missing.join("\n")
+    );
+}
