@@ -276,6 +276,8 @@ pub struct MemoryService {
     messages_present: working::MessagesPresent,
     /// Facts consolidated because a second member stated them again (`service::restated`).
     restated: AtomicU64,
+    /// The recent statements a stored message is compared with (`working::restatement`).
+    recent_statements: std::sync::Mutex<crate::memory::working::restatement::RecentStatements>,
 }
 
 impl MemoryService {

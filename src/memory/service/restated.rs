@@ -1,25 +1,19 @@
 //! The restatement rule's part of the service (design 5.13, `working::restatement`): each
-//! message the worker stores is compared with the nearest earlier messages of its scope; when
-//! another member said the same fact, the earlier statement becomes a long-term memory, with
-//! its speaker and time and both messages as its sources, through the one consolidated-fact
-//! writer (scope derived again, redaction, one copy of a fact).
+//! message the worker stores is compared with the recent statements of its scope; when another
+//! member said the same fact, the earlier statement becomes a long-term memory, with its
+//! speaker and time and both messages as its sources, through the one consolidated-fact writer
+//! (scope derived again, redaction, one copy of a fact).
 
 use std::sync::atomic::Ordering;
 use std::sync::Weak;
 
-use chrono::Utc;
 use tokio::sync::mpsc;
 
 use super::working::Consolidated;
 use super::MemoryService;
 use crate::memory::model::Remembered;
-use crate::memory::working::restatement::{restates, worth_checking};
 use crate::memory::working::StoredMessage;
 use crate::memory::MemoryError;
-use crate::store::{NearestVisible, RowFilter, ScopeSet, SearchRequest, Tier};
-
-/// Earlier messages of the scope compared with a new one, nearest first.
-const NEIGHBOURS: usize = 8;
 
 /// Check every message the worker stores, until the service is gone.
 pub(super) async fn follow_stored_messages(
@@ -38,42 +32,16 @@ pub(super) async fn follow_stored_messages(
 
 impl MemoryService {
     /// Make the fact `message` states a long-term memory when another member of its scope
-    /// said it earlier (still in the working memory). Returns the memory written.
+    /// said it shortly before (`working::restatement`). Returns the memory written.
     pub(crate) async fn consolidate_if_restated(
         &self,
         message: &StoredMessage,
     ) -> Result<Option<Remembered>, MemoryError> {
-        let record = &message.record;
-        let Some(scope) = record.memory_scope.as_deref() else {
-            return Ok(None);
-        };
-        if !worth_checking(record) {
-            return Ok(None);
-        }
         let bound = self.calibration.get().map(|fit| fit.duplicates);
-        let hits = self
-            .vectors
-            .nearest(&SearchRequest {
-                vector: message.vector.clone(),
-                rows: RowFilter {
-                    scopes: Some(ScopeSet::only(scope)),
-                    alive_at: Some(Utc::now()),
-                    created: None,
-                    tier: Some(Tier::Messages),
-                },
-                k: NEIGHBOURS,
-                rescale: None,
-            })
-            .await?;
-        let earliest = hits
-            .into_iter()
-            .filter(|h| {
-                h.vector.as_deref().is_some_and(|v| {
-                    restates((record, &message.vector), (&h.record, v), bound.as_ref())
-                })
-            })
-            .map(|h| h.record)
-            .min_by_key(|r| r.created_at);
+        let earliest = match self.recent_statements.lock() {
+            Ok(mut recent) => recent.restated_by(message, bound.as_ref()),
+            Err(_) => None,
+        };
         let Some(first) = earliest else {
             return Ok(None);
         };
@@ -89,7 +57,7 @@ impl MemoryService {
                 speaker_id: first.speaker_id,
                 speaker_name: first.speaker_name,
                 said_at: first.created_at,
-                source_ids: vec![first.id, record.id.clone()],
+                source_ids: vec![first.id, message.record.id.clone()],
             })
             .await?;
         if written.is_some() {

@@ -112,6 +112,7 @@ impl MemoryService {
             consolidator,
             messages_present: Default::default(),
             restated: AtomicU64::new(0),
+            recent_statements: Default::default(),
         })
     }
 

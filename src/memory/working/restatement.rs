@@ -2,6 +2,13 @@
 //! second member states again is a long-term memory, with no LLM involved. "周六下午三点老地方"
 //! from 张三, then "周六下午三点，老地方" from 李四: the group agreed on it.
 //!
+//! A stored message is compared with the last [`PER_SCOPE`] messages of its scope this process
+//! stored that could state a fact ([`RecentStatements`], kept in memory with their vectors and
+//! folded text): no table query, so the check never takes the embedder's CPU under a burst (a nearest-neighbour search
+//! per message, falling back to LanceDB while the resident copy caught up with the writer, cut
+//! the drain rate by a fifth). Agreement is said close together; a restatement further back,
+//! or stored by another process, is left to the recall threshold rule and the LLM pass.
+//!
 //! Two messages state one fact when their texts fold to the same (`memory::fact`), or when
 //! their vectors are at least the model's measured duplicate bound apart and they name the
 //! same numbers (`memory::distinct`), the test recall uses to drop a fact said twice. The
@@ -12,7 +19,9 @@
 //! - short chatter: under [`MIN_CHARS`] characters once folded, or fewer than
 //!   [`MIN_DISTINCT_CHARS`] different characters ("好的好的", "哈哈哈哈哈哈", "+1").
 
-use super::BOT_TAG;
+use std::collections::{HashMap, VecDeque};
+
+use super::{StoredMessage, BOT_TAG};
 use crate::embed::duplicates::DuplicateBound;
 use crate::memory::distinct::same_fact_in_other_words;
 use crate::memory::fact;
@@ -44,22 +53,105 @@ pub fn restates(
     (earlier, earlier_vector): (&MemoryRecord, &[f32]),
     bound: Option<&DuplicateBound>,
 ) -> bool {
-    if earlier.id == message.id
-        || !worth_checking(message)
-        || !worth_checking(earlier)
-        || earlier.speaker_id == message.speaker_id
-        || earlier.memory_scope != message.memory_scope
-    {
-        return false;
+    worth_checking(message)
+        && worth_checking(earlier)
+        && earlier.memory_scope == message.memory_scope
+        && agrees(
+            (message, vector, &fact::fold(&message.content)),
+            (earlier, earlier_vector, &fact::fold(&earlier.content)),
+            bound,
+        )
+}
+
+/// Whether two statements worth checking, of one scope, with their folded texts, are one
+/// fact said by two members.
+fn agrees(
+    (message, vector, folded): (&MemoryRecord, &[f32], &str),
+    (earlier, earlier_vector, earlier_folded): (&MemoryRecord, &[f32], &str),
+    bound: Option<&DuplicateBound>,
+) -> bool {
+    earlier.id != message.id
+        && earlier.speaker_id != message.speaker_id
+        && (earlier_folded == folded
+            || bound.is_some_and(|bound| {
+                same_fact_in_other_words(
+                    (&message.content, vector),
+                    (&earlier.content, earlier_vector),
+                    bound,
+                )
+            }))
+}
+
+/// Recent statements kept per scope (about 200 KB of vectors with e5).
+pub const PER_SCOPE: usize = 128;
+/// Scopes kept at most; past it the scope heard from least recently is dropped.
+pub const MAX_SCOPES: usize = 64;
+
+/// A statement in the window, with its folded text (folded once, compared many times).
+struct Statement {
+    message: StoredMessage,
+    folded: String,
+}
+
+/// The last [`PER_SCOPE`] stored messages of each scope that could state a fact, oldest first,
+/// for the [`MAX_SCOPES`] scopes heard from last.
+#[derive(Default)]
+pub struct RecentStatements {
+    scopes: HashMap<String, VecDeque<Statement>>,
+}
+
+impl RecentStatements {
+    /// The earliest statement of `message`'s scope that `message` states again (another
+    /// member, the same fact: see [`restates`]); then `message` joins the window when it could
+    /// state a fact.
+    pub fn restated_by(
+        &mut self,
+        message: &StoredMessage,
+        bound: Option<&DuplicateBound>,
+    ) -> Option<MemoryRecord> {
+        let record = &message.record;
+        let scope = record.memory_scope.clone()?;
+        if !worth_checking(record) {
+            return None;
+        }
+        let folded = fact::fold(&record.content);
+        let earliest = self.scopes.get(&scope).and_then(|window| {
+            window
+                .iter()
+                .filter(|e| {
+                    agrees(
+                        (record, &message.vector, &folded),
+                        (&e.message.record, &e.message.vector, &e.folded),
+                        bound,
+                    )
+                })
+                .min_by_key(|e| e.message.record.created_at)
+                .map(|e| e.message.record.clone())
+        });
+        if !self.scopes.contains_key(&scope) && self.scopes.len() >= MAX_SCOPES {
+            self.drop_least_recent_scope();
+        }
+        let window = self.scopes.entry(scope).or_default();
+        if window.len() >= PER_SCOPE {
+            window.pop_front();
+        }
+        window.push_back(Statement {
+            message: message.clone(),
+            folded,
+        });
+        earliest
     }
-    fact::same_fact(&earlier.content, &message.content)
-        || bound.is_some_and(|bound| {
-            same_fact_in_other_words(
-                (&message.content, vector),
-                (&earlier.content, earlier_vector),
-                bound,
-            )
-        })
+
+    fn drop_least_recent_scope(&mut self) {
+        let stalest = self
+            .scopes
+            .iter()
+            .min_by_key(|(_, w)| w.back().and_then(|s| s.message.record.created_at))
+            .map(|(scope, _)| scope.clone());
+        if let Some(scope) = stalest {
+            self.scopes.remove(&scope);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -116,6 +208,56 @@ mod tests {
             !restates((&c, &NEAR), (&a, &V), None),
             "no bound measured yet"
         );
+    }
+
+    #[test]
+    fn the_window_finds_the_earliest_statement_and_forgets_the_oldest_past_its_size() {
+        let at = chrono::Utc::now();
+        let stored = |id: &str, speaker: &str, text: &str, secs: i64| StoredMessage {
+            record: MemoryRecord {
+                created_at: Some(at + chrono::Duration::seconds(secs)),
+                ..said(id, speaker, text)
+            },
+            vector: V.to_vec(),
+        };
+        let dinner = "周六下午三点老地方聚餐";
+        let mut recent = RecentStatements::default();
+        let b = Some(bound());
+        assert!(recent
+            .restated_by(&stored("a", "u1", dinner, 0), b.as_ref())
+            .is_none());
+        let found = recent.restated_by(&stored("b", "u3", dinner, 1), b.as_ref());
+        assert_eq!(found.map(|r| r.id), Some("a".to_string()));
+        let found = recent.restated_by(&stored("c", "u2", dinner, 2), b.as_ref());
+        assert_eq!(found.map(|r| r.id), Some("a".to_string()), "the earliest");
+        for i in 0..PER_SCOPE {
+            let other = format!("别的事情编号{i}号");
+            recent.restated_by(&stored(&format!("x{i}"), "u9", &other, 3), None);
+        }
+        assert!(
+            recent
+                .restated_by(&stored("d", "u4", dinner, 4), b.as_ref())
+                .is_none(),
+            "the statements left the window"
+        );
+        // The scope heard from least recently goes first.
+        let mut recent = RecentStatements::default();
+        let in_scope = |id: &str, speaker: &str, scope: usize, secs: i64| {
+            let mut m = stored(id, speaker, dinner, secs);
+            m.record.memory_scope = Some(format!("s{scope}"));
+            m
+        };
+        for scope in 0..=MAX_SCOPES {
+            recent.restated_by(
+                &in_scope(&format!("m{scope}"), "u1", scope, scope as i64),
+                None,
+            );
+        }
+        assert!(recent
+            .restated_by(&in_scope("late0", "u2", 0, 100), None)
+            .is_none());
+        let last = in_scope("late", "u2", MAX_SCOPES, 101);
+        assert!(recent.restated_by(&last, None).is_some());
     }
 
     #[test]
