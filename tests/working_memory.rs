@@ -85,17 +85,23 @@ async fn embedded(host: &PluginHost) {
     );
 }
 
+/// A host on `dir` with the family map, its background tasks running and the model measured.
+async fn calibrated_host(dir: &std::path::Path) -> PluginHost {
+    let host = PluginHost::start_with(config(dir, json!({})), None, common::e5())
+        .await
+        .expect("host starts");
+    host.start_background();
+    common::calibrated(&host).await;
+    host
+}
+
 const ZHANG: (&str, &str) = ("u-zhang", "张三");
 const LI: (&str, &str) = ("u-li", "李四");
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn what_members_say_to_each_other_answers_a_later_question_in_their_scope_only() {
     let dir = tempfile::tempdir().unwrap();
-    let host = PluginHost::start_with(config(dir.path(), json!({})), None, common::e5())
-        .await
-        .expect("host starts");
-    host.start_background();
-    common::calibrated(&host).await;
+    let host = calibrated_host(dir.path()).await;
     // A long-term memory that does not answer the question: the gate must not hold the
     // message back for it (the gate weighs each tier on its own).
     common::remember(&host, FAMILY, "奶奶喜欢在阳台上种兰花").await;
@@ -273,11 +279,7 @@ async fn a_message_expires_and_its_consolidated_fact_stays() {
 async fn a_fact_a_second_member_states_again_becomes_a_long_term_memory() {
     const DINNER: &str = "周六晚上七点在外婆家吃饭";
     let dir = tempfile::tempdir().unwrap();
-    let host = PluginHost::start_with(config(dir.path(), json!({})), None, common::e5())
-        .await
-        .expect("host starts");
-    host.start_background();
-    common::calibrated(&host).await;
+    let host = calibrated_host(dir.path()).await;
 
     let first = say(&host, FAMILY, ZHANG, DINNER).await;
     for _ in 0..2 {

@@ -162,21 +162,11 @@ mod tests {
     fn said(id: &str, speaker: &str, text: &str) -> MemoryRecord {
         MemoryRecord {
             id: id.into(),
-            content: text.into(),
-            reasoning: None,
-            tags: vec![],
             memory_type: super::super::MESSAGE_TYPE.into(),
-            strength: 1,
-            is_active: false,
             conversation_id: Some("default:GroupMessage:1".into()),
-            created_at: None,
             memory_scope: Some("家人".into()),
-            scope_source: Some("mapped".into()),
-            expires_at: None,
-            last_recalled_at: None,
             speaker_id: Some(speaker.into()),
-            speaker_name: None,
-            source_ids: vec![],
+            ..MemoryRecord::with_text(text, &[])
         }
     }
 

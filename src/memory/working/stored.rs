@@ -68,21 +68,8 @@ mod tests {
         let stored = StoredMessages::default();
         let record = MemoryRecord {
             id: "msg-1".into(),
-            content: "x".into(),
-            reasoning: None,
-            tags: vec![],
             memory_type: super::super::MESSAGE_TYPE.into(),
-            strength: 1,
-            is_active: false,
-            conversation_id: None,
-            created_at: None,
-            memory_scope: None,
-            scope_source: None,
-            expires_at: None,
-            last_recalled_at: None,
-            speaker_id: None,
-            speaker_name: None,
-            source_ids: vec![],
+            ..MemoryRecord::with_text("x", &[])
         };
         for _ in 0..CAPACITY + 3 {
             stored.offer(record.clone(), vec![1.0]);
