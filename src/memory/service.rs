@@ -817,6 +817,9 @@ impl MemoryService {
 
     pub async fn status(&self) -> Result<Status, MemoryError> {
         let stats = self.store.stats().await?;
+        // Progress before the gate: a backfill closes the gate and then publishes "done", so
+        // read in this order "done" always comes with the gate closed.
+        let backfill = self.backfill.progress();
         let active = self.migration_active();
         Ok(Status {
             rows: stats.rows,
@@ -835,7 +838,7 @@ impl MemoryService {
             migration: MigrationStatus {
                 migration_mode: self.settings.migration_mode,
                 active,
-                backfill: self.backfill.progress(),
+                backfill,
             },
             reembed: self.reembed.status().await,
             rows_by_scope: stats.rows_by_scope,

@@ -34,14 +34,19 @@ impl InstanceJournal {
         std::fs::create_dir_all(dir).map_err(|e| err(dir, e))?;
         let instance = uuid::Uuid::now_v7().simple().to_string();
         let lock_path = dir.join(format!("{table}.feedback.{instance}.lock"));
-        let lock = OpenOptions::new()
+        // Locked under a name no other process looks at, then renamed into place: a process
+        // starting beside this one never sees the lock file unlocked and adopts it as an
+        // orphan (it did, four starts at once: "lock acquisition failed ... would block").
+        let claiming = dir.join(format!("{table}.feedback.{instance}.claiming"));
+        let mut lock = OpenOptions::new()
             .create_new(true)
             .write(true)
-            .open(&lock_path)
-            .map_err(|e| err(&lock_path, e))?;
-        lock.try_lock().map_err(|e| err(&lock_path, e))?;
-        std::fs::write(&lock_path, std::process::id().to_string())
-            .map_err(|e| err(&lock_path, e))?;
+            .open(&claiming)
+            .map_err(|e| err(&claiming, e))?;
+        lock.try_lock().map_err(|e| err(&claiming, e))?;
+        std::io::Write::write_all(&mut lock, std::process::id().to_string().as_bytes())
+            .map_err(|e| err(&claiming, e))?;
+        std::fs::rename(&claiming, &lock_path).map_err(|e| err(&lock_path, e))?;
 
         let mut orphans = Vec::new();
         let legacy = dir.join(format!("{table}.feedback.journal"));
