@@ -18,6 +18,9 @@
 //!    Rows found across scopes must be 0.
 //! 4. RSS with 100k live messages: a table seeded with 100k message rows (random unit vectors:
 //!    the size is a message's, the content does not matter), served, RSS once they are loaded.
+//!
+//! `SCOPEMEM_BENCH_PARTS=burst,recall,rss` picks parts; `SCOPEMEM_BENCH_LOG_DIR` keeps the
+//! servers' logs.
 
 #[path = "common/mod.rs"]
 mod common;
@@ -585,6 +588,14 @@ async fn rss_with_live_messages(client: &reqwest::Client) {
     drop(proc);
 }
 
+/// Whether to run this part: `SCOPEMEM_BENCH_PARTS` lists some of `burst,recall,rss` (all
+/// when unset).
+fn part(name: &str) -> bool {
+    std::env::var("SCOPEMEM_BENCH_PARTS")
+        .map(|parts| parts.split(',').any(|p| p.trim() == name))
+        .unwrap_or(true)
+}
+
 fn main() {
     let rt = common::runtime();
     rt.block_on(async {
@@ -593,8 +604,14 @@ fn main() {
             .build()
             .expect("client");
         println!("serve binary: {}", serve::serve_bin().display());
-        burst_and_steady(&client).await;
-        recall_set(&client).await;
-        rss_with_live_messages(&client).await;
+        if part("burst") {
+            burst_and_steady(&client).await;
+        }
+        if part("recall") {
+            recall_set(&client).await;
+        }
+        if part("rss") {
+            rss_with_live_messages(&client).await;
+        }
     });
 }

@@ -10,7 +10,9 @@ use crate::common;
 use std::time::Duration;
 
 use common::{FAMILY, PRIVATE, WORK};
+use futures::future::BoxFuture;
 use scopemem::config::Config;
+use scopemem::embed::{EmbedError, Embedder, TextRole};
 use scopemem::host::PluginHost;
 use serde_json::{json, Value};
 
@@ -59,6 +61,18 @@ async fn memories(host: &PluginHost, query: &str) -> Vec<String> {
         .await
         .unwrap();
     common::recalled_texts(&r)
+}
+
+/// The long-term memory consolidated from the message `text`, once the background task wrote
+/// it (`None` after two minutes).
+async fn consolidated(host: &PluginHost, text: &str) -> Option<scopemem::store::MemoryRecord> {
+    common::until_some(Duration::from_secs(120), || async {
+        common::all_rows(host)
+            .await
+            .into_iter()
+            .find(|r| r.memory_type != "message" && r.content == text)
+    })
+    .await
 }
 
 fn texts(messages: &[Value]) -> Vec<&str> {
@@ -177,15 +191,14 @@ async fn what_members_say_to_each_other_answers_a_later_question_in_their_scope_
         .unwrap();
     assert_eq!(listed["total"], 4, "{listed}");
 
-    // The second return makes it a long-term memory, with its speaker and its source.
+    // The second return makes it a long-term memory, with its speaker and its source,
+    // written beside the recall (which does not wait for it).
     for _ in 0..2 {
         let again = recent(&host, FAMILY, QUESTION).await;
         assert!(texts(&again).contains(&ALLERGY), "{again:?}");
     }
-    let rows = common::all_rows(&host).await;
-    let fact = rows
-        .iter()
-        .find(|r| r.memory_type != "message" && r.content == ALLERGY)
+    let fact = consolidated(&host, ALLERGY)
+        .await
         .expect("consolidated into a long-term memory");
     assert_eq!(fact.memory_scope.as_deref(), Some("家人"));
     assert_eq!(fact.speaker_id.as_deref(), Some("u-zhang"));
@@ -254,6 +267,7 @@ async fn a_message_expires_and_its_consolidated_fact_stays() {
     for _ in 0..2 {
         assert!(texts(&recent(&host, FAMILY, "花生过敏").await).contains(&ALLERGY));
     }
+    assert!(consolidated(&host, ALLERGY).await.is_some());
     let expires_at = sent_at + chrono::Duration::hours(1);
     let expired =
         common::eventually(Duration::from_secs(300), || chrono::Utc::now() > expires_at).await;
@@ -318,5 +332,72 @@ async fn a_fact_a_second_member_states_again_becomes_a_long_term_memory() {
     assert_eq!(host.memory().working_status().restated, 1);
     let memories = memories(&host, "周六晚上在哪吃饭").await;
     assert!(memories.iter().any(|t| t == DINNER), "{memories:?}");
+    host.shutdown().await;
+}
+
+/// The real model, with a switch that holds every passage (a stored text) until it is opened
+/// again; queries always pass.
+struct HeldPassages {
+    real: std::sync::Arc<dyn Embedder>,
+    open: tokio::sync::watch::Sender<bool>,
+}
+
+impl Embedder for HeldPassages {
+    fn model_id(&self) -> &str {
+        self.real.model_id()
+    }
+    fn dimension(&self) -> usize {
+        self.real.dimension()
+    }
+    fn embed(
+        &self,
+        role: TextRole,
+        texts: Vec<String>,
+    ) -> BoxFuture<'_, Result<Vec<Vec<f32>>, EmbedError>> {
+        let mut open = self.open.subscribe();
+        Box::pin(async move {
+            if role == TextRole::Passage {
+                let _ = open.wait_for(|open| *open).await;
+            }
+            self.real.embed(role, texts).await
+        })
+    }
+}
+
+/// The threshold rule's memory is written beside the recall that triggers it: a recall never
+/// waits for a passage embedding or a table write. (Inline, under a burst, the embedding
+/// waited behind the worker's batches: recalls took 1 to 3 s.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_recall_never_waits_for_the_consolidation_it_triggers() {
+    let dir = tempfile::tempdir().unwrap();
+    let (open, _) = tokio::sync::watch::channel(true);
+    let embedder = std::sync::Arc::new(HeldPassages {
+        real: common::e5(),
+        open,
+    });
+    let host = PluginHost::start_with(config(dir.path(), json!({})), None, embedder.clone())
+        .await
+        .expect("host starts");
+    host.start_background();
+    common::calibrated(&host).await;
+    say(&host, FAMILY, ZHANG, ALLERGY).await;
+    embedded(&host).await;
+
+    embedder.open.send_replace(false);
+    for n in 0..2 {
+        let again = tokio::time::timeout(Duration::from_secs(60), recent(&host, FAMILY, QUESTION))
+            .await
+            .unwrap_or_else(|_| panic!("recall {n} waited for a held passage embedding"));
+        assert!(texts(&again).contains(&ALLERGY), "{again:?}");
+    }
+    assert!(common::all_rows(&host)
+        .await
+        .iter()
+        .all(|r| r.memory_type == "message"));
+    embedder.open.send_replace(true);
+    let fact = consolidated(&host, ALLERGY)
+        .await
+        .expect("consolidated once the embedding went through");
+    assert_eq!(fact.speaker_id.as_deref(), Some("u-zhang"));
     host.shutdown().await;
 }

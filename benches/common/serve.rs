@@ -67,7 +67,22 @@ pub fn serve_bin() -> PathBuf {
 
 /// Start `scopemem serve` (the binary `serve_bin` names) with `cfg` (its `storage.db_dir`
 /// defaulting to `<dir>/db` and `server.http_addr` set to a free port) and wait for `/healthz`;
-/// Err(why) when it exits or never answers. Its log goes to `<dir>/serve.log`.
+/// Err(why) when it exits or never answers. Its log goes to `<dir>/serve.log`, or to
+/// `$SCOPEMEM_BENCH_LOG_DIR/serve-<port>.log` when that is set (kept after the bench, to break
+/// a figure down from the server's own `recalled … ms` lines).
+fn serve_log(dir: &Path, port: u16) -> PathBuf {
+    match std::env::var_os("SCOPEMEM_BENCH_LOG_DIR") {
+        Some(keep) => {
+            let keep = PathBuf::from(keep);
+            if let Err(e) = std::fs::create_dir_all(&keep) {
+                panic!("cannot create {}: {e}", keep.display());
+            }
+            keep.join(format!("serve-{port}.log"))
+        }
+        None => dir.join("serve.log"),
+    }
+}
+
 pub async fn start_serve(
     client: &reqwest::Client,
     dir: &Path,
@@ -80,7 +95,7 @@ pub async fn start_serve(
     cfg["server"]["http_addr"] = json!(format!("127.0.0.1:{port}"));
     let config = dir.join("config.json");
     std::fs::write(&config, serde_json::to_vec_pretty(&cfg).unwrap()).unwrap();
-    let log = dir.join("serve.log");
+    let log = serve_log(dir, port);
     let bin = serve_bin();
     let child = Command::new(&bin)
         .args(["serve", "--config", config.to_str().unwrap()])

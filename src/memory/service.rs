@@ -270,6 +270,8 @@ pub struct MemoryService {
     calibration: Arc<std::sync::OnceLock<ModelFit>>,
     /// How often recalls returned each recent message (the consolidation threshold rule).
     recurrences: super::working::Recurrences,
+    /// Messages a recall returned a second time, for the task that consolidates them.
+    returned_again: super::working::ReturnedAgain,
     /// The LLM consolidation pass (`consolidation.*`).
     consolidator: super::consolidation::Consolidator,
     /// Whether the table holds any message, so recalls skip the second tier until it does.

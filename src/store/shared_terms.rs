@@ -99,34 +99,64 @@ impl QueryTerms {
 
     /// Whether `record`'s content or tags hold one of the question's terms.
     pub fn found_in(&mut self, record: &MemoryRecord) -> bool {
-        match self.words_of(record) {
+        let words = self.words_of(record);
+        self.found_in_words(words.as_ref())
+    }
+
+    /// [`QueryTerms::found_in`] on a record's words split beforehand ([`SplitWords::of`]).
+    pub fn found_in_words(&self, words: Option<&SplitWords>) -> bool {
+        match words {
             None => true,
-            Some(text) => self.terms.iter().any(|t| text.contains(t.as_str())),
+            Some(SplitWords(text)) => self.terms.iter().any(|t| text.contains(t.as_str())),
         }
     }
 
     /// Whether `record`'s content or tags hold every term of the question (and it has one):
     /// the question names that memory in its own words ("family" for "family: keep me").
     pub fn all_found_in(&mut self, record: &MemoryRecord) -> bool {
-        match self.words_of(record) {
+        let words = self.words_of(record);
+        self.all_found_in_words(words.as_ref())
+    }
+
+    /// [`QueryTerms::all_found_in`] on a record's words split beforehand.
+    pub fn all_found_in_words(&self, words: Option<&SplitWords>) -> bool {
+        match words {
             None => false,
-            Some(text) => {
+            Some(SplitWords(text)) => {
                 !self.terms.is_empty() && self.terms.iter().all(|t| text.contains(t.as_str()))
             }
         }
     }
 
     /// The record's content and tags as split words, or `None` without a splitter.
-    fn words_of(&mut self, record: &MemoryRecord) -> Option<String> {
-        let splitter = self.splitter.as_mut()?;
+    fn words_of(&mut self, record: &MemoryRecord) -> Option<SplitWords> {
+        Some(SplitWords::split(self.splitter.as_mut()?.as_mut(), record))
+    }
+}
+
+/// A record's content and tags as the splitter's words, space-separated: what a question's
+/// terms are looked for in. Split once where many questions read the same record (the
+/// messages waiting for their vectors, `memory::working::pending`).
+#[derive(Debug, Clone)]
+pub struct SplitWords(String);
+
+impl SplitWords {
+    /// `record`'s words, or `None` without a splitter (then every hit is kept, as by
+    /// [`QueryTerms::found_in`]).
+    pub fn of(record: &MemoryRecord) -> Option<SplitWords> {
+        let mut splitter = words()?;
+        Some(SplitWords::split(splitter.as_mut(), record))
+    }
+
+    fn split(splitter: &mut dyn LanceTokenizer, record: &MemoryRecord) -> SplitWords {
         let mut text = String::new();
         for part in std::iter::once(&record.content).chain(&record.tags) {
-            for token in tokens(splitter.as_mut(), part) {
+            for token in tokens(splitter, part) {
                 text.push_str(&token);
                 text.push(' ');
             }
         }
-        Some(text)
+        SplitWords(text)
     }
 }
 

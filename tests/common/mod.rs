@@ -184,6 +184,25 @@ pub async fn eventually(timeout: Duration, mut f: impl FnMut() -> bool) -> bool 
     f()
 }
 
+/// What `f` finds, asked again every 25 ms until it finds something or `timeout` passed: a
+/// condition that needs a read (rows written by a background task).
+pub async fn until_some<T, F, Fut>(timeout: Duration, mut f: F) -> Option<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(found) = f().await {
+            return Some(found);
+        }
+        if start.elapsed() >= timeout {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
 /// Every file under `dir` whose bytes contain `needle`.
 pub fn files_containing(dir: &Path, needle: &str) -> Vec<String> {
     let mut hits = Vec::new();

@@ -10,6 +10,7 @@ use chrono::Utc;
 use super::shared::Shared;
 use super::*;
 use crate::memory::repetition::derived_id;
+use crate::memory::working::StoredMessage;
 use crate::store::Selection;
 use crate::store::{MemoryRecord, StrengthChange, StrengthSet};
 
@@ -143,7 +144,7 @@ async fn apply_message(
         .writer()
         .insert_missing(vec![(record.clone(), vector.clone())])
         .await?;
-    shared.stored.offer(record, vector);
+    shared.stored.offer(StoredMessage { record, vector });
     Ok(JobOutcome {
         job_id: job.job_id.clone(),
         state: JobState::Done,

@@ -22,6 +22,7 @@ use super::worker::{finish, run_job, Run};
 use super::*;
 use crate::memory::model::Remembered;
 use crate::memory::repetition::derived_id;
+use crate::memory::working::StoredMessage;
 use crate::store::{MemoryRecord, StrengthChange};
 
 /// Most jobs in one batch.
@@ -335,7 +336,7 @@ async fn write_net(shared: &Shared, net: &NetEffect) -> Result<Vec<Remembered>, 
             net.messages.iter().cloned().zip(message_vectors).collect();
         shared.store.writer().insert_missing(rows.clone()).await?;
         for (record, vector) in rows {
-            shared.stored.offer(record, vector);
+            shared.stored.offer(StoredMessage { record, vector });
         }
     }
     if !net.inserts.is_empty() {

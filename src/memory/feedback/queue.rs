@@ -96,7 +96,7 @@ impl FeedbackQueue {
                 finished: Notify::new(),
                 depth: std::sync::atomic::AtomicUsize::new(pending.jobs.len()),
                 pending: Arc::new(replayed_messages),
-                stored: Default::default(),
+                stored: crate::memory::working::stored_messages(),
             }),
             scopes,
             tx,

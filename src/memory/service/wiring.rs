@@ -109,6 +109,7 @@ impl MemoryService {
             degraded_recalls: AtomicU64::new(0),
             calibration,
             recurrences: Default::default(),
+            returned_again: crate::memory::working::returned_again(),
             consolidator,
             messages_present: Default::default(),
             restated: AtomicU64::new(0),
@@ -123,6 +124,12 @@ impl MemoryService {
             Arc::downgrade(self),
             self.settings.follow_erasures,
         ));
+        if let Some(returned) = self.returned_again.take_receiver() {
+            tokio::spawn(working::consolidate_returned_again(
+                Arc::downgrade(self),
+                returned,
+            ));
+        }
         if let Some(stored) = self.feedback.stored_messages().take_receiver() {
             tokio::spawn(super::restated::follow_stored_messages(
                 Arc::downgrade(self),

@@ -3,7 +3,7 @@
 //! long-term memory when recalls keep wanting it (the threshold rule, `working::recurrence`).
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use std::sync::{Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
@@ -56,6 +56,24 @@ pub struct WorkingStatus {
     pub restated: u64,
     /// Stored messages not compared with earlier ones because the check was behind.
     pub restatement_skipped: u64,
+    /// Messages returned a second time and not consolidated because that task was behind.
+    pub recurrence_skipped: u64,
+}
+
+/// Make each message a recall returned a second time a long-term memory (the threshold rule),
+/// until the service is gone. Off the recall's path: see `working::handoff`.
+pub(super) async fn consolidate_returned_again(
+    service: Weak<MemoryService>,
+    mut returned: tokio::sync::mpsc::Receiver<String>,
+) {
+    while let Some(id) = returned.recv().await {
+        let Some(service) = service.upgrade() else {
+            return;
+        };
+        if let Err(e) = service.consolidate_message(&id).await {
+            tracing::warn!(id = %id, error = %e, "could not consolidate a recent message");
+        }
+    }
 }
 
 impl MemoryService {
@@ -88,6 +106,7 @@ impl MemoryService {
             vector_lag_ms: pending.lag().as_millis() as u64,
             restated: self.restated.load(Ordering::Relaxed),
             restatement_skipped: self.feedback.stored_messages().skipped(),
+            recurrence_skipped: self.returned_again.skipped(),
         }
     }
 
@@ -140,9 +159,7 @@ impl MemoryService {
             .map(|h| h.memory.id.as_str())
             .filter(|id| stored.iter().any(|s| s == id));
         for id in self.recurrences.returned(returned) {
-            if let Err(e) = self.consolidate_message(&id).await {
-                tracing::warn!(id = %id, error = %e, "could not consolidate a recent message");
-            }
+            self.returned_again.offer(id);
         }
         Ok(hits)
     }

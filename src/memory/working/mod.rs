@@ -7,7 +7,9 @@
 //! - [`recurrence`]: the threshold rule that makes a message a long-term memory (recalled a
 //!   second time);
 //! - [`stored`]: what the worker has just stored, with vectors, handed to the second rule;
-//! - [`restatement`]: that rule (a fact stated again by a second member).
+//! - [`restatement`]: that rule (a fact stated again by a second member);
+//! - [`handoff`]: how a path that must not wait (the worker, a recall) hands work to the
+//!   background task of a rule.
 //!
 //! Messages are rows of the `memories` table with `memory_type` [`MESSAGE_TYPE`]: the scope
 //! filter, expiry, every forget, erasure from disk and the export hold for them with no second
@@ -15,6 +17,7 @@
 //! replayed after a crash, dropped by an erase that selects them, embedded in batches).
 
 mod event;
+mod handoff;
 mod pending;
 mod recurrence;
 pub mod restatement;
@@ -23,9 +26,10 @@ mod stored;
 pub use crate::store::schema::MESSAGE_TYPE;
 pub(crate) use event::accept;
 pub use event::{MessageAccepted, MessageEvent, MessageJob, BOT_TAG};
+pub use handoff::Handoff;
 pub use pending::PendingMessages;
-pub use recurrence::Recurrences;
-pub use stored::{StoredMessage, StoredMessages};
+pub use recurrence::{returned_again, Recurrences, ReturnedAgain};
+pub use stored::{stored_messages, StoredMessage, StoredMessages};
 
 /// `working_memory.*` as the memory layer uses it.
 #[derive(Debug, Clone)]

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::store::shared_terms::QueryTerms;
+use crate::store::shared_terms::{QueryTerms, SplitWords};
 use crate::store::{MemoryRecord, RowFilter};
 
 /// Keyword hit on a message waiting for its vector: every term of the question in the text.
@@ -18,14 +18,28 @@ pub const SOME_TERMS_SCORE: f32 = 0.5;
 
 #[derive(Default)]
 pub struct PendingMessages {
-    rows: Mutex<HashMap<String, (MemoryRecord, Instant)>>,
+    rows: Mutex<HashMap<String, Waiting>>,
+}
+
+/// A message waiting for its vector: its row, its words (split once: under a burst every
+/// recall reads thousands of waiting messages, and splitting them all again held the lock
+/// that each accept needs), and since when.
+struct Waiting {
+    record: MemoryRecord,
+    words: Option<SplitWords>,
+    since: Instant,
 }
 
 impl PendingMessages {
     /// `record` waits, under the id of the job that writes it.
     pub fn add(&self, job_id: &str, record: MemoryRecord) {
+        let waiting = Waiting {
+            words: SplitWords::of(&record),
+            record,
+            since: Instant::now(),
+        };
         if let Ok(mut rows) = self.rows.lock() {
-            rows.insert(job_id.to_string(), (record, Instant::now()));
+            rows.insert(job_id.to_string(), waiting);
         }
     }
 
@@ -43,7 +57,7 @@ impl PendingMessages {
     pub fn holds_conversation(&self, conversation_id: &str) -> bool {
         self.rows.lock().is_ok_and(|rows| {
             rows.values()
-                .any(|(r, _)| r.conversation_id.as_deref() == Some(conversation_id))
+                .any(|w| w.record.conversation_id.as_deref() == Some(conversation_id))
         })
     }
 
@@ -60,7 +74,7 @@ impl PendingMessages {
         self.rows
             .lock()
             .ok()
-            .and_then(|r| r.values().map(|(_, t)| t.elapsed()).max())
+            .and_then(|r| r.values().map(|w| w.since.elapsed()).max())
             .unwrap_or_default()
     }
 
@@ -70,15 +84,15 @@ impl PendingMessages {
         let Ok(waiting) = self.rows.lock() else {
             return Vec::new();
         };
-        let mut terms = QueryTerms::of(text);
+        let terms = QueryTerms::of(text);
         let mut hits: Vec<(MemoryRecord, f32)> = waiting
             .values()
-            .filter(|(r, _)| admitted(rows, r))
-            .filter_map(|(r, _)| {
-                if terms.all_found_in(r) {
-                    Some((r.clone(), ALL_TERMS_SCORE))
-                } else if terms.found_in(r) {
-                    Some((r.clone(), SOME_TERMS_SCORE))
+            .filter(|w| admitted(rows, &w.record))
+            .filter_map(|w| {
+                if terms.all_found_in_words(w.words.as_ref()) {
+                    Some((w.record.clone(), ALL_TERMS_SCORE))
+                } else if terms.found_in_words(w.words.as_ref()) {
+                    Some((w.record.clone(), SOME_TERMS_SCORE))
                 } else {
                     None
                 }

@@ -1,12 +1,26 @@
 //! The threshold rule of consolidation (design 5.13): a message that a recall returns a second
 //! time is wanted again, and becomes a long-term memory, with no LLM involved. Counted in
-//! this process (a restart forgets the first return; the rule then needs two more).
+//! this process (a restart forgets the first return; the rule then needs two more). The recall
+//! hands the message over ([`ReturnedAgain`]) and answers; a background task writes the
+//! memory, so no recall waits for an embedding or a write.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 
 /// Returns that make a message a long-term memory.
 pub const CONSOLIDATE_AT: u8 = 2;
+/// Messages waiting for their consolidation at most.
+pub const WAITING: usize = 1024;
+
+/// The ids of messages returned a second time, handed from the recall to the task that makes
+/// them long-term memories.
+pub type ReturnedAgain = super::Handoff<String>;
+
+/// An empty hand-off of [`WAITING`].
+pub fn returned_again() -> ReturnedAgain {
+    super::Handoff::with_capacity(WAITING)
+}
+
 /// Messages counted at most; past it the counts start over (they are hints, not state).
 const MAX_COUNTED: usize = 100_000;
 

@@ -23,6 +23,19 @@ const READ_AHEAD_BYTES: u64 = 64 << 20;
 /// How long one load gives way to foreground searches in all: about one flat LanceDB search
 /// at 1M rows on 2 cores.
 const YIELD_AT_MOST: Duration = Duration::from_secs(2);
+/// The same per row: a load gives way about as long as one flat search of its table takes.
+const YIELD_PER_ROW: Duration = Duration::from_nanos(2_000);
+
+/// How long a load of `rows` rows gives way in all. Proportional: a small table's load is
+/// quicker than the searches it would wait for. With a fixed 2 s, the 200-row table of
+/// `make bench-erase-reads` took 1.2 to 2 s to load after each of another process's erases
+/// (which prune the versions the copy would have followed), and every read went to LanceDB
+/// meanwhile: p50 38 ms instead of a few.
+fn yield_budget(rows: usize) -> Duration {
+    YIELD_PER_ROW
+        .saturating_mul(u32::try_from(rows).unwrap_or(u32::MAX))
+        .min(YIELD_AT_MOST)
+}
 
 /// The table at its current version, or `None` when it holds more than `max_rows` rows, stores
 /// a record column in a type `from_batch` cannot read, or is not a Lance dataset on this
@@ -30,7 +43,7 @@ const YIELD_AT_MOST: Duration = Duration::from_secs(2);
 ///
 /// The scan reads one dataset version, so the snapshot is that version exactly. Batches are
 /// indexed as they stream in, on a thread of the load's own, and the scan reads only a few
-/// batches ahead: between batches the load waits (at most 2 s in all) while `yield_to` says a
+/// batches ahead: between batches the load waits ([`yield_budget`] in all) while `yield_to` says a
 /// foreground search is running on LanceDB. Without that, Lance's default read-ahead (up to
 /// 2 GiB) read the whole table beside the first recalls: at 1M rows on 2 cores the first
 /// recall took 8.9 s with the load running and 1.4 s without it.
@@ -55,9 +68,11 @@ pub async fn snapshot(
         tracing::warn!(columns = ?unreadable, "the table stores record columns in types the resident copy cannot read; searches stay on LanceDB");
         return Ok(None);
     }
-    if max_rows == 0 || dataset.count_rows(None).await? > max_rows {
+    let rows = dataset.count_rows(None).await?;
+    if max_rows == 0 || rows > max_rows {
         return Ok(None);
     }
+    let budget = yield_budget(rows);
     let mut columns: Vec<&str> = RECORD_COLUMNS.to_vec();
     columns.push(COL_VECTOR);
     let mut scan = dataset.scan();
@@ -73,7 +88,7 @@ pub async fn snapshot(
         loop {
             // Give way for a bounded time only: under steady LanceDB traffic every search is
             // slow until the load ends, so the load must not be starved by them.
-            yielded += yield_to.idle(YIELD_AT_MOST.saturating_sub(yielded)).await;
+            yielded += yield_to.idle(budget.saturating_sub(yielded)).await;
             let Some(batch) = stream.try_next().await? else {
                 return Ok(());
             };
@@ -138,6 +153,9 @@ impl Foreground {
     /// (polled: the wait is rare and short).
     async fn idle(&self, at_most: Duration) -> Duration {
         let started = Instant::now();
+        if at_most.is_zero() {
+            return Duration::ZERO;
+        }
         while self.running.load(Ordering::Acquire) > 0 && started.elapsed() < at_most {
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
@@ -156,6 +174,14 @@ impl Drop for ForegroundGuard<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_load_gives_way_in_proportion_to_its_table() {
+        assert!(yield_budget(200) < Duration::from_millis(1));
+        assert_eq!(yield_budget(100_000), Duration::from_millis(200));
+        assert_eq!(yield_budget(1_000_000), YIELD_AT_MOST);
+        assert_eq!(yield_budget(usize::MAX), YIELD_AT_MOST);
+    }
 
     #[tokio::test]
     async fn a_load_gives_way_while_a_search_runs_and_no_longer_than_its_budget() {
