@@ -284,14 +284,14 @@ async fn the_hosts_llm_answers_a_pass_handed_to_it_and_the_answer_is_checked_the
         .await
         .unwrap_err();
     assert!(
-        again.client_error && again.message.contains("pass_id"),
+        again.is_client_error() && again.message.contains("pass_id"),
         "{again:?}"
     );
     let both = answer(json!({"pass_id": "x", "answer": "{}", "error": "e"}))
         .await
         .unwrap_err();
     assert!(
-        both.client_error && both.message.contains("answer"),
+        both.is_client_error() && both.message.contains("answer"),
         "{both:?}"
     );
     assert_eq!(next().await.unwrap(), json!({"pass": null}));

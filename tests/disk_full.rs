@@ -76,7 +76,7 @@ async fn a_full_disk_answers_503_and_loses_nothing_acknowledged() {
         .unwrap_err();
     assert_eq!(e.code, "disk_full", "{}", e.message);
     assert!(
-        e.retry_after.is_some() && !e.client_error,
+        e.retry_after().is_some() && !e.is_client_error(),
         "503 with Retry-After"
     );
     let e = host

@@ -184,7 +184,7 @@ async fn ttl_per_type_applies_to_every_write_path_and_bad_expiry_is_refused() {
             .await
             .unwrap_err();
         assert!(
-            err.client_error && err.message.contains("expires_at"),
+            err.is_client_error() && err.message.contains("expires_at"),
             "{bad}: {err}"
         );
     }

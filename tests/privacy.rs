@@ -251,7 +251,7 @@ async fn forget_by_ids_deletes_only_the_callers_own_scope() {
             )
             .await
             .unwrap_err();
-        assert!(e.client_error, "{}", e.message);
+        assert!(e.is_client_error(), "{}", e.message);
     }
     host.shutdown().await;
 }

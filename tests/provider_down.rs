@@ -76,9 +76,9 @@ async fn a_provider_that_is_down_stores_nothing_and_says_when_to_retry() {
         .await
         .unwrap_err();
     assert_eq!(err.code, "embedding_unavailable");
-    assert!(!err.client_error);
+    assert!(!err.is_client_error());
     assert_eq!(
-        err.retry_after,
+        err.retry_after(),
         Some(7),
         "the provider's Retry-After is passed on"
     );

@@ -119,7 +119,7 @@ async fn invalid_conversation_ids_are_rejected_and_nothing_is_written() {
             };
             let err = host.invoke(op, payload).await.expect_err("must be refused");
             assert_eq!(err.code, "invalid_conversation_id", "{op} {bad:?}: {err}");
-            assert!(err.client_error);
+            assert!(err.is_client_error());
         }
     }
     // A missing conversation id is a bad request too.
@@ -127,7 +127,7 @@ async fn invalid_conversation_ids_are_rejected_and_nothing_is_written() {
         .invoke("remember", json!({"content": "no id"}))
         .await
         .unwrap_err();
-    assert!(err.client_error);
+    assert!(err.is_client_error());
     assert_eq!(rows(&host).await, before, "nothing may be written");
 }
 

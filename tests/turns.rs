@@ -116,7 +116,7 @@ async fn a_bad_history_is_the_callers_error() {
             )
             .await
             .expect_err("refused");
-        assert!(err.client_error, "{op}: {}", err.message);
+        assert!(err.is_client_error(), "{op}: {}", err.message);
         assert_eq!(err.code, "invalid_input", "{op}: {}", err.message);
     }
     // 50 turns are fine; empty ones are skipped.

@@ -258,7 +258,7 @@ async fn a_message_expires_and_its_consolidated_fact_stays() {
         ),
     ] {
         let e = host.invoke("on_message", bad).await.unwrap_err();
-        assert!(e.client_error && e.message.contains(field), "{e:?}");
+        assert!(e.is_client_error() && e.message.contains(field), "{e:?}");
     }
     embedded(&host).await;
     common::calibrated(&host).await;

@@ -16,7 +16,7 @@ use super::error_text::without_paths;
 use super::guard::{protect, Guard};
 use super::metrics::{render, track, Metrics};
 use crate::host::operation::{self, AfterMessageSent, JobQuery, LlmRequestEvent};
-use crate::host::{PluginError, PluginHost, Request};
+use crate::host::{Fault, PluginError, PluginHost, Reply, Request};
 use crate::memory::consolidation::HostAnswer;
 use crate::memory::feedback::FeedbackRequest;
 use crate::memory::working::MessageEvent;
@@ -47,16 +47,12 @@ impl IntoResponse for ApiError {
 
 impl From<PluginError> for ApiError {
     fn from(e: PluginError) -> Self {
-        let status = if e.retry_after.is_some() {
-            StatusCode::SERVICE_UNAVAILABLE
-        } else if e.code == "not_found" {
-            StatusCode::NOT_FOUND
-        } else if e.code == "conflict" {
-            StatusCode::CONFLICT
-        } else if e.client_error {
-            StatusCode::BAD_REQUEST
-        } else {
-            StatusCode::INTERNAL_SERVER_ERROR
+        let status = match e.fault {
+            Fault::Invalid => StatusCode::BAD_REQUEST,
+            Fault::NotFound => StatusCode::NOT_FOUND,
+            Fault::Conflict => StatusCode::CONFLICT,
+            Fault::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            Fault::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         };
         if status == StatusCode::INTERNAL_SERVER_ERROR {
             tracing::error!(code = e.code, error = %e.message, "request failed");
@@ -65,7 +61,7 @@ impl From<PluginError> for ApiError {
             status,
             code: e.code,
             message: without_paths(&e.message),
-            retry_after: e.retry_after,
+            retry_after: e.retry_after(),
         }
     }
 }
@@ -155,50 +151,44 @@ pub fn router(host: Arc<PluginHost>) -> Router {
     protect(routes, guard)
 }
 
-async fn feedback(
-    State(host): State<AppState>,
-    Body(req): Body<FeedbackRequest>,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
-    let v = host.dispatch(Request::Feedback(req)).await?;
-    // An incognito conversation's feedback is not queued: nothing was accepted for later.
-    let status = if v["job_id"].is_null() {
-        StatusCode::OK
-    } else {
-        StatusCode::ACCEPTED
+/// An operation's reply with its status: 202 for work accepted for later ([`Reply::queued`]:
+/// a feedback job, a chat message), 200 for work done (an incognito conversation's feedback
+/// is not queued: nothing was accepted for later).
+type Answered = Result<(StatusCode, Json<Reply>), ApiError>;
+
+async fn answer(host: &PluginHost, request: Request) -> Answered {
+    let reply = host.dispatch(request).await?;
+    let status = match reply.queued() {
+        true => StatusCode::ACCEPTED,
+        false => StatusCode::OK,
     };
-    Ok((status, Json(v)))
+    Ok((status, Json(reply)))
+}
+
+async fn feedback(State(host): State<AppState>, Body(req): Body<FeedbackRequest>) -> Answered {
+    answer(&host, Request::Feedback(req)).await
 }
 
 async fn feedback_status(
     State(host): State<AppState>,
     job_id: Result<axum::extract::Path<String>, PathRejection>,
-) -> Result<Json<Value>, ApiError> {
+) -> Answered {
     let axum::extract::Path(job_id) = job_id?;
-    let request = Request::FeedbackStatus(JobQuery { job_id });
-    Ok(Json(host.dispatch(request).await?))
+    answer(&host, Request::FeedbackStatus(JobQuery { job_id })).await
 }
 
-async fn forget(
-    State(host): State<AppState>,
-    Body(req): Body<ForgetRequest>,
-) -> Result<Json<Value>, ApiError> {
-    Ok(Json(host.dispatch(Request::Forget(req)).await?))
+async fn forget(State(host): State<AppState>, Body(req): Body<ForgetRequest>) -> Answered {
+    answer(&host, Request::Forget(req)).await
 }
 
 /// `{conversation_id, persona?, offset?, limit?}`: what that conversation can see, newest first.
-async fn browse(
-    State(host): State<AppState>,
-    Body(req): Body<BrowseRequest>,
-) -> Result<Json<Value>, ApiError> {
-    Ok(Json(host.dispatch(Request::Browse(req)).await?))
+async fn browse(State(host): State<AppState>, Body(req): Body<BrowseRequest>) -> Answered {
+    answer(&host, Request::Browse(req)).await
 }
 
 /// `POST /v1/memories/update`: correct a memory the conversation may recall.
-async fn update(
-    State(host): State<AppState>,
-    Body(req): Body<UpdateRequest>,
-) -> Result<Json<Value>, ApiError> {
-    Ok(Json(host.dispatch(Request::Update(req)).await?))
+async fn update(State(host): State<AppState>, Body(req): Body<UpdateRequest>) -> Answered {
+    answer(&host, Request::Update(req)).await
 }
 
 /// `GET /v1/export?conversation_id=…[&persona=…][&vectors=true]`.
@@ -227,53 +217,34 @@ async fn export(
     Ok((ndjson, body).into_response())
 }
 
-async fn scope_map(State(host): State<AppState>) -> Result<Json<Value>, ApiError> {
-    Ok(Json(host.dispatch(Request::ScopeMap).await?))
+async fn scope_map(State(host): State<AppState>) -> Answered {
+    answer(&host, Request::ScopeMap).await
 }
 
-async fn llm_request(
-    State(host): State<AppState>,
-    Body(ev): Body<LlmRequestEvent>,
-) -> Result<Json<Value>, ApiError> {
-    Ok(Json(host.dispatch(Request::OnLlmRequest(ev)).await?))
+async fn llm_request(State(host): State<AppState>, Body(ev): Body<LlmRequestEvent>) -> Answered {
+    answer(&host, Request::OnLlmRequest(ev)).await
 }
 
 async fn after_message_sent(
     State(host): State<AppState>,
     Body(ev): Body<AfterMessageSent>,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
-    let v = host.dispatch(Request::AfterMessageSent(ev)).await?;
-    let status = if v["job_id"].is_null() {
-        StatusCode::OK
-    } else {
-        StatusCode::ACCEPTED
-    };
-    Ok((status, Json(v)))
+) -> Answered {
+    answer(&host, Request::AfterMessageSent(ev)).await
 }
 
-async fn message(
-    State(host): State<AppState>,
-    Body(ev): Body<MessageEvent>,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
-    let v = host.dispatch(Request::OnMessage(ev)).await?;
-    let status = match v["accepted"].as_bool() {
-        Some(true) => StatusCode::ACCEPTED,
-        _ => StatusCode::OK,
-    };
-    Ok((status, Json(v)))
+async fn message(State(host): State<AppState>, Body(ev): Body<MessageEvent>) -> Answered {
+    answer(&host, Request::OnMessage(ev)).await
 }
 
-async fn consolidation_next(State(host): State<AppState>) -> Result<Json<Value>, ApiError> {
-    Ok(Json(host.dispatch(Request::ConsolidationNext).await?))
+async fn consolidation_next(State(host): State<AppState>) -> Answered {
+    answer(&host, Request::ConsolidationNext).await
 }
 
 async fn consolidation_answer(
     State(host): State<AppState>,
-    Body(answer): Body<HostAnswer>,
-) -> Result<Json<Value>, ApiError> {
-    Ok(Json(
-        host.dispatch(Request::ConsolidationAnswer(answer)).await?,
-    ))
+    Body(answered): Body<HostAnswer>,
+) -> Answered {
+    answer(&host, Request::ConsolidationAnswer(answered)).await
 }
 
 async fn metrics_text(State(state): State<AppState>) -> Response {
@@ -302,18 +273,12 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Body<T> {
     }
 }
 
-async fn remember(
-    State(host): State<AppState>,
-    Body(req): Body<RememberRequest>,
-) -> Result<Json<Value>, ApiError> {
-    Ok(Json(host.dispatch(Request::Remember(req)).await?))
+async fn remember(State(host): State<AppState>, Body(req): Body<RememberRequest>) -> Answered {
+    answer(&host, Request::Remember(req)).await
 }
 
-async fn recall(
-    State(host): State<AppState>,
-    Body(req): Body<RecallRequest>,
-) -> Result<Json<Value>, ApiError> {
-    Ok(Json(host.dispatch(Request::Recall(req)).await?))
+async fn recall(State(host): State<AppState>, Body(req): Body<RecallRequest>) -> Answered {
+    answer(&host, Request::Recall(req)).await
 }
 
 async fn list_tools(State(host): State<AppState>) -> Json<Value> {
@@ -336,17 +301,17 @@ async fn call_tool(
     State(host): State<AppState>,
     name: Result<axum::extract::Path<String>, PathRejection>,
     Body(call): Body<ToolCall>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Reply>, ApiError> {
     let axum::extract::Path(name) = name?;
     let ctx = crate::host::CallContext {
         conversation_id: call.conversation_id,
         persona: call.persona,
     };
-    Ok(Json(host.call_tool(&name, ctx, call.arguments).await?))
+    Ok(Json(host.run_tool(&name, ctx, call.arguments).await?))
 }
 
-async fn status(State(host): State<AppState>) -> Result<Json<Value>, ApiError> {
-    Ok(Json(host.dispatch(Request::Status).await?))
+async fn status(State(host): State<AppState>) -> Answered {
+    answer(&host, Request::Status).await
 }
 
 /// Liveness only, for anyone who can reach the port (it is outside the Host and token guard):

@@ -206,7 +206,7 @@ impl ServerHandler for McpServer {
                 elapsed_ms = started.elapsed().as_millis() as u64,
                 "MCP tool call"
             ),
-            Err(e) if e.client_error => {
+            Err(e) if e.is_client_error() => {
                 tracing::warn!(tool = %name, code = e.code, "MCP tool call rejected")
             }
             Err(e) => {

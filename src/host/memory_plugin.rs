@@ -1,16 +1,16 @@
-//! The memory plugin: typed requests in ([`Request`], one exhaustive `match`), JSON out, over
-//! [`MemoryService`].
+//! The memory plugin: typed requests in ([`Request`], one exhaustive `match`), typed replies
+//! out ([`Reply`]), over [`MemoryService`].
 
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::operation::{AfterMessageSent, LlmRequestEvent, Operation, Request};
+use super::reply::{FeedbackQueued, FeedbackState, Injection, NextPass, Reply};
 use super::{tools, CallContext, Plugin, PluginError, ToolSpec};
 
 use crate::memory::feedback::{AcceptError, FeedbackRequest};
-use crate::memory::service::MessageOutcome;
 use crate::memory::{injection, MemoryService, RecallMode, RecallRequest};
 
 pub struct MemoryPlugin {
@@ -23,7 +23,7 @@ impl MemoryPlugin {
     }
 
     /// Chained recall for the message about to go to the LLM, rendered as the prompt block.
-    async fn on_llm_request(&self, ev: LlmRequestEvent) -> Result<Value, PluginError> {
+    async fn on_llm_request(&self, ev: LlmRequestEvent) -> Result<Injection, PluginError> {
         let r = self
             .service
             .recall(RecallRequest {
@@ -40,23 +40,27 @@ impl MemoryPlugin {
                 history: ev.history,
             })
             .await?;
-        Ok(json!({
-            "injection": injection::render(&r.memories, &r.recent_messages),
-            "memory_ids": r.memories.iter().map(|m| m.memory.id.as_str()).collect::<Vec<_>>(),
-            "recent_message_ids": r.recent_messages.iter().map(|m| m.memory.id.as_str()).collect::<Vec<_>>(),
-            "memory_scope": r.memory_scope,
-            "migration_mode": r.migration_mode,
-        }))
+        Ok(Injection {
+            injection: injection::render(&r.memories, &r.recent_messages),
+            memory_ids: r.memories.iter().map(|m| m.memory.id.clone()).collect(),
+            recent_message_ids: r
+                .recent_messages
+                .iter()
+                .map(|m| m.memory.id.clone())
+                .collect(),
+            memory_scope: r.memory_scope,
+            migration_mode: r.migration_mode,
+        })
     }
 
     /// Queue the reflection as feedback; with none, only the conversation id is checked.
-    fn after_message_sent(&self, ev: AfterMessageSent) -> Result<Value, PluginError> {
+    fn after_message_sent(&self, ev: AfterMessageSent) -> Result<FeedbackQueued, PluginError> {
         match ev.reflection {
             None => {
                 // Still validate the conversation id: every event needs one.
                 crate::scope::ConversationId::parse(&ev.conversation_id)
                     .map_err(|e| PluginError::from(crate::memory::MemoryError::Scope(e)))?;
-                Ok(json!({ "job_id": null, "stored": false }))
+                Ok(FeedbackQueued::of(None))
             }
             Some(r) => accept(
                 &self.service,
@@ -72,34 +76,6 @@ impl MemoryPlugin {
     }
 }
 
-fn to_json<T: serde::Serialize>(v: &T) -> Result<Value, PluginError> {
-    serde_json::to_value(v).map_err(|e| PluginError::internal(e.to_string()))
-}
-
-/// `{"memory", "stored", "deduplicated"}`: an incognito conversation gets `{"memory": null,
-/// "stored": false}`; a fact the scope already held names that memory, with `deduplicated`.
-fn remembered(outcome: Option<crate::memory::Remembered>) -> Value {
-    match outcome {
-        None => json!({ "stored": false, "memory": null, "deduplicated": false }),
-        Some(r) => json!({ "stored": true, "memory": r.memory, "deduplicated": r.deduplicated }),
-    }
-}
-
-/// `{"accepted": true, "id", "memory_scope"}` (202), or `{"accepted": false, "reason"}` for an
-/// incognito chat or a working memory turned off.
-fn accept_message(
-    service: &MemoryService,
-    ev: crate::memory::working::MessageEvent,
-) -> Result<Value, PluginError> {
-    match service.accept_message(ev) {
-        Ok(MessageOutcome::Accepted { id, memory_scope }) => {
-            Ok(json!({ "accepted": true, "id": id, "memory_scope": memory_scope }))
-        }
-        Ok(MessageOutcome::NotStored(reason)) => Ok(json!({ "accepted": false, "reason": reason })),
-        Err(e) => Err(accept_error(e)),
-    }
-}
-
 fn accept_error(e: AcceptError) -> PluginError {
     match e {
         AcceptError::Invalid(e) => e.into(),
@@ -111,11 +87,9 @@ fn accept_error(e: AcceptError) -> PluginError {
     }
 }
 
-fn accept(service: &MemoryService, req: FeedbackRequest) -> Result<Value, PluginError> {
-    match service.feedback().accept(req) {
-        Ok(job_id) => Ok(json!({ "job_id": job_id, "stored": job_id.is_some() })),
-        Err(e) => Err(accept_error(e)),
-    }
+fn accept(service: &MemoryService, req: FeedbackRequest) -> Result<FeedbackQueued, PluginError> {
+    let job_id = service.feedback().accept(req).map_err(accept_error)?;
+    Ok(FeedbackQueued::of(job_id))
 }
 
 impl Plugin for MemoryPlugin {
@@ -127,31 +101,34 @@ impl Plugin for MemoryPlugin {
         Operation::ALL
     }
 
-    fn invoke(&self, request: Request) -> BoxFuture<'_, Result<Value, PluginError>> {
+    fn invoke(&self, request: Request) -> BoxFuture<'_, Result<Reply, PluginError>> {
         Box::pin(async move {
-            match request {
-                Request::Remember(req) => Ok(remembered(self.service.remember(req).await?)),
-                Request::Recall(req) => to_json(&self.service.recall(req).await?),
-                Request::Status => to_json(&self.service.status().await?),
-                Request::Browse(req) => to_json(&self.service.browse(req).await?),
-                Request::Update(req) => to_json(&self.service.update(req).await?),
-                Request::ScopeMap => to_json(&self.service.scope_map()),
-                Request::Feedback(req) => accept(&self.service, req),
-                Request::FeedbackStatus(q) => match self.service.feedback().outcome(&q.job_id) {
-                    Some(o) => to_json(&json!({"state": o.state, "outcome": o})),
-                    None => Ok(json!({"state": "pending_or_unknown", "job_id": q.job_id})),
-                },
-                Request::Forget(req) => to_json(&self.service.forget(req).await?),
-                Request::OnLlmRequest(ev) => self.on_llm_request(ev).await,
-                Request::AfterMessageSent(ev) => self.after_message_sent(ev),
-                Request::OnMessage(ev) => accept_message(&self.service, ev),
-                Request::ConsolidationNext => {
-                    to_json(&json!({"pass": self.service.next_host_pass().await?}))
+            let service = &self.service;
+            Ok(match request {
+                Request::Remember(req) => Reply::Remembered(service.remember(req).await?.into()),
+                Request::Recall(req) => Reply::Recalled(Box::new(service.recall(req).await?)),
+                Request::Status => Reply::Status(Box::new(service.status().await?)),
+                Request::Browse(req) => Reply::Browsed(service.browse(req).await?),
+                Request::Update(req) => Reply::Updated(service.update(req).await?),
+                Request::ScopeMap => Reply::ScopeMap(service.scope_map()),
+                Request::Feedback(req) => Reply::Feedback(accept(service, req)?),
+                Request::FeedbackStatus(q) => {
+                    let outcome = service.feedback().outcome(&q.job_id);
+                    Reply::FeedbackState(FeedbackState::of(q.job_id, outcome))
                 }
+                Request::Forget(req) => Reply::Forgot(service.forget(req).await?),
+                Request::OnLlmRequest(ev) => Reply::Injection(self.on_llm_request(ev).await?),
+                Request::AfterMessageSent(ev) => Reply::Feedback(self.after_message_sent(ev)?),
+                Request::OnMessage(ev) => {
+                    Reply::Message(service.accept_message(ev).map_err(accept_error)?.into())
+                }
+                Request::ConsolidationNext => Reply::ConsolidationPass(NextPass {
+                    pass: service.next_host_pass().await?,
+                }),
                 Request::ConsolidationAnswer(answer) => {
-                    to_json(&self.service.answer_host_pass(answer).await?)
+                    Reply::ConsolidationAnswered(service.answer_host_pass(answer).await?)
                 }
-            }
+            })
         })
     }
 
@@ -164,32 +141,30 @@ impl Plugin for MemoryPlugin {
         name: &'a str,
         ctx: CallContext,
         arguments: Value,
-    ) -> BoxFuture<'a, Result<Value, PluginError>> {
+    ) -> BoxFuture<'a, Result<Reply, PluginError>> {
         Box::pin(async move {
+            let service = &self.service;
             match name {
                 tools::REMEMBER => {
-                    let memory = self
-                        .service
-                        .remember(tools::remember_request(ctx, arguments)?)
-                        .await?;
-                    Ok(remembered(memory))
+                    let req = tools::remember_request(ctx, arguments)?;
+                    Ok(Reply::Remembered(service.remember(req).await?.into()))
                 }
                 tools::UPDATE => match tools::update_request(ctx, arguments)? {
-                    tools::UpdateCall::Correct(req) => to_json(&self.service.update(req).await?),
+                    tools::UpdateCall::Correct(req) => {
+                        Ok(Reply::Updated(service.update(req).await?))
+                    }
                     tools::UpdateCall::Delete(req) => {
-                        let outcome = self.service.forget(req).await?;
+                        let outcome = service.forget(req).await?;
                         if outcome.deleted == 0 {
                             return Err(crate::memory::MemoryError::NotFound("memory_id").into());
                         }
-                        to_json(&outcome)
+                        Ok(Reply::Forgot(outcome))
                     }
                 },
-                tools::RECALL => to_json(
-                    &self
-                        .service
-                        .recall(tools::recall_request(ctx, arguments)?)
-                        .await?,
-                ),
+                tools::RECALL => {
+                    let req = tools::recall_request(ctx, arguments)?;
+                    Ok(Reply::Recalled(Box::new(service.recall(req).await?)))
+                }
                 other => Err(PluginError::bad_request(
                     "unknown_tool",
                     format!("no tool named '{other}'"),

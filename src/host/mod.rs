@@ -5,6 +5,7 @@
 
 pub(crate) mod memory_plugin;
 pub(crate) mod operation;
+pub mod reply;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -21,18 +22,32 @@ use crate::scope::{watch_config, ConfigWatcher, ScopeMap, ScopeResolver};
 
 pub use memory_plugin::MemoryPlugin;
 pub use operation::{AfterMessageSent, JobQuery, LlmRequestEvent, Operation, Reflection, Request};
+pub use reply::Reply;
 pub(crate) mod tools;
 
-/// A plugin's failure, already shaped for an API error body.
+/// A plugin's failure, already shaped for an API error body: a stable `code`, a message, and
+/// what kind of failure it is ([`Fault`]), which alone picks the HTTP status.
 #[derive(Debug, thiserror::Error)]
 #[error("{message}")]
 pub struct PluginError {
     pub code: &'static str,
     pub message: String,
-    /// true: the caller sent something wrong (4xx); false: the service failed (5xx).
-    pub client_error: bool,
-    /// Set when the service is temporarily full (503): seconds after which to retry.
-    pub retry_after: Option<u64>,
+    pub fault: Fault,
+}
+
+/// What kind of failure a [`PluginError`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// The caller sent something wrong (400).
+    Invalid,
+    /// What the request names does not exist, or its conversation cannot see it (404).
+    NotFound,
+    /// The request contradicts the current state, e.g. a pass already answered (409).
+    Conflict,
+    /// Temporarily full or busy, nothing written: retry after this many seconds (503).
+    Unavailable { retry_after_secs: u64 },
+    /// The service failed (500).
+    Internal,
 }
 
 impl PluginError {
@@ -40,8 +55,7 @@ impl PluginError {
         PluginError {
             code,
             message: message.into(),
-            client_error: true,
-            retry_after: None,
+            fault: Fault::Invalid,
         }
     }
 
@@ -55,8 +69,9 @@ impl PluginError {
         PluginError {
             code,
             message: message.into(),
-            client_error: false,
-            retry_after: Some(retry_after),
+            fault: Fault::Unavailable {
+                retry_after_secs: retry_after,
+            },
         }
     }
 
@@ -64,8 +79,23 @@ impl PluginError {
         PluginError {
             code: "internal",
             message: message.into(),
-            client_error: false,
-            retry_after: None,
+            fault: Fault::Internal,
+        }
+    }
+
+    /// The caller's mistake (a 4xx), not the service's.
+    pub fn is_client_error(&self) -> bool {
+        matches!(
+            self.fault,
+            Fault::Invalid | Fault::NotFound | Fault::Conflict
+        )
+    }
+
+    /// Seconds after which to retry, for a temporary failure.
+    pub fn retry_after(&self) -> Option<u64> {
+        match self.fault {
+            Fault::Unavailable { retry_after_secs } => Some(retry_after_secs),
+            _ => None,
         }
     }
 }
@@ -95,11 +125,16 @@ impl From<MemoryError> for PluginError {
                 .map_or(EMBED_RETRY_AFTER_SECS, |d| d.as_secs().clamp(1, 300));
             return PluginError::unavailable(e.code(), message, secs);
         }
+        let fault = match &e {
+            MemoryError::NotFound(_) => Fault::NotFound,
+            MemoryError::Conflict(_) => Fault::Conflict,
+            e if e.is_client_error() => Fault::Invalid,
+            _ => Fault::Internal,
+        };
         PluginError {
             code: e.code(),
             message,
-            client_error: e.is_client_error(),
-            retry_after: None,
+            fault,
         }
     }
 }
@@ -116,6 +151,11 @@ pub fn is_disk_full(message: &str) -> bool {
         || message.contains("os error 28")
         || message.contains("Disk quota exceeded")
         || message.contains("os error 122")
+}
+
+/// A reply as the JSON body it is sent as.
+pub fn json_of(reply: &Reply) -> Result<Value, PluginError> {
+    serde_json::to_value(reply).map_err(|e| PluginError::internal(e.to_string()))
 }
 
 /// An LLM tool: its name, what it is for, and the JSON Schema of its arguments. Schemas never
@@ -135,13 +175,14 @@ pub struct CallContext {
     pub persona: Option<String>,
 }
 
-/// A unit of functionality the host can load. Operations take a typed request and answer JSON.
+/// A unit of functionality the host can load. Operations take a typed request and answer a
+/// typed [`Reply`].
 pub trait Plugin: Send + Sync {
     fn name(&self) -> &'static str;
     /// The operations this plugin serves.
     fn operations(&self) -> &'static [Operation];
     /// Run `request`, one of [`Self::operations`].
-    fn invoke(&self, request: Request) -> BoxFuture<'_, Result<Value, PluginError>>;
+    fn invoke(&self, request: Request) -> BoxFuture<'_, Result<Reply, PluginError>>;
     /// The LLM tools this plugin offers.
     fn tools(&self) -> Vec<ToolSpec> {
         Vec::new()
@@ -152,7 +193,7 @@ pub trait Plugin: Send + Sync {
         name: &'a str,
         ctx: CallContext,
         arguments: Value,
-    ) -> BoxFuture<'a, Result<Value, PluginError>> {
+    ) -> BoxFuture<'a, Result<Reply, PluginError>> {
         let _ = (ctx, arguments);
         Box::pin(async move {
             Err(PluginError::bad_request(
@@ -252,7 +293,7 @@ impl PluginHost {
     }
 
     /// Run `request` on the plugin that serves its operation.
-    pub async fn dispatch(&self, request: Request) -> Result<Value, PluginError> {
+    pub async fn dispatch(&self, request: Request) -> Result<Reply, PluginError> {
         let operation = request.operation();
         match self.routes.get(&operation) {
             Some(p) => p.invoke(request).await,
@@ -266,7 +307,7 @@ impl PluginHost {
     /// Run the operation called `operation` with a JSON body ([`Request::parse`]), for callers
     /// that speak names and JSON.
     pub async fn invoke(&self, operation: &str, payload: Value) -> Result<Value, PluginError> {
-        self.dispatch(Request::parse(operation, payload)?).await
+        json_of(&self.dispatch(Request::parse(operation, payload)?).await?)
     }
 
     /// Every registered LLM tool.
@@ -277,12 +318,12 @@ impl PluginHost {
     }
 
     /// Run a tool for the conversation in `ctx` (HTTP body, MCP `_meta`, framework event).
-    pub async fn call_tool(
+    pub async fn run_tool(
         &self,
         name: &str,
         ctx: CallContext,
         arguments: Value,
-    ) -> Result<Value, PluginError> {
+    ) -> Result<Reply, PluginError> {
         match self.tools.get(name) {
             Some(p) => p.call_tool(name, ctx, arguments).await,
             None => Err(PluginError::bad_request(
@@ -290,6 +331,16 @@ impl PluginHost {
                 format!("no tool named '{name}'"),
             )),
         }
+    }
+
+    /// [`PluginHost::run_tool`], its reply as JSON (an MCP tool result, a framework's tool).
+    pub async fn call_tool(
+        &self,
+        name: &str,
+        ctx: CallContext,
+        arguments: Value,
+    ) -> Result<Value, PluginError> {
+        json_of(&self.run_tool(name, ctx, arguments).await?)
     }
 
     pub fn plugin_names(&self) -> Vec<&'static str> {

@@ -227,7 +227,7 @@ mod tests {
         let e = Request::parse("forgets", json!({})).unwrap_err();
         assert_eq!(e.code, "unknown_operation");
         let e = Request::parse("feedback_status", json!({"job": "x"})).unwrap_err();
-        assert_eq!((e.code, e.client_error), ("invalid_input", true));
+        assert_eq!((e.code, e.is_client_error()), ("invalid_input", true));
         assert!(matches!(
             Request::parse("status", Value::Null),
             Ok(Request::Status)
