@@ -22,7 +22,7 @@ mod common;
 
 use common::*;
 use scopemem::embed::Embedder;
-use scopemem::memory::hybrid::{fuse, Candidate};
+use scopemem::memory::recall::hybrid::{fuse, Candidate};
 use scopemem::memory::service::sweeper::sweep_once;
 use scopemem::store::maintenance::indexes::build_vector_index;
 use scopemem::store::search::has_vector_index;

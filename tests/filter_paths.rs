@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use scopemem::config::ScopeFilterMode;
-use scopemem::memory::read_filter::recall_filter;
+use scopemem::memory::recall::read_filter::recall_filter;
 use scopemem::scope::ScopeName;
 use scopemem::store::{MemoryRecord, NearestVisible, RowFilter, ScopeSet, SearchRequest, Tier};
 

@@ -12,7 +12,7 @@ use std::time::Duration;
 use chrono::Utc;
 use scopemem::config::ScopeFilterMode;
 use scopemem::embed::{Script, ScriptRescale};
-use scopemem::memory::read_filter::recall_filter;
+use scopemem::memory::recall::read_filter::recall_filter;
 use scopemem::scope::ScopeName;
 use scopemem::store::resident::ResidentSearch;
 use scopemem::store::{

@@ -11,7 +11,8 @@ use super::reply::{FeedbackQueued, FeedbackState, Injection, NextPass, Reply};
 use super::{tools, CallContext, Plugin, PluginError, ToolSpec};
 
 use crate::memory::feedback::{AcceptError, FeedbackRequest};
-use crate::memory::{injection, MemoryService, RecallMode, RecallRequest};
+use crate::memory::recall::injection;
+use crate::memory::{MemoryService, RecallMode, RecallRequest};
 
 pub struct MemoryPlugin {
     service: Arc<MemoryService>,

@@ -1,27 +1,18 @@
 //! The memory layer: remember, recall, redaction, and the one place scopes are derived.
 
-pub(crate) mod chained;
 pub mod consolidation;
-pub(crate) mod distinct;
 pub(crate) mod erase_generation;
 pub(crate) mod erase_notices;
-pub(crate) mod exact_terms;
 pub(crate) mod fact;
 pub mod feedback;
-pub mod hybrid;
-pub(crate) mod injection;
 pub(crate) mod model;
 pub mod model_choice;
 pub(crate) mod new_memory;
-pub(crate) mod ranking;
-pub mod read_filter;
+pub mod recall;
 pub(crate) mod redact;
-pub(crate) mod relevance;
 pub(crate) mod repetition;
 pub(crate) mod retention;
 pub mod service;
-pub(crate) mod time_words;
-pub(crate) mod touch;
 pub mod turns;
 pub mod working;
 

@@ -148,10 +148,12 @@ impl MemoryService {
             )));
         }
         if self.records_recalls() {
-            let _ = self.touches.set(crate::memory::touch::RecallTouches::spawn(
-                self.store.clone(),
-                self.settings.retention.clone(),
-            ));
+            let _ = self
+                .touches
+                .set(crate::memory::recall::touch::RecallTouches::spawn(
+                    self.store.clone(),
+                    self.settings.retention.clone(),
+                ));
         }
         self.reembed.start(self.search.clone());
         tokio::spawn(keep_maintaining(

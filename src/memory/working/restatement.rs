@@ -23,8 +23,8 @@ use std::collections::{HashMap, VecDeque};
 
 use super::{StoredMessage, BOT_TAG};
 use crate::embed::duplicates::DuplicateBound;
-use crate::memory::distinct::same_fact_in_other_words;
 use crate::memory::fact;
+use crate::memory::recall::distinct::same_fact_in_other_words;
 use crate::store::MemoryRecord;
 
 /// Characters a message needs (folded: no punctuation or spaces) to be a fact at all.

@@ -1,7 +1,7 @@
 //! The memory block injected into an LLM request. Memory text is XML-escaped and labelled as
 //! data, so a stored `</memory_context>` or "ignore previous instructions" stays inert text.
 
-use super::model::ScoredMemory;
+use crate::memory::model::ScoredMemory;
 
 pub const OPEN: &str = "<memory_context>";
 pub const CLOSE: &str = "</memory_context>";

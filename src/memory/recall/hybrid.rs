@@ -47,8 +47,8 @@ use crate::store::{
     KeywordMatching, KeywordRequest, MemoryRecord, NearestVisible, RowFilter, SearchRequest,
 };
 
-use super::turns::{combine, MESSAGE_WEIGHT};
-use super::MemoryError;
+use crate::memory::turns::{combine, MESSAGE_WEIGHT};
+use crate::memory::MemoryError;
 
 /// The rank constant of fusion. Small, so that rank differences near the head count: with the
 /// usual 60, first and second place differ by 1.6% and any agreement outvotes a clear first

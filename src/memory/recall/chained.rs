@@ -3,7 +3,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::model::ScoredMemory;
+use crate::memory::model::ScoredMemory;
 
 #[derive(Debug, Clone, Copy)]
 pub struct ChainedLimits {

@@ -11,7 +11,7 @@ use std::time::Duration;
 use chrono::Utc;
 use tokio::sync::mpsc;
 
-use super::retention::Retention;
+use crate::memory::retention::Retention;
 use crate::store::schema::{COL_EXPIRES_AT, COL_LAST_RECALLED_AT, COL_MEMORY_TYPE};
 use crate::store::timestamp_literal;
 use crate::store::{sql_literal, Selection};

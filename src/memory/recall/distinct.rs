@@ -7,9 +7,9 @@
 //! *different* facts the model scores) and they name the same numbers. The newer of the two
 //! keeps the better slot, and the slot freed goes to the next distinct memory.
 
-use super::model::ScoredMemory;
 use crate::embed::cosine;
 use crate::embed::duplicates::DuplicateBound;
+use crate::memory::model::ScoredMemory;
 
 /// A ranked hit with its vector (unit length), when the vector search read it.
 pub struct Ranked {

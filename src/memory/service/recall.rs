@@ -1,0 +1,380 @@
+//! The service's part of a recall (docs/design.md section 5.2): check the request, build the
+//! conversation's filter, search each tier under it, gate, rank and select. The stages
+//! themselves are the modules of `memory/recall/`; this strings them together for one
+//! request and answers it.
+
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use chrono::Utc;
+
+use super::{conversation, invalid, MemoryService, Visibility, MAX_QUERY_CHARS};
+use crate::config::{RecallConfig, SearchKind, SimilarityCut};
+use crate::embed::calibration::Calibration;
+use crate::memory::model::*;
+use crate::memory::recall::{
+    self,
+    chained::{self, ChainedLimits},
+    distinct::{self, Ranked},
+    hybrid::{CandidateQuery, Searchers},
+};
+use crate::memory::redact::redact;
+use crate::memory::MemoryError;
+use crate::store::{RowFilter, Tier};
+
+/// What a recall's ranking stage kept, and how many hits it merged into a better one (one
+/// fact said twice).
+pub(super) struct Selected {
+    pub(super) memories: Vec<ScoredMemory>,
+    pub(super) merged: usize,
+}
+
+/// What a recall asks with: the request and its checked query.
+pub(super) struct Asked<'a> {
+    pub(super) req: &'a RecallRequest,
+    pub(super) query: &'a str,
+}
+
+/// What a recall's search stage found, and how it ran.
+pub(super) struct Searched {
+    pub(super) search: SearchKind,
+    pub(super) found: recall::hybrid::Found,
+    pub(super) degraded: Option<&'static str>,
+    pub(super) gated: Option<&'static str>,
+    pub(super) time_window: Option<TimeWindow>,
+}
+
+/// How much a question that names a memory's speaker ("张三喜欢什么") lifts that memory.
+const SPEAKER_BOOST: f32 = 1.25;
+
+/// [`SPEAKER_BOOST`] when `query` holds the name (two characters or more) the record's speaker
+/// had when it was written, else 1.
+fn speaker_boost(query: &str, record: &crate::store::MemoryRecord) -> f32 {
+    match record.speaker_name.as_deref() {
+        Some(name) if name.chars().count() >= 2 && query.contains(name) => SPEAKER_BOOST,
+        _ => 1.0,
+    }
+}
+
+/// The query without surrounding blanks: not empty and at most [`MAX_QUERY_CHARS`] long.
+fn checked_query(query: &str) -> Result<&str, MemoryError> {
+    let query = query.trim();
+    if query.is_empty() {
+        return Err(invalid("query", "query must not be empty"));
+    }
+    if query.chars().count() > MAX_QUERY_CHARS {
+        return Err(invalid(
+            "query",
+            format!("query is longer than {MAX_QUERY_CHARS} characters"),
+        ));
+    }
+    Ok(query)
+}
+
+/// The request's limit, or the mode's default; within 1..=`recall.max_limit`.
+fn recall_limit(cfg: &RecallConfig, req: &RecallRequest) -> Result<usize, MemoryError> {
+    let max = cfg.max_limit.max(1);
+    let default = match req.mode {
+        RecallMode::Comprehensive => cfg.default_limit,
+        RecallMode::Chained => cfg.final_limit,
+    };
+    let limit = req.limit.unwrap_or(default as i64);
+    if limit < 1 || limit > max as i64 {
+        return Err(invalid(
+            "limit",
+            format!("limit must be between 1 and {max}"),
+        ));
+    }
+    Ok(limit as usize)
+}
+
+/// Candidates searched beyond the limit and the merged ones, when facts said twice gave up
+/// slots (`memory::distinct`).
+const DISTINCT_SPARE: usize = 3;
+
+impl MemoryService {
+    pub(super) fn ranking(&self) -> recall::ranking::Ranking {
+        recall::ranking::Ranking::from_config(&self.settings.recall)
+    }
+
+    /// Recall what this conversation may see: its scope plus `public` (plus legacy NULL rows
+    /// while migration mode is on), filtered inside LanceDB before ranking.
+    pub async fn recall(&self, req: RecallRequest) -> Result<RecallResponse, MemoryError> {
+        let started = Instant::now();
+        let conversation = conversation(&req.conversation_id)?;
+        let query = checked_query(&req.query)?;
+        let limit = recall_limit(&self.settings.recall, &req)?;
+        crate::memory::turns::check(&req.history).map_err(|e| invalid("history", e.to_string()))?;
+        self.caught_up_with_erasures().await?;
+        // A recall of a cached query over the resident copy finishes without waiting on
+        // anything, so a caller recalling in a loop never gave its worker back: tasks woken on
+        // that worker (an erase's) waited up to two minutes. Yield once the task's budget is spent.
+        tokio::task::consume_budget().await;
+
+        let all_tiers = self.visibility(&conversation, req.persona.as_deref());
+        // Long-term memories here; the working memory's messages are their own tier below.
+        let visible = Visibility {
+            rows: all_tiers.rows.clone().in_tier(Tier::Memories),
+            ..all_tiers.clone()
+        };
+        let asked = Asked { req: &req, query };
+        let mut searched = self.search_visible(&asked, limit, 0, &visible).await?;
+        let mut ranked = self.rank_and_select(&req, limit, searched.search, searched.found);
+        // A fact said twice gave up a slot: search once more, deeper, for the next one. (The
+        // first search keeps its usual depth, so fusion ranks as it always did.)
+        if ranked.merged > 0
+            && ranked.memories.len() < limit
+            && req.mode == RecallMode::Comprehensive
+        {
+            let extra = ranked.merged + DISTINCT_SPARE;
+            searched = self.search_visible(&asked, limit, extra, &visible).await?;
+            ranked = self.rank_and_select(&req, limit, searched.search, searched.found);
+        }
+        if searched.degraded == Some("embedding_unavailable") {
+            self.degraded_recalls.fetch_add(1, Ordering::Relaxed);
+        }
+        let (memories, merged_duplicates) = (ranked.memories, ranked.merged);
+        if let Some(touches) = self.touches.get() {
+            touches.record(memories.iter().map(|m| m.memory.id.clone()).collect());
+        }
+        // Each tier answers to the gate on its own evidence: a question whose only answer was
+        // said in the chat gets that message though no long-term memory answers it.
+        let recent_messages = self.recent_messages(&asked, &all_tiers).await?;
+        self.latency.record(started.elapsed());
+        tracing::info!(
+            conversation_id = conversation.as_str(),
+            memory_scope = visible.memory_scope.as_str(),
+            migration_mode = visible.migration_mode,
+            search = searched.search.as_str(),
+            degraded = searched.degraded,
+            gated = searched.gated,
+            rows = memories.len(),
+            recent_messages = recent_messages.len(),
+            ms = started.elapsed().as_millis() as u64,
+            "recalled"
+        );
+        Ok(RecallResponse {
+            memory_scope: visible.memory_scope,
+            migration_mode: visible.migration_mode,
+            memories,
+            degraded: searched.degraded,
+            gated: searched.gated,
+            time_window: searched.time_window,
+            merged_duplicates,
+            recent_messages,
+        })
+    }
+
+    /// The search stage of a recall: the candidates the visible rows offer for `query` (none
+    /// when the relevance gate closes), with the search that ran and why it was degraded.
+    pub(super) async fn search_visible(
+        &self,
+        asked: &Asked<'_>,
+        limit: usize,
+        extra: usize,
+        visible: &Visibility,
+    ) -> Result<Searched, MemoryError> {
+        let (req, query) = (asked.req, asked.query);
+        let cfg = &self.settings.recall;
+        let k = match req.mode {
+            // Strength can lift a candidate past closer ones: rank a wider pool.
+            RecallMode::Comprehensive if self.ranking().weighs_strength() => limit * 4,
+            // Deeper (`extra`) after a fact said twice gave up a slot.
+            RecallMode::Comprehensive => limit + extra,
+            RecallMode::Chained => cfg.pool_size.max(1).max(limit),
+        };
+        // Keyword-only while the table's vectors are another model's (a re-embed is under way).
+        let degraded = (!self.reembed.vectors_current()).then_some("reembedding");
+        let search = match degraded {
+            Some(_) => SearchKind::Keyword,
+            None => req.search.unwrap_or(cfg.search),
+        };
+        let searchers = Searchers {
+            embedder: self.embedder.as_ref(),
+            queries: &self.queries,
+            vectors: self.vectors.as_ref(),
+            keywords: self.vectors.as_ref(),
+        };
+        let zone = self.zone(req.timezone.as_deref())?;
+        let time = match req.time_words {
+            Some(false) => None,
+            _ => recall::time_words::find(query, Utc::now().with_timezone(&zone)),
+        };
+        // Time words name a window of the prefilter and are left out of the searched text.
+        let text = time.as_ref().map_or(query, |t| t.rest.as_str());
+        let calibration = self.calibration();
+        let measured = calibration.as_ref().unwrap_or(&Calibration::UNMEASURED);
+        let fit = *measured.for_query(text);
+        let threshold = match (cfg.similarity_cut, calibration) {
+            (SimilarityCut::Calibrated, Some(_)) => fit.similarity_cut(),
+            _ => cfg.similarity_threshold,
+        };
+        let redacted = redact(text);
+        // The earlier turns and the message, for a follow-up (`memory::turns`).
+        let context = crate::memory::turns::context(&req.history, text)
+            .map_err(|e| invalid("history", e.to_string()))?
+            .map(|c| redact(&c));
+        let search_in = |rows: RowFilter| CandidateQuery {
+            text: &redacted,
+            context: context.as_deref(),
+            rows,
+            k,
+            threshold,
+            kind: search,
+            fit,
+            rescale: measured.rescale_for(text),
+        };
+        let mut time_window = None;
+        let mut found = match &time {
+            None => {
+                searchers
+                    .candidates(&search_in(visible.rows.clone()))
+                    .await?
+            }
+            Some(t) => {
+                let mut rows = visible.rows.clone();
+                rows.created = Some(t.window);
+                let within = searchers.candidates(&search_in(rows.clone())).await?;
+                // Empty when nothing visible was created then; candidates that the similarity
+                // cut left out of a window that holds memories are no reason to answer from
+                // other days.
+                let empty =
+                    within.candidates.is_empty() && self.store.count(rows.to_sql()).await? == 0;
+                time_window = Some(TimeWindow {
+                    words: t.words.clone(),
+                    from: t.window.from.to_rfc3339(),
+                    until: t.window.until.to_rfc3339(),
+                    timezone: zone.name().to_string(),
+                    empty,
+                });
+                within
+            }
+        };
+        if time_window.as_ref().is_some_and(|w| w.empty) {
+            found = searchers
+                .candidates(&search_in(visible.rows.clone()))
+                .await?;
+        }
+        let degraded = degraded.or(found.degraded);
+        let in_window = time_window.as_ref().is_some_and(|w| !w.empty);
+        // The gate is for injection into every prompt; an explicit recall is never held back,
+        // and a message that names a visible memory's own words asks for it.
+        let gated = if req.relevance_gate.unwrap_or(false) {
+            let named = found.keyword_named;
+            self.gate(text, &fit, found.vector.as_ref(), in_window, named)
+        } else {
+            None
+        };
+        let found = match gated {
+            Some(_) => recall::hybrid::Found::default(),
+            None => found,
+        };
+        Ok(Searched {
+            search,
+            found,
+            degraded,
+            gated,
+            time_window,
+        })
+    }
+
+    /// The ranking stage of a recall: candidates scored by relevance (and strength), then the
+    /// best `limit`, or the chained selection's spread over entities and memory types.
+    pub(super) fn rank_and_select(
+        &self,
+        req: &RecallRequest,
+        limit: usize,
+        search: SearchKind,
+        found: recall::hybrid::Found,
+    ) -> Selected {
+        let cfg = &self.settings.recall;
+        let ranking = self.ranking();
+        let now = Utc::now();
+        let mut ranked: Vec<Ranked> = found
+            .candidates
+            .into_iter()
+            .map(|c| Ranked {
+                hit: ScoredMemory {
+                    score: ranking.score(c.relevance, &c.record, now)
+                        * speaker_boost(&req.query, &c.record),
+                    memory: c.record.into(),
+                },
+                vector: c.vector,
+            })
+            .collect();
+        // A vector-only list is already in order.
+        if ranking.weighs_strength() || search != SearchKind::Vector {
+            ranked.sort_by(|a, b| b.hit.score.total_cmp(&a.hit.score));
+        }
+        let keep = match req.mode {
+            RecallMode::Comprehensive => limit,
+            RecallMode::Chained => usize::MAX,
+        };
+        let (scored, merged) = match self.calibration.get() {
+            Some(fit) => distinct::keep_distinct(ranked, &fit.duplicates, keep),
+            None => (ranked.into_iter().take(keep).map(|r| r.hit).collect(), 0),
+        };
+        let memories = match req.mode {
+            RecallMode::Comprehensive => scored,
+            RecallMode::Chained => chained::select(
+                scored,
+                &req.entities,
+                ChainedLimits {
+                    per_entity: cfg.per_entity,
+                    per_type_limit: cfg.per_type_limit,
+                    final_limit: limit,
+                },
+            ),
+        };
+        Selected { memories, merged }
+    }
+
+    /// The relevance gate (`memory::relevance`): `Some` when the message asks for no memory.
+    /// Open when the vector search did not run or the model is not measured yet: nothing to
+    /// weigh the message with. `named`: a visible memory holds every word of the message, which
+    /// then passes unless it reads as chat.
+    fn gate(
+        &self,
+        query: &str,
+        fit: &crate::embed::calibration::ScriptFit,
+        vector: Option<&recall::hybrid::VectorEvidence>,
+        in_window: bool,
+        named: bool,
+    ) -> Option<&'static str> {
+        let measured = self.calibration.get()?;
+        let vector = vector?;
+        let best = vector.best_similarity?;
+        let relevance = recall::relevance::Relevance::measure(
+            fit,
+            &measured.small_talk,
+            crate::embed::Script::of(query),
+            best,
+            &vector.query,
+        );
+        tracing::debug!(
+            memory_z = relevance.memory_z,
+            chat_z = relevance.chat_z,
+            named,
+            "relevance gate"
+        );
+        let asks = match in_window {
+            true => relevance.asks_about_a_time(),
+            false => relevance.asks_for_memory(),
+        };
+        let names_a_memory = named && relevance.names_a_memory();
+        (!asks && !names_a_memory).then_some("no_relevant_memory")
+    }
+
+    /// The zone a request's time words are read in: its own (a plugin's), else
+    /// `recall.timezone`, else the machine's.
+    fn zone(&self, requested: Option<&str>) -> Result<chrono_tz::Tz, MemoryError> {
+        let configured = self.settings.recall.timezone.as_str();
+        match requested.map(str::trim).filter(|z| !z.is_empty()) {
+            Some(z) => recall::time_words::parse_zone(z).map_err(|e| invalid("timezone", e)),
+            None if !configured.is_empty() => {
+                recall::time_words::parse_zone(configured).map_err(|e| invalid("timezone", e))
+            }
+            None => Ok(recall::time_words::machine_zone()),
+        }
+    }
+}
