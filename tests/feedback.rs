@@ -28,7 +28,7 @@ async fn finish(host: &PluginHost, job: &str) -> scopemem::memory::feedback::Job
     let o = host
         .memory()
         .feedback()
-        .wait_for(job, Duration::from_secs(30))
+        .wait_for(job, Duration::from_secs(120))
         .await
         .expect("job finishes");
     assert!(o.error.is_none(), "{o:?}");
@@ -371,7 +371,7 @@ async fn events_tools_forget_and_metrics_over_http() {
     let o = host
         .memory()
         .feedback()
-        .wait_for(&job, Duration::from_secs(30))
+        .wait_for(&job, Duration::from_secs(120))
         .await
         .unwrap();
     assert_eq!(o.created.len(), 1);

@@ -110,9 +110,14 @@ async fn incognito_writes_store_nothing_and_say_so() {
     );
 
     // Nothing of the incognito writes reached the table, a journal or any other file, and the
-    // reinforcement from the incognito chat did not happen.
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let st = status(&c, &s).await;
+    // reinforcement from the incognito chat did not happen. Once no feedback job is waiting,
+    // anything one of those writes had queued by mistake would have been applied.
+    let st = common::until_some(Duration::from_secs(120), || async {
+        let st = status(&c, &s).await;
+        (st["feedback_queue_depth"] == 0).then_some(st)
+    })
+    .await
+    .expect("the feedback queue drains");
     assert_eq!(st["rows"], 2, "{st}");
     assert_eq!(st["scope_map"]["incognito"], 2, "{st}");
     let (_, r) = post(

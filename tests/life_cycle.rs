@@ -39,9 +39,10 @@ async fn expired_memories_are_never_recalled_and_the_sweeper_erases_them() {
     ))
     .await;
     host.start_background();
-    // Microseconds, the column's precision.
-    let soon = (Utc::now() + chrono::Duration::seconds(3))
-        .to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
+    // Microseconds, the column's precision. Time enough for two remembers and a recall on a
+    // loaded machine before it expires (3 s was not always).
+    let expires = Utc::now() + chrono::Duration::seconds(15);
+    let soon = expires.to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
     let brief = host
         .invoke(
             "remember",
@@ -60,7 +61,7 @@ async fn expired_memories_are_never_recalled_and_the_sweeper_erases_them() {
     let (_, hits) = recall(&host, FAMILY, "pottery class").await;
     assert_eq!(hits.len(), 2, "{hits:?}");
 
-    tokio::time::sleep(Duration::from_millis(3200)).await;
+    assert!(eventually(Duration::from_secs(60), || Utc::now() > expires).await);
     let (_, hits) = recall(&host, FAMILY, "pottery class").await;
     let contents: Vec<&str> = hits.iter().map(|(_, c)| c.as_str()).collect();
     assert_eq!(contents, [KEEP], "expired, though not swept yet");

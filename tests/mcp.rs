@@ -340,9 +340,9 @@ async fn serve_http() -> Http {
 /// Graceful shutdown must not hang on MCP clients (no lingering SSE streams).
 async fn stop_http(stop: tokio::sync::oneshot::Sender<()>, server: Server) {
     let _ = stop.send(());
-    tokio::time::timeout(Duration::from_secs(10), server)
+    tokio::time::timeout(Duration::from_secs(60), server)
         .await
-        .expect("HTTP server stops within 10 s after MCP use")
+        .expect("HTTP server stops within 60 s after MCP use")
         .unwrap()
         .unwrap();
 }

@@ -37,8 +37,10 @@ async fn two_serve_processes_see_each_others_writes_and_keep_scopes() {
                 delays.push(written.elapsed());
                 break;
             }
+            // The figure is printed; the cap only stops a hang (a loaded machine's recall
+            // alone can take seconds).
             assert!(
-                written.elapsed() < Duration::from_secs(5),
+                written.elapsed() < Duration::from_secs(60),
                 "note {i} never became visible in the other process"
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -118,7 +120,7 @@ async fn jobs_a_killed_process_accepted_are_applied_by_the_next_one() {
             break;
         }
         assert!(
-            counts.iter().all(|&n| n <= 1) && seen.elapsed() < Duration::from_secs(5),
+            counts.iter().all(|&n| n <= 1) && seen.elapsed() < Duration::from_secs(60),
             "reflections 0..20 appear {counts:?} times in b"
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -157,7 +159,7 @@ async fn one_process_holds_the_maintenance_lease_and_the_next_takes_over() {
     );
 
     a.kill9();
-    let deadline = Instant::now() + Duration::from_secs(15);
+    let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         let s = status(&client, &b).await;
         if s["maintenance"]["this_process"] == true {

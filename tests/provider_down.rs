@@ -136,7 +136,16 @@ async fn feedback_accepted_while_the_provider_is_down_is_applied_once_it_is_back
         .await
         .expect("accepted while the provider is down");
     let job = r["job_id"].as_str().unwrap().to_string();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The worker met the down provider (a retry is due), and wrote nothing.
+    assert!(
+        eventually(Duration::from_secs(120), || host
+            .memory()
+            .feedback()
+            .retries()
+            > 0)
+        .await,
+        "the worker never tried the job"
+    );
     assert_eq!(rows(&host).await, 0);
     model.down.store(false, Ordering::SeqCst);
     let outcome = host

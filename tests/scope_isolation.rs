@@ -200,7 +200,7 @@ async fn hot_reload_changes_only_new_writes_and_removing_a_mapping_deletes_nothi
     write_cfg(json!({}));
     let scopes = host.memory().scopes().clone();
     assert!(
-        eventually(Duration::from_secs(10), || scopes
+        eventually(Duration::from_secs(60), || scopes
             .snapshot()
             .summary()
             .loaded_at
@@ -232,7 +232,7 @@ async fn hot_reload_changes_only_new_writes_and_removing_a_mapping_deletes_nothi
     let loaded_at = host.memory().scopes().snapshot().summary().loaded_at;
     write_cfg(json!({FAMILY: "家人"}));
     assert!(
-        eventually(Duration::from_secs(10), || scopes
+        eventually(Duration::from_secs(60), || scopes
             .snapshot()
             .summary()
             .loaded_at
@@ -243,9 +243,15 @@ async fn hot_reload_changes_only_new_writes_and_removing_a_mapping_deletes_nothi
     assert_eq!(scope, "家人");
     assert!(hits.iter().any(|(_, c)| c.contains("garden")));
 
-    // An unparseable edit keeps the last good map.
+    // An unparseable edit keeps the last good map (once the watcher has read and refused it).
+    let refused = host.refused_config_reloads();
     std::fs::write(&cfg_path, b"{ not json").unwrap();
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert!(
+        eventually(Duration::from_secs(120), || host.refused_config_reloads()
+            > refused)
+        .await,
+        "the watcher never read the bad edit"
+    );
     assert_eq!(host.memory().scopes().snapshot().summary().entries, 1);
 }
 

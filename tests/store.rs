@@ -598,13 +598,14 @@ async fn lingering_under_load_makes_fewer_larger_commits_and_never_delays_a_lone
         held <= 24 && held < eager,
         "lingering must gather about 16 appends a commit: {held} commits (eager {eager})"
     );
-    // Idle: one append at a time commits at once, not after the (here 5 s) linger.
-    let store = lingering(c.path(), Duration::from_secs(5)).await;
+    // Idle: one append at a time commits at once, not after the (here 60 s) linger. (A
+    // 5 s linger against a 2 s bound asserted a speed, not the rule, on a loaded machine.)
+    let store = lingering(c.path(), Duration::from_secs(60)).await;
     for i in 0..3 {
         let t = Instant::now();
         let _coming = store.announce_append();
         store.append(vec![row(i, "public")]).await.unwrap();
-        assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+        assert!(t.elapsed() < Duration::from_secs(30), "{:?}", t.elapsed());
     }
 }
 

@@ -395,6 +395,14 @@ impl PluginHost {
         &self.config
     }
 
+    /// Edits of the config file the watcher refused (unreadable or invalid: the last good map
+    /// stays); 0 without a watched file.
+    pub fn refused_config_reloads(&self) -> u64 {
+        self._watcher.as_ref().map_or(0, |w| {
+            w.failure_count().load(std::sync::atomic::Ordering::Acquire)
+        })
+    }
+
     /// Start background work (indexes, legacy backfill); call once serving.
     pub fn start_background(&self) {
         self.memory.start_background();
