@@ -10,6 +10,7 @@ pub(crate) mod commit_rows;
 pub(crate) mod durability;
 pub(crate) mod filter;
 pub mod fulltext;
+pub(crate) mod heap;
 pub(crate) mod index_state;
 pub mod lease;
 pub mod maintenance;

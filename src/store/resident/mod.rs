@@ -583,6 +583,8 @@ impl ResidentVectors {
                 Ok(Some(s)) => {
                     let rows = s.rows;
                     me.install(s);
+                    // The streamed batches are freed; the old snapshot too.
+                    crate::store::heap::release_freed_memory();
                     tracing::info!(
                         rows,
                         ms = started.elapsed().as_millis() as u64,
@@ -606,6 +608,7 @@ impl ResidentVectors {
         match load::snapshot(table, self.dim, self.max_rows(), &self.foreground).await? {
             Some(s) => {
                 self.install(s);
+                crate::store::heap::release_freed_memory();
                 Ok(true)
             }
             None => Ok(false),
