@@ -576,8 +576,7 @@ impl BackfillHandle {
 
 /// Where a run starts: the candidates counted, when, and the rows earlier runs filled.
 /// Rows the backfill filled and that still hold what it wrote.
-const FILLED: &str =
-    "scope_source = 'backfill' AND NOT (memory_scope IS NULL OR btrim(memory_scope) = '')";
+const FILLED: &str = crate::store::filter::BACKFILLED;
 
 /// Fill passes one run makes at most: a pass after the first fills only rows that a
 /// concurrent compaction turned blank again.

@@ -166,6 +166,11 @@ fn id_list_sql(ids: &[String]) -> String {
 /// Rows the legacy backfill still has to scope: no scope, or a blank one.
 pub const UNSCOPED: &str = "memory_scope IS NULL OR btrim(memory_scope) = ''";
 
+/// Rows the legacy backfill filled that still hold a scope: its mark in `scope_source` and a
+/// scope that is not blank (a lost column patch leaves neither, `migrate::backfill`).
+pub const BACKFILLED: &str =
+    "scope_source = 'backfill' AND NOT (memory_scope IS NULL OR btrim(memory_scope) = '')";
+
 impl RowFilter {
     /// Every row, expired or not.
     pub const ALL: RowFilter = RowFilter {
@@ -367,6 +372,13 @@ mod tests {
         assert_eq!(
             UNSCOPED,
             format!("{COL_MEMORY_SCOPE} IS NULL OR btrim({COL_MEMORY_SCOPE}) = ''")
+        );
+        assert_eq!(
+            BACKFILLED,
+            format!(
+                "{} = 'backfill' AND NOT ({UNSCOPED})",
+                crate::store::schema::COL_SCOPE_SOURCE
+            )
         );
     }
 
