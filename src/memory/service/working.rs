@@ -70,6 +70,10 @@ pub(super) async fn consolidate_returned_again(
         let Some(service) = service.upgrade() else {
             return;
         };
+        // Under the erase's own guard: a forget waits for a write in flight (and erases what it
+        // wrote), or this runs after it and finds the message gone. Without it a forget of the
+        // conversation could return before a memory consolidated from it was written.
+        let _paused = service.feedback().pause().await;
         if let Err(e) = service.consolidate_message(&id).await {
             tracing::warn!(id = %id, error = %e, "could not consolidate a recent message");
         }
