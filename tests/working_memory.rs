@@ -335,6 +335,45 @@ async fn a_fact_a_second_member_states_again_becomes_a_long_term_memory() {
     host.shutdown().await;
 }
 
+/// A statement whose conversation was forgotten is never restated: another member saying
+/// the same fact afterwards writes no long-term memory of the erased text (the window of
+/// recent statements is this process's memory; the forget empties it, and a write checks its
+/// sources are still stored).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_forgotten_statement_is_never_consolidated_by_a_later_restatement() {
+    const DINNER: &str = "周六晚上七点在外婆家吃饭";
+    const PICNIC: &str = "周日上午十点去公园野餐";
+    const WANG: (&str, &str) = ("u-wang", "王五");
+    let dir = tempfile::tempdir().unwrap();
+    let host = calibrated_host(dir.path()).await;
+
+    say(&host, FAMILY, ZHANG, DINNER).await;
+    embedded(&host).await;
+    let forgot = host
+        .invoke("forget", json!({"conversation_id": FAMILY}))
+        .await
+        .unwrap();
+    assert_eq!(forgot["deleted"], 1, "{forgot}");
+    say(&host, FAMILY, LI, DINNER).await;
+    // Messages are checked in the order they were stored: once the picnic is consolidated,
+    // the dinner's restatement above was checked too.
+    say(&host, FAMILY, WANG, PICNIC).await;
+    say(&host, FAMILY, LI, PICNIC).await;
+    let restated = common::eventually(Duration::from_secs(300), || {
+        host.memory().working_status().restated >= 1
+    })
+    .await;
+    assert!(restated, "{:?}", host.memory().working_status());
+
+    let rows = common::all_rows(&host).await;
+    let facts: Vec<_> = rows.iter().filter(|r| r.memory_type != "message").collect();
+    assert_eq!(facts.len(), 1, "only the picnic: {facts:?}");
+    assert_eq!(facts[0].content, PICNIC);
+    assert_eq!(facts[0].speaker_id.as_deref(), Some("u-wang"));
+    assert_eq!(host.memory().working_status().restated, 1);
+    host.shutdown().await;
+}
+
 /// The real model, with a switch that holds every passage (a stored text) until it is opened
 /// again; queries always pass.
 struct HeldPassages {

@@ -44,6 +44,7 @@ impl MemoryService {
             .await?;
         let notice = EraseNotice::new(began, predicate, conversation_id, scope, erased_ids);
         let erased: HashSet<&str> = notice.ids.iter().map(String::as_str).collect();
+        self.forget_statements(&erased);
         let dropped = self.feedback.drop_pending(&paused, |job, plan| {
             notice.selects(job)
                 || plan.is_some_and(|p| {
@@ -144,6 +145,7 @@ impl MemoryService {
             .iter()
             .flat_map(|(_, n)| n.ids.iter().map(String::as_str))
             .collect();
+        self.forget_statements(&erased);
         let dropped = self.feedback.drop_pending(&paused, |job, plan| {
             notices.iter().any(|(_, n)| n.selects(job))
                 || plan.is_some_and(|p| {

@@ -4,6 +4,7 @@
 //! speaker and time and both messages as its sources, through the one consolidated-fact writer
 //! (scope derived again, redaction, one copy of a fact).
 
+use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 use std::sync::Weak;
 
@@ -48,6 +49,16 @@ impl MemoryService {
         let Some(conversation_id) = first.conversation_id.clone() else {
             return Ok(None);
         };
+        // Under the erase's own guard, and only while both messages are still stored: the
+        // window is this process's memory, and a forget of either conversation (or the expiry
+        // sweep) may have erased them since. A forget waits for a write in flight and erases
+        // it, or it ran before and this finds a source gone.
+        let _paused = self.feedback().pause().await;
+        let sources = [first.id.clone(), message.record.id.clone()];
+        if !self.all_stored(&sources).await? {
+            self.forget_statements(&sources.iter().map(String::as_str).collect());
+            return Ok(None);
+        }
         let written = self
             .write_consolidated(Consolidated {
                 conversation_id,
@@ -57,12 +68,26 @@ impl MemoryService {
                 speaker_id: first.speaker_id,
                 speaker_name: first.speaker_name,
                 said_at: first.created_at,
-                source_ids: vec![first.id, message.record.id.clone()],
+                source_ids: sources.to_vec(),
             })
             .await?;
         if written.is_some() {
             self.restated.fetch_add(1, Ordering::Relaxed);
         }
         Ok(written)
+    }
+
+    /// Whether every row of `ids` is on the latest version of the table.
+    async fn all_stored(&self, ids: &[String]) -> Result<bool, MemoryError> {
+        self.store.refresh().await?;
+        let rows = self.store.get_by_ids(ids, None).await?;
+        Ok(ids.iter().all(|id| rows.iter().any(|r| &r.id == id)))
+    }
+
+    /// Drop erased messages from the restatement window (see `RecentStatements::forget`).
+    pub(super) fn forget_statements(&self, erased: &HashSet<&str>) {
+        if let Ok(mut recent) = self.recent_statements.lock() {
+            recent.forget(erased);
+        }
     }
 }

@@ -19,7 +19,7 @@
 //! - short chatter: under [`MIN_CHARS`] characters once folded, or fewer than
 //!   [`MIN_DISTINCT_CHARS`] different characters ("好的好的", "哈哈哈哈哈哈", "+1").
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 
 use super::{StoredMessage, BOT_TAG};
 use crate::embed::duplicates::DuplicateBound;
@@ -142,6 +142,20 @@ impl RecentStatements {
         earliest
     }
 
+    /// Drop the statements whose rows were erased (a forget, the expiry sweep, another
+    /// process's erase notice): an erased message is never compared again, and its text leaves
+    /// this process's memory with its row. Returns how many were dropped.
+    pub fn forget(&mut self, erased: &HashSet<&str>) -> usize {
+        let mut dropped = 0;
+        self.scopes.retain(|_, window| {
+            let before = window.len();
+            window.retain(|s| !erased.contains(s.message.record.id.as_str()));
+            dropped += before - window.len();
+            !window.is_empty()
+        });
+        dropped
+    }
+
     fn drop_least_recent_scope(&mut self) {
         let stalest = self
             .scopes
@@ -248,6 +262,21 @@ mod tests {
             .is_none());
         let last = in_scope("late", "u2", MAX_SCOPES, 101);
         assert!(recent.restated_by(&last, None).is_some());
+    }
+
+    #[test]
+    fn an_erased_statement_leaves_the_window_and_is_never_restated() {
+        let stored = |id: &str, speaker: &str| StoredMessage {
+            record: said(id, speaker, "周六下午三点老地方聚餐"),
+            vector: V.to_vec(),
+        };
+        let mut recent = RecentStatements::default();
+        assert!(recent.restated_by(&stored("a", "u1"), None).is_none());
+        assert_eq!(recent.forget(&HashSet::from(["a", "unknown"])), 1);
+        assert!(recent.scopes.is_empty(), "an emptied scope is dropped");
+        assert!(recent.restated_by(&stored("b", "u2"), None).is_none());
+        let found = recent.restated_by(&stored("c", "u3"), None);
+        assert_eq!(found.map(|r| r.id), Some("b".to_string()));
     }
 
     #[test]
