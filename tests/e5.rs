@@ -8,8 +8,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use common::{FAMILY, PRIVATE, WORK};
+use futures::future::BoxFuture;
 use scopemem::config::Config;
-use scopemem::embed::TextRole;
+use scopemem::embed::{EmbedError, Embedder, TextRole};
 use scopemem::host::PluginHost;
 use serde_json::{json, Value};
 
@@ -30,6 +31,46 @@ async fn recall(host: &PluginHost, conversation: &str, query: &str, extra: Value
 
 fn contents(r: &Value) -> Vec<String> {
     common::recalled_texts(r)
+}
+
+/// The real model, each call 5 s slower: as a debug build on a loaded 2-core machine is.
+struct SlowCalls(Arc<dyn Embedder>);
+
+impl Embedder for SlowCalls {
+    fn model_id(&self) -> &str {
+        self.0.model_id()
+    }
+    fn dimension(&self) -> usize {
+        self.0.dimension()
+    }
+    fn embed(
+        &self,
+        role: TextRole,
+        texts: Vec<String>,
+    ) -> BoxFuture<'_, Result<Vec<Vec<f32>>, EmbedError>> {
+        Box::pin(async move {
+            tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+            self.0.embed(role, texts).await
+        })
+    }
+}
+
+/// A model whose measurement takes longer than start-up waits for it is still measured:
+/// the measurement goes on in the background instead of being cut at the wait and started
+/// over (which, on a loaded machine, left the model uncalibrated for good).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_measurement_longer_than_start_up_waits_still_finishes() {
+    let dir = tempfile::tempdir().unwrap();
+    let slow = Arc::new(SlowCalls(common::e5()));
+    let host = PluginHost::start_with(default_config(dir.path()), None, slow)
+        .await
+        .expect("host starts");
+    assert!(
+        host.memory().calibration().is_none(),
+        "start-up waits at most 10 s; the measurement takes longer"
+    );
+    common::calibrated(&host).await;
+    host.shutdown().await;
 }
 
 /// 16 clients remember while 8 recall, all through one model handle; afterwards every stored

@@ -286,6 +286,20 @@ async fn a_message_expires_and_its_consolidated_fact_stays() {
     host.shutdown().await;
 }
 
+/// The long-term memories in the table once the restatement rule wrote its first one.
+async fn facts_once_restated(host: &PluginHost) -> Vec<scopemem::store::MemoryRecord> {
+    let restated = common::eventually(Duration::from_secs(300), || {
+        host.memory().working_status().restated >= 1
+    })
+    .await;
+    assert!(restated, "{:?}", host.memory().working_status());
+    common::all_rows(host)
+        .await
+        .into_iter()
+        .filter(|r| r.memory_type != "message")
+        .collect()
+}
+
 /// A fact one member states and another member states again becomes a long-term memory of
 /// their scope, kept under the first speaker, with both messages as its sources. The same
 /// member again, the bot echoing it, another scope's member, and chatter do not count.
@@ -310,16 +324,9 @@ async fn a_fact_a_second_member_states_again_becomes_a_long_term_memory() {
     // Messages are checked in the order they were stored: once the last one's fact is
     // consolidated, every message before it was checked too.
     let second = say(&host, FAMILY, LI, "周六晚上七点，在外婆家吃饭！").await;
-    let restated = common::eventually(Duration::from_secs(300), || {
-        host.memory().working_status().restated >= 1
-    })
-    .await;
-    assert!(restated, "{:?}", host.memory().working_status());
-
-    let rows = common::all_rows(&host).await;
-    let facts: Vec<_> = rows.iter().filter(|r| r.memory_type != "message").collect();
+    let facts = facts_once_restated(&host).await;
     assert_eq!(facts.len(), 1, "only the agreed fact: {facts:?}");
-    let fact = facts[0];
+    let fact = &facts[0];
     assert_eq!(fact.content, DINNER);
     assert_eq!(fact.memory_scope.as_deref(), Some("家人"));
     assert_eq!(fact.speaker_id.as_deref(), Some("u-zhang"));
@@ -359,14 +366,7 @@ async fn a_forgotten_statement_is_never_consolidated_by_a_later_restatement() {
     // the dinner's restatement above was checked too.
     say(&host, FAMILY, WANG, PICNIC).await;
     say(&host, FAMILY, LI, PICNIC).await;
-    let restated = common::eventually(Duration::from_secs(300), || {
-        host.memory().working_status().restated >= 1
-    })
-    .await;
-    assert!(restated, "{:?}", host.memory().working_status());
-
-    let rows = common::all_rows(&host).await;
-    let facts: Vec<_> = rows.iter().filter(|r| r.memory_type != "message").collect();
+    let facts = facts_once_restated(&host).await;
     assert_eq!(facts.len(), 1, "only the picnic: {facts:?}");
     assert_eq!(facts[0].content, PICNIC);
     assert_eq!(facts[0].speaker_id.as_deref(), Some("u-wang"));

@@ -401,52 +401,65 @@ async fn start_maintenance(store: &Store, backfill: &Arc<BackfillHandle>, search
 
 /// How long start-up waits to measure the embedder before serving with it unmeasured.
 const CALIBRATION_WAIT: Duration = Duration::from_secs(10);
+/// How long after a failed measurement (the provider did not answer) it is tried again.
+const CALIBRATION_RETRY: Duration = Duration::from_secs(30);
 
-/// Measure the embedder (see `embed::calibration`) before serving; a provider that cannot
-/// answer now is measured in the background, retrying every 30 s.
+/// Measure the embedder (see `embed::calibration`) before serving. Start-up waits up to
+/// [`CALIBRATION_WAIT`] for it; a measurement still running then goes on in the background
+/// and is never cut short (each provider call has its own timeout), and one that failed is
+/// tried again every [`CALIBRATION_RETRY`]. A measurement cut at the wait and started over
+/// never finished on a machine where it takes longer: on a loaded 2-core machine the debug
+/// build's took more than 10 s, and the model stayed uncalibrated for good.
 async fn measure_model(embedder: Arc<dyn Embedder>, into: Arc<std::sync::OnceLock<ModelFit>>) {
-    async fn once(embedder: &dyn Embedder, into: &std::sync::OnceLock<ModelFit>) -> bool {
-        match tokio::time::timeout(CALIBRATION_WAIT, calibrate(embedder)).await {
-            Ok(Ok(fit)) => {
-                let c = &fit.calibration;
-                tracing::info!(
-                    model = embedder.model_id(),
-                    cjk_accuracy = c.cjk.accuracy,
-                    cjk_similarity_cut = c.cjk.similarity_cut(),
-                    cjk_vector_weight = c.cjk.vector_weight(),
-                    latin_accuracy = c.latin.accuracy,
-                    latin_similarity_cut = c.latin.similarity_cut(),
-                    latin_vector_weight = c.latin.vector_weight(),
-                    cjk_to_latin_accuracy = c.cjk_to_latin.accuracy,
-                    latin_to_cjk_accuracy = c.latin_to_cjk.accuracy,
-                    cjk_chat_floor = fit.small_talk.cjk.floor,
-                    latin_chat_floor = fit.small_talk.latin.floor,
-                    cjk_duplicate_bound = ?fit.duplicates.cjk.map(|b| b.similarity),
-                    latin_duplicate_bound = ?fit.duplicates.latin.map(|b| b.similarity),
-                    "embedding model calibrated"
-                );
-                let _ = into.set(fit);
-                true
-            }
-            Ok(Err(e)) => {
-                tracing::warn!(error = %e, "embedding model not calibrated yet; retrying in the background");
-                false
-            }
-            Err(_) => {
-                tracing::warn!("embedding model calibration timed out; retrying in the background");
-                false
-            }
-        }
-    }
-    if once(embedder.as_ref(), &into).await {
-        return;
-    }
+    let (first_ended, ended) = tokio::sync::oneshot::channel::<()>();
     tokio::spawn(async move {
+        let mut first_ended = Some(first_ended);
         loop {
-            tokio::time::sleep(Duration::from_secs(30)).await;
-            if once(embedder.as_ref(), &into).await {
+            let measured = measure_once(embedder.as_ref(), &into).await;
+            if let Some(tx) = first_ended.take() {
+                let _ = tx.send(());
+            }
+            if measured {
                 return;
             }
+            tokio::time::sleep(CALIBRATION_RETRY).await;
         }
     });
+    if tokio::time::timeout(CALIBRATION_WAIT, ended).await.is_err() {
+        tracing::info!(
+            waited_secs = CALIBRATION_WAIT.as_secs(),
+            "embedding model not calibrated yet; serving meanwhile, the measurement goes on in the background"
+        );
+    }
+}
+
+/// One measurement of the embedder, stored in `into`; whether it succeeded.
+async fn measure_once(embedder: &dyn Embedder, into: &std::sync::OnceLock<ModelFit>) -> bool {
+    match calibrate(embedder).await {
+        Ok(fit) => {
+            let c = &fit.calibration;
+            tracing::info!(
+                model = embedder.model_id(),
+                cjk_accuracy = c.cjk.accuracy,
+                cjk_similarity_cut = c.cjk.similarity_cut(),
+                cjk_vector_weight = c.cjk.vector_weight(),
+                latin_accuracy = c.latin.accuracy,
+                latin_similarity_cut = c.latin.similarity_cut(),
+                latin_vector_weight = c.latin.vector_weight(),
+                cjk_to_latin_accuracy = c.cjk_to_latin.accuracy,
+                latin_to_cjk_accuracy = c.latin_to_cjk.accuracy,
+                cjk_chat_floor = fit.small_talk.cjk.floor,
+                latin_chat_floor = fit.small_talk.latin.floor,
+                cjk_duplicate_bound = ?fit.duplicates.cjk.map(|b| b.similarity),
+                latin_duplicate_bound = ?fit.duplicates.latin.map(|b| b.similarity),
+                "embedding model calibrated"
+            );
+            let _ = into.set(fit);
+            true
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, retry_secs = CALIBRATION_RETRY.as_secs(), "embedding model not calibrated yet; retrying in the background");
+            false
+        }
+    }
 }
