@@ -1,6 +1,8 @@
 //! A real S3 API on loopback: `moto_server` from the project's venv (`make test` installs
 //! `moto[server]` there). Moto enforces `If-None-Match` and `If-Match` on PUT, which Lance's
-//! commits and scopemem's bucket lease rely on. Its request log is the request counter.
+//! commits and scopemem's bucket lease rely on; `moto_atomic.py` runs it with each
+//! check-and-write under one lock, as S3 decides them (moto alone let two conditional PUTs
+//! both pass under load). Its request log is the request counter.
 //! Shared by tests/s3.rs and benches/s3.rs.
 #![allow(dead_code)]
 
@@ -18,7 +20,8 @@ pub struct Moto {
     _dir: tempfile::TempDir,
 }
 
-fn moto_server() -> PathBuf {
+/// The venv's Python, which runs `moto_server` through [`ATOMIC_LAUNCHER`].
+fn moto_python() -> PathBuf {
     let venv = std::env::var_os("SCOPEMEM_VENV")
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/scopemem/venv")))
@@ -30,8 +33,11 @@ fn moto_server() -> PathBuf {
          (scripts/setup-mcp-client.sh)",
         bin.display()
     );
-    bin
+    venv.join("bin/python")
 }
+
+/// The launcher that makes moto's conditional writes atomic, as S3's are (`moto_atomic.py`).
+const ATOMIC_LAUNCHER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/common/moto_atomic.py");
 
 /// A loopback port nobody listens on now.
 pub fn free_port() -> u16 {
@@ -48,8 +54,8 @@ impl Moto {
         let log = dir.path().join("moto.log");
         for _attempt in 0..3 {
             let port = free_port();
-            let mut child = Command::new(moto_server())
-                .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+            let mut child = Command::new(moto_python())
+                .args([ATOMIC_LAUNCHER, "-H", "127.0.0.1", "-p", &port.to_string()])
                 .stdout(Stdio::null())
                 .stderr(std::fs::File::create(&log).unwrap())
                 .spawn()
