@@ -222,6 +222,47 @@ async fn what_members_say_to_each_other_answers_a_later_question_in_their_scope_
     host.shutdown().await;
 }
 
+/// Only what a member states becomes a memory by being recalled twice: a recall returns the
+/// bot's echo of a fact and a member's question about it as readily as the fact, and neither
+/// is one (`working::statement`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_recall_returning_the_bots_echo_and_a_question_twice_makes_neither_a_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = calibrated_host(dir.path()).await;
+    let question = "妈妈是不是对花生过敏？";
+    let echo = "好的，记住了：妈妈对花生过敏，点餐别点沙爹";
+    say(&host, FAMILY, ZHANG, ALLERGY).await;
+    say(&host, FAMILY, LI, question).await;
+    let bot = host
+        .invoke(
+            "on_message",
+            json!({"conversation_id": FAMILY, "sender_id": "bot", "sender_name": "小助手",
+                   "text": echo, "is_bot": true}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(bot["accepted"], true, "{bot}");
+    embedded(&host).await;
+    for _ in 0..2 {
+        let returned = recent(&host, FAMILY, "妈妈花生过敏").await;
+        let returned = texts(&returned);
+        for text in [ALLERGY, question, echo] {
+            assert!(returned.contains(&text), "{text} not in {returned:?}");
+        }
+    }
+    let status = host.memory().working_status();
+    assert_eq!(status.recalled_again, 1, "{status:?}");
+    assert!(consolidated(&host, ALLERGY).await.is_some());
+    let memories: Vec<String> = common::all_rows(&host)
+        .await
+        .into_iter()
+        .filter(|r| r.memory_type != "message")
+        .map(|r| r.content)
+        .collect();
+    assert_eq!(memories, vec![ALLERGY.to_string()]);
+    host.shutdown().await;
+}
+
 /// A message lives `working_memory.ttl_hours` after it was sent: then it is never recalled and
 /// the sweeper erases it; what was consolidated from it stays. Resent platform messages are one
 /// row, and bad input names its field.

@@ -56,6 +56,9 @@ pub struct WorkingStatus {
     pub restated: u64,
     /// Stored messages not compared with earlier ones because the check was behind.
     pub restatement_skipped: u64,
+    /// Messages that could state a fact and that recalls returned a second time: each handed
+    /// to the threshold rule's consolidation, but for the `recurrence_skipped` of them.
+    pub recalled_again: u64,
     /// Messages returned a second time and not consolidated because that task was behind.
     pub recurrence_skipped: u64,
 }
@@ -110,6 +113,7 @@ impl MemoryService {
             vector_lag_ms: pending.lag().as_millis() as u64,
             restated: self.restated.load(Ordering::Relaxed),
             restatement_skipped: self.feedback.stored_messages().skipped(),
+            recalled_again: self.recurrences.due_so_far(),
             recurrence_skipped: self.returned_again.skipped(),
         }
     }
@@ -160,8 +164,10 @@ impl MemoryService {
         hits.truncate(limit);
         let returned = hits
             .iter()
-            .map(|h| h.memory.id.as_str())
-            .filter(|id| stored.iter().any(|s| s == id));
+            .map(|h| &h.memory)
+            .filter(|m| stored.contains(&m.id))
+            .filter(|m| working::could_state_a_fact(&m.content, &m.tags, m.speaker_id.as_deref()))
+            .map(|m| m.id.as_str());
         for id in self.recurrences.returned(returned) {
             self.returned_again.offer(id);
         }

@@ -8,6 +8,7 @@
 //!   second time);
 //! - [`stored`]: what the worker has just stored, with vectors, handed to the second rule;
 //! - [`restatement`]: that rule (a fact stated again by a second member);
+//! - [`statement`]: which messages either rule may make a memory (no bot, chatter or question);
 //! - [`handoff`]: how a path that must not wait (the worker, a recall) hands work to the
 //!   background task of a rule.
 //!
@@ -21,6 +22,7 @@ mod handoff;
 mod pending;
 mod recurrence;
 pub mod restatement;
+mod statement;
 mod stored;
 
 pub use crate::store::schema::MESSAGE_TYPE;
@@ -29,6 +31,7 @@ pub use event::{MessageAccepted, MessageEvent, MessageJob, BOT_TAG};
 pub use handoff::Handoff;
 pub use pending::PendingMessages;
 pub use recurrence::{returned_again, Recurrences, ReturnedAgain};
+pub use statement::could_state_a_fact;
 pub use stored::{stored_messages, StoredMessage, StoredMessages};
 
 /// `working_memory.*` as the memory layer uses it.

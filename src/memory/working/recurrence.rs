@@ -2,9 +2,12 @@
 //! time is wanted again, and becomes a long-term memory, with no LLM involved. Counted in
 //! this process (a restart forgets the first return; the rule then needs two more). The recall
 //! hands the message over ([`ReturnedAgain`]) and answers; a background task writes the
-//! memory, so no recall waits for an embedding or a write.
+//! memory, so no recall waits for an embedding or a write. Only a message that could state a
+//! fact is counted (`working::statement`): a recall returns the bot's echo, chatter and
+//! questions as readily as the fact they share words with.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 /// Returns that make a message a long-term memory.
@@ -27,6 +30,8 @@ const MAX_COUNTED: usize = 100_000;
 #[derive(Default)]
 pub struct Recurrences {
     returned: Mutex<HashMap<String, u8>>,
+    /// Messages that reached [`CONSOLIDATE_AT`] since the process started.
+    due: AtomicU64,
 }
 
 impl Recurrences {
@@ -47,7 +52,13 @@ impl Recurrences {
                 due.push(id.to_string());
             }
         }
+        self.due.fetch_add(due.len() as u64, Ordering::Relaxed);
         due
+    }
+
+    /// Messages that reached [`CONSOLIDATE_AT`] since the process started.
+    pub fn due_so_far(&self) -> u64 {
+        self.due.load(Ordering::Relaxed)
     }
 }
 
@@ -62,5 +73,6 @@ mod tests {
         assert_eq!(r.returned(["a"]), vec!["a".to_string()]);
         assert!(r.returned(["a"]).is_empty());
         assert_eq!(r.returned(["b", "c"]), vec!["b".to_string()]);
+        assert_eq!(r.due_so_far(), 2);
     }
 }

@@ -15,34 +15,25 @@
 //! bound sits above the closest *different* facts the model scores, so "3点" and "4点", or
 //! 青霉素 and 阿莫西林, never count as agreement. What does not count:
 //! - the same member saying it again (that is repetition, not agreement);
-//! - the bot (its replies echo what it was told);
-//! - short chatter: under [`MIN_CHARS`] characters once folded, or fewer than
-//!   [`MIN_DISTINCT_CHARS`] different characters ("好的好的", "哈哈哈哈哈哈", "+1").
+//! - a message that could state no fact (`working::statement`): the bot's, short chatter
+//!   ("好的好的", "+1") and questions.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 
-use super::{StoredMessage, BOT_TAG};
+use super::statement::could_state_a_fact;
+use super::StoredMessage;
 use crate::embed::duplicates::DuplicateBound;
 use crate::memory::fact;
 use crate::memory::recall::distinct::same_fact_in_other_words;
 use crate::store::MemoryRecord;
 
-/// Characters a message needs (folded: no punctuation or spaces) to be a fact at all.
-pub const MIN_CHARS: usize = 6;
-/// Different characters a message needs, so a repeated laugh or "好的好的好的" never is one.
-pub const MIN_DISTINCT_CHARS: usize = 4;
-
-/// Whether `message` could state a fact another member agrees with (a member's, long enough).
+/// Whether `message` could state a fact another member agrees with.
 pub fn worth_checking(message: &MemoryRecord) -> bool {
-    if message.tags.iter().any(|t| t == BOT_TAG) || message.speaker_id.is_none() {
-        return false;
-    }
-    let folded = fact::fold(&message.content);
-    let mut chars: Vec<char> = folded.chars().collect();
-    let len = chars.len();
-    chars.sort_unstable();
-    chars.dedup();
-    len >= MIN_CHARS && chars.len() >= MIN_DISTINCT_CHARS
+    could_state_a_fact(
+        &message.content,
+        &message.tags,
+        message.speaker_id.as_deref(),
+    )
 }
 
 /// Whether `earlier` (a stored message with its vector) is the fact `message` states, said by
@@ -172,6 +163,7 @@ impl RecentStatements {
 mod tests {
     use super::*;
     use crate::embed::duplicates::ScriptBound;
+    use crate::memory::working::BOT_TAG;
 
     fn said(id: &str, speaker: &str, text: &str) -> MemoryRecord {
         MemoryRecord {
@@ -280,7 +272,7 @@ mod tests {
     }
 
     #[test]
-    fn the_same_member_the_bot_chatter_other_numbers_and_other_scopes_do_not() {
+    fn the_same_member_the_bot_chatter_questions_other_numbers_and_other_scopes_do_not() {
         let a = said("m1", "u1", "周六下午三点老地方聚餐");
         let again = said("m2", "u1", "周六下午三点老地方聚餐");
         assert!(!restates((&again, &V), (&a, &V), Some(&bound())));
@@ -296,7 +288,13 @@ mod tests {
             !restates((&four, &V), (&three, &V), Some(&bound())),
             "3 vs 4"
         );
-        for chatter in ["好的好的好的", "哈哈哈哈哈哈哈", "+1", "收到！"] {
+        for chatter in [
+            "好的好的好的",
+            "哈哈哈哈哈哈哈",
+            "+1",
+            "收到！",
+            "周六下午几点聚餐？",
+        ] {
             let x = said("x1", "u1", chatter);
             let y = said("y1", "u2", chatter);
             assert!(!restates((&y, &V), (&x, &V), Some(&bound())), "{chatter}");
