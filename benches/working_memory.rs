@@ -15,7 +15,9 @@
 //!    server whose messages live one hour, the facts are said 58 minutes ago, each question is
 //!    asked twice (the threshold rule consolidates them), the messages expire and the sweeper
 //!    erases them, and the questions are asked once more: the fact must be a top-3 memory.
-//!    Rows found across scopes must be 0.
+//!    Rows found across scopes must be 0. The rows left then are what the threshold rule
+//!    wrote: the 16 facts, and the chatter it took for facts (listed, as is what the
+//!    restatement rule wrote in the first half).
 //! 4. RSS with 100k live messages: a table seeded with 100k message rows (random unit vectors:
 //!    the size is a message's, the content does not matter), served, RSS once they are loaded.
 //!
@@ -442,6 +444,47 @@ fn contents(list: &Value) -> Vec<(String, String)> {
         .unwrap_or_default()
 }
 
+/// The long-term memories of every chat (browsed in each: the rows its scope sees), by id,
+/// as (content, speaker id).
+async fn long_term_memories(
+    client: &reqwest::Client,
+    base: &str,
+) -> std::collections::BTreeMap<String, (String, String)> {
+    let mut all = std::collections::BTreeMap::new();
+    for i in 0..CHATS {
+        let listed = post(
+            client,
+            &format!("{base}/v1/memories/browse"),
+            &json!({"conversation_id": chat(i), "limit": 20}),
+        )
+        .await
+        .unwrap_or(Value::Null);
+        for m in listed["memories"].as_array().into_iter().flatten() {
+            let text = |k: &str| m[k].as_str().unwrap_or("").to_string();
+            all.insert(text("id"), (text("content"), text("speaker_id")));
+        }
+    }
+    all
+}
+
+/// "N long-term memories: F of the facts, and the others (by text)".
+fn what_became_memories(memories: &std::collections::BTreeMap<String, (String, String)>) -> String {
+    let facts = memories
+        .values()
+        .filter(|(c, _)| FACTS.iter().any(|f| f.fact == c))
+        .count();
+    let others: Vec<String> = memories
+        .values()
+        .filter(|(c, _)| !FACTS.iter().any(|f| f.fact == c))
+        .map(|(c, speaker)| format!("{c:?} ({speaker})"))
+        .collect();
+    format!(
+        "{} long-term memories: {facts} of the facts, {} others {others:?}",
+        memories.len(),
+        others.len()
+    )
+}
+
 async fn recall_set(client: &reqwest::Client) {
     let dir = tempfile::tempdir_in(common::bench_root()).unwrap();
     let (proc, base) = start(client, dir.path(), json!({})).await;
@@ -464,6 +507,11 @@ async fn recall_set(client: &reqwest::Client) {
     println!(
         "recall: {hits}/{} facts said between members 1-72 h earlier found in the top 3 recent messages; {leaks} rows from another scope",
         FACTS.len()
+    );
+    // Nothing was asked twice: what is a memory now, the restatement rule wrote.
+    println!(
+        "restatement rule, after the facts were said: {}",
+        what_became_memories(&long_term_memories(client, &base).await)
     );
     drop(proc);
 
@@ -514,6 +562,15 @@ async fn recall_set(client: &reqwest::Client) {
     println!(
         "after consolidation and expiry: {kept}/{} facts found in the top 3 memories; {messages_left} messages still recalled; {leaks} rows from another scope",
         FACTS.len()
+    );
+    // Every message expired, so the rows left are what the threshold rule made memories: the
+    // facts, and whatever else the questions returned twice that could state a fact.
+    let after = status(client, &base).await;
+    println!(
+        "threshold rule, each question asked twice: {} rows left; {}; {} messages handed over as recalled again",
+        after["rows"],
+        what_became_memories(&long_term_memories(client, &base).await),
+        after["working_memory"]["recalled_again"]
     );
     drop(proc);
 }
