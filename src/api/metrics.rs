@@ -272,6 +272,12 @@ fn render_feedback(out: &mut String, host: &PluginHost) {
                 working.restated.to_string(),
             ),
             (
+                "scopemem_working_memory_recalled_again_total",
+                Some("Members' statements recalls returned a second time, handed to the threshold rule."),
+                "counter",
+                working.recalled_again.to_string(),
+            ),
+            (
                 "scopemem_consolidation_passes_total",
                 Some("LLM consolidation passes run over a conversation's recent messages."),
                 "counter",
