@@ -340,6 +340,11 @@ async fn burst_and_steady(client: &reqwest::Client) {
         took.as_secs_f64(),
         waiting_after as f64 / took.as_secs_f64().max(0.001)
     );
+    let working = &status(client, &base).await["working_memory"];
+    println!(
+        "rules during the burst: {} messages handed to the threshold rule as recalled again ({} skipped), {} restated",
+        working["recalled_again"], working["recurrence_skipped"], working["restated"]
+    );
 
     let steady = common::scaled(60, 3);
     let sampler = {
