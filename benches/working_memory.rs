@@ -474,18 +474,17 @@ async fn long_term_memories(
 
 /// "N long-term memories: F of the facts, and the others (by text)".
 fn what_became_memories(memories: &std::collections::BTreeMap<String, (String, String)>) -> String {
-    let facts = memories
+    let (facts, others): (Vec<_>, Vec<_>) = memories
         .values()
-        .filter(|(c, _)| FACTS.iter().any(|f| f.fact == c))
-        .count();
-    let others: Vec<String> = memories
-        .values()
-        .filter(|(c, _)| !FACTS.iter().any(|f| f.fact == c))
+        .partition(|(c, _)| FACTS.iter().any(|f| f.fact == c));
+    let others: Vec<String> = others
+        .iter()
         .map(|(c, speaker)| format!("{c:?} ({speaker})"))
         .collect();
     format!(
-        "{} long-term memories: {facts} of the facts, {} others {others:?}",
+        "{} long-term memories: {} of the facts, {} others {others:?}",
         memories.len(),
+        facts.len(),
         others.len()
     )
 }
