@@ -39,6 +39,9 @@ class HostConsolidation:
         self.task: asyncio.Task | None = None
         self.answered = 0
         self.failed = 0
+        # Said once until a provider is configured again: without one every due pass fails,
+        # and scopemem backs each conversation off (consolidation.retry_secs, doubling).
+        self.no_provider_logged = False
 
     def start(self) -> None:
         self.kicked = asyncio.Event()
@@ -93,6 +96,7 @@ class HostConsolidation:
             provider = self.provider_for(str(due.get("conversation_id", "")))
             if provider is None:
                 raise LookupError("no chat provider configured")
+            self.no_provider_logged = False
             within = float(due.get("answer_within_secs") or LLM_TIMEOUT_SECS)
             response = await asyncio.wait_for(
                 provider.text_chat(
@@ -111,6 +115,14 @@ class HostConsolidation:
         applied = isinstance(outcome, dict) and outcome.get("applied") is True
         if applied:
             self.answered += 1
+        elif body.get("error") == "LookupError":
+            self.failed += 1
+            if not self.no_provider_logged:
+                self.no_provider_logged = True
+                logger.warning(
+                    "[scopemem] no chat provider is configured: consolidation passes wait "
+                    "until one is (said once)"
+                )
         else:
             self.failed += 1
             reason = outcome.get("reason") if isinstance(outcome, dict) else None

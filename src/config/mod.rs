@@ -457,6 +457,7 @@ fn consolidation_config(c: &Obj) -> Result<ConsolidationConfig, ConfigError> {
         quiet_minutes: c.count("quiet_minutes", 0)?,
         max_messages: c.count("max_messages", 1)?,
         timeout_secs: c.count("timeout_secs", 1)?,
+        retry_secs: c.count("retry_secs", 1)?,
     })
 }
 
@@ -508,6 +509,8 @@ pub struct ConsolidationConfig {
     pub quiet_minutes: u64,
     pub max_messages: usize,
     pub timeout_secs: u64,
+    /// First wait after a failed pass; doubles per failure in a row, up to an hour.
+    pub retry_secs: u64,
 }
 
 /// The complete, validated configuration.

@@ -70,6 +70,8 @@ pub struct ConsolidationStatus {
     pub refused: u64,
     pub malformed: u64,
     pub failed: u64,
+    /// Conversations waiting out a failed or malformed pass (`consolidation.retry_secs`).
+    pub backing_off: triggers::BackingOff,
 }
 
 impl Counters {
@@ -77,7 +79,7 @@ impl Counters {
         counter.fetch_add(by, Ordering::Relaxed);
     }
 
-    pub fn status(&self, llm: bool) -> ConsolidationStatus {
+    pub fn status(&self, llm: bool, backing_off: triggers::BackingOff) -> ConsolidationStatus {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
         ConsolidationStatus {
             llm,
@@ -87,6 +89,7 @@ impl Counters {
             refused: get(&self.refused),
             malformed: get(&self.malformed),
             failed: get(&self.failed),
+            backing_off,
         }
     }
 }
@@ -108,13 +111,14 @@ impl Consolidator {
         Ok(Consolidator {
             client: ChatClient::from_config(c)?,
             settings: ConsolidationSettings::from_config(c),
-            triggers: Triggers::default(),
+            triggers: Triggers::new(Duration::from_secs(c.retry_secs)),
             counters: Counters::default(),
             host: HostPasses::default(),
         })
     }
 
     pub fn status(&self) -> ConsolidationStatus {
-        self.counters.status(self.client.is_some())
+        self.counters
+            .status(self.client.is_some(), self.triggers.backing_off())
     }
 }
