@@ -434,6 +434,18 @@ async fn ask(client: &reqwest::Client, base: &str, i: usize, question: &str) -> 
     .expect("recall")
 }
 
+/// `question` through the injection path (`/v1/events/llm_request`), as a plugin asks before
+/// the bot answers.
+async fn ask_for_prompt(client: &reqwest::Client, base: &str, i: usize, question: &str) -> Value {
+    post(
+        client,
+        &format!("{base}/v1/events/llm_request"),
+        &json!({"conversation_id": chat(i), "query": question}),
+    )
+    .await
+    .expect("injection")
+}
+
 fn contents(list: &Value) -> Vec<(String, String)> {
     list.as_array()
         .map(|l| {
@@ -529,9 +541,10 @@ async fn recall_set(client: &reqwest::Client) {
     .await;
     let said = Utc::now() - chrono::Duration::minutes(58);
     say_facts(client, &base, |_| said).await;
+    // Asked as a bot asks for its prompt: only that counts toward the threshold rule.
     for (i, f) in FACTS.iter().enumerate() {
-        ask(client, &base, i, f.question).await;
-        ask(client, &base, i, f.question).await;
+        ask_for_prompt(client, &base, i, f.question).await;
+        ask_for_prompt(client, &base, i, f.question).await;
     }
     let expiry = said + chrono::Duration::hours(1) + chrono::Duration::minutes(2);
     while Utc::now() < expiry {

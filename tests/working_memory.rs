@@ -51,6 +51,19 @@ async fn recent(host: &PluginHost, conversation: &str, query: &str) -> Vec<Value
     r["recent_messages"].as_array().cloned().unwrap_or_default()
 }
 
+/// What `on_llm_request` injects for `query` in `conversation`: the block the bot would get
+/// (the only recall that counts toward the threshold rule).
+async fn injected(host: &PluginHost, conversation: &str, query: &str) -> String {
+    let r = host
+        .invoke(
+            "on_llm_request",
+            json!({"conversation_id": conversation, "query": query}),
+        )
+        .await
+        .unwrap();
+    r["injection"].as_str().unwrap_or_default().to_string()
+}
+
 /// The long-term memories a family recall returns, by text.
 async fn memories(host: &PluginHost, query: &str) -> Vec<String> {
     let r = host
@@ -191,12 +204,10 @@ async fn what_members_say_to_each_other_answers_a_later_question_in_their_scope_
         .unwrap();
     assert_eq!(listed["total"], 4, "{listed}");
 
-    // The second return makes it a long-term memory, with its speaker and its source,
-    // written beside the recall (which does not wait for it).
-    for _ in 0..2 {
-        let again = recent(&host, FAMILY, QUESTION).await;
-        assert!(texts(&again).contains(&ALLERGY), "{again:?}");
-    }
+    // The second return for a prompt makes it a long-term memory, with its speaker and its
+    // source, written beside the recall (which does not wait for it).
+    let again = injected(&host, FAMILY, QUESTION).await;
+    assert!(again.contains(ALLERGY), "{again}");
     let fact = consolidated(&host, ALLERGY)
         .await
         .expect("consolidated into a long-term memory");
@@ -243,12 +254,26 @@ async fn a_recall_returning_the_bots_echo_and_a_question_twice_makes_neither_a_m
         .unwrap();
     assert_eq!(bot["accepted"], true, "{bot}");
     embedded(&host).await;
+    // Searched by hand (the operator page, the dashboard, `/v1/recall`): never counted.
     for _ in 0..2 {
         let returned = recent(&host, FAMILY, "妈妈花生过敏").await;
         let returned = texts(&returned);
         for text in [ALLERGY, question, echo] {
             assert!(returned.contains(&text), "{text} not in {returned:?}");
         }
+    }
+    assert_eq!(host.memory().working_status().recalled_again, 0);
+    // Asked for a prompt twice: the member's statement is handed over, the bot's echo (shown
+    // as the bot's) and the question are not.
+    for _ in 0..2 {
+        let block = injected(&host, FAMILY, "妈妈花生过敏").await;
+        for text in [ALLERGY, question, echo] {
+            assert!(block.contains(text), "{text} not in {block}");
+        }
+        assert!(
+            block.contains("role=\"bot\" speaker=\"小助手\" speaker_id=\"bot\""),
+            "{block}"
+        );
     }
     let status = host.memory().working_status();
     assert_eq!(status.recalled_again, 1, "{status:?}");
@@ -306,7 +331,7 @@ async fn a_message_expires_and_its_consolidated_fact_stays() {
     let rows = common::all_rows(&host).await;
     assert_eq!(rows.len(), 1, "{rows:?}");
     for _ in 0..2 {
-        assert!(texts(&recent(&host, FAMILY, "花生过敏").await).contains(&ALLERGY));
+        assert!(injected(&host, FAMILY, "花生过敏").await.contains(ALLERGY));
     }
     assert!(consolidated(&host, ALLERGY).await.is_some());
     let expires_at = sent_at + chrono::Duration::hours(1);
@@ -465,10 +490,11 @@ async fn a_recall_never_waits_for_the_consolidation_it_triggers() {
 
     embedder.open.send_replace(false);
     for n in 0..2 {
-        let again = tokio::time::timeout(Duration::from_secs(60), recent(&host, FAMILY, QUESTION))
-            .await
-            .unwrap_or_else(|_| panic!("recall {n} waited for a held passage embedding"));
-        assert!(texts(&again).contains(&ALLERGY), "{again:?}");
+        let again =
+            tokio::time::timeout(Duration::from_secs(60), injected(&host, FAMILY, QUESTION))
+                .await
+                .unwrap_or_else(|_| panic!("recall {n} waited for a held passage embedding"));
+        assert!(again.contains(ALLERGY), "{again}");
     }
     assert!(common::all_rows(&host)
         .await
@@ -479,5 +505,219 @@ async fn a_recall_never_waits_for_the_consolidation_it_triggers() {
         .await
         .expect("consolidated once the embedding went through");
     assert_eq!(fact.speaker_id.as_deref(), Some("u-zhang"));
+    host.shutdown().await;
+}
+
+/// With nothing mapped (a new install: `unmapped_scope: public`), a chat's raw words stay in
+/// that chat (design rule 11): a private chat's message and one group's messages reach neither
+/// another group's prompt nor its recall, while each chat still finds its own; a fact
+/// consolidated from a private chat stays in that chat's private scope, never `public`; what
+/// the bot chose to remember keeps the unmapped rule (`public`, recalled everywhere).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn with_nothing_mapped_a_chats_raw_words_stay_in_that_chat() {
+    const SURGERY: &str = "我下个月要去医院做心脏手术，这件事别告诉群里的人";
+    const LAYOFFS: &str = "公司下个月要裁员三成，名单周五出来";
+    const ME: &str = "default:FriendMessage:777";
+    const GROUP_A: &str = "default:GroupMessage:111";
+    const GROUP_B: &str = "default:GroupMessage:222";
+    let dir = tempfile::tempdir().unwrap();
+    let config = Config::from_value(&json!({
+        "storage": {"db_dir": dir.path().join("lancedb").to_string_lossy()},
+    }))
+    .expect("test config is valid")
+    .config;
+    let host = PluginHost::start_with(config, None, common::e5())
+        .await
+        .expect("host starts");
+    host.start_background();
+    common::calibrated(&host).await;
+
+    let private = say(&host, ME, ZHANG, SURGERY).await;
+    let private_scope = private["memory_scope"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(private_scope.starts_with("c_"), "{private}");
+    let group_a = say(&host, GROUP_A, LI, LAYOFFS).await;
+    assert!(group_a["memory_scope"]
+        .as_str()
+        .unwrap_or_default()
+        .starts_with("c_"));
+    assert_ne!(group_a["memory_scope"], private["memory_scope"]);
+    say(
+        &host,
+        GROUP_A,
+        ("u-wang", "王五"),
+        "真的假的，我们部门也在名单上吗",
+    )
+    .await;
+    say(
+        &host,
+        GROUP_B,
+        ("u-zhao", "赵六"),
+        "周末有人去爬山吗，天气不错",
+    )
+    .await;
+    // Before any vector (found by words) and after.
+    assert!(recent(&host, GROUP_B, "裁员").await.is_empty());
+    embedded(&host).await;
+
+    for (question, leaked) in [("谁要去医院做手术？", SURGERY), ("公司要裁员吗？", LAYOFFS)]
+    {
+        let block = injected(&host, GROUP_B, question).await;
+        assert!(!block.contains(leaked), "{leaked} reached group B: {block}");
+        let recalled = recent(&host, GROUP_B, question).await;
+        assert!(!texts(&recalled).contains(&leaked), "{recalled:?}");
+    }
+    let listed = host
+        .invoke(
+            "browse",
+            json!({"conversation_id": GROUP_B, "messages": true}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        listed["total"], 1,
+        "group B lists its own message only: {listed}"
+    );
+    // Each chat finds its own words.
+    assert!(injected(&host, GROUP_A, "公司要裁员吗？")
+        .await
+        .contains(LAYOFFS));
+    assert!(texts(&recent(&host, ME, "做手术").await).contains(&SURGERY));
+
+    // Asked twice for a prompt in the private chat: consolidated there, not in public.
+    for _ in 0..2 {
+        assert!(injected(&host, ME, "我什么时候做手术")
+            .await
+            .contains(SURGERY));
+    }
+    let fact = consolidated(&host, SURGERY)
+        .await
+        .expect("consolidated in the private chat");
+    assert_eq!(fact.memory_scope.as_deref(), Some(private_scope.as_str()));
+    assert_eq!(fact.scope_source.as_deref(), Some("unmapped"));
+    let mine = host
+        .invoke(
+            "recall",
+            json!({"conversation_id": ME, "query": "我什么时候做手术"}),
+        )
+        .await
+        .unwrap();
+    assert!(
+        common::recalled_texts(&mine).contains(&SURGERY.to_string()),
+        "{mine}"
+    );
+    let theirs = host
+        .invoke(
+            "recall",
+            json!({"conversation_id": GROUP_B, "query": "谁要去医院做手术？"}),
+        )
+        .await
+        .unwrap();
+    assert!(!theirs.to_string().contains("心脏手术"), "{theirs}");
+
+    // What the bot chose to remember in an unmapped chat still follows `unmapped_scope`.
+    let kept = common::remember(&host, ME, "The group's board game night is every Friday").await;
+    assert_eq!(kept["memory"]["memory_scope"], "public", "{kept}");
+    let elsewhere = host
+        .invoke(
+            "recall",
+            json!({"conversation_id": GROUP_B, "query": "When is board game night?"}),
+        )
+        .await
+        .unwrap();
+    assert!(
+        elsewhere.to_string().contains("every Friday"),
+        "{elsewhere}"
+    );
+    host.shutdown().await;
+}
+
+/// The real model, refusing every passage (a stored text) while `open` is false: the worker
+/// retries a message's job with backoff, so the message waits for its vector as long as the
+/// test needs; queries always pass.
+struct RefusedPassages {
+    real: std::sync::Arc<dyn Embedder>,
+    open: std::sync::atomic::AtomicBool,
+}
+
+impl Embedder for RefusedPassages {
+    fn model_id(&self) -> &str {
+        self.real.model_id()
+    }
+    fn dimension(&self) -> usize {
+        self.real.dimension()
+    }
+    fn embed(
+        &self,
+        role: TextRole,
+        texts: Vec<String>,
+    ) -> BoxFuture<'_, Result<Vec<Vec<f32>>, EmbedError>> {
+        if role == TextRole::Passage && !self.open.load(std::sync::atomic::Ordering::SeqCst) {
+            return Box::pin(async {
+                Err(EmbedError::Model("passages are refused by the test".into()))
+            });
+        }
+        self.real.embed(role, texts)
+    }
+}
+
+/// A forget by id reaches a message still waiting for its vector: its job is dropped and the
+/// message is never written; another scope's conversation cannot forget it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_forget_by_id_reaches_a_message_still_waiting_for_its_vector() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let dir = tempfile::tempdir().unwrap();
+    let embedder = std::sync::Arc::new(RefusedPassages {
+        real: common::e5(),
+        open: true.into(),
+    });
+    let retries = json!({"feedback": {"max_attempts": 100_000, "retry_backoff_ms": 100}});
+    let host = PluginHost::start_with(config(dir.path(), retries), None, embedder.clone())
+        .await
+        .expect("host starts");
+    host.start_background();
+    common::calibrated(&host).await;
+    embedder.open.store(false, SeqCst);
+    let said = say(&host, FAMILY, ZHANG, ALLERGY).await;
+    let id = said["id"].as_str().unwrap().to_string();
+    let retried = common::eventually(Duration::from_secs(120), || {
+        host.memory().feedback().retries() > 0
+    })
+    .await;
+    assert!(retried, "the message's job was never tried");
+    assert_eq!(host.memory().working_status().waiting, 1);
+
+    let other = host
+        .invoke(
+            "forget",
+            json!({"conversation_id": WORK, "memory_ids": [id]}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(other["refused"], json!([id]), "{other}");
+    let forgot = host
+        .invoke(
+            "forget",
+            json!({"conversation_id": FAMILY, "memory_ids": [id]}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(forgot["refused"], json!([]), "{forgot}");
+    assert_eq!(forgot["pending_feedback_dropped"], 1, "{forgot}");
+    assert!(recent(&host, FAMILY, "花生").await.is_empty());
+
+    embedder.open.store(true, SeqCst);
+    // A later message goes through; the queue is in order, so the forgotten job is past.
+    say(&host, FAMILY, LI, "周六晚上七点在外婆家吃饭").await;
+    embedded(&host).await;
+    let stored = common::until_some(Duration::from_secs(120), || async {
+        let rows = common::all_rows(&host).await;
+        (!rows.is_empty()).then_some(rows)
+    })
+    .await
+    .expect("the later message is stored");
+    assert!(stored.iter().all(|r| r.content != ALLERGY), "{stored:?}");
     host.shutdown().await;
 }

@@ -39,6 +39,7 @@ impl MemoryPlugin {
                 timezone: ev.timezone,
                 time_words: None,
                 history: ev.history,
+                for_prompt: true,
             })
             .await?;
         Ok(Injection {

@@ -366,7 +366,7 @@ impl PluginHost {
                 ..Default::default()
             },
             vectors,
-            visibility: visible.rows.to_sql(),
+            visibility: visible.to_sql(),
         };
         let mut out = Vec::new();
         let report = crate::transfer::export(

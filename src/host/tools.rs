@@ -203,6 +203,7 @@ pub fn recall_request(ctx: CallContext, args: Value) -> Result<RecallRequest, Pl
         timezone: None,
         time_words: None,
         history: Vec::new(),
+        for_prompt: false,
     })
 }
 

@@ -14,6 +14,7 @@ use serde::Serialize;
 
 mod consolidation;
 mod erase;
+use erase::EraseJobs;
 mod host_consolidation;
 mod recall;
 mod remember;
@@ -30,18 +31,18 @@ pub use host_consolidation::HostPassOutcome;
 pub use working::MessageOutcome;
 
 use super::model::*;
-use super::recall::read_filter::recall_filter;
+use super::recall::read_filter::{memories_filter, messages_filter, recall_filter};
 use super::MemoryError;
 use crate::config::{Config, MigrationMode, RecallConfig, ScopeFilterMode};
 use crate::embed::calibration::{calibrate, Calibration, ModelFit};
 use crate::embed::Embedder;
 use crate::migrate::backfill::{BackfillHandle, BackfillProgress, BackfillSettings};
 use crate::migrate::checkpoint;
-use crate::scope::{ConversationId, MapSummary, ScopeResolver};
+use crate::scope::{ConversationId, MapSummary, ScopeResolver, ScopeSource};
 use crate::store::beside::Beside;
 use crate::store::lease::{self, Lease};
 use crate::store::maintenance::pruning::VersionLimits;
-use crate::store::{LanceSearch, RowFilter, ScopeSet, Selection, Store, Tier, WriterSettings};
+use crate::store::{LanceSearch, RowFilter, ScopeSet, Selection, Store, WriterSettings};
 
 pub(crate) const MAX_QUERY_CHARS: usize = 2000;
 pub(crate) const DEFAULT_STRENGTH: i64 = 50;
@@ -157,10 +158,31 @@ pub struct MigrationStatus {
 /// What one conversation may read (see [`MemoryService::visible_to`]).
 #[derive(Debug, Clone)]
 pub struct Visibility {
-    /// The rows it may read (`rows.to_sql()` for LanceDB).
+    /// The long-term memories it may read (`rows.to_sql()` for LanceDB): its scope, `public`
+    /// and its own chat's scope. A search of the message tier puts [`Self::messages`] here.
     pub rows: RowFilter,
+    /// The working memory's messages it may read: its own chat scope only (design rule 11).
+    pub messages: RowFilter,
     pub memory_scope: String,
     pub migration_mode: bool,
+}
+
+impl Visibility {
+    /// Both tiers as one predicate (an export of what the conversation may read, an update).
+    pub fn to_sql(&self) -> Option<String> {
+        match (self.rows.to_sql(), self.messages.to_sql()) {
+            (Some(memories), Some(messages)) => Some(format!("({memories}) OR ({messages})")),
+            _ => None,
+        }
+    }
+
+    /// This visibility searching the message tier.
+    pub(crate) fn of_messages(&self) -> Visibility {
+        Visibility {
+            rows: self.messages.clone(),
+            ..self.clone()
+        }
+    }
 }
 
 pub struct MemoryService {
@@ -294,10 +316,18 @@ impl MemoryService {
     fn visibility(&self, conversation: &ConversationId, persona: Option<&str>) -> Visibility {
         let map = self.scopes.snapshot();
         let scope = map.resolve(conversation, persona);
+        let chat = map.resolve_chat(conversation).scope;
         let migration = self.migration_active();
-        let rows = recall_filter(&scope.scope, migration, map.filter_mode(), Utc::now());
+        let (mode, now) = (map.filter_mode(), Utc::now());
+        // A persona entry decides the whole long-term scope (rule 2): its scope and public.
+        let rows = match scope.source {
+            ScopeSource::Persona => recall_filter(&scope.scope, migration, mode, now)
+                .in_tier(crate::store::Tier::Memories),
+            _ => memories_filter(&scope.scope, &chat, migration, mode, now),
+        };
         Visibility {
             rows,
+            messages: messages_filter(&chat, mode, now),
             memory_scope: scope.scope.as_str().to_string(),
             migration_mode: migration,
         }
@@ -322,13 +352,9 @@ impl MemoryService {
         }
         let (offset, limit) = (offset as usize, limit as usize);
         let visible = self.visibility(&conversation, req.persona.as_deref());
-        let tier = match req.messages {
-            true => Tier::Messages,
-            false => Tier::Memories,
-        };
-        let visible = Visibility {
-            rows: visible.rows.clone().in_tier(tier),
-            ..visible
+        let visible = match req.messages {
+            true => visible.of_messages(),
+            false => visible,
         };
         let page = self
             .store
@@ -364,7 +390,8 @@ impl MemoryService {
             None => {
                 let c = conversation.as_str().to_owned();
                 let predicate = Selection::conversation(&c).rows_sql();
-                self.erase_where(predicate, Some(c), None).await?
+                self.erase_where(predicate, EraseJobs::of_conversation(c))
+                    .await?
             }
             Some(ids) => {
                 self.forget_ids(&conversation, req.persona.as_deref(), ids)
@@ -401,27 +428,40 @@ impl MemoryService {
         }
         let map = self.scopes.snapshot();
         let scope = map.resolve(conversation, persona).scope;
-        // What this conversation may erase, inside every query: its own scope (and NULL-scope
-        // rows from a public conversation while migration mode is on). A legacy table may hold
-        // an id twice; the copy in another scope is neither counted nor deleted.
-        let own = ScopeSet {
+        let chat = map.resolve_chat(conversation).scope;
+        // What this conversation may erase, inside every query: its own scope and its chat's
+        // (and NULL-scope rows from a public conversation while migration mode is on). A
+        // legacy table may hold an id twice; the copy in another scope is neither counted nor
+        // deleted.
+        let mut own = ScopeSet {
             names: vec![scope.as_str().to_owned()],
             null: scope.is_public() && self.migration_active(),
         };
+        if chat != scope {
+            own.names.push(chat.as_str().to_owned());
+        }
         let asked = Selection::ids(wanted.iter().cloned()).within(own.clone());
         let deletable = self.store.ids_where(&asked.rows_sql()).await?;
+        // A message still waiting for its vector is not in the table yet: its job is dropped
+        // instead, so it is never written (`working::pending`).
+        let waiting = self.feedback.pending().ids_within(&own, &wanted);
         let refused: Vec<String> = wanted
             .into_iter()
-            .filter(|id| !deletable.contains(id))
+            .filter(|id| !deletable.contains(id) && !waiting.contains(id))
             .collect();
-        if deletable.is_empty() {
+        if deletable.is_empty() && waiting.is_empty() {
             return Ok(ForgetOutcome {
                 refused,
                 ..ForgetOutcome::default()
             });
         }
-        let erasable = Selection::ids(deletable).within(own);
-        let mut outcome = self.erase_where(erasable.rows_sql(), None, None).await?;
+        // The waiting ones too: a job in flight when the erase pauses the worker writes its row
+        // before the erase reads the table.
+        let erasable =
+            Selection::ids(deletable.into_iter().chain(waiting.iter().cloned())).within(own);
+        let mut outcome = self
+            .erase_where(erasable.rows_sql(), EraseJobs::of_messages(waiting))
+            .await?;
         outcome.refused = refused;
         Ok(outcome)
     }
@@ -433,7 +473,7 @@ impl MemoryService {
     ) -> Result<ForgetOutcome, MemoryError> {
         let s = scope.as_str().to_owned();
         let predicate = Selection::scope(&s).rows_sql();
-        let outcome = self.erase_where(predicate, None, Some(s)).await?;
+        let outcome = self.erase_where(predicate, EraseJobs::of_scope(s)).await?;
         tracing::info!(
             memory_scope = scope.as_str(),
             rows = outcome.deleted,
@@ -448,7 +488,7 @@ impl MemoryService {
         &self,
         predicate: String,
     ) -> Result<ForgetOutcome, MemoryError> {
-        self.erase_where(predicate, None, None).await
+        self.erase_where(predicate, EraseJobs::default()).await
     }
 
     /// The table's counts (rows by scope, NULL-scope rows, fragments, versions) for `/metrics`.

@@ -317,6 +317,25 @@ impl ScopeMap {
         }
     }
 
+    /// The scope a conversation's own chat lives in (docs/design.md rule 11): the working
+    /// memory's messages and the facts consolidated from them. A mapped conversation's chat is
+    /// shared within its scope, as its memories are; an unmapped one's stays in that
+    /// conversation (its private scope), whatever `unmapped_scope` says: raw words said in a
+    /// private chat must never reach another chat because nobody mapped it. Messages carry no
+    /// persona, so only the conversation's own entry counts.
+    pub fn resolve_chat(&self, conversation: &ConversationId) -> ResolvedScope {
+        if let Some(scope) = self.mapped(conversation.as_str()) {
+            return ResolvedScope {
+                scope,
+                source: ScopeSource::Conversation,
+            };
+        }
+        ResolvedScope {
+            scope: private_scope(conversation.as_str()),
+            source: ScopeSource::Unmapped,
+        }
+    }
+
     /// The scope a map key decides: its entry, or its private scope when its entry is broken.
     fn mapped(&self, key: &str) -> Option<ScopeName> {
         if let Some(scope) = self.entries.get(key) {
@@ -483,6 +502,36 @@ mod tests {
         let r = m.resolve(&conv("default:FriendMessage:777"), Some("Bob"));
         assert_eq!(r.scope, ScopeName::public());
         assert_eq!(r.source, ScopeSource::Unmapped);
+    }
+
+    #[test]
+    fn an_unmapped_chat_stays_in_its_conversation_whatever_the_policy() {
+        for policy in [UnmappedPolicy::Public, UnmappedPolicy::Conversation] {
+            let m = ScopeMap::build(&sample(), policy);
+            let private = conv("default:FriendMessage:777");
+            let chat = m.resolve_chat(&private);
+            assert_eq!(chat.source, ScopeSource::Unmapped);
+            assert!(chat.scope.as_str().starts_with("c_"), "{chat:?}");
+            assert_ne!(
+                chat.scope,
+                m.resolve_chat(&conv("default:FriendMessage:778")).scope
+            );
+            // Under the conversation policy the chat and the memories share the private scope.
+            if policy == UnmappedPolicy::Conversation {
+                assert_eq!(chat.scope, m.resolve(&private, None).scope);
+            }
+            // A mapped conversation's chat is shared within its scope, an explicit `public`
+            // included; a persona entry plays no part (messages carry none).
+            let family = m.resolve_chat(&conv("default:GroupMessage:12345"));
+            assert_eq!(
+                (family.scope, family.source),
+                (scope("家人"), ScopeSource::Conversation)
+            );
+            assert!(m
+                .resolve_chat(&conv("default:FriendMessage:1"))
+                .scope
+                .is_public());
+        }
     }
 
     #[test]

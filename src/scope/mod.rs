@@ -16,7 +16,7 @@ mod source;
 mod view;
 
 pub use conversation::{ConversationId, MAX_CONVERSATION_ID_BYTES};
-pub use derive::derive_scope;
+pub use derive::{derive_chat_scope, derive_scope};
 pub use map::{IgnoredEntry, MapSummary, ResolvedScope, ScopeMap, PERSONA_KEY_PREFIX};
 pub use name::{ScopeName, MAX_SCOPE_NAME_CHARS, PUBLIC_SCOPE};
 pub use reload::{watch_config, ConfigWatcher, DEFAULT_DEBOUNCE};

@@ -49,6 +49,9 @@ pub const COL_SOURCE_IDS: &str = "source_ids";
 /// scope, expiry, erasure and export hold for it as for any memory, but never a type a caller
 /// may give a memory.
 pub const MESSAGE_TYPE: &str = "message";
+/// The tag a working-memory message of the bot's own is stored with (its replies are data of
+/// the chat, never a member's word).
+pub const BOT_TAG: &str = "bot";
 
 /// Every column except the vector: what recall reads back (vectors are never shipped out).
 pub const RECORD_COLUMNS: [&str; 16] = [

@@ -5,12 +5,17 @@
 //! `scope_filter: disabled` (the rollback switch) drops the scope part. `scope` resolved the
 //! conversation to its scope before this; the store applies the result, as SQL inside
 //! LanceDB or column by column in the resident copy, from this one [`RowFilter`].
+//!
+//! A conversation's own chat (the working memory's messages and the facts consolidated from
+//! them, design rule 11) has a scope of its own, which for an unmapped conversation is its
+//! private scope: [`memories_filter`] adds it to the long-term tier, and [`messages_filter`] is
+//! the message tier's whole rule, without `public`.
 
 use chrono::{DateTime, Utc};
 
 use crate::config::ScopeFilterMode;
 use crate::scope::ScopeName;
-use crate::store::{RowFilter, ScopeSet};
+use crate::store::{RowFilter, ScopeSet, Tier};
 
 /// The rows a recall (or browse) in `current` may return, alive at `now`.
 pub fn recall_filter(
@@ -34,6 +39,38 @@ pub fn recall_filter(
         alive_at: Some(now),
         created: None,
         tier: None,
+    }
+}
+
+/// [`recall_filter`] for the long-term tier, widened to the conversation's own chat scope
+/// (`ScopeMap::resolve_chat`, design rule 11): facts consolidated from an unmapped
+/// conversation's messages live in its private scope and are recalled there.
+pub fn memories_filter(
+    current: &ScopeName,
+    chat: &ScopeName,
+    migration_mode_on: bool,
+    mode: ScopeFilterMode,
+    now: DateTime<Utc>,
+) -> RowFilter {
+    let mut rows = recall_filter(current, migration_mode_on, mode, now).in_tier(Tier::Memories);
+    if let Some(set) = rows.scopes.as_mut() {
+        if !set.names.iter().any(|n| n == chat.as_str()) {
+            set.names.push(chat.as_str().to_owned());
+        }
+    }
+    rows
+}
+
+/// The working memory's messages a conversation may read (design rule 11): those of its own
+/// chat scope only. Never `public` through rule 7, never legacy rows (a message always has a
+/// scope), never expired ones; `scope_filter: disabled` drops the scope part as it does for
+/// memories.
+pub fn messages_filter(chat: &ScopeName, mode: ScopeFilterMode, now: DateTime<Utc>) -> RowFilter {
+    RowFilter {
+        scopes: (mode != ScopeFilterMode::Disabled).then(|| ScopeSet::only(chat.as_str())),
+        alive_at: Some(now),
+        created: None,
+        tier: Some(Tier::Messages),
     }
 }
 
@@ -84,6 +121,28 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn messages_are_read_in_their_chat_scope_only_and_memories_also_there() {
+        let now = Utc::now();
+        let e = ScopeFilterMode::Enforce;
+        let chat = scope("c_0123456789abcdef");
+        let messages = messages_filter(&chat, e, now);
+        assert!(messages.admits_scope(Some("c_0123456789abcdef")));
+        assert!(!messages.admits_scope(Some("public")) && !messages.admits_scope(None));
+        assert!(!messages.admits_type("knowledge") && messages.admits_type("message"));
+        let memories = memories_filter(&ScopeName::public(), &chat, true, e, now);
+        assert_eq!(
+            memories.scopes.as_ref().map(|s| s.names.clone()),
+            Some(vec!["public".to_string(), "c_0123456789abcdef".to_string()])
+        );
+        assert!(memories.admits_scope(None) && !memories.admits_type("message"));
+        // A mapped conversation's chat is its scope: nothing is added twice.
+        let family = memories_filter(&scope("家人"), &scope("家人"), false, e, now);
+        assert_eq!(family.scopes.map(|s| s.names.len()), Some(2));
+        let open = messages_filter(&chat, ScopeFilterMode::Disabled, now);
+        assert!(open.scopes.is_none() && open.alive_at.is_some());
     }
 
     #[test]

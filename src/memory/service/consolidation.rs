@@ -10,16 +10,16 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 
 use super::working::Consolidated;
-use super::{Asked, MemoryService, Visibility};
+use super::{Asked, MemoryService};
 use crate::memory::consolidation::decisions::{self, ShownMemory, ShownMessage};
 use crate::memory::consolidation::{Counters, Decision, PreparedPass, Shown};
 use crate::memory::model::{RecallRequest, UpdateRequest};
-use crate::memory::working::MESSAGE_TYPE;
+use crate::memory::working::{self, MESSAGE_TYPE};
 use crate::memory::MemoryError;
 use crate::scope::ConversationId;
 use crate::store::filter::alive_clause;
 use crate::store::schema::{COL_CREATED_AT, COL_MEMORY_TYPE};
-use crate::store::{sql_literal, timestamp_literal, Selection, Tier};
+use crate::store::{sql_literal, timestamp_literal, Selection};
 
 /// Stored memories shown beside the messages, nearest first.
 const MEMORIES_SHOWN: usize = 10;
@@ -253,7 +253,12 @@ impl MemoryService {
         Ok(page
             .into_iter()
             .filter_map(|r| {
+                let role = match r.tags.iter().any(|t| t == working::BOT_TAG) {
+                    true => decisions::BOT,
+                    false => decisions::MEMBER,
+                };
                 Some(ShownMessage {
+                    role,
                     sent_at: r.created_at?,
                     speaker: r.speaker_name.unwrap_or_default(),
                     speaker_id: r.speaker_id.unwrap_or_default(),
@@ -296,11 +301,7 @@ impl MemoryService {
             time_words: Some(false),
             ..RecallRequest::default()
         };
-        let all = self.visibility(conversation, None);
-        let visible = Visibility {
-            rows: all.rows.clone().in_tier(Tier::Memories),
-            ..all
-        };
+        let visible = self.visibility(conversation, None);
         let asked = Asked {
             req: &req,
             query: req.query.trim(),

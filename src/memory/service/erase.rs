@@ -25,15 +25,55 @@ use crate::store::StoreError;
 /// another process's erase began (processes sharing a bucket run on different machines).
 const CLOCK_MARGIN: chrono::TimeDelta = chrono::TimeDelta::seconds(2);
 
+/// The unapplied jobs an erase drops besides those whose merges read what it erased.
+#[derive(Debug, Default)]
+pub(crate) struct EraseJobs {
+    /// Every job of this conversation (here and, through the notice, in every process).
+    pub(crate) conversation: Option<String>,
+    /// Every job of this scope (likewise).
+    pub(crate) scope: Option<String>,
+    /// The jobs of these messages, still waiting for their vectors in this process: a forget
+    /// by id of a message not in the table yet.
+    pub(crate) messages: HashSet<String>,
+}
+
+impl EraseJobs {
+    pub(crate) fn of_conversation(c: String) -> EraseJobs {
+        EraseJobs {
+            conversation: Some(c),
+            ..EraseJobs::default()
+        }
+    }
+
+    pub(crate) fn of_scope(s: String) -> EraseJobs {
+        EraseJobs {
+            scope: Some(s),
+            ..EraseJobs::default()
+        }
+    }
+
+    pub(crate) fn of_messages(ids: HashSet<String>) -> EraseJobs {
+        EraseJobs {
+            messages: ids,
+            ..EraseJobs::default()
+        }
+    }
+
+    fn drops_message(&self, job: &crate::memory::feedback::FeedbackJob) -> bool {
+        job.message
+            .as_ref()
+            .is_some_and(|m| self.messages.contains(&m.id))
+    }
+}
+
 impl MemoryService {
-    /// Erase the rows `predicate` selects and, with `conversation_id` or `scope`, the unapplied
-    /// feedback jobs of that conversation or scope, in this process and (through the notice)
-    /// in every other one.
+    /// Erase the rows `predicate` selects and the unapplied jobs `jobs` names: those of a
+    /// conversation or a scope in this process and (through the notice) in every other one,
+    /// and this process's waiting messages.
     pub(super) async fn erase_where(
         &self,
         predicate: String,
-        conversation_id: Option<String>,
-        scope: Option<String>,
+        jobs: EraseJobs,
     ) -> Result<ForgetOutcome, MemoryError> {
         let began = Utc::now();
         let paused = self.feedback.pause().await;
@@ -42,11 +82,14 @@ impl MemoryService {
         let report = self.store.writer().erase(predicate.clone()).await?;
         self.remove_orphans(erased_ids.iter().cloned().collect())
             .await?;
+        let (conversation_id, scope) = (jobs.conversation.clone(), jobs.scope.clone());
         let notice = EraseNotice::new(began, predicate, conversation_id, scope, erased_ids);
-        let erased: HashSet<&str> = notice.ids.iter().map(String::as_str).collect();
+        let mut erased: HashSet<&str> = notice.ids.iter().map(String::as_str).collect();
+        erased.extend(jobs.messages.iter().map(String::as_str));
         self.forget_statements(&erased);
         let dropped = self.feedback.drop_pending(&paused, |job, plan| {
             notice.selects(job)
+                || jobs.drops_message(job)
                 || plan.is_some_and(|p| {
                     p.merges
                         .iter()

@@ -20,7 +20,7 @@ use crate::memory::recall::{
 };
 use crate::memory::redact::redact;
 use crate::memory::MemoryError;
-use crate::store::{RowFilter, Tier};
+use crate::store::RowFilter;
 
 /// What a recall's ranking stage kept, and how many hits it merged into a better one (one
 /// fact said twice).
@@ -111,12 +111,8 @@ impl MemoryService {
         // that worker (an erase's) waited up to two minutes. Yield once the task's budget is spent.
         tokio::task::consume_budget().await;
 
-        let all_tiers = self.visibility(&conversation, req.persona.as_deref());
         // Long-term memories here; the working memory's messages are their own tier below.
-        let visible = Visibility {
-            rows: all_tiers.rows.clone().in_tier(Tier::Memories),
-            ..all_tiers.clone()
-        };
+        let visible = self.visibility(&conversation, req.persona.as_deref());
         let asked = Asked { req: &req, query };
         let mut searched = self.search_visible(&asked, limit, 0, &visible).await?;
         let mut ranked = self.rank_and_select(&req, limit, searched.search, searched.found);
@@ -139,7 +135,7 @@ impl MemoryService {
         }
         // Each tier answers to the gate on its own evidence: a question whose only answer was
         // said in the chat gets that message though no long-term memory answers it.
-        let recent_messages = self.recent_messages(&asked, &all_tiers).await?;
+        let recent_messages = self.recent_messages(&asked, &visible).await?;
         self.latency.record(started.elapsed());
         tracing::info!(
             conversation_id = conversation.as_str(),

@@ -51,7 +51,7 @@ impl MemoryService {
             self.store.refresh().await?;
             let found = self
                 .store
-                .get_by_ids(&[id.to_string()], visible.rows.to_sql().as_deref())
+                .get_by_ids(&[id.to_string()], visible.to_sql().as_deref())
                 .await?;
             let Some(old) = found.into_iter().next() else {
                 return Err(MemoryError::NotFound("memory_id"));

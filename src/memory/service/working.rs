@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use chrono::Utc;
 use serde::Serialize;
 
+use super::erase::EraseJobs;
 use super::{Asked, MemoryService, Visibility, DEFAULT_STRENGTH};
 use crate::memory::feedback::AcceptError;
 use crate::memory::model::{RecallMode, Remembered, ScoredMemory};
@@ -16,9 +17,9 @@ use crate::memory::redact::redact;
 use crate::memory::repetition::derived_id;
 use crate::memory::working::{self, MessageEvent, MESSAGE_TYPE};
 use crate::memory::{embed_passage, MemoryError};
-use crate::scope::{derive_scope, ConversationId};
+use crate::scope::{derive_chat_scope, ConversationId};
 use crate::store::schema::COL_MEMORY_TYPE;
-use crate::store::{sql_literal, MemoryRecord, Selection, Tier};
+use crate::store::{sql_literal, MemoryRecord, Selection};
 
 /// The memory type a consolidated message becomes.
 const CONSOLIDATED_TYPE: &str = "knowledge";
@@ -130,28 +131,26 @@ impl MemoryService {
         if limit == 0 || !self.settings.working.enabled || !self.any_messages().await? {
             return Ok(Vec::new());
         }
-        let messages = Visibility {
-            rows: visible.rows.clone().in_tier(Tier::Messages),
-            ..visible.clone()
-        };
+        let messages = visible.of_messages();
         let mut req = asked.req.clone();
         req.mode = RecallMode::Comprehensive;
         let asked = Asked {
             req: &req,
             query: asked.query,
         };
-        let searched = self.search_visible(&asked, limit, 0, &messages).await?;
+        let pool = limit * working::CANDIDATES_PER_SHOWN;
+        let searched = self.search_visible(&asked, pool, 0, &messages).await?;
         if searched.gated.is_some() {
             return Ok(Vec::new());
         }
         let mut hits = self
-            .rank_and_select(&req, limit, searched.search, searched.found)
+            .rank_and_select(&req, pool, searched.search, searched.found)
             .memories;
         let stored: Vec<String> = hits.iter().map(|h| h.memory.id.clone()).collect();
         let waiting = self
             .feedback
             .pending()
-            .matching(&messages.rows, asked.query, limit);
+            .matching(&messages.rows, asked.query, pool);
         for (record, score) in waiting {
             if !hits.iter().any(|h| h.memory.id == record.id) {
                 hits.push(ScoredMemory {
@@ -160,8 +159,10 @@ impl MemoryService {
                 });
             }
         }
-        hits.sort_by(|a, b| b.score.total_cmp(&a.score));
-        hits.truncate(limit);
+        let hits = working::shown(hits, asked.query, req.for_prompt, limit);
+        if !req.for_prompt {
+            return Ok(hits);
+        }
         let returned = hits
             .iter()
             .map(|h| &h.memory)
@@ -220,7 +221,7 @@ impl MemoryService {
             }
             let ids = oldest.rows.into_iter().map(|r| r.id);
             let outcome = self
-                .erase_where(Selection::ids(ids).rows_sql(), None, None)
+                .erase_where(Selection::ids(ids).rows_sql(), EraseJobs::default())
                 .await?;
             tracing::info!(
                 memory_scope = %scope,
@@ -260,17 +261,18 @@ impl MemoryService {
     }
 
     /// Write a fact consolidated from messages as a long-term memory of their conversation,
-    /// through the one-copy-of-a-fact path. The scope is derived again from the conversation
-    /// id; when the map moved that conversation since the messages were said (`said_in`), or
-    /// made it incognito, nothing is written: a consolidation never lands a fact in a scope
-    /// its messages were not said in.
+    /// through the one-copy-of-a-fact path. The scope is the chat's, derived again from the
+    /// conversation id (design rule 11: an unmapped conversation's own private scope, never
+    /// `public` because nobody mapped it); when the map moved that conversation since the
+    /// messages were said (`said_in`), or made it incognito, nothing is written: a
+    /// consolidation never lands a fact in a scope its messages were not said in.
     pub(crate) async fn write_consolidated(
         &self,
         fact: Consolidated,
     ) -> Result<Option<Remembered>, MemoryError> {
         let conversation = ConversationId::parse(&fact.conversation_id)?;
         let map = self.scopes.snapshot();
-        let Some(scope) = derive_scope(&map, &conversation, None) else {
+        let Some(scope) = derive_chat_scope(&map, &conversation) else {
             return Ok(None);
         };
         if fact.said_in.as_deref() != Some(scope.scope.as_str()) {

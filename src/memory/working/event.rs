@@ -1,6 +1,6 @@
 //! A chat message as the plugins send it (`POST /v1/events/message`), checked and made ready
 //! for the journal: the scope derived once from the conversation id (never from the text or
-//! the caller), the text redacted before it is stored or embedded, and an id that makes a
+//! the caller; an unmapped chat's own private scope, design rule 11), the text redacted before it is stored or embedded, and an id that makes a
 //! resent platform message the same row.
 
 use chrono::{DateTime, Utc};
@@ -9,7 +9,7 @@ use sha2::{Digest, Sha256};
 
 use crate::memory::redact::redact;
 use crate::memory::MemoryError;
-use crate::scope::{derive_scope, ConversationId, ScopeResolver};
+use crate::scope::{derive_chat_scope, ConversationId, ScopeResolver};
 use crate::store::MemoryRecord;
 
 /// Longest message text kept (characters); a longer one is refused, not cut.
@@ -119,7 +119,7 @@ pub(crate) fn accept(
         return Err(invalid("sent_at", "lies in the future"));
     }
     let map = scopes.snapshot();
-    let Some(scope) = derive_scope(&map, &conversation, None) else {
+    let Some(scope) = derive_chat_scope(&map, &conversation) else {
         return Ok(None);
     };
     let id = message_row_id(conversation.as_str(), message_id.as_deref());
@@ -150,8 +150,7 @@ fn message_row_id(conversation: &str, message_id: Option<&str>) -> String {
     format!("msg-{hex}")
 }
 
-/// The tag a bot's own message is stored with.
-pub const BOT_TAG: &str = "bot";
+pub use crate::store::schema::BOT_TAG;
 
 impl MessageJob {
     /// The row this message is stored as.
@@ -214,6 +213,24 @@ mod tests {
         assert!(!a.job.content.contains("13812345678"), "{}", a.job.content);
         assert_eq!(a.job.expires_at, now + ttl);
         assert_eq!(a.job.speaker_name.as_deref(), Some("张三"));
+    }
+
+    #[test]
+    fn an_unmapped_chats_messages_stay_in_its_conversation_under_the_public_default() {
+        let scopes = resolver(serde_json::json!({}), &[]);
+        let now = Utc::now();
+        let ttl = chrono::Duration::hours(72);
+        let private = MessageEvent {
+            conversation_id: "default:FriendMessage:42".into(),
+            ..ev("我下个月要去医院做心脏手术，这件事别告诉群里的人")
+        };
+        let a = accept(private, &scopes, ttl, now).unwrap().unwrap();
+        assert!(a.scope.starts_with("c_"), "{}", a.scope);
+        assert_eq!(a.scope_source, "unmapped");
+        let group = accept(ev("明天公司要裁员"), &scopes, ttl, now)
+            .unwrap()
+            .unwrap();
+        assert!(group.scope.starts_with("c_") && group.scope != a.scope);
     }
 
     #[test]

@@ -9,6 +9,8 @@
 //! - [`stored`]: what the worker has just stored, with vectors, handed to the second rule;
 //! - [`restatement`]: that rule (a fact stated again by a second member);
 //! - [`statement`]: which messages either rule may make a memory (no bot, chatter or question);
+//! - [`shown`]: which of a recall's candidates it shows (members' words first, never the
+//!   message that asks for a prompt);
 //! - [`handoff`]: how a path that must not wait (the worker, a recall) hands work to the
 //!   background task of a rule.
 //!
@@ -22,6 +24,7 @@ mod handoff;
 mod pending;
 mod recurrence;
 pub mod restatement;
+mod shown;
 mod statement;
 mod stored;
 
@@ -31,6 +34,7 @@ pub use event::{MessageAccepted, MessageEvent, MessageJob, BOT_TAG};
 pub use handoff::Handoff;
 pub use pending::PendingMessages;
 pub use recurrence::{returned_again, Recurrences, ReturnedAgain};
+pub use shown::{shown, CANDIDATES_PER_SHOWN};
 pub use statement::could_state_a_fact;
 pub use stored::{stored_messages, StoredMessage, StoredMessages};
 

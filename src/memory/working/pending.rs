@@ -4,12 +4,12 @@
 //! is written. The age of the oldest one is the vector-search lag `/v1/status` and `/metrics`
 //! show.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use crate::store::shared_terms::{QueryTerms, SplitWords};
-use crate::store::{MemoryRecord, RowFilter};
+use crate::store::{MemoryRecord, RowFilter, ScopeSet};
 
 /// Keyword hit on a message waiting for its vector: every term of the question in the text.
 pub const ALL_TERMS_SCORE: f32 = 1.0;
@@ -59,6 +59,24 @@ impl PendingMessages {
             rows.values()
                 .any(|w| w.record.conversation_id.as_deref() == Some(conversation_id))
         })
+    }
+
+    /// Which of `ids` are messages waiting here in one of `scopes` (a forget by id reaches a
+    /// message before its row exists).
+    pub fn ids_within(&self, scopes: &ScopeSet, ids: &[String]) -> HashSet<String> {
+        let Ok(rows) = self.rows.lock() else {
+            return HashSet::new();
+        };
+        rows.values()
+            .map(|w| &w.record)
+            .filter(|r| ids.contains(&r.id))
+            .filter(|r| {
+                r.memory_scope
+                    .as_deref()
+                    .is_some_and(|s| scopes.names.iter().any(|n| n == s))
+            })
+            .map(|r| r.id.clone())
+            .collect()
     }
 
     pub fn len(&self) -> usize {
@@ -150,6 +168,12 @@ mod tests {
         assert!(pending
             .matching(&rows.clone().in_tier(Tier::Memories), "花生", 5)
             .is_empty());
+        let family = ScopeSet::only("家人");
+        let asked = ["a".to_string(), "b".to_string(), "z".to_string()];
+        assert_eq!(
+            pending.ids_within(&family, &asked),
+            HashSet::from(["a".to_string()])
+        );
         pending.remove(["a"]);
         assert!(pending.matching(&rows, "花生", 5).is_empty());
         assert_eq!(pending.len(), 2);
