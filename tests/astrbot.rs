@@ -673,6 +673,8 @@ async fn astrbot_runs_scopemem_from_the_wheel_with_settings_in_its_plugin_config
         "{written}"
     );
     assert_eq!(written["embedding"]["provider"], "openai", "{written}");
+    // `consolidation: off` in the plugin turns scopemem's rules without an LLM off too.
+    assert_eq!(written["consolidation"]["rules"], json!([]), "{written}");
     assert_eq!(
         written["embedding"]["base_url"],
         format!("http://127.0.0.1:{}/v1", e5.port),

@@ -721,3 +721,25 @@ async fn a_forget_by_id_reaches_a_message_still_waiting_for_its_vector() {
     assert!(stored.iter().all(|r| r.content != ALLERGY), "{stored:?}");
     host.shutdown().await;
 }
+
+/// `consolidation.rules: []` turns the rules without an LLM off: a member's statement the
+/// bot's prompts recall twice is not handed to the threshold rule, and nothing is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn with_the_rules_off_a_statement_recalled_twice_stays_a_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let off = json!({"consolidation": {"rules": []}});
+    let host = PluginHost::start_with(config(dir.path(), off), None, common::e5())
+        .await
+        .expect("host starts");
+    host.start_background();
+    common::calibrated(&host).await;
+    say(&host, FAMILY, ZHANG, ALLERGY).await;
+    embedded(&host).await;
+    for _ in 0..2 {
+        assert!(injected(&host, FAMILY, QUESTION).await.contains(ALLERGY));
+    }
+    assert_eq!(host.memory().working_status().recalled_again, 0);
+    let rows = common::all_rows(&host).await;
+    assert!(rows.iter().all(|r| r.memory_type == "message"), "{rows:?}");
+    host.shutdown().await;
+}

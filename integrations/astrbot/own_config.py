@@ -101,6 +101,14 @@ def render(existing: dict[str, Any], settings: Any, data_dir: Path,
         out.pop("embedding", None)
     else:
         out["embedding"] = embedding
+    # `consolidation: off` means nothing said in a chat becomes a long-term memory by itself:
+    # no LLM pass (the plugin asks none) and scopemem's rules without an LLM off too.
+    consolidation = dict(out.get("consolidation") or {})
+    if str(settings.get("consolidation") or "astrbot") == "off":
+        consolidation["rules"] = []
+    else:
+        consolidation.pop("rules", None)
+    out["consolidation"] = consolidation
     return out
 
 

@@ -428,6 +428,29 @@ pub struct MigrationConfig {
     pub reembed_batch_size: usize,
 }
 
+/// The rules that consolidate without an LLM (`consolidation.rules`): known names only, so a
+/// typo is an error at start-up rather than a rule silently left on or off.
+fn consolidation_rules(c: &Obj) -> Result<ConsolidationRules, ConfigError> {
+    let mut rules = ConsolidationRules {
+        recalled_twice: false,
+        restated: false,
+    };
+    for rule in c.strings("rules")? {
+        match rule.trim() {
+            "recalled_twice" => rules.recalled_twice = true,
+            "restated" => rules.restated = true,
+            other => {
+                return Err(ConfigError::InvalidValue {
+                    key: "consolidation.rules".to_owned(),
+                    reason: "each rule is recalled_twice or restated".to_owned(),
+                    got: format!("{other:?}"),
+                })
+            }
+        }
+    }
+    Ok(rules)
+}
+
 /// `consolidation.*`, with the API key read from the variable it names. A base URL without a
 /// model is an error: the pass could never run.
 fn consolidation_config(c: &Obj) -> Result<ConsolidationConfig, ConfigError> {
@@ -458,6 +481,7 @@ fn consolidation_config(c: &Obj) -> Result<ConsolidationConfig, ConfigError> {
         max_messages: c.count("max_messages", 1)?,
         timeout_secs: c.count("timeout_secs", 1)?,
         retry_secs: c.count("retry_secs", 1)?,
+        rules: consolidation_rules(c)?,
     })
 }
 
@@ -511,6 +535,16 @@ pub struct ConsolidationConfig {
     pub timeout_secs: u64,
     /// First wait after a failed pass; doubles per failure in a row, up to an hour.
     pub retry_secs: u64,
+    pub rules: ConsolidationRules,
+}
+
+/// `consolidation.rules`: which rules without an LLM may make a message a long-term memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct ConsolidationRules {
+    /// The threshold rule: a member's statement the bot's prompts recall a second time.
+    pub recalled_twice: bool,
+    /// A member's statement a second member states again.
+    pub restated: bool,
 }
 
 /// The complete, validated configuration.
@@ -1030,6 +1064,26 @@ impl<'a> Obj<'a> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn consolidation_rules_are_both_on_by_default_and_a_typo_is_an_error() {
+        let on = Config::defaults().unwrap().consolidation.rules;
+        assert!(on.recalled_twice && on.restated);
+        let off = Config::from_value(&json!({"consolidation": {"rules": []}}))
+            .unwrap()
+            .config
+            .consolidation
+            .rules;
+        assert!(!off.recalled_twice && !off.restated);
+        let one = Config::from_value(&json!({"consolidation": {"rules": ["restated"]}}))
+            .unwrap()
+            .config
+            .consolidation
+            .rules;
+        assert!(!one.recalled_twice && one.restated);
+        let typo = Config::from_value(&json!({"consolidation": {"rules": ["recalled twice"]}}));
+        assert!(typo.is_err_and(|e| e.to_string().contains("consolidation.rules")));
+    }
 
     #[test]
     fn defaults_equal_schema_defaults() {

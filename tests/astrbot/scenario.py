@@ -593,6 +593,7 @@ async def run_supervised(args: argparse.Namespace) -> dict[str, Any]:
         "conversation_scope_map": {Chat.umo(*family): "家人", Chat.umo("carol", "c"): "家 人"},
         "embedding_provider": args.embedding or "local",
         "embedding_input_types": True,
+        "consolidation": "off",
     }
     prepare_root(root, args.plugin_src, "", llm.port, owned, args.embedding_base)
     os.environ["ASTRBOT_ROOT"] = root

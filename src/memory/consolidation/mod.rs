@@ -34,6 +34,8 @@ pub struct ConsolidationSettings {
     pub every_messages: usize,
     pub quiet: Duration,
     pub max_messages: usize,
+    /// The rules without an LLM that are on (`consolidation.rules`).
+    pub rules: crate::config::ConsolidationRules,
 }
 
 impl ConsolidationSettings {
@@ -42,6 +44,7 @@ impl ConsolidationSettings {
             every_messages: c.every_messages,
             quiet: Duration::from_secs(c.quiet_minutes.saturating_mul(60)),
             max_messages: c.max_messages,
+            rules: c.rules,
         }
     }
 }

@@ -110,7 +110,11 @@ pub struct Found {
 /// The query's vector and its best visible memory's similarity (below the threshold too).
 #[derive(Debug, Clone)]
 pub struct VectorEvidence {
+    /// What the search asked with: the message's vector, or with a context the two combined.
     pub query: Arc<Vec<f32>>,
+    /// The message's own vector: how close it is to content-free chat is the message's, not
+    /// its context's ("收到" after six turns about a dinner is still an acknowledgement).
+    pub message: Arc<Vec<f32>>,
     pub best_similarity: Option<f32>,
 }
 
@@ -182,11 +186,15 @@ impl Searchers<'_> {
         })
     }
 
-    /// The query's vector: the text's, or with a context the two combined
-    /// ([`MESSAGE_WEIGHT`]), both embedded in one call.
-    async fn query_vector(&self, q: &CandidateQuery<'_>) -> Result<Arc<Vec<f32>>, MemoryError> {
+    /// The query's vector (the text's, or with a context the two combined, [`MESSAGE_WEIGHT`],
+    /// both embedded in one call) and the message's own.
+    async fn query_vector(
+        &self,
+        q: &CandidateQuery<'_>,
+    ) -> Result<(Arc<Vec<f32>>, Arc<Vec<f32>>), MemoryError> {
         let Some(context) = q.context else {
-            return Ok(self.queries.embed(self.embedder, q.text).await?);
+            let message = self.queries.embed(self.embedder, q.text).await?;
+            return Ok((message.clone(), message));
         };
         let texts = [q.text.to_string(), context.to_string()];
         let vectors = self.queries.embed_all(self.embedder, &texts).await?;
@@ -199,13 +207,15 @@ impl Searchers<'_> {
             (message.as_slice(), MESSAGE_WEIGHT),
             (context.as_slice(), 1.0 - MESSAGE_WEIGHT),
         ];
+        let message = message.clone();
         // No direction to search in (opposite vectors): the message alone.
-        Ok(combine(&parts).map_or_else(|| message.clone(), Arc::new))
+        let query = combine(&parts).map_or_else(|| message.clone(), Arc::new);
+        Ok((query, message))
     }
 
     /// Nearest neighbours at or above the threshold, relevance = similarity.
     async fn by_vector(&self, q: &CandidateQuery<'_>) -> Result<VectorList, MemoryError> {
-        let vector = self.query_vector(q).await?;
+        let (vector, message) = self.query_vector(q).await?;
         let hits = self
             .vectors
             .nearest(&SearchRequest {
@@ -228,6 +238,7 @@ impl Searchers<'_> {
                 .collect(),
             evidence: VectorEvidence {
                 query: vector,
+                message,
                 best_similarity,
             },
         })

@@ -2,6 +2,7 @@
 //! them. The service's part, which strings them together for one request, is
 //! `service/recall.rs`.
 //!
+//! - [`mentions`]: the message to search with, without the bot's name it starts with;
 //! - [`read_filter`]: what the conversation may read, as the one `RowFilter` (rule 7);
 //! - [`time_words`]: a window the question names ("昨天", "last week"), added to that filter;
 //! - [`hybrid`]: the vector and keyword candidates under the filter, fused; [`exact_terms`]: a
@@ -18,6 +19,7 @@ pub(crate) mod distinct;
 pub(crate) mod exact_terms;
 pub mod hybrid;
 pub(crate) mod injection;
+pub(crate) mod mentions;
 pub(crate) mod ranking;
 pub mod read_filter;
 pub(crate) mod relevance;

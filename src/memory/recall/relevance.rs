@@ -45,6 +45,13 @@ pub const WINDOW_GATE_MARGIN: f32 = 0.5;
 /// 10 with the rule unbounded; no question's hit@1 or hit@5 changed.
 pub const NAMED_MAX_CHAT_Z: f32 = 3.5;
 
+/// The most `chat_z` of a message the working memory's recent messages answer. Raw chat holds
+/// every greeting and reaction, so small talk always finds its twin there ("早上好" finds
+/// "早上好呀各位", "今天好冷啊" the member who said it first) and the margin alone lets it
+/// through. Real questions sit at 0 ± 1 by construction (`embed::small_talk`); content-free
+/// chat at 4 to 8. Measured on the group-chat bench: see docs/benchmarks.md.
+pub const MESSAGES_MAX_CHAT_Z: f32 = 2.0;
+
 /// One message's two measurements.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Relevance {
@@ -81,6 +88,12 @@ impl Relevance {
         self.margin() >= GATE_MARGIN
     }
 
+    /// For the working memory's tier: asks for memory, and does not read as chat
+    /// ([`MESSAGES_MAX_CHAT_Z`]).
+    pub fn asks_for_messages(&self) -> bool {
+        self.asks_for_memory() && self.chat_z <= MESSAGES_MAX_CHAT_Z
+    }
+
     /// For a message whose every word is in a visible memory: it asks for that memory unless
     /// it reads as chat ([`NAMED_MAX_CHAT_Z`]).
     pub fn names_a_memory(&self) -> bool {
@@ -112,6 +125,21 @@ mod tests {
         assert!(word(-0.7).names_a_memory(), "兰花");
         assert!(!word(4.1).names_a_memory(), "有点困");
         assert!(!word(7.6).names_a_memory(), "收到");
+    }
+
+    #[test]
+    fn recent_messages_are_for_messages_that_do_not_read_as_chat() {
+        let question = Relevance {
+            memory_z: 6.0,
+            chat_z: 0.8,
+        };
+        assert!(question.asks_for_messages());
+        let greeting_with_its_twin = Relevance {
+            memory_z: 9.0,
+            chat_z: 4.5,
+        };
+        assert!(greeting_with_its_twin.asks_for_memory());
+        assert!(!greeting_with_its_twin.asks_for_messages());
     }
 
     #[test]

@@ -20,7 +20,7 @@ use crate::memory::recall::{
 };
 use crate::memory::redact::redact;
 use crate::memory::MemoryError;
-use crate::store::RowFilter;
+use crate::store::{RowFilter, Tier};
 
 /// What a recall's ranking stage kept, and how many hits it merged into a better one (one
 /// fact said twice).
@@ -56,7 +56,8 @@ fn speaker_boost(query: &str, record: &crate::store::MemoryRecord) -> f32 {
     }
 }
 
-/// The query without surrounding blanks: not empty and at most [`MAX_QUERY_CHARS`] long.
+/// The query without surrounding blanks and leading mentions (`recall::mentions`): not empty
+/// and at most [`MAX_QUERY_CHARS`] long.
 fn checked_query(query: &str) -> Result<&str, MemoryError> {
     let query = query.trim();
     if query.is_empty() {
@@ -68,7 +69,7 @@ fn checked_query(query: &str) -> Result<&str, MemoryError> {
             format!("query is longer than {MAX_QUERY_CHARS} characters"),
         ));
     }
-    Ok(query)
+    Ok(recall::mentions::without_mentions(query))
 }
 
 /// The request's limit, or the mode's default; within 1..=`recall.max_limit`.
@@ -257,7 +258,8 @@ impl MemoryService {
         // and a message that names a visible memory's own words asks for it.
         let gated = if req.relevance_gate.unwrap_or(false) {
             let named = found.keyword_named;
-            self.gate(text, &fit, found.vector.as_ref(), in_window, named)
+            let tier = visible.rows.tier;
+            self.gate(text, &fit, found.vector.as_ref(), (in_window, named, tier))
         } else {
             None
         };
@@ -334,8 +336,7 @@ impl MemoryService {
         query: &str,
         fit: &crate::embed::calibration::ScriptFit,
         vector: Option<&recall::hybrid::VectorEvidence>,
-        in_window: bool,
-        named: bool,
+        (in_window, named, tier): (bool, bool, Option<Tier>),
     ) -> Option<&'static str> {
         let measured = self.calibration.get()?;
         let vector = vector?;
@@ -345,7 +346,7 @@ impl MemoryService {
             &measured.small_talk,
             crate::embed::Script::of(query),
             best,
-            &vector.query,
+            &vector.message,
         );
         tracing::debug!(
             memory_z = relevance.memory_z,
@@ -353,9 +354,10 @@ impl MemoryService {
             named,
             "relevance gate"
         );
-        let asks = match in_window {
-            true => relevance.asks_about_a_time(),
-            false => relevance.asks_for_memory(),
+        let asks = match (in_window, tier) {
+            (true, _) => relevance.asks_about_a_time(),
+            (false, Some(Tier::Messages)) => relevance.asks_for_messages(),
+            (false, _) => relevance.asks_for_memory(),
         };
         let names_a_memory = named && relevance.names_a_memory();
         (!asks && !names_a_memory).then_some("no_relevant_memory")

@@ -38,6 +38,9 @@ impl MemoryService {
         &self,
         message: &StoredMessage,
     ) -> Result<Option<Remembered>, MemoryError> {
+        if !self.consolidator.settings.rules.restated {
+            return Ok(None);
+        }
         let bound = self.calibration.get().map(|fit| fit.duplicates);
         let earliest = match self.recent_statements.lock() {
             Ok(mut recent) => recent.restated_by(message, bound.as_ref()),

@@ -160,14 +160,17 @@ impl MemoryService {
             }
         }
         let hits = working::shown(hits, asked.query, req.for_prompt, limit);
-        if !req.for_prompt {
+        if !req.for_prompt || !self.consolidator.settings.rules.recalled_twice {
             return Ok(hits);
         }
+        // Only the statement that answers best counts: the others a recall shows beside it
+        // share the question's words, and on the group-chat bench two in three were chatter.
         let returned = hits
             .iter()
             .map(|h| &h.memory)
             .filter(|m| stored.contains(&m.id))
             .filter(|m| working::could_state_a_fact(&m.content, &m.tags, m.speaker_id.as_deref()))
+            .take(1)
             .map(|m| m.id.as_str());
         for id in self.recurrences.returned(returned) {
             self.returned_again.offer(id);

@@ -6,6 +6,7 @@
 //! for any message, the bot's included, by its own words.
 
 use crate::memory::model::ScoredMemory;
+use crate::memory::recall::mentions::without_mentions;
 use crate::memory::redact::redact;
 use crate::store::schema::BOT_TAG;
 
@@ -23,7 +24,8 @@ pub fn shown(
     let by_bot = |h: &ScoredMemory| for_prompt && h.memory.tags.iter().any(|t| t == BOT_TAG);
     if for_prompt {
         let asking = redact(query);
-        candidates.retain(|h| h.memory.content.trim() != asking.trim());
+        let asking = without_mentions(&asking);
+        candidates.retain(|h| without_mentions(&h.memory.content) != asking);
     }
     candidates.sort_by(|a, b| {
         by_bot(a)
