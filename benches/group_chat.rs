@@ -142,6 +142,11 @@ fn injected(reply: &Value) -> Injected {
     }
 }
 
+/// A line of small talk that injected something, with what: memories (m), recent messages (r).
+fn described(text: &str, got: &Injected) -> String {
+    format!("{text} ({}m {}r)", got.memories.len(), got.messages.len())
+}
+
 async fn status(client: &reqwest::Client, base: &str) -> Value {
     serve::get(client, &format!("{base}/v1/status"))
         .await
@@ -440,12 +445,7 @@ async fn run() {
         let got = injected(&reply);
         check(&t.conversation_id, &got);
         if !got.empty {
-            alone.push(format!(
-                "{} ({}m {}r)",
-                t.text,
-                got.memories.len(),
-                got.messages.len()
-            ));
+            alone.push(described(&t.text, &got));
         }
         let chat: Vec<&Message> = messages
             .iter()
@@ -462,12 +462,7 @@ async fn run() {
         let got = injected(&reply);
         check(&t.conversation_id, &got);
         if !got.empty {
-            with_turns.push(format!(
-                "{} ({}m {}r)",
-                t.text,
-                got.memories.len(),
-                got.messages.len()
-            ));
+            with_turns.push(described(&t.text, &got));
         }
     }
     println!(

@@ -217,19 +217,17 @@ async fn the_llm_pass_writes_checked_facts_to_the_conversations_scope_only() {
     host.shutdown().await;
 }
 
-/// The pass answered by the host's own LLM (a plugin relays prompt and answer): a due
-/// conversation's pass is handed out once, a failed model call and a malformed answer write
-/// nothing and hand the same messages out again, and a valid answer is checked against what
-/// the pass showed exactly as the server's own LLM's is (a decision naming a scope refused).
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn the_hosts_llm_answers_a_pass_handed_to_it_and_the_answer_is_checked_the_same() {
-    let dir = tempfile::tempdir().unwrap();
+/// A host whose passes go to the host's own LLM (no `llm_base_url`), due every 2 messages of
+/// the family chat, with `consolidation` fields added.
+async fn host_passes_host(dir: &std::path::Path, consolidation: Value) -> PluginHost {
+    let mut passes = json!({"every_messages": 2, "quiet_minutes": 1000});
+    if let (Some(p), Some(extra)) = (passes.as_object_mut(), consolidation.as_object()) {
+        p.extend(extra.clone());
+    }
     let config = Config::from_value(&json!({
         "conversation_scope_map": common::family_map(),
-        "storage": {"db_dir": dir.path().join("lancedb").to_string_lossy()},
-        // A failed pass waits a second before it is handed out again (the wait itself is
-        // pinned by the next test).
-        "consolidation": {"every_messages": 2, "quiet_minutes": 1000, "retry_secs": 1},
+        "storage": {"db_dir": dir.join("lancedb").to_string_lossy()},
+        "consolidation": passes,
     }))
     .expect("test config is valid")
     .config;
@@ -237,6 +235,19 @@ async fn the_hosts_llm_answers_a_pass_handed_to_it_and_the_answer_is_checked_the
         .await
         .expect("host starts");
     host.start_background();
+    host
+}
+
+/// The pass answered by the host's own LLM (a plugin relays prompt and answer): a due
+/// conversation's pass is handed out once, a failed model call and a malformed answer write
+/// nothing and hand the same messages out again, and a valid answer is checked against what
+/// the pass showed exactly as the server's own LLM's is (a decision naming a scope refused).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_hosts_llm_answers_a_pass_handed_to_it_and_the_answer_is_checked_the_same() {
+    let dir = tempfile::tempdir().unwrap();
+    // A failed pass waits a second before it is handed out again (the wait itself is pinned by
+    // the next test).
+    let host = host_passes_host(dir.path(), json!({"retry_secs": 1})).await;
     let next = || host.invoke("consolidation_next", Value::Null);
     assert_eq!(
         next().await.unwrap(),
@@ -333,17 +344,7 @@ async fn the_hosts_llm_answers_a_pass_handed_to_it_and_the_answer_is_checked_the
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_failed_pass_is_not_handed_out_again_until_its_wait_is_over() {
     let dir = tempfile::tempdir().unwrap();
-    let config = Config::from_value(&json!({
-        "conversation_scope_map": common::family_map(),
-        "storage": {"db_dir": dir.path().join("lancedb").to_string_lossy()},
-        "consolidation": {"every_messages": 2, "quiet_minutes": 1000},
-    }))
-    .expect("test config is valid")
-    .config;
-    let host = PluginHost::start_with(config, None, common::e5())
-        .await
-        .expect("host starts");
-    host.start_background();
+    let host = host_passes_host(dir.path(), json!({})).await;
     two_messages_stored(&host, first_sent()).await;
     let next = || host.invoke("consolidation_next", Value::Null);
     let r = next().await.unwrap();
