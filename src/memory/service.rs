@@ -31,7 +31,7 @@ pub use host_consolidation::HostPassOutcome;
 pub use working::MessageOutcome;
 
 use super::model::*;
-use super::recall::read_filter::{memories_filter, messages_filter, recall_filter};
+use super::recall::read_filter::{memories_filter, messages_filter};
 use super::MemoryError;
 use crate::config::{Config, MigrationMode, RecallConfig, ScopeFilterMode};
 use crate::embed::calibration::{calibrate, Calibration, ModelFit};
@@ -319,14 +319,9 @@ impl MemoryService {
         let chat = map.resolve_chat(conversation).scope;
         let migration = self.migration_active();
         let (mode, now) = (map.filter_mode(), Utc::now());
-        // A persona entry decides the whole long-term scope (rule 2): its scope and public.
-        let rows = match scope.source {
-            ScopeSource::Persona => recall_filter(&scope.scope, migration, mode, now)
-                .in_tier(crate::store::Tier::Memories),
-            _ => memories_filter(&scope.scope, &chat, migration, mode, now),
-        };
+        let own_chat = (scope.source != ScopeSource::Persona).then_some(&chat);
         Visibility {
-            rows,
+            rows: memories_filter(&scope.scope, own_chat, migration, mode, now),
             messages: messages_filter(&chat, mode, now),
             memory_scope: scope.scope.as_str().to_string(),
             migration_mode: migration,

@@ -44,16 +44,17 @@ pub fn recall_filter(
 
 /// [`recall_filter`] for the long-term tier, widened to the conversation's own chat scope
 /// (`ScopeMap::resolve_chat`, design rule 11): facts consolidated from an unmapped
-/// conversation's messages live in its private scope and are recalled there.
+/// conversation's messages live in its private scope and are recalled there. `chat` is `None`
+/// when a persona entry decided `current`: that entry decides the whole tier (rule 2).
 pub fn memories_filter(
     current: &ScopeName,
-    chat: &ScopeName,
+    chat: Option<&ScopeName>,
     migration_mode_on: bool,
     mode: ScopeFilterMode,
     now: DateTime<Utc>,
 ) -> RowFilter {
     let mut rows = recall_filter(current, migration_mode_on, mode, now).in_tier(Tier::Memories);
-    if let Some(set) = rows.scopes.as_mut() {
+    if let (Some(set), Some(chat)) = (rows.scopes.as_mut(), chat) {
         if !set.names.iter().any(|n| n == chat.as_str()) {
             set.names.push(chat.as_str().to_owned());
         }
@@ -132,15 +133,20 @@ mod tests {
         assert!(messages.admits_scope(Some("c_0123456789abcdef")));
         assert!(!messages.admits_scope(Some("public")) && !messages.admits_scope(None));
         assert!(!messages.admits_type("knowledge") && messages.admits_type("message"));
-        let memories = memories_filter(&ScopeName::public(), &chat, true, e, now);
+        let memories = memories_filter(&ScopeName::public(), Some(&chat), true, e, now);
         assert_eq!(
             memories.scopes.as_ref().map(|s| s.names.clone()),
             Some(vec!["public".to_string(), "c_0123456789abcdef".to_string()])
         );
         assert!(memories.admits_scope(None) && !memories.admits_type("message"));
         // A mapped conversation's chat is its scope: nothing is added twice.
-        let family = memories_filter(&scope("家人"), &scope("家人"), false, e, now);
+        let family = memories_filter(&scope("家人"), Some(&scope("家人")), false, e, now);
         assert_eq!(family.scopes.map(|s| s.names.len()), Some(2));
+        let persona = memories_filter(&scope("恋爱"), None, false, e, now);
+        assert_eq!(
+            persona.scopes.map(|s| s.names),
+            Some(vec!["恋爱".to_string(), "public".to_string()])
+        );
         let open = messages_filter(&chat, ScopeFilterMode::Disabled, now);
         assert!(open.scopes.is_none() && open.alive_at.is_some());
     }
