@@ -280,9 +280,15 @@ async fn memory_page_in_astrbot_dashboard() {
         "{stdout}{stderr}browser run took {:?}",
         browser_started.elapsed()
     );
+    // The check that failed leads the message: a CI log that keeps only a message's first
+    // lines still names it.
+    let failed = stderr
+        .lines()
+        .find(|l| l.contains("[astrbot.spec] FAILED"))
+        .unwrap_or("(no FAILED line)");
     assert!(
         run.status.success(),
-        "the browser checks failed:\n{stdout}\n{stderr}\nAstrBot log tail:\n{}",
+        "the browser checks failed: {failed}\n{stdout}\n{stderr}\nAstrBot log tail:\n{}",
         tail(&log_path, 60)
     );
     let mut shots: Vec<PathBuf> = std::fs::read_dir(&out)

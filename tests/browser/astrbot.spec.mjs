@@ -305,6 +305,12 @@ async function main() {
     const publicItem = frame.locator('#memories li.memory', { hasText: SEED.public[0] });
     assert.equal(await publicItem.locator('button.delete').count(), 0,
       'a family conversation is not offered to delete a public memory');
+    // A click elsewhere disarms a Delete; it stays armed otherwise, however slow the second click.
+    await item.locator('button.delete').click();
+    await item.locator('button.armed').waitFor();
+    await frame.click('#query');
+    await item.locator('button.delete:not(.armed)').waitFor();
+    assert.ok((await visible(SEED.family_conversation)).some((m) => m.id === victimId), 'a disarmed Delete erased');
     await item.locator('button.delete').click();
     await item.locator('button.armed').click();
     await frame.locator(`#memories li[data-id="${victimId}"]`).waitFor({ state: 'detached' });
