@@ -1,18 +1,37 @@
 //! Which recent messages a recall shows, from the candidates its search found, by score. For a
-//! prompt, a member's words come before the bot's own replies (the members' are the evidence;
-//! the bot's echo what it was told or, at worst, what it made up, and an echo of a question
-//! outranked the answer it asked for), and the message that asks is left out (it was sent to
-//! the chat too, and finds itself first). A search by hand shows by score alone: it may look
-//! for any message, the bot's included, by its own words.
+//! prompt:
+//! - a message that says nothing on its own ("👌", "+1", "[图片]": `working::statement`) is
+//!   left out. Short messages sit close to everything in an embedding model's space, and on the
+//!   group-chat bench they took the places of the answers;
+//! - a member's statements come first, then a member's questions (they share the question's
+//!   words, so they outscore the answer, but they answer nothing), then the bot's own replies
+//!   (they echo what it was told or, at worst, what it made up);
+//! - the message that asks is left out (it was sent to the chat too, and finds itself first).
+//!
+//! A search by hand shows by score alone: it may look for any message, the bot's included, by
+//! its own words.
 
+use super::statement::{is_a_question, says_something};
 use crate::memory::model::ScoredMemory;
 use crate::memory::recall::mentions::without_mentions;
 use crate::memory::redact::redact;
 use crate::store::schema::BOT_TAG;
 
-/// Candidates a recall searches for each recent message it shows: room for the bot's replies
-/// and the asking message to give their places up.
-pub const CANDIDATES_PER_SHOWN: usize = 2;
+/// Candidates a recall searches for each recent message it shows: room for the messages that
+/// say nothing, the questions, the bot's replies and the asking message to give their places
+/// up.
+pub const CANDIDATES_PER_SHOWN: usize = 4;
+
+/// Where a candidate stands for a prompt: a member's statement, a member's question, the bot.
+fn standing(h: &ScoredMemory) -> u8 {
+    if h.memory.tags.iter().any(|t| t == BOT_TAG) {
+        2
+    } else if is_a_question(&h.memory.content) {
+        1
+    } else {
+        0
+    }
+}
 
 /// The at most `limit` messages of `candidates` to show for `query`.
 pub fn shown(
@@ -21,15 +40,17 @@ pub fn shown(
     for_prompt: bool,
     limit: usize,
 ) -> Vec<ScoredMemory> {
-    let by_bot = |h: &ScoredMemory| for_prompt && h.memory.tags.iter().any(|t| t == BOT_TAG);
+    let standing = |h: &ScoredMemory| if for_prompt { standing(h) } else { 0 };
     if for_prompt {
         let asking = redact(query);
         let asking = without_mentions(&asking);
-        candidates.retain(|h| without_mentions(&h.memory.content) != asking);
+        candidates.retain(|h| {
+            without_mentions(&h.memory.content) != asking && says_something(&h.memory.content)
+        });
     }
     candidates.sort_by(|a, b| {
-        by_bot(a)
-            .cmp(&by_bot(b))
+        standing(a)
+            .cmp(&standing(b))
             .then_with(|| b.score.total_cmp(&a.score))
     });
     candidates.truncate(limit);
@@ -68,7 +89,7 @@ mod tests {
     }
 
     #[test]
-    fn members_words_come_before_the_bots_and_the_asking_message_is_left_out() {
+    fn statements_come_before_questions_and_the_bots_and_the_asking_message_is_left_out() {
         let candidates = vec![
             said("echo: 妈妈有什么不能吃的", 0.95, true),
             said("那妈妈有什么不能吃的呀", 0.99, false),
@@ -80,9 +101,9 @@ mod tests {
         assert_eq!(
             texts(&for_prompt),
             [
-                "妈妈有什么不能吃的",
                 "妈妈对花生过敏，别点沙爹",
-                "好的，那我们点海南鸡饭吧"
+                "好的，那我们点海南鸡饭吧",
+                "妈妈有什么不能吃的"
             ]
         );
         // A search by hand finds any message by its own words, by score alone.
@@ -91,5 +112,25 @@ mod tests {
             texts(&by_hand),
             ["那妈妈有什么不能吃的呀", "echo: 妈妈有什么不能吃的"]
         );
+    }
+
+    #[test]
+    fn a_prompt_never_shows_a_message_that_says_nothing() {
+        let candidates = vec![
+            said("👌", 0.97, false),
+            said("+1", 0.96, false),
+            said("[图片]", 0.95, false),
+            said(
+                "这周六活动照常：下午两点到四点，体育中心三号馆",
+                0.80,
+                false,
+            ),
+        ];
+        let for_prompt = shown(candidates.clone(), "这周末在哪个馆打？", true, 3);
+        assert_eq!(
+            texts(&for_prompt),
+            ["这周六活动照常：下午两点到四点，体育中心三号馆"]
+        );
+        assert_eq!(shown(candidates, "这周末在哪个馆打？", false, 3).len(), 3);
     }
 }

@@ -7,7 +7,8 @@
 //! - the bot's own messages: its replies echo what it was told, or what it made up;
 //! - a message with nobody in particular as its speaker;
 //! - short chatter: under [`MIN_CHARS`] characters once folded (`memory::fact`), or fewer than
-//!   [`MIN_DISTINCT_CHARS`] different characters ("好的好的", "哈哈哈哈哈哈", "+1");
+//!   [`MIN_DISTINCT_CHARS`] different characters ("好的好的", "哈哈哈哈哈哈", "+1"), or only
+//!   a platform's placeholder for media ("[图片]", "[Sticker]"): [`says_something`];
 //! - a question: its last clause holds `?`/`？`, ends in a particle that asks (吗, 么, 呢, 不,
 //!   没, 啥), holds a word that asks (几点, 哪, 什么, 怎么, 多少, 是不是, 来着, …), or starts
 //!   as an English question does (who, what, is, do, can, …): "周末有人打球吗？", "妈妈能吃花生
@@ -34,7 +35,39 @@ pub fn could_state_a_fact(content: &str, tags: &[String], speaker_id: Option<&st
     if tags.iter().any(|t| t == BOT_TAG) || speaker_id.is_none() {
         return false;
     }
-    long_and_varied(&fact::fold(content)) && !is_a_question(content)
+    says_something(content) && !is_a_question(content)
+}
+
+/// Whether a message says anything on its own: long and varied enough, and not only what a
+/// platform shows for a sticker, a picture or a voice message ("[图片]", "[动画表情]",
+/// "[Sticker]"). "👌", "+1" and "[图片]" answer no question, so a prompt never shows them.
+pub fn says_something(content: &str) -> bool {
+    long_and_varied(&fact::fold(content)) && !only_placeholders(content)
+}
+
+/// The longest placeholder a platform puts for media, in characters ("[动画表情]" is 4).
+const PLACEHOLDER_MAX_CHARS: usize = 12;
+
+/// Whether `content` is nothing but bracketed placeholders ("[图片]", "[表情][表情]").
+fn only_placeholders(content: &str) -> bool {
+    let mut rest = content.trim();
+    if rest.is_empty() {
+        return false;
+    }
+    while !rest.is_empty() {
+        let Some(inner) = rest.strip_prefix('[') else {
+            return false;
+        };
+        let Some(end) = inner.find(']') else {
+            return false;
+        };
+        let name = &inner[..end];
+        if name.is_empty() || name.chars().count() > PLACEHOLDER_MAX_CHARS || name.contains('[') {
+            return false;
+        }
+        rest = inner[end + 1..].trim_start();
+    }
+    true
 }
 
 /// At least [`MIN_CHARS`] characters, [`MIN_DISTINCT_CHARS`] of them different.
@@ -77,7 +110,7 @@ const ASKING_STARTS: [&str; 16] = [
 
 /// Whether `content` asks: see the module header. Only its last clause counts ("他什么都不吃，
 /// 只喝粥" states; "好怕，明天几点到" asks).
-fn is_a_question(content: &str) -> bool {
+pub fn is_a_question(content: &str) -> bool {
     let Some(last) = content
         .split(['，', ',', '。', '！', '!', '；', ';', '\n', '~', '～'])
         .map(str::trim)
@@ -134,10 +167,20 @@ mod tests {
         let fact = "妈妈对花生过敏，别点沙爹";
         assert!(!could_state_a_fact(fact, &[BOT_TAG.into()], Some("bot")));
         assert!(!could_state_a_fact(fact, &[], None));
-        for chatter in ["好的好的好的", "哈哈哈哈哈哈哈", "+1", "收到！", "今天好热"]
-        {
+        for chatter in [
+            "好的好的好的",
+            "哈哈哈哈哈哈哈",
+            "+1",
+            "收到！",
+            "今天好热",
+            "[Sticker]",
+            "[动画表情]",
+            "[图片] [图片]",
+        ] {
             assert!(!member(chatter), "{chatter}");
         }
+        // A placeholder beside words is a message with a picture: the words still count.
+        assert!(member("[图片] 这是新球馆的场地图，五号六号场"));
         for question in [
             "周末有人打球吗？",
             "妈妈能吃花生吗",
