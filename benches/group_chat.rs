@@ -11,15 +11,17 @@
 //! 1. facts found in the injection (`/v1/events/llm_request`, as the plugins ask) for their
 //!    question: among the first 3 memories or the recent messages (target ≥ 90 %);
 //! 2. each question asked a second time, then the long-term memories by what they were in the
-//!    chat: facts, and chatter (target 0, listed), with the facts a second member restated
-//!    that became memories (target ≥ half);
+//!    chat: facts, and chatter (target 0, listed; how many of them expire unless recalled
+//!    again, `retention.rule_made_ttl_days`), with the facts a second member restated that
+//!    became memories (target ≥ half);
 //! 3. small talk to the bot that injects anything, without and with the chat's last 6 turns as
 //!    history (target ≤ 1 in 10), each with the memories (m) and recent messages (r) it got;
 //! 4. rows of one conversation in another's injection (target 0), and the bot's replies shown
 //!    as a member's (target 0).
 //!
 //! `SCOPEMEM_BENCH_LOG_DIR` keeps the server's log; `SCOPEMEM_BENCH_SMOKE=1` replays the first
-//! 120 messages and asks 5 questions.
+//! 120 messages and asks 5 questions; `SCOPEMEM_BENCH_VERBOSE=1` shows what each missed
+//! question got.
 
 #[path = "common/mod.rs"]
 mod common;
@@ -191,12 +193,13 @@ async fn ask(
     .unwrap_or_else(|e| panic!("llm_request: {e}"))
 }
 
-/// The long-term memories every chat may read, by id: (content, the rule that made it).
+/// The long-term memories every chat may read, by id: (content, the rule that made it, whether
+/// it expires).
 async fn long_term(
     client: &reqwest::Client,
     base: &str,
     chats: &[String],
-) -> BTreeMap<String, (String, &'static str)> {
+) -> BTreeMap<String, (String, &'static str, bool)> {
     let mut all = BTreeMap::new();
     for chat in chats {
         let r = client
@@ -218,10 +221,8 @@ async fn long_term(
                 } else {
                     "other"
                 };
-                all.insert(
-                    id,
-                    (row["content"].as_str().unwrap_or("").to_string(), rule),
-                );
+                let content = row["content"].as_str().unwrap_or("").to_string();
+                all.insert(id, (content, rule, !row["expires_at"].is_null()));
             }
         }
     }
@@ -363,6 +364,7 @@ async fn run() {
     };
 
     // 1. Each fact's question, once.
+    let verbose = std::env::var_os("SCOPEMEM_BENCH_VERBOSE").is_some_and(|v| v == "1");
     let mut found = 0;
     let mut missed = Vec::new();
     for f in &facts {
@@ -380,6 +382,12 @@ async fn run() {
             found += 1;
         } else {
             missed.push(f.id.as_str());
+            if verbose {
+                println!(
+                    "  missed {}: {} wants {wanted:?}; got memories {:?}, messages {:?}",
+                    f.id, f.question, got.memories, got.messages
+                );
+            }
         }
     }
     println!(
@@ -403,19 +411,20 @@ async fn run() {
     .await;
     let kept = long_term(&client, &base, &chats).await;
     let (fact_memories, chatter): (Vec<_>, Vec<_>) =
-        kept.values().partition(|(t, _)| is_fact_text(t));
+        kept.values().partition(|(t, _, _)| is_fact_text(t));
     let restated: Vec<&&Fact> = facts.iter().filter(|f| f.restated_by.is_some()).collect();
     let restated_kept = restated
         .iter()
         .filter(|f| {
             texts_of(&f.id)
                 .iter()
-                .any(|t| kept.values().any(|(k, _)| k.trim() == *t))
+                .any(|t| kept.values().any(|(k, _, _)| k.trim() == *t))
         })
         .count();
     let s = status(&client, &base).await;
+    let fading = chatter.iter().filter(|(_, _, expires)| *expires).count();
     println!(
-        "group-chat: long-term memories {}: facts {}, chatter {}; facts a second member restated kept {restated_kept}/{} ({:.0} %); restatement rule {}, threshold rule hand-overs {}",
+        "group-chat: long-term memories {}: facts {}, chatter {} ({fading} of them fade unless recalled again); facts a second member restated kept {restated_kept}/{} ({:.0} %); restatement rule {}, threshold rule hand-overs {}",
         kept.len(),
         fact_memories.len(),
         chatter.len(),
@@ -424,7 +433,7 @@ async fn run() {
         s["working_memory"]["restated"],
         s["working_memory"]["recalled_again"],
     );
-    for (t, rule) in &chatter {
+    for (t, rule, _) in &chatter {
         let kind: Vec<&str> = kinds
             .get(t.trim())
             .map(|k| k.iter().copied().collect())

@@ -122,6 +122,17 @@ async fn calibrated_host(dir: &std::path::Path) -> PluginHost {
     host
 }
 
+/// A calibrated host with the restatement rule on (off by default: `consolidation.rules`).
+async fn restating_host(dir: &std::path::Path) -> PluginHost {
+    let rules = json!({"consolidation": {"rules": ["recalled_twice", "restated"]}});
+    let host = PluginHost::start_with(config(dir, rules), None, common::e5())
+        .await
+        .expect("host starts");
+    host.start_background();
+    common::calibrated(&host).await;
+    host
+}
+
 const ZHANG: (&str, &str) = ("u-zhang", "张三");
 const LI: (&str, &str) = ("u-li", "李四");
 
@@ -352,6 +363,66 @@ async fn a_message_expires_and_its_consolidated_fact_stays() {
     host.shutdown().await;
 }
 
+/// A memory the threshold rule made of a chat message is not kept for ever: it lives
+/// `retention.rule_made_ttl_days` (30), a recall that returns it pushes that out again, and the
+/// bot remembering the same fact itself makes it permanent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_memory_a_rule_made_fades_unless_recalled_again() {
+    use scopemem::store::schema::COL_EXPIRES_AT;
+    let dir = tempfile::tempdir().unwrap();
+    let host = calibrated_host(dir.path()).await;
+    say(&host, FAMILY, ZHANG, ALLERGY).await;
+    embedded(&host).await;
+    for _ in 0..2 {
+        assert!(injected(&host, FAMILY, "花生过敏").await.contains(ALLERGY));
+    }
+    let fact = consolidated(&host, ALLERGY).await.expect("consolidated");
+    let days_left = |r: &scopemem::store::MemoryRecord| {
+        r.expires_at
+            .map(|t| (t - chrono::Utc::now()).num_hours() as f64 / 24.0)
+    };
+    let left = days_left(&fact).expect("a rule-made memory expires");
+    assert!((29.0..=30.0).contains(&left), "{left} days");
+
+    // A day before it would expire, a recall returns it: 30 days again.
+    let soon = chrono::Utc::now() + chrono::Duration::days(1);
+    host.memory()
+        .store()
+        .writer()
+        .update(
+            format!("id = {}", scopemem::store::sql_literal(&fact.id)),
+            vec![(
+                COL_EXPIRES_AT.into(),
+                scopemem::store::timestamp_literal(soon),
+            )],
+        )
+        .await
+        .unwrap();
+    let row = |rows: Vec<scopemem::store::MemoryRecord>| rows.into_iter().find(|r| r.id == fact.id);
+    let moved = row(common::all_rows(&host).await).expect("the fact");
+    assert!(days_left(&moved).unwrap() < 2.0, "{moved:?}");
+    let recalled = memories(&host, QUESTION).await;
+    assert!(recalled.iter().any(|t| t == ALLERGY), "{recalled:?}");
+    let pushed = common::until_some(Duration::from_secs(120), || async {
+        row(common::all_rows(&host).await)
+            .and_then(|r| days_left(&r))
+            .filter(|d| *d > 29.0)
+    })
+    .await;
+    assert!(pushed.is_some(), "the recall did not push the expiry out");
+
+    // The bot remembering the same fact itself: kept for good.
+    common::remember(&host, FAMILY, ALLERGY).await;
+    let rows = common::all_rows(&host).await;
+    let kept: Vec<_> = rows
+        .iter()
+        .filter(|r| r.content == ALLERGY && r.memory_type != "message")
+        .collect();
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    assert_eq!(kept[0].expires_at, None, "{kept:?}");
+    host.shutdown().await;
+}
+
 /// The long-term memories in the table once the restatement rule wrote its first one.
 async fn facts_once_restated(host: &PluginHost) -> Vec<scopemem::store::MemoryRecord> {
     let restated = common::eventually(Duration::from_secs(300), || {
@@ -373,7 +444,7 @@ async fn facts_once_restated(host: &PluginHost) -> Vec<scopemem::store::MemoryRe
 async fn a_fact_a_second_member_states_again_becomes_a_long_term_memory() {
     const DINNER: &str = "周六晚上七点在外婆家吃饭";
     let dir = tempfile::tempdir().unwrap();
-    let host = calibrated_host(dir.path()).await;
+    let host = restating_host(dir.path()).await;
 
     let first = say(&host, FAMILY, ZHANG, DINNER).await;
     for _ in 0..2 {
@@ -418,7 +489,7 @@ async fn a_forgotten_statement_is_never_consolidated_by_a_later_restatement() {
     const PICNIC: &str = "周日上午十点去公园野餐";
     const WANG: (&str, &str) = ("u-wang", "王五");
     let dir = tempfile::tempdir().unwrap();
-    let host = calibrated_host(dir.path()).await;
+    let host = restating_host(dir.path()).await;
 
     say(&host, FAMILY, ZHANG, DINNER).await;
     embedded(&host).await;

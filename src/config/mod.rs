@@ -505,6 +505,9 @@ pub struct RetentionConfig {
     pub sweep_interval_secs: u64,
     /// Recalls push returned memories' expiry out to now + their type's TTL.
     pub refresh_on_recall: bool,
+    /// Days a memory the rules without an LLM made of a chat message lives unless a recall
+    /// returns it again (0: never expires).
+    pub rule_made_ttl_days: u32,
 }
 
 /// `working_memory.*`: every message of a chat, kept for a while (design 5.13).
@@ -543,7 +546,8 @@ pub struct ConsolidationConfig {
 pub struct ConsolidationRules {
     /// The threshold rule: a member's statement the bot's prompts recall a second time.
     pub recalled_twice: bool,
-    /// A member's statement a second member states again.
+    /// A member's statement a second member states again (off by default: with e5 it matches
+    /// word-for-word copies only, and in a group those are 复读 chatter).
     pub restated: bool,
 }
 
@@ -705,6 +709,7 @@ impl Config {
                     .collect::<Result<_, ConfigError>>()?,
                 sweep_interval_secs: retention.count("sweep_interval_secs", 1)?,
                 refresh_on_recall: retention.boolean("refresh_on_recall")?,
+                rule_made_ttl_days: retention.count("rule_made_ttl_days", 0)?,
             },
             working_memory: WorkingMemoryConfig {
                 enabled: working.boolean("enabled")?,
@@ -1066,9 +1071,9 @@ mod tests {
     use serde_json::json;
 
     #[test]
-    fn consolidation_rules_are_both_on_by_default_and_a_typo_is_an_error() {
+    fn only_recalled_twice_is_on_by_default_and_a_typo_is_an_error() {
         let on = Config::defaults().unwrap().consolidation.rules;
-        assert!(on.recalled_twice && on.restated);
+        assert!(on.recalled_twice && !on.restated);
         let off = Config::from_value(&json!({"consolidation": {"rules": []}}))
             .unwrap()
             .config

@@ -4,6 +4,15 @@
 //! of its type), and stored in the row. Recall hides a row as soon as its time has passed, in
 //! the same filter as the scope (`read_filter`, applied by `store::filter`), so an expired
 //! memory is never recalled even before the sweeper has erased it.
+//!
+//! A memory the rules without an LLM made of a chat message (`working::recurrence`,
+//! `working::restatement`) is the exception that moves: the rules judge a message by its shape
+//! and by how recalls use it, and on the group-chat bench a third of what they kept was
+//! chatter a wrong recall had put first twice. Such a memory lives
+//! `retention.rule_made_ttl_days` (30) and each recall that returns it pushes that out again:
+//! what the bot keeps needing stays, what nobody asks about again fades. Its `reasoning` says
+//! which rule made it ([`RULE_MADE_REASONINGS`]), so the recall's write-back finds it with no
+//! column of its own.
 
 use std::collections::BTreeMap;
 
@@ -12,10 +21,20 @@ use chrono::{DateTime, Duration, Utc};
 use super::MemoryError;
 use crate::config::RetentionConfig;
 
+/// The `reasoning` of a memory the threshold rule made (a message recalled again).
+pub const RECALLED_AGAIN_REASONING: &str = "said in the chat and recalled again (working memory)";
+/// The `reasoning` of a memory the restatement rule made (a second member said it).
+pub const RESTATED_REASONING: &str =
+    "said in the chat and stated again by another member (working memory)";
+/// The `reasoning` of every memory a rule without an LLM made.
+pub const RULE_MADE_REASONINGS: [&str; 2] = [RECALLED_AGAIN_REASONING, RESTATED_REASONING];
+
 /// TTLs per memory type, from `retention.*`.
 #[derive(Debug, Clone, Default)]
 pub struct Retention {
     ttl: BTreeMap<String, Duration>,
+    /// How long a memory a rule without an LLM made lives unless recalled again.
+    pub rule_made_ttl: Option<Duration>,
     /// How often the maintenance process erases expired rows.
     pub sweep_interval: std::time::Duration,
     /// Recalls push returned memories' expiry out to now + their type's TTL.
@@ -34,6 +53,8 @@ impl Retention {
             ttl,
             sweep_interval: std::time::Duration::from_secs(config.sweep_interval_secs.max(1)),
             refresh_on_recall: config.refresh_on_recall,
+            rule_made_ttl: (config.rule_made_ttl_days > 0)
+                .then(|| Duration::days(i64::from(config.rule_made_ttl_days))),
         }
     }
 
@@ -85,6 +106,7 @@ mod tests {
                 .collect(),
             sweep_interval_secs: 60,
             refresh_on_recall: false,
+            rule_made_ttl_days: 30,
         }
     }
 

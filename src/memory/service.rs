@@ -240,8 +240,15 @@ impl MemoryService {
     }
 
     /// Whether recalls are written back (`last_recalled_at`, refreshed expiry): only when decay
-    /// ranking or refresh-on-recall uses them, since each is a row update.
+    /// ranking, refresh-on-recall or the rule-made TTL uses them, since each is a row update.
     fn records_recalls(&self) -> bool {
+        self.stamps_recalls() || self.settings.retention.rule_made_ttl.is_some()
+    }
+
+    /// Whether every recall is written back with its time (`last_recalled_at`): decay ranking or
+    /// refresh-on-recall reads it. Otherwise only a rule-made memory's recall is
+    /// (`recall::touch`).
+    fn stamps_recalls(&self) -> bool {
         self.ranking().weighs_strength() || self.settings.retention.refresh_on_recall
     }
 

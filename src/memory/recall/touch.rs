@@ -1,9 +1,15 @@
 //! Recording recalls, off the request path: which memories a recall returned sets their
 //! `last_recalled_at` (the decay clock) and, with `retention.refresh_on_recall`, pushes their
-//! expiry out to now + their type's TTL.
+//! expiry out to now + their type's TTL. A memory a rule without an LLM made
+//! (`memory::retention`) has its expiry pushed out to now + `retention.rule_made_ttl_days`
+//! whatever `refresh_on_recall` says: recalled again is what keeps it.
 //!
-//! Only on when decay ranking or refresh-on-recall is configured: each flush is a row update,
-//! so recalls are collected for a moment and written in one batch per kind.
+//! Only on when decay ranking, refresh-on-recall or the rule-made TTL needs it: each flush is a
+//! row update, so recalls are collected for a moment and written in one batch per kind. With
+//! the rule-made TTL alone (the default), only the rule-made memories a recall returned are
+//! sent here, `last_recalled_at` is left alone, and an expiry is pushed out only once it is a
+//! day or more short of the TTL: a recall of anything else writes nothing, and a rule-made
+//! memory recalled all day long is one update a day.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -11,14 +17,16 @@ use std::time::Duration;
 use chrono::Utc;
 use tokio::sync::mpsc;
 
-use crate::memory::retention::Retention;
-use crate::store::schema::{COL_EXPIRES_AT, COL_LAST_RECALLED_AT, COL_MEMORY_TYPE};
+use crate::memory::retention::{Retention, RULE_MADE_REASONINGS};
+use crate::store::schema::{COL_EXPIRES_AT, COL_LAST_RECALLED_AT, COL_MEMORY_TYPE, COL_REASONING};
 use crate::store::timestamp_literal;
 use crate::store::{sql_literal, Selection};
 use crate::store::{Store, StoreError};
 
 /// How long recalled ids are collected before one batch of updates.
 const FLUSH_EVERY: Duration = Duration::from_secs(2);
+/// How far short of the TTL a rule-made memory's expiry may fall before a recall pushes it out.
+const RULE_MADE_SLACK: chrono::Duration = chrono::Duration::days(1);
 
 /// The sending side: cheap to call from every recall.
 #[derive(Clone)]
@@ -27,10 +35,11 @@ pub struct RecallTouches {
 }
 
 impl RecallTouches {
-    /// Start the task that writes recorded recalls through `store`'s writer.
-    pub fn spawn(store: Store, retention: Retention) -> RecallTouches {
+    /// Start the task that writes recorded recalls through `store`'s writer; `stamps`: set
+    /// `last_recalled_at` too (decay ranking or refresh-on-recall is on).
+    pub fn spawn(store: Store, retention: Retention, stamps: bool) -> RecallTouches {
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(run(rx, store, retention));
+        tokio::spawn(run(rx, store, retention, stamps));
         RecallTouches { tx }
     }
 
@@ -43,14 +52,19 @@ impl RecallTouches {
     }
 }
 
-async fn run(mut rx: mpsc::UnboundedReceiver<Vec<String>>, store: Store, retention: Retention) {
+async fn run(
+    mut rx: mpsc::UnboundedReceiver<Vec<String>>,
+    store: Store,
+    retention: Retention,
+    stamps: bool,
+) {
     while let Some(first) = rx.recv().await {
         let mut ids: BTreeSet<String> = first.into_iter().collect();
         let deadline = tokio::time::Instant::now() + FLUSH_EVERY;
         while let Ok(Some(more)) = tokio::time::timeout_at(deadline, rx.recv()).await {
             ids.extend(more);
         }
-        match flush(&store, &retention, &ids).await {
+        match flush(&store, &retention, &ids, stamps).await {
             Ok(()) => tracing::debug!(rows = ids.len(), "recalls recorded"),
             Err(StoreError::WriterGone) => return,
             Err(e) => tracing::warn!(error = %e, rows = ids.len(), "could not record recalls"),
@@ -58,22 +72,43 @@ async fn run(mut rx: mpsc::UnboundedReceiver<Vec<String>>, store: Store, retenti
     }
 }
 
-/// One update for `last_recalled_at`, and with refresh-on-recall one per memory type with a
+/// With `stamps`, one update for `last_recalled_at`; with the rule-made TTL, one for the
+/// rule-made rows a day or more short of it; with refresh-on-recall, one per memory type with a
 /// TTL: `expires_at` becomes `max(expires_at, now + TTL)` (a NULL expiry stays NULL: never).
 pub async fn flush(
     store: &Store,
     retention: &Retention,
     ids: &BTreeSet<String>,
+    stamps: bool,
 ) -> Result<(), StoreError> {
     let now = Utc::now();
     let rows = Selection::ids(ids.iter().cloned()).rows_sql();
-    store
-        .writer()
-        .update(
-            rows.clone(),
-            vec![(COL_LAST_RECALLED_AT.into(), timestamp_literal(now))],
-        )
-        .await?;
+    if stamps {
+        store
+            .writer()
+            .update(
+                rows.clone(),
+                vec![(COL_LAST_RECALLED_AT.into(), timestamp_literal(now))],
+            )
+            .await?;
+    }
+    if let Some(ttl) = retention.rule_made_ttl {
+        let until = timestamp_literal(now + ttl);
+        let short = timestamp_literal(now + ttl - RULE_MADE_SLACK);
+        let made_by: Vec<String> = RULE_MADE_REASONINGS
+            .iter()
+            .map(|r| sql_literal(r))
+            .collect();
+        let predicate = format!(
+            "{rows} AND {COL_REASONING} IN ({}) AND {COL_EXPIRES_AT} IS NOT NULL \
+             AND {COL_EXPIRES_AT} < {short}",
+            made_by.join(", ")
+        );
+        store
+            .writer()
+            .update(predicate, vec![(COL_EXPIRES_AT.into(), until)])
+            .await?;
+    }
     if !retention.refresh_on_recall {
         return Ok(());
     }

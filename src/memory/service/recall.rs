@@ -19,6 +19,7 @@ use crate::memory::recall::{
     hybrid::{CandidateQuery, Searchers},
 };
 use crate::memory::redact::redact;
+use crate::memory::retention::RULE_MADE_REASONINGS;
 use crate::memory::MemoryError;
 use crate::store::{RowFilter, Tier};
 
@@ -132,7 +133,20 @@ impl MemoryService {
         }
         let (memories, merged_duplicates) = (ranked.memories, ranked.merged);
         if let Some(touches) = self.touches.get() {
-            touches.record(memories.iter().map(|m| m.memory.id.clone()).collect());
+            let every = self.stamps_recalls();
+            let rule_made = |m: &&ScoredMemory| {
+                m.memory
+                    .reasoning
+                    .as_deref()
+                    .is_some_and(|r| RULE_MADE_REASONINGS.contains(&r))
+            };
+            touches.record(
+                memories
+                    .iter()
+                    .filter(|m| every || rule_made(m))
+                    .map(|m| m.memory.id.clone())
+                    .collect(),
+            );
         }
         // Each tier answers to the gate on its own evidence: a question whose only answer was
         // said in the chat gets that message though no long-term memory answers it.

@@ -13,6 +13,7 @@ use tokio::sync::mpsc;
 use super::working::Consolidated;
 use super::MemoryService;
 use crate::memory::model::Remembered;
+use crate::memory::retention::RESTATED_REASONING;
 use crate::memory::working::StoredMessage;
 use crate::memory::MemoryError;
 
@@ -67,7 +68,7 @@ impl MemoryService {
                 conversation_id,
                 said_in: first.memory_scope.clone(),
                 content: first.content,
-                reasoning: "said in the chat and stated again by another member (working memory)",
+                reasoning: RESTATED_REASONING,
                 speaker_id: first.speaker_id,
                 speaker_name: first.speaker_name,
                 said_at: first.created_at,

@@ -153,6 +153,7 @@ impl MemoryService {
                 .set(crate::memory::recall::touch::RecallTouches::spawn(
                     self.store.clone(),
                     self.settings.retention.clone(),
+                    self.stamps_recalls(),
                 ));
         }
         self.reembed.start(self.search.clone());

@@ -15,6 +15,7 @@ use crate::memory::feedback::AcceptError;
 use crate::memory::model::{RecallMode, Remembered, ScoredMemory};
 use crate::memory::redact::redact;
 use crate::memory::repetition::derived_id;
+use crate::memory::retention::{RECALLED_AGAIN_REASONING, RULE_MADE_REASONINGS};
 use crate::memory::working::{self, MessageEvent, MESSAGE_TYPE};
 use crate::memory::{embed_passage, MemoryError};
 use crate::scope::{derive_chat_scope, ConversationId};
@@ -254,7 +255,7 @@ impl MemoryService {
             conversation_id,
             said_in: message.memory_scope.clone(),
             content: message.content,
-            reasoning: "said in the chat and recalled again (working memory)",
+            reasoning: RECALLED_AGAIN_REASONING,
             speaker_id: message.speaker_id,
             speaker_name: message.speaker_name,
             said_at: message.created_at,
@@ -301,10 +302,7 @@ impl MemoryService {
             created_at: fact.said_at.or(Some(now)),
             memory_scope: Some(scope.scope.as_str().to_string()),
             scope_source: Some(scope.source.as_str().to_string()),
-            expires_at: self
-                .settings
-                .retention
-                .expires_at(CONSOLIDATED_TYPE, now, None),
+            expires_at: self.consolidated_expiry(fact.reasoning, now),
             last_recalled_at: None,
             speaker_id: fact.speaker_id,
             speaker_name: fact.speaker_name,
@@ -321,6 +319,24 @@ impl MemoryService {
             "messages consolidated into a long-term memory"
         );
         Ok(Some(written))
+    }
+}
+
+impl MemoryService {
+    /// When a consolidated fact expires: one a rule without an LLM made lives
+    /// `retention.rule_made_ttl_days` unless recalled again (`memory::retention`); the LLM
+    /// pass's keeps its type's TTL.
+    fn consolidated_expiry(
+        &self,
+        reasoning: &str,
+        now: chrono::DateTime<Utc>,
+    ) -> Option<chrono::DateTime<Utc>> {
+        let retention = &self.settings.retention;
+        let rule_made = RULE_MADE_REASONINGS.contains(&reasoning);
+        match retention.rule_made_ttl {
+            Some(ttl) if rule_made => Some(now + ttl),
+            _ => retention.expires_at(CONSOLIDATED_TYPE, now, None),
+        }
     }
 }
 
