@@ -218,9 +218,10 @@ async fn a_10k_row_round_trip_keeps_every_row_and_scope() {
                 memory_scope: scope,
                 expires_at: (i % 7 == 0).then(|| base + chrono::Duration::days(3650 + i as i64)),
                 last_recalled_at: (i % 11 == 0).then(|| base + chrono::Duration::hours(i as i64)),
-                speaker_id: None,
-                speaker_name: None,
-                source_ids: vec![],
+                // Who said it and which messages it came from survive the round trip too.
+                speaker_id: (i % 5 == 0).then(|| format!("u-{}", i % 13)),
+                speaker_name: (i % 10 == 0).then(|| format!("成员{}", i % 13)),
+                source_ids: (0..i % 3).map(|s| format!("msg-{i}-{s}")).collect(),
             };
             let vector: Vec<f32> = (0..384)
                 .map(|d| (((i * 31 + d * 7) % 101) as f32 - 50.0) / 500.0)

@@ -363,6 +363,45 @@ async fn a_message_expires_and_its_consolidated_fact_stays() {
     host.shutdown().await;
 }
 
+/// A question that names a member finds what they said under the name they went by before: the
+/// names a speaker id used in the scope resolve to that id (`memory::speakers`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_renamed_member_is_found_by_the_new_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = calibrated_host(dir.path()).await;
+    // 李四's words match the questions below better than 张三's: a question that names nobody
+    // this process heard finds 李四's first.
+    say(&host, FAMILY, ZHANG, "这周末打算去水库那边钓鱼").await;
+    say(&host, FAMILY, LI, "周六上午我去西山爬山").await;
+    // 张三 renames himself 老张; the name is in no message's text.
+    say(&host, FAMILY, ("u-zhang", "老张"), "今天降温了").await;
+    embedded(&host).await;
+    let first = |messages: Vec<Value>| {
+        messages
+            .first()
+            .and_then(|m| {
+                m["memory"]["speaker_id"]
+                    .as_str()
+                    .or(m["speaker_id"].as_str())
+            })
+            .map(str::to_owned)
+    };
+    for (question, speaker) in [
+        ("小王周六上午去干什么？", "u-li"),
+        ("老张周六上午去干什么？", "u-zhang"),
+        ("张三周六上午去干什么？", "u-zhang"),
+        ("李四周六上午去干什么？", "u-li"),
+    ] {
+        let got = recent(&host, FAMILY, question).await;
+        assert_eq!(
+            first(got.clone()).as_deref(),
+            Some(speaker),
+            "{question}: {got:?}"
+        );
+    }
+    host.shutdown().await;
+}
+
 /// A memory the threshold rule made of a chat message is not kept for ever: it lives
 /// `retention.rule_made_ttl_days` (30), a recall that returns it pushes that out again, and the
 /// bot remembering the same fact itself makes it permanent.

@@ -13,6 +13,7 @@ pub(crate) mod redact;
 pub(crate) mod repetition;
 pub(crate) mod retention;
 pub mod service;
+pub(crate) mod speakers;
 pub mod turns;
 pub mod working;
 

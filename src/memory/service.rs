@@ -176,6 +176,17 @@ impl Visibility {
         }
     }
 
+    /// The person `query` names, by the speaker names heard in the scopes this visibility reads
+    /// (`memory::speakers`).
+    pub(crate) fn named(
+        &self,
+        speakers: &super::speakers::SpeakerNames,
+        query: &str,
+    ) -> super::speakers::Person {
+        let scopes = self.rows.scopes.as_ref().map(|s| s.names.as_slice());
+        speakers.named_in(scopes, query)
+    }
+
     /// This visibility searching the message tier.
     pub(crate) fn of_messages(&self) -> Visibility {
         Visibility {
@@ -221,6 +232,8 @@ pub struct MemoryService {
     calibration: Arc<std::sync::OnceLock<ModelFit>>,
     /// How often recalls returned each recent message (the consolidation threshold rule).
     recurrences: super::working::Recurrences,
+    /// The names each speaker id went by, per scope, for a question that names a person.
+    speakers: super::speakers::SpeakerNames,
     /// Messages a recall returned a second time, for the task that consolidates them.
     returned_again: super::working::ReturnedAgain,
     /// The LLM consolidation pass (`consolidation.*`).

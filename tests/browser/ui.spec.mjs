@@ -180,6 +180,26 @@ async function main() {
     await page.reload();
     await page.waitForSelector('body.connected');
 
+    step('a memory made of a member\'s message says who said it and which message');
+    const said = '奶奶每周三下午去社区医院量血压';
+    const message = await api('/v1/events/message', { conversation_id: SEED.family_conversation,
+      sender_id: 'u-zhang', sender_name: '张三', text: said, message_id: 'ui-said-by' });
+    assert.equal(message.status, 202, JSON.stringify(message.json));
+    // The bot's prompts recall it twice once it is stored (the threshold rule).
+    const deadline = Date.now() + 180000;
+    let made = null;
+    while (!made && Date.now() < deadline) {
+      await api('/v1/events/llm_request', { conversation_id: SEED.family_conversation, query: '奶奶什么时候去量血压？' });
+      const browsed = await api('/v1/memories/browse', { conversation_id: SEED.family_conversation, limit: 100 });
+      made = browsed.json.memories.find((m) => m.content === said && m.memory_type !== 'message') || null;
+      if (!made) await new Promise((r) => setTimeout(r, 500));
+    }
+    assert.ok(made, 'the message never became a long-term memory');
+    await show(page, SEED.family_conversation, '', 'newest first');
+    const meta = await page.locator(`#memories li[data-id="${made.id}"] .meta`).textContent();
+    assert.ok(meta.includes('said by 张三 (u-zhang)'), meta);
+    assert.ok(meta.includes(`from messages ${message.json.id}`), meta);
+
     step('a cross-site POST is refused and changes nothing');
     const before = sorted(await recallContents(SEED.family_conversation));
     await crossSite(context);

@@ -309,7 +309,13 @@ impl MemoryService {
         let searched = self
             .search_visible(&asked, MEMORIES_SHOWN, 0, &visible)
             .await?;
-        let ranked = self.rank_and_select(&req, MEMORIES_SHOWN, searched.search, searched.found);
+        let ranked = self.rank_and_select(
+            &req,
+            MEMORIES_SHOWN,
+            searched.search,
+            searched.found,
+            Default::default(),
+        );
         Ok(ranked
             .memories
             .into_iter()

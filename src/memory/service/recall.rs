@@ -20,6 +20,7 @@ use crate::memory::recall::{
 };
 use crate::memory::redact::redact;
 use crate::memory::retention::RULE_MADE_REASONINGS;
+use crate::memory::speakers::Person;
 use crate::memory::MemoryError;
 use crate::store::{RowFilter, Tier};
 
@@ -45,17 +46,9 @@ pub(super) struct Searched {
     pub(super) time_window: Option<TimeWindow>,
 }
 
-/// How much a question that names a memory's speaker ("张三喜欢什么") lifts that memory.
-const SPEAKER_BOOST: f32 = 1.25;
-
-/// [`SPEAKER_BOOST`] when `query` holds the name (two characters or more) the record's speaker
-/// had when it was written, else 1.
-fn speaker_boost(query: &str, record: &crate::store::MemoryRecord) -> f32 {
-    match record.speaker_name.as_deref() {
-        Some(name) if name.chars().count() >= 2 && query.contains(name) => SPEAKER_BOOST,
-        _ => 1.0,
-    }
-}
+/// How much a question that names a person ("张三喜欢什么") lifts a memory said by them or
+/// about them (`memory::speakers`).
+const SPEAKER_BOOST: f32 = 2.0;
 
 /// The query without surrounding blanks and leading mentions (`recall::mentions`): not empty
 /// and at most [`MAX_QUERY_CHARS`] long.
@@ -117,7 +110,9 @@ impl MemoryService {
         let visible = self.visibility(&conversation, req.persona.as_deref());
         let asked = Asked { req: &req, query };
         let mut searched = self.search_visible(&asked, limit, 0, &visible).await?;
-        let mut ranked = self.rank_and_select(&req, limit, searched.search, searched.found);
+        let person = visible.named(&self.speakers, query);
+        let mut ranked =
+            self.rank_and_select(&req, limit, searched.search, searched.found, person.clone());
         // A fact said twice gave up a slot: search once more, deeper, for the next one. (The
         // first search keeps its usual depth, so fusion ranks as it always did.)
         if ranked.merged > 0
@@ -126,7 +121,7 @@ impl MemoryService {
         {
             let extra = ranked.merged + DISTINCT_SPARE;
             searched = self.search_visible(&asked, limit, extra, &visible).await?;
-            ranked = self.rank_and_select(&req, limit, searched.search, searched.found);
+            ranked = self.rank_and_select(&req, limit, searched.search, searched.found, person);
         }
         if searched.degraded == Some("embedding_unavailable") {
             self.degraded_recalls.fetch_add(1, Ordering::Relaxed);
@@ -298,6 +293,7 @@ impl MemoryService {
         limit: usize,
         search: SearchKind,
         found: recall::hybrid::Found,
+        person: Person,
     ) -> Selected {
         let cfg = &self.settings.recall;
         let ranking = self.ranking();
@@ -308,7 +304,11 @@ impl MemoryService {
             .map(|c| Ranked {
                 hit: ScoredMemory {
                     score: ranking.score(c.relevance, &c.record, now)
-                        * speaker_boost(&req.query, &c.record),
+                        * if person.lifts(&req.query, &c.record) {
+                            SPEAKER_BOOST
+                        } else {
+                            1.0
+                        },
                     memory: c.record.into(),
                 },
                 vector: c.vector,

@@ -109,6 +109,7 @@ impl MemoryService {
             degraded_recalls: AtomicU64::new(0),
             calibration,
             recurrences: Default::default(),
+            speakers: Default::default(),
             returned_again: crate::memory::working::returned_again(),
             consolidator,
             messages_present: Default::default(),

@@ -97,6 +97,10 @@ impl MemoryService {
         match working::accept(ev, &self.scopes, settings.ttl, Utc::now())? {
             None => Ok(MessageOutcome::NotStored("incognito")),
             Some(accepted) => {
+                if let (false, Some(name)) = (accepted.job.is_bot, &accepted.job.speaker_name) {
+                    self.speakers
+                        .learn(&accepted.scope, &accepted.job.speaker_id, name);
+                }
                 let memory_scope = accepted.scope.clone();
                 let conversation = accepted.conversation_id.clone();
                 let id = self.feedback.accept_message(accepted)?;
@@ -145,7 +149,13 @@ impl MemoryService {
             return Ok(Vec::new());
         }
         let mut hits = self
-            .rank_and_select(&req, pool, searched.search, searched.found)
+            .rank_and_select(
+                &req,
+                pool,
+                searched.search,
+                searched.found,
+                messages.named(&self.speakers, asked.query),
+            )
             .memories;
         let stored: Vec<String> = hits.iter().map(|h| h.memory.id.clone()).collect();
         let waiting = self

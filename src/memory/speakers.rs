@@ -1,0 +1,218 @@
+//! Who a name in a question means, by id. A platform gives every message a `sender_id` that
+//! stays and a `sender_name` that does not: 张三 becomes 老张 in the group's nickname list, and
+//! "老张上周说了什么" must still find what 张三 said. The names each speaker id went by in a
+//! scope are learned from the messages this process accepts ([`SpeakerNames::learn`]), so a
+//! name in a question resolves to the ids that used it, and then to every name those ids went
+//! by ([`Person`]).
+//!
+//! A recall lifts a memory for that person (`service::recall`, `SPEAKER_BOOST`) when
+//! - it was said by one of the ids (the rename case), or under a name the question holds (what
+//!   the row itself says, so this holds after a restart too, before anyone spoke again);
+//! - or it is *about* the person: its text names one of their names ("张三的妈妈对花生过敏").
+//!
+//! A name counts from two characters; a Latin name only as a whole word ("Tom" is not in
+//! "Tomorrow"). Names are learned per scope and looked up only in the scopes the asking
+//! conversation may read, so a nickname in one group never resolves to a member of another.
+//! Bounded: [`PER_SCOPE`] (id, name) pairs per scope, the least recently said dropped first,
+//! and [`MAX_SCOPES`] scopes, the one heard from least recently dropped first. Kept in memory
+//! only: ids and names are what rows already hold, never message text.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::Mutex;
+
+use crate::store::MemoryRecord;
+
+/// (id, name) pairs kept per scope.
+pub const PER_SCOPE: usize = 512;
+/// Scopes kept at most.
+pub const MAX_SCOPES: usize = 256;
+
+/// The names speakers went by, per scope.
+#[derive(Default)]
+pub struct SpeakerNames {
+    scopes: Mutex<Names>,
+}
+
+#[derive(Default)]
+struct Names {
+    /// Per scope, its (id, name) pairs, least recently said first, and when it was last heard.
+    by_scope: HashMap<String, (VecDeque<(String, String)>, u64)>,
+    clock: u64,
+}
+
+/// The person a question names: the speaker ids that used a name it holds, and every name
+/// those ids went by (the question's own names included).
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Person {
+    pub ids: HashSet<String>,
+    pub names: Vec<String>,
+}
+
+impl SpeakerNames {
+    /// `id` spoke as `name` in `scope`.
+    pub fn learn(&self, scope: &str, id: &str, name: &str) {
+        let name = name.trim();
+        if id.is_empty() || name.chars().count() < 2 {
+            return;
+        }
+        let Ok(mut names) = self.scopes.lock() else {
+            return;
+        };
+        names.clock += 1;
+        let now = names.clock;
+        if !names.by_scope.contains_key(scope) && names.by_scope.len() >= MAX_SCOPES {
+            let stalest = names
+                .by_scope
+                .iter()
+                .min_by_key(|(_, (_, heard))| *heard)
+                .map(|(s, _)| s.clone());
+            if let Some(s) = stalest {
+                names.by_scope.remove(&s);
+            }
+        }
+        let (pairs, heard) = names.by_scope.entry(scope.to_owned()).or_default();
+        *heard = now;
+        if let Some(at) = pairs.iter().position(|(i, n)| i == id && n == name) {
+            pairs.remove(at);
+        } else if pairs.len() >= PER_SCOPE {
+            pairs.pop_front();
+        }
+        pairs.push_back((id.to_owned(), name.to_owned()));
+    }
+
+    /// The person `query` names, looked up in `scopes` (`None`: every scope, the rollback
+    /// switch). Empty when it names nobody this process heard.
+    pub fn named_in(&self, scopes: Option<&[String]>, query: &str) -> Person {
+        let Ok(names) = self.scopes.lock() else {
+            return Person::default();
+        };
+        let pairs: Vec<&(String, String)> = names
+            .by_scope
+            .iter()
+            .filter(|(s, _)| scopes.is_none_or(|set| set.iter().any(|x| x == *s)))
+            .flat_map(|(_, (pairs, _))| pairs.iter())
+            .collect();
+        let ids: HashSet<String> = pairs
+            .iter()
+            .filter(|(_, name)| mentions(query, name))
+            .map(|(id, _)| id.clone())
+            .collect();
+        let mut all: Vec<String> = pairs
+            .iter()
+            .filter(|(id, _)| ids.contains(id))
+            .map(|(_, name)| name.clone())
+            .collect();
+        all.sort();
+        all.dedup();
+        Person { ids, names: all }
+    }
+}
+
+impl Person {
+    /// Whether a recall for a question naming this person (`query`) lifts `record`: said by
+    /// them (by id, or under a name the question holds), or about them (a name of theirs in
+    /// its text).
+    pub fn lifts(&self, query: &str, record: &MemoryRecord) -> bool {
+        let said_by_id = record
+            .speaker_id
+            .as_deref()
+            .is_some_and(|id| self.ids.contains(id));
+        let said_as_named = record
+            .speaker_name
+            .as_deref()
+            .is_some_and(|name| name.chars().count() >= 2 && mentions(query, name));
+        let about = self
+            .names
+            .iter()
+            .any(|name| mentions(&record.content, name));
+        said_by_id || said_as_named || about
+    }
+}
+
+/// Whether `text` names `name`: anywhere for a name with CJK (no spaces between words), as a
+/// whole word, ignoring case, for a Latin one.
+fn mentions(text: &str, name: &str) -> bool {
+    if name.chars().count() < 2 {
+        return false;
+    }
+    if !name.is_ascii() {
+        return text.contains(name);
+    }
+    let (text, name) = (text.to_lowercase(), name.to_lowercase());
+    let word = |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || c == '_');
+    text.match_indices(&name).any(|(at, _)| {
+        !word(text[..at].chars().next_back()) && !word(text[at + name.len()..].chars().next())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(speaker: Option<(&str, &str)>, content: &str) -> MemoryRecord {
+        MemoryRecord {
+            speaker_id: speaker.map(|(id, _)| id.into()),
+            speaker_name: speaker.map(|(_, n)| n.into()),
+            ..MemoryRecord::with_text(content, &[])
+        }
+    }
+
+    #[test]
+    fn a_renamed_speaker_is_found_by_either_name() {
+        let names = SpeakerNames::default();
+        names.learn("家人", "u-zhang", "张三");
+        names.learn("家人", "u-zhang", "老张");
+        names.learn("家人", "u-li", "李四");
+        let scopes = ["家人".to_string(), "public".to_string()];
+        let person = names.named_in(Some(&scopes), "老张上周说了什么");
+        assert_eq!(person.ids, HashSet::from(["u-zhang".to_string()]));
+        assert_eq!(person.names, ["张三", "老张"]);
+        let q = "老张上周说了什么";
+        // Said under the old name, by the same id: lifted.
+        assert!(person.lifts(q, &row(Some(("u-zhang", "张三")), "周六去爬山")));
+        // About them by their old name: lifted.
+        assert!(person.lifts(q, &row(None, "张三的妈妈对花生过敏")));
+        // Someone else, about someone else: not.
+        assert!(!person.lifts(q, &row(Some(("u-li", "李四")), "周日去钓鱼")));
+    }
+
+    #[test]
+    fn a_name_resolves_only_in_the_scopes_the_conversation_reads() {
+        let names = SpeakerNames::default();
+        names.learn("家人", "u-zhang", "张三");
+        names.learn("工作", "u-boss", "老张");
+        let family = ["家人".to_string(), "public".to_string()];
+        let person = names.named_in(Some(&family), "老张喜欢什么");
+        assert!(person.ids.is_empty(), "{person:?}");
+        // The name the row itself was written under still counts.
+        assert!(person.lifts("老张喜欢什么", &row(Some(("u-x", "老张")), "喜欢钓鱼")));
+        assert_eq!(names.named_in(None, "老张喜欢什么").ids.len(), 1);
+    }
+
+    #[test]
+    fn a_latin_name_counts_only_as_a_whole_word() {
+        assert!(mentions("what does Tom like?", "Tom"));
+        assert!(mentions("tom's car", "Tom"));
+        assert!(!mentions("Tomorrow we play", "Tom"));
+        assert!(!mentions("Atom", "Tom"));
+        assert!(!mentions("我", "我"));
+    }
+
+    #[test]
+    fn each_scope_keeps_its_most_recent_pairs_and_the_stalest_scope_goes_first() {
+        let names = SpeakerNames::default();
+        for i in 0..PER_SCOPE + 10 {
+            names.learn("群", &format!("u{i}"), &format!("name{i}"));
+        }
+        let all = ["群".to_string()];
+        assert!(names.named_in(Some(&all), "name0 said").ids.is_empty());
+        assert_eq!(names.named_in(Some(&all), "name520 said").ids.len(), 1);
+        for s in 0..MAX_SCOPES {
+            names.learn(&format!("s{s}"), "u", "someone");
+        }
+        // "群" was heard from least recently: dropped for the last scope.
+        assert!(names.named_in(Some(&all), "name520 said").ids.is_empty());
+        let last = [format!("s{}", MAX_SCOPES - 1)];
+        assert_eq!(names.named_in(Some(&last), "someone said").ids.len(), 1);
+    }
+}
