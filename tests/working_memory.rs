@@ -114,7 +114,12 @@ async fn embedded(host: &PluginHost) {
 
 /// A host on `dir` with the family map, its background tasks running and the model measured.
 async fn calibrated_host(dir: &std::path::Path) -> PluginHost {
-    let host = PluginHost::start_with(config(dir, json!({})), None, common::e5())
+    calibrated_host_with(dir, json!({})).await
+}
+
+/// A calibrated host with `extra` merged into the test config.
+async fn calibrated_host_with(dir: &std::path::Path, extra: Value) -> PluginHost {
+    let host = PluginHost::start_with(config(dir, extra), None, common::e5())
         .await
         .expect("host starts");
     host.start_background();
@@ -125,12 +130,7 @@ async fn calibrated_host(dir: &std::path::Path) -> PluginHost {
 /// A calibrated host with the restatement rule on (off by default: `consolidation.rules`).
 async fn restating_host(dir: &std::path::Path) -> PluginHost {
     let rules = json!({"consolidation": {"rules": ["recalled_twice", "restated"]}});
-    let host = PluginHost::start_with(config(dir, rules), None, common::e5())
-        .await
-        .expect("host starts");
-    host.start_background();
-    common::calibrated(&host).await;
-    host
+    calibrated_host_with(dir, rules).await
 }
 
 const ZHANG: (&str, &str) = ("u-zhang", "张三");
@@ -816,11 +816,7 @@ async fn a_forget_by_id_reaches_a_message_still_waiting_for_its_vector() {
 async fn with_the_rules_off_a_statement_recalled_twice_stays_a_message() {
     let dir = tempfile::tempdir().unwrap();
     let off = json!({"consolidation": {"rules": []}});
-    let host = PluginHost::start_with(config(dir.path(), off), None, common::e5())
-        .await
-        .expect("host starts");
-    host.start_background();
-    common::calibrated(&host).await;
+    let host = calibrated_host_with(dir.path(), off).await;
     say(&host, FAMILY, ZHANG, ALLERGY).await;
     embedded(&host).await;
     for _ in 0..2 {
