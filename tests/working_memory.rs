@@ -273,6 +273,18 @@ async fn a_recall_returning_the_bots_echo_and_a_question_twice_makes_neither_a_m
             assert!(returned.contains(&text), "{text} not in {returned:?}");
         }
     }
+    // Previewed twice (the AstrBot dashboard's "Try as the bot"): the same block, not counted.
+    for _ in 0..2 {
+        let preview = host
+            .invoke(
+                "on_llm_request",
+                json!({"conversation_id": FAMILY, "query": "妈妈花生过敏", "preview": true}),
+            )
+            .await
+            .unwrap();
+        let block = preview["injection"].as_str().unwrap_or_default();
+        assert!(block.contains(ALLERGY), "{block}");
+    }
     assert_eq!(host.memory().working_status().recalled_again, 0);
     // Asked for a prompt twice: the member's statement is handed over, the bot's echo (shown
     // as the bot's) and the question are not.

@@ -247,6 +247,8 @@ class DashboardApi:
         if not isinstance(query, str) or not query.strip():
             raise BadInput("query is required")
         call["query"] = query
+        # A preview: the same block, not counted toward "recalled twice" (no prompt follows).
+        call["preview"] = True
         return self._answer(await self._call("POST", "/v1/events/llm_request", call))
 
     async def update(self) -> Any:

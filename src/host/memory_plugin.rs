@@ -40,6 +40,7 @@ impl MemoryPlugin {
                 time_words: None,
                 history: ev.history,
                 for_prompt: true,
+                counted: !ev.preview,
             })
             .await?;
         Ok(Injection {

@@ -167,6 +167,10 @@ pub struct LlmRequestEvent {
     /// (`memory::turns`).
     #[serde(default)]
     pub history: Vec<crate::memory::turns::Turn>,
+    /// A preview of the injection (the AstrBot dashboard's "Try as the bot"): the same block,
+    /// but no prompt follows, so it does not count toward the threshold rule.
+    #[serde(default)]
+    pub preview: bool,
 }
 
 /// The reflection result: the feedback body without conversation or persona, which come

@@ -204,6 +204,7 @@ pub fn recall_request(ctx: CallContext, args: Value) -> Result<RecallRequest, Pl
         time_words: None,
         history: Vec::new(),
         for_prompt: false,
+        counted: false,
     })
 }
 

@@ -129,12 +129,16 @@ pub struct RecallRequest {
     /// query, which weighs most (`memory::turns`). At most `turns::MAX_TURNS`.
     #[serde(default)]
     pub history: Vec<super::turns::Turn>,
-    /// Set by the injection path (`on_llm_request`) only, never by a caller: only a recall
-    /// for a prompt the bot is about to answer counts toward the threshold rule ("recalled a
-    /// second time", design 5.13); a search from the operator page, the AstrBot dashboard or
-    /// `/v1/recall` by hand does not.
+    /// Set by the injection path (`on_llm_request`) only, never by a caller: the recent
+    /// messages are chosen for a prompt (`working::shown`).
     #[serde(skip)]
     pub for_prompt: bool,
+    /// Set by the injection path only, when it is not a preview: only a recall for a prompt the
+    /// bot is about to answer counts toward the threshold rule ("recalled a second time",
+    /// design 5.13); a search from the operator page, a preview on the AstrBot dashboard or
+    /// `/v1/recall` by hand does not.
+    #[serde(skip)]
+    pub counted: bool,
 }
 
 /// What a recall returns: the scope it ran under, whether legacy NULL rows were visible, hits.

@@ -171,7 +171,7 @@ impl MemoryService {
             }
         }
         let hits = working::shown(hits, asked.query, req.for_prompt, limit);
-        if !req.for_prompt || !self.consolidator.settings.rules.recalled_twice {
+        if !req.counted || !self.consolidator.settings.rules.recalled_twice {
             return Ok(hits);
         }
         // Only the statement that answers best counts: the others a recall shows beside it
