@@ -311,3 +311,56 @@ async fn serve_exits_with_a_parent_killed_by_sigkill_only_when_asked() {
         }
     }
 }
+
+/// `scopemem demo`, what `make run` shows, against a real serve with the demo's map: each
+/// memory is seen where its scope says, and the greeting said to the bot (the injection path,
+/// as a bot asks) injects nothing in any of the three chats.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_demo_shows_each_scope_where_it_belongs_and_small_talk_injects_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    // The defaults `make run` serves with: the default model (e5) and recall settings.
+    let defaults = json!({
+        "embedding": {"provider": "auto"},
+        "recall": {"similarity_threshold": 0.5, "similarity_cut": "calibrated", "relevance_gate": true},
+    });
+    let serve = common::serve::spawn_serve(dir.path(), "demo", defaults).await;
+    let base = serve.base.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new(env!("CARGO_BIN_EXE_scopemem"))
+            .args(["demo", "--url", &base])
+            .output()
+            .expect("demo runs")
+    })
+    .await
+    .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let seen_by = |memory: &str| -> Vec<String> {
+        let line = text
+            .lines()
+            .find(|l| l.contains(memory) && (l.contains("sees") || l.ends_with('-')))
+            .unwrap_or_else(|| panic!("no table row for {memory}:\n{text}"));
+        let cells: Vec<&str> = line.split_whitespace().collect();
+        cells[cells.len() - 3..]
+            .iter()
+            .map(|c| c.to_string())
+            .collect()
+    };
+    assert_eq!(seen_by("奶奶的八十大寿"), ["sees", "-", "-"], "{text}");
+    assert_eq!(seen_by("第三季度发布评审"), ["-", "sees", "-"], "{text}");
+    assert_eq!(seen_by("spicy hotpot"), ["sees", "sees", "sees"], "{text}");
+    let small_talk = text
+        .split("said to the bot in each conversation")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no small-talk section:\n{text}"));
+    assert_eq!(
+        small_talk.matches("(nothing injected").count(),
+        3,
+        "{small_talk}"
+    );
+    assert!(!small_talk.contains("<memory_context>"), "{small_talk}");
+}

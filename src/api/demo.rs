@@ -1,5 +1,7 @@
 //! `scopemem demo`: writes memories from a family group, a work group and an unmapped private
-//! chat through a running service, then shows who recalls what.
+//! chat through a running service, then shows who recalls what: two questions searched by hand
+//! (`/v1/recall`, never gated) and a greeting said to the bot (`/v1/events/llm_request`, the
+//! injection path, which the relevance gate guards).
 
 use serde_json::{json, Value};
 use unicode_width::{UnicodeWidthChar, UnicodeWidthStr};
@@ -65,18 +67,25 @@ pub async fn run(base: &str) -> Result<(), DemoError> {
     let client = reqwest::Client::new();
     let written = write_memories(&client, base).await?;
     who_sees_what(&client, base, &written).await?;
-    // An English question about a Chinese memory, a Chinese paraphrase and small talk.
+    // An English question about a Chinese memory and a Chinese paraphrase, searched by hand.
     for q in [
         "When is grandma's birthday dinner?",
         "妈妈有什么东西不能吃？",
-        "早上好呀",
     ] {
-        println!("\n== \"{q}\" asked from each conversation ==");
+        println!("\n== \"{q}\" searched from each conversation (/v1/recall) ==");
         for (conv, label) in CONVERSATIONS {
             ask(&client, base, conv, label, q).await?;
         }
     }
-    println!("\nFamily memories stay in 家人, work memories in 工作; the unmapped private chat writes public memories that everyone sees. Small talk, and a question whose answer is in another scope, recall nothing.");
+    // Small talk, as a bot asks before each prompt. The relevance gate weighs a message on
+    // the model's measured scale, so the injection waits for the model's calibration.
+    calibrated(&client, base).await?;
+    let q = "早上好呀";
+    println!("\n== \"{q}\" said to the bot in each conversation (/v1/events/llm_request) ==");
+    for (conv, label) in CONVERSATIONS {
+        ask_as_the_bot(&client, base, conv, label, q).await?;
+    }
+    println!("\nFamily memories stay in 家人, work memories in 工作; the unmapped private chat writes public memories that everyone sees. A search never returns another scope's memory, and small talk to the bot injects nothing.");
     summary(&client, base).await
 }
 
@@ -228,6 +237,57 @@ async fn ask(
             h["memory_scope"].as_str().unwrap_or("NULL"),
             h["content"].as_str().unwrap_or("")
         );
+    }
+    Ok(())
+}
+
+/// How long the demo waits for the model's calibration (it takes seconds; a loaded machine
+/// may take longer).
+const CALIBRATION_WAIT: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// Until `/v1/status` shows the model's calibration, at most [`CALIBRATION_WAIT`].
+async fn calibrated(client: &reqwest::Client, base: &str) -> Result<(), DemoError> {
+    let started = std::time::Instant::now();
+    let mut said = false;
+    loop {
+        let status = send(client.get(format!("{base}/v1/status")), base, "/v1/status").await?;
+        if !status["embedding_calibration"].is_null() || started.elapsed() > CALIBRATION_WAIT {
+            return Ok(());
+        }
+        if !said {
+            println!(
+                "\n(waiting for the embedding model's calibration, which the relevance gate uses)"
+            );
+            said = true;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+}
+
+/// What the bot would get in its prompt for `q` in `conv` (the injection path), or that it
+/// gets nothing.
+async fn ask_as_the_bot(
+    client: &reqwest::Client,
+    base: &str,
+    conv: &str,
+    label: &str,
+    q: &str,
+) -> Result<(), DemoError> {
+    let r = post(
+        client,
+        base,
+        "/v1/events/llm_request",
+        json!({"conversation_id": conv, "query": q}),
+    )
+    .await?;
+    println!("-- {label} ({conv}):");
+    match r["injection"].as_str().unwrap_or("") {
+        "" => println!("      (nothing injected: the message asks for no memory)"),
+        block => {
+            for line in block.lines() {
+                println!("      {line}");
+            }
+        }
     }
     Ok(())
 }
