@@ -28,6 +28,9 @@ pub const RESTATED_REASONING: &str =
     "said in the chat and stated again by another member (working memory)";
 /// The `reasoning` of every memory a rule without an LLM made.
 pub const RULE_MADE_REASONINGS: [&str; 2] = [RECALLED_AGAIN_REASONING, RESTATED_REASONING];
+/// How far short of the rule-made TTL a memory's expiry may fall before a recall pushes it
+/// out: a rule-made memory recalled all day long is one row update a day.
+pub const RULE_MADE_SLACK: Duration = Duration::days(1);
 
 /// TTLs per memory type, from `retention.*`.
 #[derive(Debug, Clone, Default)]
@@ -56,6 +59,26 @@ impl Retention {
             rule_made_ttl: (config.rule_made_ttl_days > 0)
                 .then(|| Duration::days(i64::from(config.rule_made_ttl_days))),
         }
+    }
+
+    /// Whether a recall that returns a memory with this `reasoning` and `expires_at` (RFC 3339)
+    /// should push its expiry out: a rule-made memory whose expiry falls a day or more
+    /// ([`RULE_MADE_SLACK`]) short of now + the rule-made TTL. The rest of the time a recall
+    /// of it writes nothing.
+    pub fn rule_made_due(
+        &self,
+        reasoning: Option<&str>,
+        expires_at: Option<&str>,
+        now: DateTime<Utc>,
+    ) -> bool {
+        let (Some(ttl), Some(reasoning), Some(expires_at)) =
+            (self.rule_made_ttl, reasoning, expires_at)
+        else {
+            return false;
+        };
+        RULE_MADE_REASONINGS.contains(&reasoning)
+            && DateTime::parse_from_rfc3339(expires_at)
+                .is_ok_and(|t| t.with_timezone(&Utc) < now + ttl - RULE_MADE_SLACK)
     }
 
     /// Memory types with a TTL, and the TTL.
@@ -108,6 +131,25 @@ mod tests {
             refresh_on_recall: false,
             rule_made_ttl_days: 30,
         }
+    }
+
+    #[test]
+    fn a_rule_made_memory_is_pushed_out_only_when_a_day_or_more_short() {
+        let r = Retention::from_config(&config(0));
+        let now = DateTime::parse_from_rfc3339("2026-01-01T00:00:00Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        let at = |days: i64| (now + Duration::days(days)).to_rfc3339();
+        let rule = Some(RECALLED_AGAIN_REASONING);
+        assert!(r.rule_made_due(rule, Some(&at(2)), now));
+        assert!(!r.rule_made_due(rule, Some(&at(30)), now), "fresh");
+        assert!(!r.rule_made_due(rule, None, now), "permanent");
+        assert!(!r.rule_made_due(Some("the bot remembered it"), Some(&at(2)), now));
+        let off = Retention {
+            rule_made_ttl: None,
+            ..r.clone()
+        };
+        assert!(!off.rule_made_due(rule, Some(&at(2)), now));
     }
 
     #[test]

@@ -17,7 +17,7 @@ use std::time::Duration;
 use chrono::Utc;
 use tokio::sync::mpsc;
 
-use crate::memory::retention::{Retention, RULE_MADE_REASONINGS};
+use crate::memory::retention::{Retention, RULE_MADE_REASONINGS, RULE_MADE_SLACK};
 use crate::store::schema::{COL_EXPIRES_AT, COL_LAST_RECALLED_AT, COL_MEMORY_TYPE, COL_REASONING};
 use crate::store::timestamp_literal;
 use crate::store::{sql_literal, Selection};
@@ -25,8 +25,6 @@ use crate::store::{Store, StoreError};
 
 /// How long recalled ids are collected before one batch of updates.
 const FLUSH_EVERY: Duration = Duration::from_secs(2);
-/// How far short of the TTL a rule-made memory's expiry may fall before a recall pushes it out.
-const RULE_MADE_SLACK: chrono::Duration = chrono::Duration::days(1);
 
 /// The sending side: cheap to call from every recall.
 #[derive(Clone)]

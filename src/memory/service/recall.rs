@@ -19,7 +19,6 @@ use crate::memory::recall::{
     hybrid::{CandidateQuery, Searchers},
 };
 use crate::memory::redact::redact;
-use crate::memory::retention::RULE_MADE_REASONINGS;
 use crate::memory::speakers::Person;
 use crate::memory::MemoryError;
 use crate::store::{RowFilter, Tier};
@@ -129,11 +128,13 @@ impl MemoryService {
         let (memories, merged_duplicates) = (ranked.memories, ranked.merged);
         if let Some(touches) = self.touches.get() {
             let every = self.stamps_recalls();
+            let now = Utc::now();
             let rule_made = |m: &&ScoredMemory| {
-                m.memory
-                    .reasoning
-                    .as_deref()
-                    .is_some_and(|r| RULE_MADE_REASONINGS.contains(&r))
+                self.settings.retention.rule_made_due(
+                    m.memory.reasoning.as_deref(),
+                    m.memory.expires_at.as_deref(),
+                    now,
+                )
             };
             touches.record(
                 memories
