@@ -177,14 +177,19 @@ impl Visibility {
     }
 
     /// The person `query` names, by the speaker names heard in the scopes this visibility reads
-    /// (`memory::speakers`).
+    /// in either tier (`memory::speakers`): computed once per recall, for both tiers.
     pub(crate) fn named(
         &self,
         speakers: &super::speakers::SpeakerNames,
         query: &str,
     ) -> super::speakers::Person {
-        let scopes = self.rows.scopes.as_ref().map(|s| s.names.as_slice());
-        speakers.named_in(scopes, query)
+        let scopes: Option<Vec<String>> = match (&self.rows.scopes, &self.messages.scopes) {
+            (Some(rows), Some(messages)) => {
+                Some(rows.names.iter().chain(&messages.names).cloned().collect())
+            }
+            _ => None,
+        };
+        speakers.named_in(scopes.as_deref(), query)
     }
 
     /// This visibility searching the message tier.

@@ -129,6 +129,9 @@ impl Person {
     }
 }
 
+/// Where the CJK blocks start (CJK Radicals Supplement, U+2E80).
+const CJK_START: u32 = 0x2E80;
+
 /// Whether `text` names `name`: anywhere for a name with CJK (no spaces between words), as a
 /// whole word, ignoring case, for a Latin one.
 fn mentions(text: &str, name: &str) -> bool {
@@ -138,11 +141,22 @@ fn mentions(text: &str, name: &str) -> bool {
     if !name.is_ascii() {
         return text.contains(name);
     }
-    let (text, name) = (text.to_lowercase(), name.to_lowercase());
-    let word = |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || c == '_');
-    text.match_indices(&name).any(|(at, _)| {
-        !word(text[..at].chars().next_back()) && !word(text[at + name.len()..].chars().next())
-    })
+    // Compared byte-wise, ignoring ASCII case, with no copy of the text: this runs for every
+    // name heard in the scopes at every recall. A match of ASCII bytes starts and ends on
+    // character boundaries, since every byte of a multi-byte character is above 0x7F.
+    let (bytes, name) = (text.as_bytes(), name.as_bytes());
+    // A letter of a word the name would be part of: Latin, Greek, Cyrillic and the like, not
+    // CJK (Chinese writes a Latin name with no space beside it: "问一下Tom他来吗").
+    let word = |c: Option<char>| {
+        c.is_some_and(|c| (c.is_alphanumeric() && u32::from(c) < CJK_START) || c == '_')
+    };
+    bytes
+        .windows(name.len())
+        .enumerate()
+        .filter(|(_, w)| w.eq_ignore_ascii_case(name))
+        .any(|(at, _)| {
+            !word(text[..at].chars().next_back()) && !word(text[at + name.len()..].chars().next())
+        })
 }
 
 #[cfg(test)]
@@ -196,6 +210,8 @@ mod tests {
         assert!(!mentions("Tomorrow we play", "Tom"));
         assert!(!mentions("Atom", "Tom"));
         assert!(!mentions("我", "我"));
+        assert!(mentions("问一下TOM，他来吗", "Tom"), "beside CJK, any case");
+        assert!(!mentions("Tomás", "Tom"));
     }
 
     #[test]

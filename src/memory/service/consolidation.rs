@@ -314,7 +314,7 @@ impl MemoryService {
             MEMORIES_SHOWN,
             searched.search,
             searched.found,
-            Default::default(),
+            &Default::default(),
         );
         Ok(ranked
             .memories

@@ -111,7 +111,7 @@ impl MemoryService {
         let mut searched = self.search_visible(&asked, limit, 0, &visible).await?;
         let person = visible.named(&self.speakers, query);
         let mut ranked =
-            self.rank_and_select(&req, limit, searched.search, searched.found, person.clone());
+            self.rank_and_select(&req, limit, searched.search, searched.found, &person);
         // A fact said twice gave up a slot: search once more, deeper, for the next one. (The
         // first search keeps its usual depth, so fusion ranks as it always did.)
         if ranked.merged > 0
@@ -120,7 +120,7 @@ impl MemoryService {
         {
             let extra = ranked.merged + DISTINCT_SPARE;
             searched = self.search_visible(&asked, limit, extra, &visible).await?;
-            ranked = self.rank_and_select(&req, limit, searched.search, searched.found, person);
+            ranked = self.rank_and_select(&req, limit, searched.search, searched.found, &person);
         }
         if searched.degraded == Some("embedding_unavailable") {
             self.degraded_recalls.fetch_add(1, Ordering::Relaxed);
@@ -146,7 +146,7 @@ impl MemoryService {
         }
         // Each tier answers to the gate on its own evidence: a question whose only answer was
         // said in the chat gets that message though no long-term memory answers it.
-        let recent_messages = self.recent_messages(&asked, &visible).await?;
+        let recent_messages = self.recent_messages(&asked, &visible, &person).await?;
         self.latency.record(started.elapsed());
         tracing::info!(
             conversation_id = conversation.as_str(),
@@ -294,7 +294,7 @@ impl MemoryService {
         limit: usize,
         search: SearchKind,
         found: recall::hybrid::Found,
-        person: Person,
+        person: &Person,
     ) -> Selected {
         let cfg = &self.settings.recall;
         let ranking = self.ranking();

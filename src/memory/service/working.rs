@@ -131,6 +131,7 @@ impl MemoryService {
         &self,
         asked: &Asked<'_>,
         visible: &Visibility,
+        person: &crate::memory::speakers::Person,
     ) -> Result<Vec<ScoredMemory>, MemoryError> {
         let limit = self.settings.working.recall_limit;
         if limit == 0 || !self.settings.working.enabled || !self.any_messages().await? {
@@ -149,13 +150,7 @@ impl MemoryService {
             return Ok(Vec::new());
         }
         let mut hits = self
-            .rank_and_select(
-                &req,
-                pool,
-                searched.search,
-                searched.found,
-                messages.named(&self.speakers, asked.query),
-            )
+            .rank_and_select(&req, pool, searched.search, searched.found, person)
             .memories;
         let stored: Vec<String> = hits.iter().map(|h| h.memory.id.clone()).collect();
         let waiting = self
