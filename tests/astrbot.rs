@@ -562,6 +562,32 @@ async fn astrbot_group_chatter_reaches_the_prompt_through_working_memory() {
     // The work group's recall holds its own line at most, never the family's.
     let work = report["work_recent"].to_string();
     assert!(!work.contains("花生"), "{work}");
+
+    // A chat switched off in AstrBot, or with the plugin switched off in it, keeps nothing.
+    assert_eq!(
+        report["switched_off_recent"],
+        json!({"chat": [], "plugin": []}),
+        "{report}"
+    );
+
+    // A busy group under AstrBot's default rate limit (30 events a chat a minute, then the
+    // chat stalls; AstrBot's own plugin wakes every message, so chatter counts with or without
+    // scopemem): all 45 lines were in the working memory while AstrBot still held some of
+    // them, because the plugin sees a line in the waking stage, before the stall.
+    let busy = &report["busy"];
+    println!(
+        "RESULT astrbot_busy_group all_45_recallable_s={:.2} held_by_astrbot={}",
+        busy["recorded_s"].as_f64().unwrap_or(-1.0),
+        busy["held_by_astrbot"]
+    );
+    assert!(
+        busy["rate_limited"].as_u64().unwrap_or(0) >= 1,
+        "AstrBot never stalled the busy group, so this proves nothing: {busy}"
+    );
+    assert!(
+        busy["held_by_astrbot"].as_u64().unwrap_or(0) >= 1,
+        "the working memory waited for AstrBot's stall: {busy}"
+    );
     assert_eq!(report["tracebacks"], json!([]), "{report}");
     assert_eq!(report["plugin_warnings"], json!([]), "{report}");
 }

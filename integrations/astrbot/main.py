@@ -33,9 +33,12 @@ from . import own_config
 from .client import ScopememClient, ScopememDown, error_code
 from .consolidation import HostConsolidation
 from .dashboard_api import DashboardApi
+from .observer import ChatLines, allowlisted, session_admits
 from .supervisor import Supervisor
 
 PLUGIN_NAME = "astrbot_plugin_scopemem"
+# The operator commands' group: /scopemem status, map, unmap, incognito, forget.
+COMMAND_GROUP = "scopemem"
 
 # Event extras this plugin sets during one message's pipeline run.
 EXTRA_RECALLED = "_scopemem_recalled_ids"
@@ -246,6 +249,8 @@ class ScopememPlugin(Star):
         self.terminated = False
         # The memory page in AstrBot's dashboard (views/memories/) and its web API.
         DashboardApi(self).register(context)
+        # Every chat line, seen in AstrBot's waking stage (observer.py).
+        ChatLines.sink = self._observe
 
     async def initialize(self) -> None:
         if self.consolidation is not None:
@@ -365,6 +370,8 @@ class ScopememPlugin(Star):
     async def terminate(self) -> None:
         # AstrBot keeps registered web APIs after a plugin stops; the page's handlers check this.
         self.terminated = True
+        if ChatLines.sink == self._observe:
+            ChatLines.sink = None
         pending = list(self.wm_tasks)
         for task in pending:
             task.cancel()
@@ -507,44 +514,43 @@ class ScopememPlugin(Star):
 
     # ---- working memory: every chat line, in the background ------------------------------
 
-    @filter.event_message_type(filter.EventMessageType.ALL, priority=10)
-    async def record_message(self, event: AstrMessageEvent) -> None:
-        """Send this message to scopemem's working memory (every chat, whether or not it
-        addresses the bot); never replies, never stops the event.
+    @filter.custom_filter(ChatLines, False, priority=10)
+    async def observe_chat_lines(self, event: AstrMessageEvent) -> None:
+        """Never runs: its filter (observer.ChatLines) hands every message to `_observe` in
+        AstrBot's waking stage and never passes, so watching a chat wakes nothing and counts
+        toward no rate limit. The priority puts the filter before other plugins' filters."""
 
-        AstrBot's waking stage calls this handler for every message, a group message between
-        members included: a plugin handler whose filters pass wakes the event (``is_wake``)
-        without making it a wake command (``is_at_or_wake_command``), so no LLM turn follows.
-        The priority runs it before other plugins' handlers, one of which may stop the event.
-        """
-        if not self.working_memory:
+    def _observe(self, event: AstrMessageEvent, cfg: Any) -> None:
+        """Send this message to scopemem's working memory (every chat, whether or not it
+        addresses the bot), in the background; never replies, never touches the event beyond
+        marking a `/scopemem` command, whose answer is not kept either."""
+        if not self.working_memory or self.terminated:
             return
-        try:
-            if self._is_own_command(event):
-                event.set_extra(EXTRA_WM_SKIP, True)
-                return
-            sender = str(event.get_sender_id() or "")
-            if not sender or sender == str(event.get_self_id() or ""):
-                return  # the bot's own messages are recorded as its replies
-            text = (event.message_str or "").strip()
-            if not text:
-                return  # a picture, a sticker, a poke: nothing to remember as text
-            body: dict[str, Any] = {
-                "conversation_id": event.unified_msg_origin,
-                "sender_id": sender[:WM_ID_CHARS],
-                "sender_name": str(event.get_sender_name() or "").strip()[:WM_NAME_CHARS],
-                "text": text[:WM_TEXT_CHARS],
-            }
-            message = getattr(event, "message_obj", None)
-            message_id = _message_id(getattr(message, "message_id", None))
-            if message_id:
-                body["message_id"] = message_id
-            sent_at = _sent_at(getattr(message, "timestamp", None))
-            if sent_at:
-                body["sent_at"] = sent_at
-            self._send_message(body)
-        except Exception as e:  # never let memory break a chat
-            logger.warning("[scopemem] working memory skipped a message: %s", e)
+        if self._is_own_command(event):
+            event.set_extra(EXTRA_WM_SKIP, True)
+            return
+        if not allowlisted(event, cfg):
+            return
+        sender = str(event.get_sender_id() or "")
+        if not sender or sender == str(event.get_self_id() or ""):
+            return  # the bot's own messages are recorded as its replies
+        text = (event.message_str or "").strip()
+        if not text:
+            return  # a picture, a sticker, a poke: nothing to remember as text
+        body: dict[str, Any] = {
+            "conversation_id": event.unified_msg_origin,
+            "sender_id": sender[:WM_ID_CHARS],
+            "sender_name": str(event.get_sender_name() or "").strip()[:WM_NAME_CHARS],
+            "text": text[:WM_TEXT_CHARS],
+        }
+        message = getattr(event, "message_obj", None)
+        message_id = _message_id(getattr(message, "message_id", None))
+        if message_id:
+            body["message_id"] = message_id
+        sent_at = _sent_at(getattr(message, "timestamp", None))
+        if sent_at:
+            body["sent_at"] = sent_at
+        self._send_message(body, member=True)
 
     @filter.after_message_sent()
     async def record_reply(self, event: AstrMessageEvent) -> None:
@@ -560,16 +566,15 @@ class ScopememPlugin(Star):
         except Exception as e:
             logger.warning("[scopemem] working memory skipped a reply: %s", e)
 
-    def _is_own_command(self, event: AstrMessageEvent) -> bool:
+    @staticmethod
+    def _is_own_command(event: AstrMessageEvent) -> bool:
         """Whether this message runs one of this plugin's `/scopemem …` commands: operator
-        chatter (and its answer names the chat's scope), not conversation."""
-        for handler in event.get_extra("activated_handlers") or []:
-            if (
-                getattr(handler, "handler_module_path", None) == __name__
-                and getattr(handler, "handler_name", None) != "record_message"
-            ):
-                return True
-        return False
+        chatter (and its answer names the chat's scope), not conversation. As AstrBot's
+        command filter reads it: a wake command whose first word is the group's name."""
+        if not event.is_at_or_wake_command:
+            return False
+        words = (event.message_str or "").split(maxsplit=1)
+        return bool(words) and words[0] == COMMAND_GROUP
 
     def _record_bot_reply(self, event: AstrMessageEvent, text: str) -> None:
         """The bot's own reply in this chat, as a working-memory message with is_bot."""
@@ -588,20 +593,25 @@ class ScopememPlugin(Star):
         }
         self._send_message(body)
 
-    def _send_message(self, body: dict[str, Any]) -> None:
+    def _send_message(self, body: dict[str, Any], member: bool = False) -> None:
         """POST /v1/events/message as a background task: the chat never waits for scopemem.
-        The client's timeout and outage logging apply; every error is swallowed here."""
+        The client's timeout and outage logging apply; every error is swallowed here.
+        `member`: a member's line, seen before AstrBot's per-chat switches were applied."""
         if self.terminated:
             return
         if len(self.wm_tasks) >= WM_MAX_PENDING:
             logger.debug("[scopemem] working memory: %d sends pending, one dropped", WM_MAX_PENDING)
             return
-        task = asyncio.create_task(self._post_message(body), name="scopemem_working_memory")
+        task = asyncio.create_task(
+            self._post_message(body, member), name="scopemem_working_memory"
+        )
         self.wm_tasks.add(task)
         task.add_done_callback(self.wm_tasks.discard)
 
-    async def _post_message(self, body: dict[str, Any]) -> None:
+    async def _post_message(self, body: dict[str, Any], member: bool) -> None:
         try:
+            if member and not await session_admits(body["conversation_id"], PLUGIN_NAME):
+                return  # the chat, or this plugin in it, is switched off
             status, payload = await self.client.request("POST", "/v1/events/message", body)
         except ScopememDown:
             return  # logged once per outage by the client
@@ -714,7 +724,7 @@ class ScopememPlugin(Star):
 
     # ---- operator command -------------------------------------------------------------
 
-    @filter.command_group("scopemem")
+    @filter.command_group(COMMAND_GROUP)
     def scopemem(self) -> None:
         """scopemem memory commands."""
 

@@ -278,11 +278,15 @@ def prepare_root(
             "web_search": False,
         },
         "platform": [],
-        # AstrBot stalls a session past 30 messages a minute; the scenario sends ~60 in one
-        # chat, and a stall only made the test wait a minute.
-        "platform_settings": {"rate_limit": {"time": 60, "count": 1000, "strategy": "stall"}},
         "t2i": False,
     }
+    if not plugin_defaults:
+        # AstrBot stalls a session past 30 messages a minute; these scenarios send ~60 in one
+        # chat, and a stall only made the test wait a minute. The working-memory scenario
+        # keeps AstrBot's default, which its busy group is about.
+        cmd_config["platform_settings"] = {
+            "rate_limit": {"time": 60, "count": 1000, "strategy": "stall"}
+        }
     if owned is not None:
         # alice is an AstrBot admin there; bob is not.
         cmd_config["admins_id"] = ["alice"]
@@ -380,7 +384,8 @@ class GroupChat:
     before it is committed: MessageType.GROUP_MESSAGE, the group as session id, the member as
     sender. Nothing addresses the bot unless `at_bot` puts an At of the bot first, as a group
     member's "@bot …" arrives from a real platform. Replies still come back on the webchat
-    back queue (the event's send writes there by message id)."""
+    back queue (the event's send writes there by message id): `commit` puts a message on the
+    core's queue, `wait` reads its reply to the end of its pipeline run."""
 
     def __init__(self, lifecycle: Any) -> None:
         from astrbot.core.platform.sources.webchat.webchat_queue_mgr import webchat_queue_mgr
@@ -403,6 +408,17 @@ class GroupChat:
         streaming: bool = False,
         timeout: float = 60,
     ) -> str:
+        sent = await self.commit(member, group, text, at_bot=at_bot, streaming=streaming)
+        return await self.wait(sent, timeout)
+
+    async def commit(
+        self,
+        member: tuple[str, str],
+        group: str,
+        text: str,
+        at_bot: bool = False,
+        streaming: bool = False,
+    ) -> tuple[str, asyncio.Queue, str]:
         from astrbot.core.message.components import At
         from astrbot.core.platform import MessageMember, MessageType
 
@@ -423,6 +439,14 @@ class GroupChat:
             if at_bot:
                 abm.message = [At(qq=abm.self_id), *abm.message]
             self.adapter.commit_event(self.adapter.create_event(abm))
+        except BaseException:
+            self.mgr.remove_back_queue(message_id)
+            raise
+        return message_id, back, text
+
+    async def wait(self, sent: tuple[str, asyncio.Queue, str], timeout: float = 60) -> str:
+        message_id, back, text = sent
+        try:
             return await Chat.reply(back, text, timeout)
         finally:
             self.mgr.remove_back_queue(message_id)
@@ -725,6 +749,15 @@ WM_QUESTION_STREAMING = "那妈妈有什么不能吃的呀"
 WM_LAST_LINE = ("ming", "妈妈说她晚上八点到")
 # What the stub model makes of the allergy in a consolidation pass, and the question after it.
 WM_CONSOLIDATED = "小红的妈妈对花生过敏"
+# A busy group: more chatter in a minute than AstrBot's default rate limit lets through a chat
+# (30 events a minute, then it stalls the chat).
+WM_BUSY_GROUP = "busy-group"
+# Chats switched off in AstrBot (the whole chat; the plugin in it), and a line said there.
+WM_OFF_GROUP = "off-group"
+WM_PLUGIN_OFF_GROUP = "plugin-off-group"
+WM_OFF_LINE = "我下周要去面试，先别声张"
+WM_AFTER_OFF_LINE = "周五的周会改到下午三点"
+WM_BUSY_LINES = 45
 WM_QUESTION_AFTER = "小红的妈妈对什么过敏"
 # The start of scopemem's consolidation system prompt (src/memory/consolidation/decisions.rs).
 CONSOLIDATION_SYSTEM = "You keep the long-term memory of a chat."
@@ -862,16 +895,125 @@ async def run_working_memory(args: argparse.Namespace) -> dict[str, Any]:
         await asyncio.sleep(0.5)
     else:
         raise RuntimeError(f"the consolidation pass never stored the fact: {memories}")
-    report["consolidation_calls"] = llm.consolidations
+    report["consolidation_calls"] = list(llm.consolidations)  # (the busy group's come later)
     await turn(
         "ask_after_consolidation", "ming", WM_GROUP, WM_QUESTION_AFTER, at_bot=True, streaming=True
     )
     report["work_recent"] = await recent(work_umo, WM_QUESTION)
+
+    # Chats AstrBot's per-chat switches turn off (the whole chat; this plugin in it): their
+    # lines are seen before those switches apply, and must still not be kept.
+    from astrbot.core import sp
+
+    off_umo, plugin_off_umo = GroupChat.umo(WM_OFF_GROUP), GroupChat.umo(WM_PLUGIN_OFF_GROUP)
+    await sp.put_async(
+        "umo", off_umo, "session_service_config", {"session_enabled": False}
+    )
+    await sp.put_async(
+        "umo",
+        plugin_off_umo,
+        "session_plugin_config",
+        {plugin_off_umo: {"disabled_plugins": [PLUGIN_DIR]}},
+    )
+    await turn("switched_off", "mei", WM_OFF_GROUP, WM_OFF_LINE)
+    await turn("plugin_off", "mei", WM_PLUGIN_OFF_GROUP, WM_OFF_LINE)
+    await turn("after_off", "ming", WM_WORK_GROUP, WM_AFTER_OFF_LINE)
+    await wait_recent(
+        work_umo, WM_AFTER_OFF_LINE, lambda m: m.get("content") == WM_AFTER_OFF_LINE, "a line"
+    )
+    for _ in range(600):  # every send the plugin started has ended
+        if not star.wm_tasks:
+            break
+        await asyncio.sleep(0.1)
+    report["switched_off_recent"] = {
+        "chat": await recent(off_umo, WM_OFF_LINE),
+        "plugin": await recent(plugin_off_umo, WM_OFF_LINE),
+    }
+
+    # A busy group under AstrBot's default rate limit (30 events a chat a minute, then the
+    # chat stalls). AstrBot's built-in plugin wakes every message, so chatter counts toward the
+    # limit with or without scopemem. The plugin sees each line in the waking stage, before the
+    # stall: every line is in the working memory while AstrBot still holds some of them.
+    lines = [f"第{i}局又输了，明天再来" for i in range(WM_BUSY_LINES)]
+    chatter = [
+        await group.commit(WM_MEMBERS["mei" if i % 2 else "ming"], WM_BUSY_GROUP, line)
+        for i, line in enumerate(lines)
+    ]
+    waits = [asyncio.create_task(group.wait(c, timeout=300)) for c in chatter]
+    started = time.monotonic()
+    busy_umo = GroupChat.umo(WM_BUSY_GROUP)
+    for line in lines:
+        await wait_recent(busy_umo, line, lambda m, t=line: m.get("content") == t, repr(line))
+    report["busy"] = {
+        "recorded_s": time.monotonic() - started,
+        "held_by_astrbot": sum(not w.done() for w in waits),
+        "rate_limited": counter.count("was rate-limited"),
+    }
+    for w in waits:
+        w.cancel()
     report["wm_pending_at_end"] = len(star.wm_tasks)
     report["tracebacks"] = [
         r for r in counter.records + plugin_log.records if "Traceback" in r
     ]
     report["plugin_warnings"] = [r for r in plugin_log.records if r.startswith("WARNING")]
+    await stop_astrbot(lifecycle, core_task)
+    await llm.stop()
+    return report
+
+
+async def run_busy_answer(args: argparse.Namespace) -> dict[str, Any]:
+    """For `make bench-astrbot-busy`: how long a member's question to the bot waits in a busy
+    group under AstrBot's default rate limit, with the plugin (working memory on, its defaults)
+    or without it (`--without-plugin`). Each round: a question in a quiet group, then 45 lines of
+    chatter and the question in a group of its own (a fresh rate-limit window)."""
+    root = os.path.realpath(args.root)
+    llm = StubLLM("")
+    await llm.start()
+    prepare_root(root, args.plugin_src, args.scopemem, llm.port, plugin_defaults=True)
+    if args.without_plugin:
+        shutil.rmtree(os.path.join(root, "data", "plugins", PLUGIN_DIR))
+    os.environ["ASTRBOT_ROOT"] = root
+    os.chdir(root)
+    sys.path.insert(0, root)
+
+    from astrbot.core import LogBroker, db_helper
+    from astrbot.core.core_lifecycle import AstrBotCoreLifecycle
+
+    counter = LogCounter()
+    logging.getLogger("astrbot").addHandler(counter)
+    lifecycle = AstrBotCoreLifecycle(LogBroker(), db_helper)
+    await lifecycle.initialize()
+    core_task = asyncio.create_task(lifecycle.start(), name="astrbot_core")
+    loaded = [s.name for s in lifecycle.plugin_manager.context.get_all_stars()]
+    chat = Chat()
+    for _ in range(100):  # the core is up once the webchat adapter listens
+        if chat.mgr._listener_callback is not None:
+            break
+        await asyncio.sleep(0.05)
+    group = GroupChat(lifecycle)
+    rounds: list[dict[str, float]] = []
+    for r in range(args.rounds):
+        started = time.monotonic()
+        await group.send(WM_MEMBERS["ming"], f"quiet-{r}", WM_QUESTION, at_bot=True, timeout=300)
+        quiet = time.monotonic() - started
+        chatter = [
+            await group.commit(
+                WM_MEMBERS["mei" if i % 2 else "ming"], f"busy-{r}", f"第{i}局又输了，明天再来"
+            )
+            for i in range(WM_BUSY_LINES)
+        ]
+        started = time.monotonic()
+        await group.send(WM_MEMBERS["mei"], f"busy-{r}", WM_QUESTION, at_bot=True, timeout=300)
+        busy = time.monotonic() - started
+        for c in chatter:
+            await group.wait(c, timeout=300)
+        rounds.append({"quiet_answer_s": quiet, "busy_answer_s": busy})
+        say("ROUND", rounds[-1])
+    report = {
+        "plugin_loaded": PLUGIN_DIR in loaded,
+        "rounds": rounds,
+        "rate_limited": counter.count("was rate-limited"),
+    }
     await stop_astrbot(lifecycle, core_task)
     await llm.stop()
     return report
@@ -891,6 +1033,13 @@ def main() -> None:
         action="store_true",
         help="the working-memory scenario (group chatter, the plugin's defaults)",
     )
+    parser.add_argument(
+        "--busy-answer",
+        action="store_true",
+        help="time a question to the bot in a busy group (make bench-astrbot-busy)",
+    )
+    parser.add_argument("--without-plugin", action="store_true", help="with --busy-answer")
+    parser.add_argument("--rounds", type=int, default=5, help="with --busy-answer")
     parser.add_argument("--embedding-base", default="", help="AstrBot embedding provider URL")
     parser.add_argument(
         "--embedding",
@@ -906,6 +1055,8 @@ def main() -> None:
             scenario = run_supervised(args)
         elif args.working_memory:
             scenario = run_working_memory(args)
+        elif args.busy_answer:
+            scenario = run_busy_answer(args)
         else:
             scenario = run(args)
         report = asyncio.run(scenario)
