@@ -1,0 +1,130 @@
+//! Does watching every message slow the bot in a busy group (issue 59, item 5)? A real AstrBot
+//! 4.29.0 core (tests/astrbot/scenario.py `--busy-answer`, AstrBot's default rate limit: 30
+//! events a chat a minute, then the chat stalls) answers a member's question to the bot in a
+//! quiet group, then in a group where 45 lines of chatter came just before it; with the plugin
+//! (its defaults, working memory on, against a real `scopemem serve` with the default config)
+//! and without it. `make bench-astrbot-busy`; `SCOPEMEM_BENCH_SERVE_BIN` serves with that
+//! binary; `SCOPEMEM_BENCH_ROUNDS` (default 5) rounds each way.
+//!
+//! It prints, each way: the answer's p50 and max in the quiet and the busy group, and how many
+//! times AstrBot stalled a chat. AstrBot's built-in plugin wakes every message (its session
+//! waiter takes `event_message_type(ALL)`), so chatter counts toward the limit with or without
+//! scopemem; the plugin itself wakes nothing (integrations/astrbot/observer.py).
+
+#[path = "common/mod.rs"]
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use common::serve;
+
+fn main() {
+    common::runtime().block_on(run());
+}
+
+/// AstrBot's venv (scripts/setup-astrbot.sh, which the Makefile target runs first).
+fn astrbot_python() -> PathBuf {
+    let venv = std::env::var_os("SCOPEMEM_ASTRBOT_VENV").map_or_else(
+        || {
+            PathBuf::from(std::env::var_os("HOME").expect("HOME is set"))
+                .join(".cache/scopemem/astrbot-venv")
+        },
+        PathBuf::from,
+    );
+    let python = venv.join("bin/python");
+    assert!(
+        python.exists(),
+        "{} is missing: run scripts/setup-astrbot.sh",
+        python.display()
+    );
+    python
+}
+
+/// Run the scenario once; its report (the `@@SCENARIO REPORT` line), rounds shown as they end.
+fn scenario(root: &Path, scopemem: &str, without_plugin: bool, rounds: usize) -> Value {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let log = root.with_extension("log");
+    let mut cmd = Command::new(astrbot_python());
+    cmd.arg(manifest.join("tests/astrbot/scenario.py"))
+        .arg("--root")
+        .arg(root)
+        .arg("--plugin-src")
+        .arg(manifest.join("integrations/astrbot"))
+        .args(["--scopemem", scopemem, "--busy-answer"])
+        .args(["--rounds", &rounds.to_string()])
+        .env_remove("ASTRBOT_ROOT")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&log).expect("a log file in the bench dir"));
+    if without_plugin {
+        cmd.arg("--without-plugin");
+    }
+    let mut child = cmd.spawn().expect("AstrBot's python runs");
+    let out = child.stdout.take().expect("piped stdout");
+    let mut report = Value::Null;
+    for line in BufReader::new(out).lines().map_while(Result::ok) {
+        if let Some(round) = line.strip_prefix("@@SCENARIO ROUND ") {
+            println!("  round: {round}");
+        } else if let Some(json) = line.strip_prefix("@@SCENARIO REPORT ") {
+            report = serde_json::from_str(json).expect("the scenario's report is JSON");
+        } else if let Some(why) = line.strip_prefix("@@SCENARIO FAILED ") {
+            panic!("the scenario failed: {why}; its log: {}", log.display());
+        }
+    }
+    let status = child.wait().expect("the scenario is reaped");
+    assert!(
+        status.success(),
+        "the scenario exited {status}; its log: {}",
+        log.display()
+    );
+    report
+}
+
+/// p50 and max of one figure over the rounds.
+fn spread(report: &Value, key: &str) -> (f64, f64) {
+    let mut v: Vec<f64> = report["rounds"]
+        .as_array()
+        .map(|r| r.iter().filter_map(|x| x[key].as_f64()).collect())
+        .unwrap_or_default();
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => (f64::NAN, f64::NAN),
+        n => (v[(n - 1) / 2], v[n - 1]),
+    }
+}
+
+async fn run() {
+    let rounds: usize = std::env::var("SCOPEMEM_BENCH_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(5);
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(60))
+        .build()
+        .expect("an HTTP client");
+    let dir = tempfile::tempdir_in(common::bench_root()).expect("a bench dir");
+    let (_serve, base) = serve::start_serve(&client, dir.path(), json!({}))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    println!("AstrBot 4.29.0, default rate limit; {rounds} rounds each way (45 lines, then the question)");
+    println!(
+        "{:<16} {:>10} {:>10} {:>10} {:>10} {:>8}",
+        "", "quiet p50", "quiet max", "busy p50", "busy max", "stalls"
+    );
+    for (name, without) in [("with scopemem", false), ("without", true)] {
+        let root = dir.path().join(if without { "without" } else { "with" });
+        let report = tokio::task::block_in_place(|| scenario(&root, &base, without, rounds));
+        assert_eq!(report["plugin_loaded"], json!(!without), "{report}");
+        let (qp, qm) = spread(&report, "quiet_answer_s");
+        let (bp, bm) = spread(&report, "busy_answer_s");
+        println!(
+            "{name:<16} {qp:>9.2}s {qm:>9.2}s {bp:>9.2}s {bm:>9.2}s {:>8}",
+            report["rate_limited"]
+        );
+    }
+}
