@@ -408,6 +408,7 @@ async fn events_tools_forget_and_metrics_over_http() {
     assert!(text.contains("scopemem_http_request_duration_seconds_bucket{route=\"/v1/forget\""));
     assert!(text.contains("scopemem_rows{memory_scope=\"工作\"} 1"));
     assert!(text.contains("scopemem_feedback_queue_depth 0"));
+    assert!(text.contains("# TYPE scopemem_query_embedding_seconds_total counter"));
     assert!(text.contains("scopemem_backfill_state{state=\"none\"} 1"));
     let health: Value = get_json(&client, &format!("{base}/healthz")).await;
     assert_eq!(

@@ -68,9 +68,18 @@ async fn a_follow_up_finds_what_the_turns_before_it_were_about() {
         }
         async move { host.invoke(op, body).await.unwrap() }
     };
+    let before = host.memory().query_cost();
     let alone = ask("on_llm_request", FAMILY, follow_up, false).await;
     assert_eq!(alone["injection"], "", "{alone}");
+    let after_alone = host.memory().query_cost();
     let injected = ask("on_llm_request", FAMILY, follow_up, true).await;
+    // What the turns cost is counted (`/metrics`): the message came from the query cache, the
+    // context took the model.
+    let after_turns = host.memory().query_cost();
+    assert_eq!(after_alone.texts_embedded - before.texts_embedded, 1);
+    assert_eq!(after_turns.texts_embedded - after_alone.texts_embedded, 1);
+    assert_eq!(after_turns.hits - after_alone.hits, 1);
+    assert!(after_turns.model_seconds > after_alone.model_seconds);
     assert!(
         injected["injection"]
             .as_str()

@@ -244,6 +244,7 @@ fn render_feedback(out: &mut String, host: &PluginHost) {
     let feedback = memory.feedback();
     let working = memory.working_status();
     let consolidation = memory.consolidation_status();
+    let queries = memory.query_cost();
     scalars(
         out,
         &[
@@ -318,6 +319,24 @@ fn render_feedback(out: &mut String, host: &PluginHost) {
                 Some("Failed feedback attempts that were retried."),
                 "counter",
                 feedback.retries().to_string(),
+            ),
+            (
+                "scopemem_query_embedding_seconds_total",
+                Some("Time the model ran for recall queries (the message, and the context of a recall with history)."),
+                "counter",
+                format!("{:.6}", queries.model_seconds),
+            ),
+            (
+                "scopemem_query_texts_embedded_total",
+                Some("Query texts the model embedded for recalls."),
+                "counter",
+                queries.texts_embedded.to_string(),
+            ),
+            (
+                "scopemem_query_cache_hits_total",
+                Some("Query texts answered from the query cache without the model."),
+                "counter",
+                queries.hits.to_string(),
             ),
             (
                 "scopemem_recall_degraded_total",

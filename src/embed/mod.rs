@@ -27,7 +27,7 @@ use futures::future::BoxFuture;
 pub use e5_model::E5Embedder;
 pub use fastembed_model::{FastEmbedder, LocalSettings, ModelFiles, PoolingKind};
 pub use openai::{OpenAiEmbedder, OpenAiSettings};
-pub use query_cache::QueryCache;
+pub use query_cache::{QueryCache, QueryCost};
 pub use script::{Script, ScriptRescale};
 
 /// Cosine similarity of two vectors (0 when either is zero or empty).

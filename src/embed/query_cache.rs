@@ -3,9 +3,16 @@
 //! two cores). Bounded and least-recently-used, keyed by the exact text; only queries go here,
 //! never memory content. Keyed by model as well as text, so a vector of one model is never
 //! answered for another (a provider switch, a re-embed).
+//!
+//! It also counts what queries cost: the time the model ran for them and the texts it took,
+//! beside the hits. A recall with the conversation's turns embeds the context as well as the
+//! message (`memory::turns`), and that time is most of what a bot turn costs scopemem; `/metrics`
+//! shows it, so an operator sees it next to the working memory's ingest on the same cores.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use super::{EmbedError, Embedder, TextRole};
 
@@ -26,6 +33,23 @@ struct Entries {
 #[derive(Default)]
 pub struct QueryCache {
     entries: Mutex<Entries>,
+    cost: Counters,
+}
+
+#[derive(Default)]
+struct Counters {
+    model_micros: AtomicU64,
+    texts_embedded: AtomicU64,
+    hits: AtomicU64,
+}
+
+/// What the queries cost since start: the model's time for them, the texts it embedded, and
+/// the texts answered from the cache.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct QueryCost {
+    pub model_seconds: f64,
+    pub texts_embedded: u64,
+    pub hits: u64,
 }
 
 impl QueryCache {
@@ -39,8 +63,8 @@ impl QueryCache {
         if let Some(v) = self.get(&key) {
             return Ok(v);
         }
-        let vector = embedder
-            .embed(TextRole::Query, vec![text.to_string()])
+        let vector = self
+            .run(embedder, vec![text.to_string()])
             .await?
             .pop()
             .ok_or_else(|| EmbedError::Model("embedder returned no vector".into()))?;
@@ -69,7 +93,7 @@ impl QueryCache {
             }
         }
         if !missing.is_empty() {
-            let vectors = embedder.embed(TextRole::Query, missing.clone()).await?;
+            let vectors = self.run(embedder, missing.clone()).await?;
             if vectors.len() != missing.len() {
                 return Err(EmbedError::Model(format!(
                     "embedder returned {} vectors for {} texts",
@@ -90,6 +114,30 @@ impl QueryCache {
         Ok(found.into_iter().flatten().collect())
     }
 
+    /// The model on `texts` as queries, counted.
+    async fn run(
+        &self,
+        embedder: &dyn Embedder,
+        texts: Vec<String>,
+    ) -> Result<Vec<Vec<f32>>, EmbedError> {
+        let n = texts.len() as u64;
+        let started = Instant::now();
+        let vectors = embedder.embed(TextRole::Query, texts).await;
+        let micros = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+        self.cost.model_micros.fetch_add(micros, Ordering::Relaxed);
+        self.cost.texts_embedded.fetch_add(n, Ordering::Relaxed);
+        vectors
+    }
+
+    /// What the queries cost since start.
+    pub fn cost(&self) -> QueryCost {
+        QueryCost {
+            model_seconds: self.cost.model_micros.load(Ordering::Relaxed) as f64 / 1e6,
+            texts_embedded: self.cost.texts_embedded.load(Ordering::Relaxed),
+            hits: self.cost.hits.load(Ordering::Relaxed),
+        }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Entries> {
         // The map holds only finished entries: a panic elsewhere cannot leave one half-written.
         self.entries.lock().unwrap_or_else(|e| e.into_inner())
@@ -101,6 +149,7 @@ impl QueryCache {
         let now = entries.clock;
         let (used, vector) = entries.map.get_mut(key)?;
         *used = now;
+        self.cost.hits.fetch_add(1, Ordering::Relaxed);
         Some(vector.clone())
     }
 
@@ -176,6 +225,19 @@ mod tests {
         );
         cache.embed(&a, "abc").await.unwrap();
         assert_eq!(a.0.load(Ordering::Relaxed), 1);
+    }
+
+    #[tokio::test]
+    async fn the_cost_counts_texts_the_model_took_and_the_hits() {
+        let model = Counting(AtomicUsize::new(0), "counting");
+        let cache = QueryCache::default();
+        cache.embed(&model, "a").await.unwrap();
+        cache.embed(&model, "a").await.unwrap();
+        let texts: Vec<String> = ["a", "bb", "ccc"].map(String::from).to_vec();
+        cache.embed_all(&model, &texts).await.unwrap();
+        let cost = cache.cost();
+        assert_eq!((cost.texts_embedded, cost.hits), (3, 2), "{cost:?}");
+        assert!(cost.model_seconds >= 0.0);
     }
 
     #[tokio::test]

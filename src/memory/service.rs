@@ -307,6 +307,11 @@ impl MemoryService {
         &self.search
     }
 
+    /// What recall queries cost the model since start (`embed::query_cache`).
+    pub fn query_cost(&self) -> crate::embed::QueryCost {
+        self.queries.cost()
+    }
+
     /// Recalls answered by keyword alone because the embedding provider failed.
     pub fn degraded_recalls(&self) -> u64 {
         self.degraded_recalls.load(Ordering::Relaxed)
