@@ -839,3 +839,34 @@ async fn with_the_rules_off_a_statement_recalled_twice_stays_a_message() {
     assert!(rows.iter().all(|r| r.memory_type == "message"), "{rows:?}");
     host.shutdown().await;
 }
+
+/// A short reply means nothing on its own: "订好了，在老地方" answers the question before it, and
+/// a later question in other words finds it because it was embedded with that question
+/// (`working::replies`), while recall shows its own words, tagged `reply`. Beside it, lines
+/// about the same dinner that a message-alone embedding ranks above the reply.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_short_reply_is_found_by_the_question_it_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = calibrated_host(dir.path()).await;
+    let mei = ("u-mei", "小红");
+    let ming = ("u-ming", "小明");
+    let li = ("u-li", "李姐");
+    for line in [
+        "聚餐那天记得带上外婆的轮椅",
+        "家庭聚餐的钱我先垫上，回头大家再转我",
+        "周日聚餐完要不要去唱歌？",
+    ] {
+        say(&host, FAMILY, li, line).await;
+    }
+    say(&host, FAMILY, mei, "周日的家庭聚餐订在哪里了？").await;
+    say(&host, FAMILY, ming, "订好了，在老地方").await;
+    embedded(&host).await;
+    let got = recent(&host, FAMILY, "家庭聚餐最后订的是哪儿？").await;
+    let reply = got
+        .iter()
+        .find(|m| m["content"] == "订好了，在老地方")
+        .unwrap_or_else(|| panic!("the reply is not among {:?}", texts(&got)));
+    assert_eq!(reply["tags"], json!(["reply"]), "{reply}");
+    assert_eq!(reply["speaker_id"], "u-ming", "{reply}");
+    host.shutdown().await;
+}

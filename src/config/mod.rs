@@ -522,6 +522,8 @@ pub struct WorkingMemoryConfig {
     pub queue_capacity: usize,
     /// Recent messages a recall returns beside its memories.
     pub recall_limit: usize,
+    /// Minutes after a message within which a short reply is embedded with it; 0: never.
+    pub reply_context_minutes: u32,
 }
 
 /// `consolidation.*`: the LLM pass over a chat's recent messages (design 5.13).
@@ -717,6 +719,7 @@ impl Config {
                 max_per_scope: working.count("max_per_scope", 1)?,
                 queue_capacity: working.count("queue_capacity", 1)?,
                 recall_limit: working.count("recall_limit", 0)?,
+                reply_context_minutes: working.count("reply_context_minutes", 0)?,
             },
             consolidation: consolidation_config(&consolidation)?,
             log_level: root.non_empty("log_level")?.to_owned(),

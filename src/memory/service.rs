@@ -239,6 +239,8 @@ pub struct MemoryService {
     recurrences: super::working::Recurrences,
     /// The names each speaker id went by, per scope, for a question that names a person.
     speakers: super::speakers::SpeakerNames,
+    /// Each conversation's last message, which the next short one answers (`working::replies`).
+    last_said: super::working::LastSaid,
     /// Messages a recall returned a second time, for the task that consolidates them.
     returned_again: super::working::ReturnedAgain,
     /// The LLM consolidation pass (`consolidation.*`).

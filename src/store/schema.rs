@@ -52,6 +52,9 @@ pub const MESSAGE_TYPE: &str = "message";
 /// The tag a working-memory message of the bot's own is stored with (its replies are data of
 /// the chat, never a member's word).
 pub const BOT_TAG: &str = "bot";
+/// The tag of a short working-memory message embedded with the question it answers
+/// (`memory::working::replies`): its text alone states nothing.
+pub const REPLY_TAG: &str = "reply";
 
 /// Every column except the vector: what recall reads back (vectors are never shipped out).
 pub const RECORD_COLUMNS: [&str; 16] = [

@@ -242,9 +242,11 @@ struct NetEffect {
     insert_jobs: Vec<usize>,
     /// Final strength per row, compare-and-set against the strength it has in the table.
     strengths: Vec<StrengthChange>,
-    /// Working-memory messages to insert, and the job each comes from.
+    /// Working-memory messages to insert, the job each comes from, and the passage each is
+    /// embedded as (`working::replies`: a short one with the message it answers).
     messages: Vec<MemoryRecord>,
     message_jobs: Vec<usize>,
+    message_passages: Vec<String>,
 }
 
 /// Plan every job in order against `rows` as the earlier jobs leave them, and sum up the
@@ -259,6 +261,9 @@ fn plan_batch(jobs: &[FeedbackJob], rows: Vec<MemoryRecord>, null_visible: bool)
         if let Some(record) = job.message_record() {
             // A message is stored as it is, once (insert-if-missing by its id).
             if !state.contains_key(&record.id) {
+                let answers = job.message.as_ref().and_then(|m| m.answers.as_deref());
+                net.message_passages
+                    .push(crate::memory::working::passage(answers, &record.content));
                 net.messages.push(record.clone());
                 net.message_jobs.push(index);
                 state.insert(record.id.clone(), record);
@@ -318,8 +323,8 @@ async fn write_net(shared: &Shared, net: &NetEffect) -> Result<Vec<Remembered>, 
     let texts: Vec<String> = net
         .inserts
         .iter()
-        .chain(&net.messages)
         .map(|r| r.content.clone())
+        .chain(net.message_passages.iter().cloned())
         .collect();
     let mut vectors = match texts.is_empty() {
         true => Vec::new(),

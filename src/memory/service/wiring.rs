@@ -110,6 +110,9 @@ impl MemoryService {
             calibration,
             recurrences: Default::default(),
             speakers: Default::default(),
+            last_said: crate::memory::working::LastSaid::new(chrono::Duration::minutes(i64::from(
+                config.working_memory.reply_context_minutes,
+            ))),
             returned_again: crate::memory::working::returned_again(),
             consolidator,
             messages_present: Default::default(),

@@ -96,7 +96,13 @@ impl MemoryService {
         }
         match working::accept(ev, &self.scopes, settings.ttl, Utc::now())? {
             None => Ok(MessageOutcome::NotStored("incognito")),
-            Some(accepted) => {
+            Some(mut accepted) => {
+                accepted.job.answers = self.last_said.follow(
+                    &accepted.conversation_id,
+                    &accepted.job.speaker_id,
+                    &accepted.job.content,
+                    accepted.job.sent_at,
+                );
                 if let (false, Some(name)) = (accepted.job.is_bot, &accepted.job.speaker_name) {
                     self.speakers
                         .learn(&accepted.scope, &accepted.job.speaker_id, name);

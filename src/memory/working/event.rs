@@ -51,6 +51,10 @@ pub struct MessageJob {
     pub sent_at: DateTime<Utc>,
     pub expires_at: DateTime<Utc>,
     pub is_bot: bool,
+    /// The message this short one answers (redacted), embedded with it (`replies`); absent in
+    /// messages journaled before contextual passages, which are embedded alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answers: Option<String>,
 }
 
 /// What `accept` made of a message: `None` scope for an incognito conversation.
@@ -135,6 +139,7 @@ pub(crate) fn accept(
             sent_at,
             expires_at: sent_at + ttl,
             is_bot: ev.is_bot.unwrap_or(false),
+            answers: None,
         },
     }))
 }
@@ -150,7 +155,7 @@ fn message_row_id(conversation: &str, message_id: Option<&str>) -> String {
     format!("msg-{hex}")
 }
 
-pub use crate::store::schema::BOT_TAG;
+pub use crate::store::schema::{BOT_TAG, REPLY_TAG};
 
 impl MessageJob {
     /// The row this message is stored as.
@@ -159,11 +164,11 @@ impl MessageJob {
             id: self.id.clone(),
             content: self.content.clone(),
             reasoning: None,
-            tags: if self.is_bot {
-                vec![BOT_TAG.into()]
-            } else {
-                vec![]
-            },
+            tags: [(self.is_bot, BOT_TAG), (self.answers.is_some(), REPLY_TAG)]
+                .into_iter()
+                .filter(|(on, _)| *on)
+                .map(|(_, tag)| tag.to_string())
+                .collect(),
             memory_type: super::MESSAGE_TYPE.to_string(),
             strength: 1,
             is_active: false,
@@ -199,6 +204,33 @@ mod tests {
     fn resolver(map: serde_json::Value, incognito: &[&str]) -> ScopeResolver {
         let incognito: Vec<String> = incognito.iter().map(|s| s.to_string()).collect();
         ScopeResolver::new(ScopeMap::build(&map, UnmappedPolicy::Public).with_incognito(&incognito))
+    }
+
+    #[test]
+    fn what_a_reply_answers_is_journaled_with_it_and_older_journal_lines_still_read() {
+        let scopes = resolver(serde_json::json!({}), &[]);
+        let ttl = chrono::Duration::hours(72);
+        let mut job = accept(ev("订好了，在老地方"), &scopes, ttl, Utc::now())
+            .unwrap()
+            .unwrap()
+            .job;
+        let plain = serde_json::to_value(&job).unwrap();
+        assert!(
+            plain.get("answers").is_none(),
+            "unchanged when alone: {plain}"
+        );
+        let old: MessageJob = serde_json::from_value(plain).unwrap();
+        assert_eq!(old.answers, None);
+        job.answers = Some("周日的家庭聚餐订在哪里了？".into());
+        let line = serde_json::to_string(&job).unwrap();
+        let back: MessageJob = serde_json::from_str(&line).unwrap();
+        assert_eq!(back, job);
+        let record = back.record("default:GroupMessage:1", "public", "unmapped");
+        assert_eq!(
+            record.content, "订好了，在老地方",
+            "the row keeps its own words"
+        );
+        assert_eq!(record.tags, vec![REPLY_TAG.to_string()]);
     }
 
     #[test]

@@ -11,6 +11,7 @@
 //! - [`statement`]: which messages either rule may make a memory (no bot, chatter or question);
 //! - [`shown`]: which of a recall's candidates it shows (members' words first, never the
 //!   message that asks for a prompt);
+//! - [`replies`]: what a short message answers, embedded with it (the message before it);
 //! - [`handoff`]: how a path that must not wait (the worker, a recall) hands work to the
 //!   background task of a rule.
 //!
@@ -23,6 +24,7 @@ mod event;
 mod handoff;
 mod pending;
 mod recurrence;
+mod replies;
 pub mod restatement;
 mod shown;
 mod statement;
@@ -30,10 +32,11 @@ mod stored;
 
 pub use crate::store::schema::MESSAGE_TYPE;
 pub(crate) use event::accept;
-pub use event::{MessageAccepted, MessageEvent, MessageJob, BOT_TAG};
+pub use event::{MessageAccepted, MessageEvent, MessageJob, BOT_TAG, REPLY_TAG};
 pub use handoff::Handoff;
 pub use pending::PendingMessages;
 pub use recurrence::{returned_again, Recurrences, ReturnedAgain};
+pub use replies::{passage, LastSaid};
 pub use shown::{shown, CANDIDATES_PER_SHOWN};
 pub use statement::could_state_a_fact;
 pub use stored::{stored_messages, StoredMessage, StoredMessages};
@@ -47,6 +50,8 @@ pub struct WorkingSettings {
     pub max_per_scope: usize,
     pub queue_capacity: usize,
     pub recall_limit: usize,
+    /// How long after a message a short reply is embedded with it (`replies`); zero: never.
+    pub reply_window: chrono::Duration,
 }
 
 impl WorkingSettings {
@@ -57,6 +62,7 @@ impl WorkingSettings {
             max_per_scope: c.max_per_scope,
             queue_capacity: c.queue_capacity,
             recall_limit: c.recall_limit,
+            reply_window: chrono::Duration::minutes(i64::from(c.reply_context_minutes)),
         }
     }
 }

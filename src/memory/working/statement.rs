@@ -22,7 +22,7 @@
 //! statement ("楼下新开了一家奶茶店") still passes: telling it from a fact needs more than the
 //! text's shape. The LLM pass (`memory::consolidation`) reads every message either way.
 
-use super::BOT_TAG;
+use super::{BOT_TAG, REPLY_TAG};
 use crate::memory::fact;
 
 /// Characters a message needs (folded: no punctuation or spaces) to be a fact at all.
@@ -30,9 +30,11 @@ pub const MIN_CHARS: usize = 6;
 /// Different characters a message needs, so a repeated laugh or "好的好的好的" never is one.
 pub const MIN_DISTINCT_CHARS: usize = 4;
 
-/// Whether a message with this text, these tags and this speaker could state a fact.
+/// Whether a message with this text, these tags and this speaker could state a fact. Never the
+/// bot's, and never a short reply embedded with the question it answers (`replies`): "订好了，
+/// 在老地方" as a memory of its own would say nothing.
 pub fn could_state_a_fact(content: &str, tags: &[String], speaker_id: Option<&str>) -> bool {
-    if tags.iter().any(|t| t == BOT_TAG) || speaker_id.is_none() {
+    if tags.iter().any(|t| t == BOT_TAG || t == REPLY_TAG) || speaker_id.is_none() {
         return false;
     }
     says_something(content) && !is_a_question(content)
@@ -167,6 +169,13 @@ mod tests {
         let fact = "妈妈对花生过敏，别点沙爹";
         assert!(!could_state_a_fact(fact, &[BOT_TAG.into()], Some("bot")));
         assert!(!could_state_a_fact(fact, &[], None));
+        // A reply embedded with its question: its own words say where, never what.
+        assert!(member("订好了，在老地方"));
+        assert!(!could_state_a_fact(
+            "订好了，在老地方",
+            &[REPLY_TAG.into()],
+            Some("ming")
+        ));
         for chatter in [
             "好的好的好的",
             "哈哈哈哈哈哈哈",

@@ -1,0 +1,195 @@
+//! Recent messages found by what they answer (issue 60, item 2): two group chats
+//! (`benches/short_replies/set.json`, Chinese and English) where each question a member asks
+//! is answered by another member's short reply ("订好了，在老地方", "I'll handle it") among
+//! chatter, replayed through a real `scopemem serve` with the default config; then each later
+//! question, in other words, is a `POST /v1/recall` in that chat. A hit: the reply among the
+//! recall's recent messages (3 by default). Measured twice the same way: with the default
+//! contextual passages (a short message embedded with the message before it,
+//! `working_memory.reply_context_minutes` 5) and with each message alone (0).
+//!
+//! `make bench-short-replies`; `SCOPEMEM_BENCH_SERVE_BIN` serves with that binary (the release
+//! one users get); `SCOPEMEM_BENCH_VERBOSE=1` lists what each missed question got.
+
+#[path = "common/mod.rs"]
+mod common;
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use common::serve::{self, post};
+
+#[derive(Deserialize)]
+struct Set {
+    chats: Vec<Chat>,
+    questions: Vec<Question>,
+}
+
+#[derive(Deserialize)]
+struct Chat {
+    conversation_id: String,
+    messages: Vec<Message>,
+}
+
+#[derive(Deserialize)]
+struct Message {
+    message_id: String,
+    speaker_id: String,
+    speaker_name: String,
+    text: String,
+    minute: i64,
+}
+
+#[derive(Deserialize)]
+struct Question {
+    conversation_id: String,
+    question: String,
+    /// The `message_id` of the reply that answers it.
+    answer: String,
+    lang: String,
+}
+
+fn main() {
+    common::runtime().block_on(run());
+}
+
+fn load() -> Set {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/benches/short_replies/set.json"
+    );
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+/// Replay every chat (the last message said ten minutes ago) and wait until every message has
+/// its vector; the row id of each message id.
+async fn replay(client: &reqwest::Client, base: &str, set: &Set) -> HashMap<String, String> {
+    let mut rows = HashMap::new();
+    for chat in &set.chats {
+        let last = chat.messages.iter().map(|m| m.minute).max().unwrap_or(0);
+        let start = Utc::now() - chrono::Duration::minutes(last + 10);
+        for m in &chat.messages {
+            let body = json!({
+                "conversation_id": chat.conversation_id, "sender_id": m.speaker_id,
+                "sender_name": m.speaker_name, "text": m.text, "message_id": m.message_id,
+                "sent_at": (start + chrono::Duration::minutes(m.minute)).to_rfc3339(),
+            });
+            let r = post(client, &format!("{base}/v1/events/message"), &body)
+                .await
+                .unwrap_or_else(|e| panic!("message {}: {e}", m.message_id));
+            if let Some(id) = r["id"].as_str() {
+                rows.insert(m.message_id.clone(), id.to_string());
+            }
+        }
+    }
+    let started = Instant::now();
+    loop {
+        let s = serve::get(client, &format!("{base}/v1/status"))
+            .await
+            .unwrap_or(Value::Null);
+        if s["working_memory"]["waiting"] == json!(0) {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(900),
+            "messages still waiting for vectors after 15 min: {s}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    rows
+}
+
+/// Hits per language, and what each missed question got.
+async fn ask(
+    client: &reqwest::Client,
+    base: &str,
+    set: &Set,
+    rows: &HashMap<String, String>,
+) -> (HashMap<String, (usize, usize)>, Vec<String>) {
+    let mut hits: HashMap<String, (usize, usize)> = HashMap::new();
+    let mut missed = Vec::new();
+    let text_of: HashMap<&str, &str> = set
+        .chats
+        .iter()
+        .flat_map(|c| c.messages.iter())
+        .map(|m| (m.message_id.as_str(), m.text.as_str()))
+        .collect();
+    for q in &set.questions {
+        let body = json!({"conversation_id": q.conversation_id, "query": q.question});
+        let r = post(client, &format!("{base}/v1/recall"), &body)
+            .await
+            .unwrap_or_else(|e| panic!("recall {:?}: {e}", q.question));
+        let recent: Vec<&Value> = r["recent_messages"]
+            .as_array()
+            .map(|a| a.iter().collect())
+            .unwrap_or_default();
+        let want = rows.get(&q.answer).map(String::as_str);
+        let hit = recent.iter().any(|m| m["id"].as_str() == want);
+        let e = hits.entry(q.lang.clone()).or_default();
+        e.1 += 1;
+        if hit {
+            e.0 += 1;
+        } else {
+            let got: Vec<&str> = recent
+                .iter()
+                .filter_map(|m| m["content"].as_str())
+                .collect();
+            missed.push(format!(
+                "  {} → want {:?}, got {:?}",
+                q.question,
+                text_of.get(q.answer.as_str()).copied().unwrap_or("?"),
+                got
+            ));
+        }
+    }
+    (hits, missed)
+}
+
+async fn run() {
+    let set = load();
+    let verbose = std::env::var_os("SCOPEMEM_BENCH_VERBOSE").is_some_and(|v| v == "1");
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(120))
+        .build()
+        .expect("an HTTP client");
+    println!(
+        "short replies: {} questions; a hit is the reply among the recall's recent messages",
+        set.questions.len()
+    );
+    println!("{:<44} {:>8} {:>8} {:>8}", "", "zh", "en", "all");
+    for (name, minutes) in [
+        ("contextual passages (default, 5 min)", None),
+        ("each message alone (reply_context_minutes 0)", Some(0)),
+    ] {
+        let dir = tempfile::tempdir_in(common::bench_root()).expect("a bench dir");
+        let cfg = match minutes {
+            None => json!({}),
+            Some(m) => json!({"working_memory": {"reply_context_minutes": m}}),
+        };
+        let (_serve, base) = serve::start_serve(&client, dir.path(), cfg)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let rows = replay(&client, &base, &set).await;
+        let (hits, missed) = ask(&client, &base, &set, &rows).await;
+        let cell = |lang: &str| {
+            hits.get(lang)
+                .map_or("-".to_string(), |(h, n)| format!("{h}/{n}"))
+        };
+        let (h, n) = hits.values().fold((0, 0), |(h, n), (a, b)| (h + a, n + b));
+        println!(
+            "{name:<44} {:>8} {:>8} {:>8}",
+            cell("zh"),
+            cell("en"),
+            format!("{h}/{n} {:.0}%", 100.0 * h as f64 / n.max(1) as f64)
+        );
+        if verbose {
+            for m in &missed {
+                println!("{m}");
+            }
+        }
+    }
+}
