@@ -1,31 +1,32 @@
-//! What a short reply answers (issue 60): the message before it, embedded with it.
+//! What a message answers (issue 60): the question before it, embedded with it.
 //!
-//! In a chat a short message often means nothing on its own: "订好了，在老地方" answers "周日的家庭
-//! 聚餐订在哪里了？", "I'll handle it" answers "the car insurance runs out on Dec 3". Embedded
-//! alone, a later "where is Sunday's family dinner?" finds the question, never the answer. So a
-//! short message is embedded as a **contextual passage**: what was said just before it by
-//! others within [`reply_window`](LastSaid::new), then the message itself. The row keeps
-//! the message's own text: it is what recall shows, what the keyword search matches and what a
-//! rule may make a memory; only its vector carries the turn it answers.
+//! In a chat an answer often means little on its own: "订好了，在老地方" answers "周日的家庭聚餐
+//! 订在哪里了？", "我带吧，我家还有两筒亚狮龙7号" answers "这周谁带球？". Embedded alone, a later
+//! "家庭聚餐订在哪了？" finds the question, never the answer. So a message that follows a question
+//! is embedded as a **contextual passage**: what others said just before it (within
+//! [`reply_window`](LastSaid::new)), then the message itself. The row keeps the message's own
+//! text: it is what recall shows and what the keyword search matches; only its vector carries
+//! the turn it answers, and the row is tagged [`REPLY_TAG`](crate::store::schema::REPLY_TAG).
 //!
-//! Only short messages that follow a question: a long one says what it means, and measured on
-//! the group-chat set, giving every message its predecessor blurred the facts (found 32 → 29 of
-//! 45); giving every short one the lines before it made "收到，那我也停那边" and "sounds good"
-//! compete with the facts they acknowledged (found 31 → 27, chatter kept 16 → 20). A message is
-//! short at most [`SHORT_CHARS`] characters of CJK text, or [`SHORT_WORDS`] words otherwise; a
-//! reply so embedded is tagged [`REPLY_TAG`](crate::store::schema::REPLY_TAG), and no rule
-//! without an LLM makes it a memory (its words alone say nothing).
+//! Only after a question. Measured on the group-chat set (facts found of 45, chatter made
+//! memories): each message alone 31 and 16; every message with the message before it 29; every
+//! short one with the lines before it 27 and 20 ("收到，那我也停那边" and "sounds good" took the
+//! places of the facts they acknowledged); a message after a question, whatever its length, 33
+//! and 13. A short reply so embedded (at most [`SHORT_CHARS`] characters of CJK text, or
+//! [`SHORT_WORDS`] words otherwise) is never a memory by a rule without an LLM: its words alone
+//! say nothing (`statement::could_state_a_fact`).
 //!
-//! What was said before: the [`ANSWERED_MESSAGES`] latest messages of others that say something
-//! (`statement::says_something`: not "+1", "👍" or "[图片]") among the conversation's last
-//! [`KEPT_PER_CONVERSATION`]. Two, because in a group a line from a third member often lands
-//! between a question and its answer; measured on the short-reply set, the message just before
-//! alone missed each of those. They are known at acceptance, per conversation, in the order of
-//! `sent_at` (a message that arrives late gets no predecessor newer than itself), and journaled
-//! with the message, so a replay after a crash embeds the same passage. Bounded: the last
-//! messages of at most [`CONVERSATIONS_KEPT`] conversations, each cut to its last
-//! [`ANSWERED_CHARS`] characters. Nothing here is kept beyond what the journal already holds
-//! (the texts are redacted at acceptance).
+//! What was said before: the [`ANSWERED_MESSAGES`] latest messages of others that ask or say
+//! something (`statement::says_something`: not "+1", "👍" or "[图片]"; a question as short as
+//! "几点？" counts) among the conversation's last [`KEPT_PER_CONVERSATION`], one of them a
+//! question. Two, because in a group a line from a
+//! third member often lands between a question and its answer; on the short-reply set the
+//! message just before alone missed each of those. They are known at acceptance, per
+//! conversation, in the order of `sent_at` (a message that arrives late gets no predecessor
+//! newer than itself), and journaled with the message, so a replay after a crash embeds the
+//! same passage. Bounded: the last messages of at most [`CONVERSATIONS_KEPT`] conversations,
+//! each cut to its last [`ANSWERED_CHARS`] characters. Nothing here is kept beyond what the
+//! journal already holds (the texts are redacted at acceptance).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
@@ -40,14 +41,14 @@ pub const SHORT_CHARS: usize = 16;
 pub const SHORT_WORDS: usize = 8;
 /// Characters of a predecessor kept for the passage (its end).
 pub const ANSWERED_CHARS: usize = 200;
-/// Messages before a short one that go into its passage, at most.
+/// Messages before one that go into its passage, at most.
 pub const ANSWERED_MESSAGES: usize = 2;
 /// A conversation's last messages kept to find them.
 pub const KEPT_PER_CONVERSATION: usize = 4;
 /// Conversations whose last message is kept; the oldest goes first.
 pub const CONVERSATIONS_KEPT: usize = 4096;
 
-/// Whether `text` is short enough to need the message before it.
+/// Whether `text` is short: too short to state a fact without what it answers.
 pub fn is_short(text: &str) -> bool {
     let chars = text.chars().filter(|c| !c.is_whitespace()).count();
     let cjk = text.chars().filter(|c| u32::from(*c) >= 0x2E80).count();
@@ -91,9 +92,10 @@ impl LastSaid {
         }
     }
 
-    /// What the message `content` (redacted) of `speaker_id`, sent at `sent_at`, answers when
-    /// it is short: the latest messages others said at most the window before it that say
-    /// something, oldest first, one per line. Then this message joins the conversation's last.
+    /// What the message `content` (redacted) of `speaker_id`, sent at `sent_at`, answers: the
+    /// latest messages others said at most the window before it that ask or say something,
+    /// oldest first, one per line, when one of them is a question. Then this message joins the
+    /// conversation's last.
     pub fn follow(
         &self,
         conversation: &str,
@@ -105,13 +107,14 @@ impl LastSaid {
             return None;
         }
         let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
-        let answers = match (is_short(content), last.get(conversation)) {
-            (true, Some(before)) => {
+        let answers = match last.get(conversation) {
+            Some(before) => {
                 let mut picked: Vec<&str> = before
                     .iter()
                     .rev()
                     .filter(|p| p.sent_at <= sent_at && sent_at - p.sent_at <= self.window)
-                    .filter(|p| p.speaker_id != speaker_id && says_something(&p.text))
+                    .filter(|p| p.speaker_id != speaker_id)
+                    .filter(|p| is_a_question(&p.text) || says_something(&p.text))
                     .take(ANSWERED_MESSAGES)
                     .map(|p| p.text.as_str())
                     .collect();
@@ -119,7 +122,7 @@ impl LastSaid {
                 let asked = picked.iter().any(|p| is_a_question(p));
                 Some(picked.join("\n")).filter(|_| asked)
             }
-            _ => None,
+            None => None,
         };
         if last.len() >= CONVERSATIONS_KEPT && !last.contains_key(conversation) {
             let oldest = last
@@ -188,10 +191,15 @@ mod tests {
                 .as_deref(),
             Some(q)
         );
-        // Its own question answers nothing, nor does a statement; a long message needs nothing.
+        // Its own question answers nothing, nor does a statement.
         assert_eq!(last.follow("c", "mei", "对了对了", at(2)), None);
-        let long = "我们周六早上九点在小区门口集合，记得带好水和防晒霜";
-        assert_eq!(last.follow("c", "mei", long, at(3)), None);
+        // A long answer is embedded with its question too.
+        last.follow("d", "mei", "这周谁带球？", at(3));
+        let long = "我带吧，我家还有两筒亚狮龙7号，周六都带上";
+        assert_eq!(
+            last.follow("d", "ming", long, at(3)).as_deref(),
+            Some("这周谁带球？")
+        );
         // Past the window, or in another conversation: nothing.
         assert_eq!(last.follow("c", "ming", "好的", at(9)), None);
         assert_eq!(last.follow("other", "mei", "好的", at(9)), None);

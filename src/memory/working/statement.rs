@@ -34,7 +34,8 @@ pub const MIN_DISTINCT_CHARS: usize = 4;
 /// bot's, and never a short reply embedded with the question it answers (`replies`): "订好了，
 /// 在老地方" as a memory of its own would say nothing.
 pub fn could_state_a_fact(content: &str, tags: &[String], speaker_id: Option<&str>) -> bool {
-    if tags.iter().any(|t| t == BOT_TAG || t == REPLY_TAG) || speaker_id.is_none() {
+    let short_reply = tags.iter().any(|t| t == REPLY_TAG) && super::replies::is_short(content);
+    if tags.iter().any(|t| t == BOT_TAG) || short_reply || speaker_id.is_none() {
         return false;
     }
     says_something(content) && !is_a_question(content)
