@@ -482,6 +482,44 @@ async def stop_astrbot(lifecycle: Any, core_task: asyncio.Task) -> None:
         pass
 
 
+class Core:
+    """AstrBot's core on a root, started as its own entry point does: its lifecycle, the task
+    that runs it, and what AstrBot (`counter`) and the plugin (`plugin_log`) logged."""
+
+    def __init__(
+        self, lifecycle: Any, task: asyncio.Task, counter: LogCounter, plugin_log: LogCounter
+    ) -> None:
+        self.lifecycle = lifecycle
+        self.task = task
+        self.counter = counter
+        self.plugin_log = plugin_log
+
+
+async def start_core(root: str) -> Core:
+    """Start AstrBot's core (AstrBotCoreLifecycle, no dashboard) on `root`, and wait until its
+    webchat adapter listens. AstrBot resolves every path from ASTRBOT_ROOT (default: cwd) and
+    imports plugins as data.plugins.<dir>.main, so the root goes first on sys.path."""
+    os.environ["ASTRBOT_ROOT"] = root
+    os.chdir(root)
+    sys.path.insert(0, root)
+
+    from astrbot.core import LogBroker, db_helper
+    from astrbot.core.core_lifecycle import AstrBotCoreLifecycle
+
+    counter, plugin_log = LogCounter(), LogCounter()
+    logging.getLogger("astrbot").addHandler(counter)
+    # The plugin logs through its dedicated logger (astrbot.plugin.<name>).
+    logging.getLogger(f"astrbot.plugin.{PLUGIN_DIR}").addHandler(plugin_log)
+    lifecycle = AstrBotCoreLifecycle(LogBroker(), db_helper)
+    await lifecycle.initialize()
+    task = asyncio.create_task(lifecycle.start(), name="astrbot_core")
+    for _ in range(100):  # the core is up once the webchat adapter listens
+        if Chat().mgr._listener_callback is not None:
+            break
+        await asyncio.sleep(0.05)
+    return Core(lifecycle, task, counter, plugin_log)
+
+
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     root = os.path.realpath(args.root)
     chat_family = ("alice", "family-chat")
@@ -492,22 +530,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     llm = StubLLM(family_umo)
     await llm.start()
     prepare_root(root, args.plugin_src, args.scopemem, llm.port)
-
-    # AstrBot resolves every path from ASTRBOT_ROOT (default: cwd) and imports plugins as
-    # data.plugins.<dir>.main, so the root goes first on sys.path.
-    os.environ["ASTRBOT_ROOT"] = root
-    os.chdir(root)
-    sys.path.insert(0, root)
-
-    from astrbot.core import LogBroker, db_helper
-    from astrbot.core.core_lifecycle import AstrBotCoreLifecycle
-
-    counter = LogCounter()
-    logging.getLogger("astrbot").addHandler(counter)
-
-    lifecycle = AstrBotCoreLifecycle(LogBroker(), db_helper)
-    await lifecycle.initialize()
-    core_task = asyncio.create_task(lifecycle.start(), name="astrbot_core")
+    core = await start_core(root)
+    lifecycle, core_task = core.lifecycle, core.task
+    counter, plugin_log = core.counter, core.plugin_log
 
     stars = [s for s in lifecycle.plugin_manager.context.get_all_stars()]
     plugin = next((s for s in stars if s.name == PLUGIN_DIR), None)
@@ -515,17 +540,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         failed = getattr(lifecycle.plugin_manager, "failed_plugin_dict", {})
         raise RuntimeError(f"AstrBot did not load {PLUGIN_DIR}; failed: {failed}")
     star = plugin.star_cls
-    # The plugin logs through its dedicated logger (astrbot.plugin.<name>).
-    plugin_log = LogCounter()
-    logging.getLogger(f"astrbot.plugin.{PLUGIN_DIR}").addHandler(plugin_log)
     tool_names = [t.name for t in lifecycle.provider_manager.llm_tools.func_list]
-
     chat = Chat()
-    # Wait until the webchat adapter listens on its queue.
-    for _ in range(100):
-        if chat.mgr._listener_callback is not None:
-            break
-        await asyncio.sleep(0.05)
 
     report: dict[str, Any] = {
         "umos": {
@@ -774,29 +790,13 @@ async def run_working_memory(args: argparse.Namespace) -> dict[str, Any]:
     llm = StubLLM("")
     await llm.start()
     prepare_root(root, args.plugin_src, args.scopemem, llm.port, plugin_defaults=True)
-    os.environ["ASTRBOT_ROOT"] = root
-    os.chdir(root)
-    sys.path.insert(0, root)
-
-    from astrbot.core import LogBroker, db_helper
-    from astrbot.core.core_lifecycle import AstrBotCoreLifecycle
-
-    counter = LogCounter()
-    logging.getLogger("astrbot").addHandler(counter)
-    plugin_log = LogCounter()
-    logging.getLogger(f"astrbot.plugin.{PLUGIN_DIR}").addHandler(plugin_log)
-    lifecycle = AstrBotCoreLifecycle(LogBroker(), db_helper)
-    await lifecycle.initialize()
-    core_task = asyncio.create_task(lifecycle.start(), name="astrbot_core")
+    core = await start_core(root)
+    lifecycle, core_task = core.lifecycle, core.task
+    counter, plugin_log = core.counter, core.plugin_log
     plugin = next(
         s for s in lifecycle.plugin_manager.context.get_all_stars() if s.name == PLUGIN_DIR
     )
     star = plugin.star_cls
-    chat = Chat()
-    for _ in range(100):  # the core is up once the webchat adapter listens
-        if chat.mgr._listener_callback is not None:
-            break
-        await asyncio.sleep(0.05)
     group = GroupChat(lifecycle)
     family_umo, work_umo = GroupChat.umo(WM_GROUP), GroupChat.umo(WM_WORK_GROUP)
     report: dict[str, Any] = {
@@ -972,24 +972,9 @@ async def run_busy_answer(args: argparse.Namespace) -> dict[str, Any]:
     prepare_root(root, args.plugin_src, args.scopemem, llm.port, plugin_defaults=True)
     if args.without_plugin:
         shutil.rmtree(os.path.join(root, "data", "plugins", PLUGIN_DIR))
-    os.environ["ASTRBOT_ROOT"] = root
-    os.chdir(root)
-    sys.path.insert(0, root)
-
-    from astrbot.core import LogBroker, db_helper
-    from astrbot.core.core_lifecycle import AstrBotCoreLifecycle
-
-    counter = LogCounter()
-    logging.getLogger("astrbot").addHandler(counter)
-    lifecycle = AstrBotCoreLifecycle(LogBroker(), db_helper)
-    await lifecycle.initialize()
-    core_task = asyncio.create_task(lifecycle.start(), name="astrbot_core")
+    core = await start_core(root)
+    lifecycle, core_task, counter = core.lifecycle, core.task, core.counter
     loaded = [s.name for s in lifecycle.plugin_manager.context.get_all_stars()]
-    chat = Chat()
-    for _ in range(100):  # the core is up once the webchat adapter listens
-        if chat.mgr._listener_callback is not None:
-            break
-        await asyncio.sleep(0.05)
     group = GroupChat(lifecycle)
     rounds: list[dict[str, float]] = []
     for r in range(args.rounds):
