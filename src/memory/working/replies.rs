@@ -12,9 +12,9 @@
 //! memories): each message alone 31 and 16; every message with the message before it 29; every
 //! short one with the lines before it 27 and 20 ("收到，那我也停那边" and "sounds good" took the
 //! places of the facts they acknowledged); a message after a question, whatever its length, 33
-//! and 13. A short reply so embedded (at most [`SHORT_CHARS`] characters of CJK text, or
-//! [`SHORT_WORDS`] words otherwise) is never a memory by a rule without an LLM: its words alone
-//! say nothing (`statement::could_state_a_fact`).
+//! and 13. A short reply so embedded (`statement::is_short`: 16 characters of CJK text, or 8
+//! words otherwise) is never a memory by a rule without an LLM: its words alone say nothing
+//! (`statement::could_state_a_fact`).
 //!
 //! What was said before: the [`ANSWERED_MESSAGES`] latest messages of others that ask or say
 //! something (`statement::says_something`: not "+1", "👍" or "[图片]"; a question as short as
@@ -35,10 +35,6 @@ use chrono::{DateTime, Duration, Utc};
 
 use super::statement::{is_a_question, says_something};
 
-/// Characters a short message has at most when it is mostly CJK.
-pub const SHORT_CHARS: usize = 16;
-/// Words a short message has at most otherwise.
-pub const SHORT_WORDS: usize = 8;
 /// Characters of a predecessor kept for the passage (its end).
 pub const ANSWERED_CHARS: usize = 200;
 /// Messages before one that go into its passage, at most.
@@ -47,17 +43,6 @@ pub const ANSWERED_MESSAGES: usize = 2;
 pub const KEPT_PER_CONVERSATION: usize = 4;
 /// Conversations whose last message is kept; the oldest goes first.
 pub const CONVERSATIONS_KEPT: usize = 4096;
-
-/// Whether `text` is short: too short to state a fact without what it answers.
-pub fn is_short(text: &str) -> bool {
-    let chars = text.chars().filter(|c| !c.is_whitespace()).count();
-    let cjk = text.chars().filter(|c| u32::from(*c) >= 0x2E80).count();
-    if cjk * 2 >= chars {
-        chars <= SHORT_CHARS
-    } else {
-        text.split_whitespace().count() <= SHORT_WORDS
-    }
-}
 
 /// The passage a message is embedded as: what it answers, if anything, then its own text.
 pub fn passage(answers: Option<&str>, content: &str) -> String {
@@ -168,17 +153,6 @@ mod tests {
             .unwrap()
             .with_timezone(&Utc)
             + Duration::minutes(min)
-    }
-
-    #[test]
-    fn short_is_counted_in_characters_for_cjk_and_in_words_otherwise() {
-        assert!(is_short("订好了，在老地方"));
-        assert!(is_short("我来弄"));
-        assert!(is_short("Booked it, the usual place."));
-        assert!(!is_short("妈妈对花生过敏，点菜的时候千万别点沙爹和花生酱"));
-        assert!(!is_short(
-            "The plumber is coming on Thursday morning between nine and eleven"
-        ));
     }
 
     #[test]

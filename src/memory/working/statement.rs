@@ -34,11 +34,26 @@ pub const MIN_DISTINCT_CHARS: usize = 4;
 /// bot's, and never a short reply embedded with the question it answers (`replies`): "订好了，
 /// 在老地方" as a memory of its own would say nothing.
 pub fn could_state_a_fact(content: &str, tags: &[String], speaker_id: Option<&str>) -> bool {
-    let short_reply = tags.iter().any(|t| t == REPLY_TAG) && super::replies::is_short(content);
+    let short_reply = tags.iter().any(|t| t == REPLY_TAG) && is_short(content);
     if tags.iter().any(|t| t == BOT_TAG) || short_reply || speaker_id.is_none() {
         return false;
     }
     says_something(content) && !is_a_question(content)
+}
+
+/// Characters a short message has at most when it is mostly CJK.
+pub const SHORT_CHARS: usize = 16;
+/// Words a short message has at most otherwise.
+pub const SHORT_WORDS: usize = 8;
+/// Whether `text` is short: too short to state a fact without what it answers.
+pub fn is_short(text: &str) -> bool {
+    let chars = text.chars().filter(|c| !c.is_whitespace()).count();
+    let cjk = text.chars().filter(|c| u32::from(*c) >= 0x2E80).count();
+    if cjk * 2 >= chars {
+        chars <= SHORT_CHARS
+    } else {
+        text.split_whitespace().count() <= SHORT_WORDS
+    }
 }
 
 /// Whether a message says anything on its own: long and varied enough, and not only what a
@@ -209,5 +224,16 @@ mod tests {
         ] {
             assert!(!member(question), "{question}");
         }
+    }
+
+    #[test]
+    fn short_is_counted_in_characters_for_cjk_and_in_words_otherwise() {
+        assert!(is_short("订好了，在老地方"));
+        assert!(is_short("我来弄"));
+        assert!(is_short("Booked it, the usual place."));
+        assert!(!is_short("妈妈对花生过敏，点菜的时候千万别点沙爹和花生酱"));
+        assert!(!is_short(
+            "The plumber is coming on Thursday morning between nine and eleven"
+        ));
     }
 }
