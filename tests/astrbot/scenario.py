@@ -399,17 +399,9 @@ class GroupChat:
     def umo(group: str) -> str:
         return f"webchat:GroupMessage:{group}"
 
-    async def send(
-        self,
-        member: tuple[str, str],
-        group: str,
-        text: str,
-        at_bot: bool = False,
-        streaming: bool = False,
-        timeout: float = 60,
-    ) -> str:
-        sent = await self.commit(member, group, text, at_bot=at_bot, streaming=streaming)
-        return await self.wait(sent, timeout)
+    async def send(self, *message: Any, timeout: float = 60, **how: bool) -> str:
+        """`commit` (member, group, text, at_bot?, streaming?), then `wait` for its reply."""
+        return await self.wait(await self.commit(*message, **how), timeout)
 
     async def commit(
         self,
