@@ -868,5 +868,26 @@ async fn a_short_reply_is_found_by_the_question_it_answers() {
         .unwrap_or_else(|| panic!("the reply is not among {:?}", texts(&got)));
     assert_eq!(reply["tags"], json!(["reply"]), "{reply}");
     assert_eq!(reply["speaker_id"], "u-ming", "{reply}");
+
+    // A question forgotten before its answer came: the answer is embedded alone, so nothing
+    // forgotten rides along in its passage.
+    let asked = say(&host, FAMILY, mei, "外婆的寿宴定在哪家饭店了？").await;
+    let id = asked["id"].as_str().expect("an id").to_string();
+    let forgot = host
+        .invoke(
+            "forget",
+            json!({"conversation_id": FAMILY, "memory_ids": [id]}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(forgot["refused"], json!([]), "{forgot}");
+    say(&host, FAMILY, ming, "定了，粤香楼").await;
+    embedded(&host).await;
+    let after = common::all_rows(&host)
+        .await
+        .into_iter()
+        .find(|r| r.content == "定了，粤香楼")
+        .expect("the answer is stored");
+    assert!(after.tags.is_empty(), "{:?}", after.tags);
     host.shutdown().await;
 }

@@ -87,6 +87,8 @@ impl MemoryService {
         let mut erased: HashSet<&str> = notice.ids.iter().map(String::as_str).collect();
         erased.extend(jobs.messages.iter().map(String::as_str));
         self.forget_statements(&erased);
+        // (The replies' recent lines know no row ids: all go, so none erased rides along.)
+        self.last_said.forget_all();
         let dropped = self.feedback.drop_pending(&paused, |job, plan| {
             notice.selects(job)
                 || jobs.drops_message(job)
@@ -189,6 +191,8 @@ impl MemoryService {
             .flat_map(|(_, n)| n.ids.iter().map(String::as_str))
             .collect();
         self.forget_statements(&erased);
+        // (The replies' recent lines know no row ids: all go, so none erased rides along.)
+        self.last_said.forget_all();
         let dropped = self.feedback.drop_pending(&paused, |job, plan| {
             notices.iter().any(|(_, n)| n.selects(job))
                 || plan.is_some_and(|p| {

@@ -26,7 +26,9 @@
 //! newer than itself), and journaled with the message, so a replay after a crash embeds the
 //! same passage. Bounded: the last messages of at most [`CONVERSATIONS_KEPT`] conversations,
 //! each cut to its last [`ANSWERED_CHARS`] characters. Nothing here is kept beyond what the
-//! journal already holds (the texts are redacted at acceptance).
+//! journal already holds (the texts are redacted at acceptance), and any erase, here or told by
+//! another process, empties it ([`LastSaid::forget_all`]): a forgotten question must not ride
+//! into the next reply's passage.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
@@ -133,6 +135,12 @@ impl LastSaid {
         }
         answers
     }
+
+    /// Forget every conversation's last messages: after an erase, the next reply is embedded
+    /// with nothing rather than with what was erased.
+    pub fn forget_all(&self) {
+        self.last.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    }
 }
 
 /// The last `chars` characters of `text`.
@@ -206,6 +214,14 @@ mod tests {
             Some("车子的保险谁去续？"),
             "the late line is older, and its own speaker's"
         );
+    }
+
+    #[test]
+    fn after_an_erase_the_next_reply_answers_nothing() {
+        let last = LastSaid::new(Duration::minutes(5));
+        last.follow("c", "mei", "周日的家庭聚餐订在哪里了？", at(0));
+        last.forget_all();
+        assert_eq!(last.follow("c", "ming", "订好了，在老地方", at(1)), None);
     }
 
     #[test]
