@@ -243,7 +243,7 @@ struct NetEffect {
     /// Final strength per row, compare-and-set against the strength it has in the table.
     strengths: Vec<StrengthChange>,
     /// Working-memory messages to insert, the job each comes from, and the passage each is
-    /// embedded as (`working::replies`: a short one with the message it answers).
+    /// embedded as (`working::replies`: one that follows a question, with the question).
     messages: Vec<MemoryRecord>,
     message_jobs: Vec<usize>,
     message_passages: Vec<String>,

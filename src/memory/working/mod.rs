@@ -11,7 +11,7 @@
 //! - [`statement`]: which messages either rule may make a memory (no bot, chatter or question);
 //! - [`shown`]: which of a recall's candidates it shows (members' words first, never the
 //!   message that asks for a prompt);
-//! - [`replies`]: what a short message answers, embedded with it (the message before it);
+//! - [`replies`]: what a message answers, embedded with it (the question before it);
 //! - [`handoff`]: how a path that must not wait (the worker, a recall) hands work to the
 //!   background task of a rule.
 //!

@@ -121,12 +121,19 @@ impl LastSaid {
             }
         }
         let kept = last.entry(conversation.to_string()).or_default();
+        let text = tail(content, ANSWERED_CHARS);
+        if kept
+            .iter()
+            .any(|p| p.sent_at == sent_at && p.speaker_id == speaker_id && p.text == text)
+        {
+            return answers; // the same message sent again (a host's retry): kept once
+        }
         let at = kept.partition_point(|p| p.sent_at <= sent_at);
         kept.insert(
             at,
             Said {
                 speaker_id: speaker_id.to_string(),
-                text: tail(content, ANSWERED_CHARS).to_string(),
+                text: text.to_string(),
                 sent_at,
             },
         );
@@ -213,6 +220,19 @@ mod tests {
             last.follow("c", "ming", "我来弄", at(11)).as_deref(),
             Some("车子的保险谁去续？"),
             "the late line is older, and its own speaker's"
+        );
+    }
+
+    #[test]
+    fn a_message_sent_again_is_kept_once() {
+        let last = LastSaid::new(Duration::minutes(5));
+        last.follow("c", "li", "周六几点集合？", at(0));
+        last.follow("c", "mei", "周日聚餐在哪？", at(1));
+        last.follow("c", "mei", "周日聚餐在哪？", at(1));
+        assert_eq!(
+            last.follow("c", "ming", "老地方", at(2)).as_deref(),
+            Some("周六几点集合？\n周日聚餐在哪？"),
+            "a resent line takes no second slot"
         );
     }
 
