@@ -3,30 +3,38 @@
 //! - a message that says nothing on its own ("👌", "+1", "[图片]": `working::statement`) is
 //!   left out. Short messages sit close to everything in an embedding model's space, and on the
 //!   group-chat bench they took the places of the answers;
-//! - a member's statements come first, then a member's questions (they share the question's
-//!   words, so they outscore the answer, but they answer nothing), then the bot's own replies
-//!   (they echo what it was told or, at worst, what it made up);
+//! - a member's statements come first, then a member's terse statements (`is_terse`: "场地费记得
+//!   转我", "that last turn was brutal Ken"; said alone, they carry a name or a word of the
+//!   question and little else, and on the group-chat bench they held the places of the answers
+//!   and became chatter memories by the threshold rule; a reply is embedded with the question
+//!   it answers, so it stands as a statement), then a member's questions (they share
+//!   the question's words, so they outscore the answer, but they answer nothing), then the bot's
+//!   own replies (they echo what it was told or, at worst, what it made up);
 //! - the message that asks is left out (it was sent to the chat too, and finds itself first).
 //!
 //! A search by hand shows by score alone: it may look for any message, the bot's included, by
 //! its own words.
 
-use super::statement::{is_a_question, says_something};
+use super::statement::{is_a_question, is_terse, says_something};
 use crate::memory::model::ScoredMemory;
 use crate::memory::recall::mentions::without_mentions;
 use crate::memory::redact::redact;
-use crate::store::schema::BOT_TAG;
+use crate::store::schema::{BOT_TAG, REPLY_TAG};
 
 /// Candidates a recall searches for each recent message it shows: room for the messages that
 /// say nothing, the questions, the bot's replies and the asking message to give their places
 /// up.
 pub const CANDIDATES_PER_SHOWN: usize = 4;
 
-/// Where a candidate stands for a prompt: a member's statement, a member's question, the bot.
+/// Where a candidate stands for a prompt: a member's statement, a member's terse statement,
+/// a member's question, the bot.
 fn standing(h: &ScoredMemory) -> u8 {
-    if h.memory.tags.iter().any(|t| t == BOT_TAG) {
-        2
+    let tagged = |tag: &str| h.memory.tags.iter().any(|t| t == tag);
+    if tagged(BOT_TAG) {
+        3
     } else if is_a_question(&h.memory.content) {
+        2
+    } else if is_terse(&h.memory.content) && !tagged(REPLY_TAG) {
         1
     } else {
         0
@@ -63,12 +71,16 @@ mod tests {
     use crate::memory::model::Memory;
 
     fn said(content: &str, score: f32, bot: bool) -> ScoredMemory {
+        tagged(content, score, if bot { &[BOT_TAG] } else { &[] })
+    }
+
+    fn tagged(content: &str, score: f32, tags: &[&str]) -> ScoredMemory {
         ScoredMemory {
             memory: Memory {
                 id: content.into(),
                 content: content.into(),
                 reasoning: None,
-                tags: if bot { vec![BOT_TAG.into()] } else { vec![] },
+                tags: tags.iter().map(|t| t.to_string()).collect(),
                 memory_type: "message".into(),
                 strength: 1,
                 is_active: false,
@@ -132,5 +144,30 @@ mod tests {
             ["这周六活动照常：下午两点到四点，体育中心三号馆"]
         );
         assert_eq!(shown(candidates, "这周末在哪个馆打？", false, 3).len(), 3);
+    }
+
+    #[test]
+    fn a_terse_statement_gives_its_place_to_a_longer_one_unless_it_is_a_reply() {
+        let candidates = vec![
+            tagged("场地费记得转我", 0.97, &[]),
+            tagged("订好了，在老地方", 0.93, &[REPLY_TAG]),
+            tagged("我到了，场地开好了", 0.96, &[]),
+            tagged(
+                "这周六活动照常：下午两点到四点，体育中心三号馆，五号六号场",
+                0.80,
+                &[],
+            ),
+        ];
+        let for_prompt = shown(candidates.clone(), "这周末在哪个馆打？", true, 3);
+        assert_eq!(
+            texts(&for_prompt),
+            [
+                "订好了，在老地方",
+                "这周六活动照常：下午两点到四点，体育中心三号馆，五号六号场",
+                "场地费记得转我"
+            ]
+        );
+        let by_hand = shown(candidates, "这周末在哪个馆打？", false, 1);
+        assert_eq!(texts(&by_hand), ["场地费记得转我"]);
     }
 }

@@ -47,12 +47,29 @@ pub const SHORT_CHARS: usize = 16;
 pub const SHORT_WORDS: usize = 8;
 /// Whether `text` is short: too short to state a fact without what it answers.
 pub fn is_short(text: &str) -> bool {
-    let chars = text.chars().filter(|c| !c.is_whitespace()).count();
+    at_most(text, SHORT_CHARS, SHORT_WORDS)
+}
+
+/// Characters a terse message has at most when it is mostly CJK: "场地费记得转我" (7),
+/// "我到了，场地开好了" (9), but not "房租这个月涨到四千二了" (11).
+pub const TERSE_CHARS: usize = 10;
+/// Words a terse message has at most otherwise: "that last turn was brutal Ken" (6), but not
+/// "The quarterly report is due next Tuesday" (7).
+pub const TERSE_WORDS: usize = 6;
+/// Whether `text` is terse: a line that, said alone, carries a name or a word and little else.
+pub fn is_terse(text: &str) -> bool {
+    at_most(text, TERSE_CHARS, TERSE_WORDS)
+}
+
+/// Whether `text` has at most `chars` characters (spaces aside) when it is mostly CJK, or at
+/// most `words` words otherwise.
+fn at_most(text: &str, chars: usize, words: usize) -> bool {
+    let count = text.chars().filter(|c| !c.is_whitespace()).count();
     let cjk = text.chars().filter(|c| u32::from(*c) >= 0x2E80).count();
-    if cjk * 2 >= chars {
-        chars <= SHORT_CHARS
+    if cjk * 2 >= count {
+        count <= chars
     } else {
-        text.split_whitespace().count() <= SHORT_WORDS
+        text.split_whitespace().count() <= words
     }
 }
 
@@ -235,5 +252,23 @@ mod tests {
         assert!(!is_short(
             "The plumber is coming on Thursday morning between nine and eleven"
         ));
+    }
+
+    #[test]
+    fn terse_is_shorter_than_the_shortest_facts() {
+        for chatter in [
+            "场地费记得转我",
+            "我到了，场地开好了",
+            "that last turn was brutal Ken",
+        ] {
+            assert!(is_terse(chatter), "{chatter}");
+        }
+        for fact in [
+            "房租这个月涨到四千二了",
+            "妈妈对花生过敏，聚餐别点沙爹",
+            "The quarterly report is due next Tuesday",
+        ] {
+            assert!(!is_terse(fact), "{fact}");
+        }
     }
 }
