@@ -266,6 +266,34 @@ pub struct ModelFit {
     pub duplicates: super::duplicates::DuplicateBound,
 }
 
+/// The fits measured in this process, by model id and dimension: a model answers the probe
+/// set the same way every time, so a second service on it (a test host, a restarted plugin
+/// host) takes the fit it already has instead of measuring it again. Only a measurement that
+/// succeeded is kept.
+static MEASURED: std::sync::Mutex<Vec<((String, usize), ModelFit)>> =
+    std::sync::Mutex::new(Vec::new());
+
+/// [`calibrate`], once per model in this process: the fit measured before, or a new one.
+/// Whether it was measured before is the second value.
+pub async fn calibrate_once(embedder: &dyn Embedder) -> Result<(ModelFit, bool), EmbedError> {
+    let key = (embedder.model_id().to_string(), embedder.dimension());
+    let known = |measured: &[((String, usize), ModelFit)]| {
+        measured
+            .iter()
+            .find(|(k, _)| *k == key)
+            .map(|(_, fit)| fit.clone())
+    };
+    if let Some(fit) = known(&MEASURED.lock().unwrap_or_else(|p| p.into_inner())) {
+        return Ok((fit, true));
+    }
+    let fit = calibrate(embedder).await?;
+    let mut measured = MEASURED.lock().unwrap_or_else(|p| p.into_inner());
+    if known(&measured).is_none() {
+        measured.push((key, fit.clone()));
+    }
+    Ok((fit, false))
+}
+
 /// Measure `embedder` on the probe set (four embedding calls: each script's questions and
 /// memories), place the small-talk anchors (one more call) and measure the duplicate bound
 /// (one more).
@@ -350,6 +378,58 @@ fn fit(questions: &[Vec<f32>], memories: &[Vec<f32>]) -> ScriptFit {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use futures::future::BoxFuture;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// A model of 8 dimensions whose vectors come from the text's characters, counting its
+    /// calls.
+    struct Counted(&'static str, AtomicUsize);
+
+    impl Embedder for Counted {
+        fn model_id(&self) -> &str {
+            self.0
+        }
+        fn dimension(&self) -> usize {
+            8
+        }
+        fn embed(
+            &self,
+            _role: TextRole,
+            texts: Vec<String>,
+        ) -> BoxFuture<'_, Result<Vec<Vec<f32>>, EmbedError>> {
+            self.1.fetch_add(1, Ordering::SeqCst);
+            let vectors = texts
+                .iter()
+                .map(|t| {
+                    let mut v = vec![0.1f32; 8];
+                    for c in t.chars() {
+                        v[c as usize % 8] += 1.0;
+                    }
+                    let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+                    v.into_iter().map(|x| x / norm).collect()
+                })
+                .collect();
+            Box::pin(async move { Ok(vectors) })
+        }
+    }
+
+    #[tokio::test]
+    async fn a_model_is_measured_once_per_process_and_another_model_again() {
+        let first = Counted("test-calibrate-once-a", AtomicUsize::new(0));
+        let (fit, before) = calibrate_once(&first).await.unwrap();
+        assert!(!before);
+        let calls = first.1.load(Ordering::SeqCst);
+        assert!(calls >= 4, "{calls} calls");
+        let again = Counted("test-calibrate-once-a", AtomicUsize::new(0));
+        let (same, before) = calibrate_once(&again).await.unwrap();
+        assert!(before);
+        assert_eq!(again.1.load(Ordering::SeqCst), 0);
+        assert_eq!(same.calibration, fit.calibration);
+        let other = Counted("test-calibrate-once-b", AtomicUsize::new(0));
+        let (_, before) = calibrate_once(&other).await.unwrap();
+        assert!(!before);
+        assert_eq!(other.1.load(Ordering::SeqCst), calls);
+    }
 
     #[test]
     fn a_query_counts_as_cjk_when_a_third_of_its_letters_are() {

@@ -34,7 +34,7 @@ use super::model::*;
 use super::recall::read_filter::{memories_filter, messages_filter};
 use super::MemoryError;
 use crate::config::{Config, MigrationMode, RecallConfig, ScopeFilterMode};
-use crate::embed::calibration::{calibrate, Calibration, ModelFit};
+use crate::embed::calibration::{calibrate_once, Calibration, ModelFit};
 use crate::embed::Embedder;
 use crate::migrate::backfill::{BackfillHandle, BackfillProgress, BackfillSettings};
 use crate::migrate::checkpoint;

@@ -440,11 +440,12 @@ async fn measure_model(embedder: Arc<dyn Embedder>, into: Arc<std::sync::OnceLoc
 
 /// One measurement of the embedder, stored in `into`; whether it succeeded.
 async fn measure_once(embedder: &dyn Embedder, into: &std::sync::OnceLock<ModelFit>) -> bool {
-    match calibrate(embedder).await {
-        Ok(fit) => {
+    match calibrate_once(embedder).await {
+        Ok((fit, measured_before)) => {
             let c = &fit.calibration;
             tracing::info!(
                 model = embedder.model_id(),
+                measured_before,
                 cjk_accuracy = c.cjk.accuracy,
                 cjk_similarity_cut = c.cjk.similarity_cut(),
                 cjk_vector_weight = c.cjk.vector_weight(),
