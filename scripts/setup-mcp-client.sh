@@ -11,18 +11,12 @@ MOTO_VERSION=5.2.5
 
 log() { printf '[setup-mcp-client] %s\n' "$*" >&2; }
 
-installed_version() {
-  "$VENV/bin/python" - "$1" <<'PY' 2>/dev/null
-import sys
-from importlib.metadata import version
-print(version(sys.argv[1]))
-PY
-}
+. "$(dirname "$0")/venv.sh"
 
 present() {
   [ -x "$VENV/bin/python" ] \
-    && [ "$(installed_version mcp || true)" = "$MCP_VERSION" ] \
-    && [ "$(installed_version moto || true)" = "$MOTO_VERSION" ] \
+    && [ "$(installed_version "$VENV" mcp || true)" = "$MCP_VERSION" ] \
+    && [ "$(installed_version "$VENV" moto || true)" = "$MOTO_VERSION" ] \
     && [ -x "$VENV/bin/moto_server" ]
 }
 
@@ -33,7 +27,6 @@ fi
 
 command -v python3 >/dev/null 2>&1 || { log "python3 is missing: run scripts/setup.sh first"; exit 1; }
 
-. "$(dirname "$0")/venv.sh"
 ensure_venv "$VENV"
 
 log "installing mcp==$MCP_VERSION and moto[server]==$MOTO_VERSION into $VENV"
@@ -41,7 +34,7 @@ log "installing mcp==$MCP_VERSION and moto[server]==$MOTO_VERSION into $VENV"
   "mcp==$MCP_VERSION" "moto[server]==$MOTO_VERSION"
 if ! present; then
   log "expected mcp==$MCP_VERSION and moto[server]==$MOTO_VERSION in $VENV, found" \
-      "mcp '$(installed_version mcp || true)', moto '$(installed_version moto || true)'"
+      "mcp '$(installed_version "$VENV" mcp || true)', moto '$(installed_version "$VENV" moto || true)'"
   exit 1
 fi
 log "mcp==$MCP_VERSION and moto[server]==$MOTO_VERSION installed in $VENV"
