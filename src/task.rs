@@ -11,7 +11,7 @@ pub struct TaskSlot(Mutex<Option<JoinHandle<()>>>);
 
 impl TaskSlot {
     /// Spawn `fut` unless a task is already running; returns whether it spawned.
-    pub fn spawn_if_idle<F>(&self, fut: F) -> bool
+    pub(crate) fn spawn_if_idle<F>(&self, fut: F) -> bool
     where
         F: Future<Output = ()> + Send + 'static,
     {
@@ -51,7 +51,7 @@ impl TaskSlot {
     }
 
     /// Whether a task was ever started and has not been joined or aborted.
-    pub fn is_set(&self) -> bool {
+    pub(crate) fn is_set(&self) -> bool {
         self.0.lock().map(|t| t.is_some()).unwrap_or(false)
     }
 }

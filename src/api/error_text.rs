@@ -5,7 +5,7 @@
 /// An error message fit for a response: every absolute filesystem path or object-store URI in
 /// it (Lance names the file it could not read and its own source file) becomes `<path>`. The
 /// full text stays in the log.
-pub fn without_paths(message: &str) -> String {
+pub(crate) fn without_paths(message: &str) -> String {
     let mut out = String::with_capacity(message.len());
     let mut token = String::new();
     let flush = |token: &mut String, out: &mut String| {

@@ -316,7 +316,7 @@ impl Guard {
     /// [`Guard::new`] for a router that cannot fail: an invalid `allowed_hosts` entry is logged
     /// and left out (so it admits nothing). `scopemem serve` validates with [`check_server`]
     /// first, so this only matters to other users of the library.
-    pub fn for_server(server: &ServerConfig) -> Guard {
+    pub(crate) fn for_server(server: &ServerConfig) -> Guard {
         let mut hosts = loopback();
         for entry in &server.allowed_hosts {
             match allowed_entry(entry) {
@@ -335,13 +335,14 @@ impl Guard {
     }
 
     /// Count every refusal in `metrics` (shown in `/metrics` as `scopemem_http_refused_total`).
-    pub fn counting_into(mut self, metrics: Arc<super::metrics::Metrics>) -> Guard {
+    pub(crate) fn counting_into(mut self, metrics: Arc<super::metrics::Metrics>) -> Guard {
         self.metrics = Some(metrics);
         self
     }
 
     /// Whether a token is required.
-    pub fn requires_token(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn requires_token(&self) -> bool {
         self.token.is_some()
     }
 
@@ -356,7 +357,11 @@ impl Guard {
 
     /// The Host check: exactly one `Host` header naming an allowed host; an absolute-form
     /// request target (`GET http://x/…`) must name an allowed host too.
-    pub fn check_host(&self, headers: &HeaderMap, uri: &axum::http::Uri) -> Result<(), Refusal> {
+    pub(crate) fn check_host(
+        &self,
+        headers: &HeaderMap,
+        uri: &axum::http::Uri,
+    ) -> Result<(), Refusal> {
         let mut values = headers.get_all(HOST).iter();
         let Some(value) = values.next() else {
             return Err(Refusal::Host {
@@ -384,7 +389,7 @@ impl Guard {
 
     /// The token check (a no-op when no token is configured): exactly one
     /// `Authorization: Bearer <token>` whose token matches, compared in constant time.
-    pub fn check_token(&self, headers: &HeaderMap) -> Result<(), Refusal> {
+    pub(crate) fn check_token(&self, headers: &HeaderMap) -> Result<(), Refusal> {
         let Some(expected) = &self.token else {
             return Ok(());
         };
@@ -466,7 +471,7 @@ fn is_safe(method: &Method) -> bool {
 
 /// The cross-site rule for state-changing requests (see the module docs). Runs after the Host
 /// check, so `Host` is known to be a single, allowed value.
-pub fn check_same_origin(method: &Method, headers: &HeaderMap) -> Result<(), Refusal> {
+pub(crate) fn check_same_origin(method: &Method, headers: &HeaderMap) -> Result<(), Refusal> {
     if is_safe(method) {
         return Ok(());
     }
@@ -520,7 +525,7 @@ pub fn protect(router: Router, guard: Arc<Guard>) -> Router {
 
 /// Whether `serve` may listen on `addrs` (what `http_addr` resolved to): every address must be
 /// loopback unless a token is set. IPv4-mapped IPv6 (`::ffff:127.0.0.1`) counts as its IPv4.
-pub fn check_addrs(
+pub(crate) fn check_addrs(
     http_addr: &str,
     addrs: &[SocketAddr],
     token: Option<&Secret>,
@@ -544,7 +549,7 @@ pub fn check_addrs(
 
 /// Resolve `http_addr` and apply [`check_addrs`]. Returns the addresses checked, so the caller
 /// binds exactly those (a second lookup could answer differently).
-pub async fn check_bind(
+pub(crate) async fn check_bind(
     http_addr: &str,
     token: Option<&Secret>,
 ) -> Result<Vec<SocketAddr>, GuardError> {

@@ -88,7 +88,7 @@ fn meta_str(meta: &JsonObject, key: &'static str) -> Result<Option<String>, Meta
 /// name the group rather than the editor chat) must not be overridden by the editor. Content
 /// checks (empty, too long, control characters) stay in the memory layer, the one place that
 /// defines a valid conversation id.
-pub fn call_context(meta: &JsonObject) -> Result<CallContext, MetaError> {
+pub(crate) fn call_context(meta: &JsonObject) -> Result<CallContext, MetaError> {
     let conversation_id = match meta_str(meta, META_CONVERSATION_ID)? {
         Some(id) => id,
         None => {
@@ -102,7 +102,7 @@ pub fn call_context(meta: &JsonObject) -> Result<CallContext, MetaError> {
 }
 
 /// A host tool as an MCP tool: same name, description and argument schema.
-pub fn mcp_tool(spec: ToolSpec) -> Tool {
+pub(crate) fn mcp_tool(spec: ToolSpec) -> Tool {
     let schema = match spec.input_schema {
         Value::Object(map) => map,
         // Host schemas are objects; an MCP input schema must be one, so never send anything else.
@@ -119,7 +119,7 @@ fn error_result(code: &str, message: &str) -> CallToolResult {
 
 /// The host's answer as a tool result: the JSON both as text (what every client shows the model)
 /// and as structured content (for clients that read it).
-pub fn tool_result(outcome: Result<Value, PluginError>) -> CallToolResult {
+pub(crate) fn tool_result(outcome: Result<Value, PluginError>) -> CallToolResult {
     match outcome {
         Ok(value) => {
             let mut result = CallToolResult::success(vec![ContentBlock::text(value.to_string())]);
@@ -243,7 +243,7 @@ pub async fn serve_stdio(host: Arc<PluginHost>) -> Result<(), McpError> {
 /// `serve` or pile up per-session state. rmcp's own `Host` check (against DNS rebinding) stays on
 /// as a second line behind `api::guard`, with the same names: its loopback defaults plus
 /// `server.allowed_hosts` (else a configured name would pass the guard and fail here).
-pub fn http_service(
+pub(crate) fn http_service(
     host: Arc<PluginHost>,
 ) -> StreamableHttpService<McpServer, NeverSessionManager> {
     let defaults = StreamableHttpServerConfig::default();

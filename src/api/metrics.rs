@@ -58,7 +58,11 @@ impl Metrics {
 
 /// Axum middleware: time every request, labelled by its route pattern (not the raw path, so
 /// ids in paths do not explode the label set).
-pub async fn track(State(metrics): State<Arc<Metrics>>, req: Request, next: Next) -> Response {
+pub(crate) async fn track(
+    State(metrics): State<Arc<Metrics>>,
+    req: Request,
+    next: Next,
+) -> Response {
     let route = req
         .extensions()
         .get::<MatchedPath>()

@@ -35,7 +35,7 @@ impl Bar {
     }
 
     /// Draw `done` of `total` (a spinner-less count when the total is unknown) and a detail.
-    pub fn draw(&self, done: u64, total: Option<u64>, detail: &str) {
+    pub(crate) fn draw(&self, done: u64, total: Option<u64>, detail: &str) {
         if !self.visible {
             return;
         }

@@ -30,7 +30,7 @@ const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; img-
                    frame-ancestors 'none'";
 
 /// Whether `path` is one of the page's static files.
-pub fn is_asset(path: &str) -> bool {
+pub(crate) fn is_asset(path: &str) -> bool {
     ASSET_PATHS.contains(&path)
 }
 

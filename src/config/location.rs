@@ -118,7 +118,7 @@ impl DbLocation {
     }
 
     /// The directory, when the table is local (fsync, disk usage and OS locks need one).
-    pub fn local_dir(&self) -> Option<&Path> {
+    pub(crate) fn local_dir(&self) -> Option<&Path> {
         match &self.root {
             Root::Dir(d) => Some(d),
             Root::Bucket(_) => None,
@@ -126,7 +126,8 @@ impl DbLocation {
     }
 
     /// Whether the table is in an object store.
-    pub fn is_remote(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_remote(&self) -> bool {
         matches!(self.root, Root::Bucket(_))
     }
 
@@ -151,7 +152,7 @@ impl DbLocation {
     }
 
     /// `<db>/<table>.lance` on a local directory (what `power` durability fsyncs).
-    pub fn table_dir(&self, table: &str) -> Option<PathBuf> {
+    pub(crate) fn table_dir(&self, table: &str) -> Option<PathBuf> {
         self.local_dir().map(|d| d.join(format!("{table}.lance")))
     }
 }

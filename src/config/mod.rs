@@ -240,7 +240,7 @@ pub struct StorageConfig {
 
 impl StorageConfig {
     /// Compaction period as a `Duration`.
-    pub fn compaction_interval(&self) -> Duration {
+    pub(crate) fn compaction_interval(&self) -> Duration {
         Duration::from_secs(self.compaction_interval_secs)
     }
 
@@ -250,7 +250,7 @@ impl StorageConfig {
     }
 
     /// Age after which old table versions are pruned.
-    pub fn keep_versions(&self) -> Duration {
+    pub(crate) fn keep_versions(&self) -> Duration {
         Duration::from_secs_f64(self.keep_versions_minutes * 60.0)
     }
 
@@ -263,7 +263,7 @@ impl StorageConfig {
         }
     }
 
-    pub fn lease_ttl(&self) -> Duration {
+    pub(crate) fn lease_ttl(&self) -> Duration {
         Duration::from_secs(self.lease_ttl_secs)
     }
 }
@@ -347,7 +347,7 @@ impl Secret {
     }
 
     /// The secret itself, for the one comparison that needs it.
-    pub fn expose(&self) -> &str {
+    pub(crate) fn expose(&self) -> &str {
         &self.0
     }
 }
@@ -628,7 +628,8 @@ impl Config {
     }
 
     /// Loads config from JSON text (errors name the source as `<inline>`).
-    pub fn from_json_str(text: &str) -> Result<Loaded, ConfigError> {
+    #[cfg(test)]
+    pub(crate) fn from_json_str(text: &str) -> Result<Loaded, ConfigError> {
         Self::parse_text(text, Path::new("<inline>"))
     }
 

@@ -32,7 +32,7 @@ fn install_prefix() -> Option<PathBuf> {
 /// The directory of the Python package `name` installed in the same environment (venv, user
 /// site or system prefix) as the running binary: `<prefix>/lib/python3.*/site-packages/<name>`,
 /// where pip puts a package the scopemem wheel depends on.
-pub fn python_package_beside_binary(name: &str) -> Option<PathBuf> {
+pub(crate) fn python_package_beside_binary(name: &str) -> Option<PathBuf> {
     python_package_under(&install_prefix()?, name)
 }
 

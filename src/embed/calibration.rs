@@ -184,7 +184,7 @@ impl ScriptFit {
     /// this script at most one time in five: all-MiniLM on Chinese) to `1 - MIN_LIST_WEIGHT`
     /// (four in five or better: e5 on Chinese, MiniLM on English), linear between. Neither list
     /// ever counts for nothing: a weak list still settles the stronger list's near-ties.
-    pub fn vector_weight(&self) -> f32 {
+    pub(crate) fn vector_weight(&self) -> f32 {
         ((self.accuracy - 0.2) / 0.6).clamp(MIN_LIST_WEIGHT, 1.0 - MIN_LIST_WEIGHT)
     }
 }
@@ -224,7 +224,7 @@ impl Calibration {
     };
 
     /// The fit for `query`'s script ([`Script::of`]; mixed text counts as Latin).
-    pub fn for_query(&self, query: &str) -> &ScriptFit {
+    pub(crate) fn for_query(&self, query: &str) -> &ScriptFit {
         match Script::of(query) {
             Script::Cjk => &self.cjk,
             Script::Latin | Script::Mixed => &self.latin,
@@ -235,7 +235,7 @@ impl Calibration {
     /// similarity, as spreads above the cross-script noise, becomes the same number of spreads
     /// above the query script's noise. `None` for a mixed-script query, and when the model
     /// does not rank across scripts ([`CROSS_MIN_ACCURACY`]) or was not measured.
-    pub fn rescale_for(&self, query: &str) -> Option<ScriptRescale> {
+    pub(crate) fn rescale_for(&self, query: &str) -> Option<ScriptRescale> {
         let (own, cross, other) = match Script::of(query) {
             Script::Cjk => (&self.cjk, &self.cjk_to_latin, Script::Latin),
             Script::Latin => (&self.latin, &self.latin_to_cjk, Script::Cjk),
@@ -297,7 +297,7 @@ pub async fn calibrate_once(embedder: &dyn Embedder) -> Result<(ModelFit, bool),
 /// Measure `embedder` on the probe set (four embedding calls: each script's questions and
 /// memories), place the small-talk anchors (one more call) and measure the duplicate bound
 /// (one more).
-pub async fn calibrate(embedder: &dyn Embedder) -> Result<ModelFit, EmbedError> {
+pub(crate) async fn calibrate(embedder: &dyn Embedder) -> Result<ModelFit, EmbedError> {
     let cjk = embed_pairs(embedder, &CJK_PAIRS).await?;
     let latin = embed_pairs(embedder, &LATIN_PAIRS).await?;
     let small_talk = SmallTalk::measure(embedder, &cjk.0, &latin.0).await?;

@@ -86,7 +86,7 @@ impl E5Files {
 }
 
 /// Check that `path` is the file whose sha256 is `expected`, reading it once.
-pub fn verify(path: &Path, expected: &str, what: &str) -> Result<(), EmbedError> {
+pub(crate) fn verify(path: &Path, expected: &str, what: &str) -> Result<(), EmbedError> {
     let bytes = std::fs::read(path).map_err(|e| {
         EmbedError::Files(format!(
             "cannot read the {what} {} ({e}); run `make setup` (scripts/setup.sh) or \
@@ -226,7 +226,7 @@ impl E5Engine {
 
     /// Cap the OpenMP team of the calling thread's later calls at `threads`. OpenMP keeps
     /// this per thread, so call it on the thread that embeds.
-    pub fn bind_threads(&self, threads: usize) {
+    pub(crate) fn bind_threads(&self, threads: usize) {
         if let Some(set) = self.lib.set_threads {
             let n = c_int::try_from(threads.max(1)).unwrap_or(c_int::MAX);
             // SAFETY: omp_set_num_threads takes any positive count.
@@ -236,7 +236,7 @@ impl E5Engine {
 
     /// Tokens the model reads for `text` (with its prefix and the two special tokens).
     #[cfg(test)]
-    pub fn token_count(&mut self, text: &str, is_query: bool) -> Result<usize, EmbedError> {
+    pub(crate) fn token_count(&mut self, text: &str, is_query: bool) -> Result<usize, EmbedError> {
         let c = c_text(text)?;
         // SAFETY: a live handle and a NUL-terminated string.
         let n = unsafe { (self.lib.token_count)(self.model, c.as_ptr(), c_int::from(is_query)) };

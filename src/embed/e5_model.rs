@@ -27,7 +27,7 @@ pub fn model_id() -> String {
 }
 
 /// Whether a table's recorded model id is this model's.
-pub fn is_e5_model_id(id: &str) -> bool {
+pub(crate) fn is_e5_model_id(id: &str) -> bool {
     id == model_id()
 }
 

@@ -19,7 +19,7 @@ use super::{
 };
 
 /// The local model's settings from config.
-pub fn local_settings(config: &EmbeddingConfig) -> LocalSettings {
+pub(crate) fn local_settings(config: &EmbeddingConfig) -> LocalSettings {
     LocalSettings {
         pooling: match config.pooling {
             PoolingMode::Mean => PoolingKind::Mean,
@@ -33,7 +33,7 @@ pub fn local_settings(config: &EmbeddingConfig) -> LocalSettings {
 }
 
 /// The OpenAI-compatible provider's settings from config.
-pub fn openai_settings(config: &EmbeddingConfig) -> OpenAiSettings {
+pub(crate) fn openai_settings(config: &EmbeddingConfig) -> OpenAiSettings {
     OpenAiSettings {
         base_url: config.base_url.clone(),
         model: config.model.clone(),
@@ -53,7 +53,7 @@ pub fn openai_settings(config: &EmbeddingConfig) -> OpenAiSettings {
 
 /// Load the embedder of `config`; `table_dimension` finds the existing table's vector
 /// dimension, the fallback when an `openai` server cannot be asked at start-up.
-pub async fn load_embedding<F, Fut>(
+pub(crate) async fn load_embedding<F, Fut>(
     config: &EmbeddingConfig,
     table_dimension: F,
 ) -> Result<Arc<dyn Embedder>, EmbedError>

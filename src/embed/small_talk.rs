@@ -188,7 +188,7 @@ impl SmallTalk {
     }
 
     /// The best similarity of a (unit-length) query vector to the anchors.
-    pub fn closeness(&self, query: &[f32]) -> f32 {
+    pub(crate) fn closeness(&self, query: &[f32]) -> f32 {
         self.anchors
             .iter()
             .map(|a| a.iter().zip(query).map(|(x, y)| x * y).sum::<f32>())
@@ -197,7 +197,7 @@ impl SmallTalk {
 
     /// How many spreads above real questions' level `query` sits for a text of `script`
     /// (mixed text counts as Latin, as in the calibration). 0 when the level has no spread.
-    pub fn chat_z(&self, query: &[f32], script: Script) -> f32 {
+    pub(crate) fn chat_z(&self, query: &[f32], script: Script) -> f32 {
         let level = match script {
             Script::Cjk => self.cjk,
             Script::Latin | Script::Mixed => self.latin,

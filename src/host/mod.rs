@@ -51,7 +51,7 @@ pub enum Fault {
 }
 
 impl PluginError {
-    pub fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
+    pub(crate) fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
         PluginError {
             code,
             message: message.into(),
@@ -75,7 +75,7 @@ impl PluginError {
         }
     }
 
-    pub fn internal(message: impl Into<String>) -> Self {
+    pub(crate) fn internal(message: impl Into<String>) -> Self {
         PluginError {
             code: "internal",
             message: message.into(),
@@ -146,7 +146,7 @@ const STORE_BUSY_RETRY_AFTER_SECS: u64 = 1;
 const EMBED_RETRY_AFTER_SECS: u64 = 5;
 
 /// Whether an error message reports a full disk (ENOSPC, or a quota).
-pub fn is_disk_full(message: &str) -> bool {
+pub(crate) fn is_disk_full(message: &str) -> bool {
     message.contains("No space left on device")
         || message.contains("os error 28")
         || message.contains("Disk quota exceeded")
@@ -154,7 +154,7 @@ pub fn is_disk_full(message: &str) -> bool {
 }
 
 /// A reply as the JSON body it is sent as.
-pub fn json_of(reply: &Reply) -> Result<Value, PluginError> {
+pub(crate) fn json_of(reply: &Reply) -> Result<Value, PluginError> {
     serde_json::to_value(reply).map_err(|e| PluginError::internal(e.to_string()))
 }
 
@@ -293,7 +293,7 @@ impl PluginHost {
     }
 
     /// Run `request` on the plugin that serves its operation.
-    pub async fn dispatch(&self, request: Request) -> Result<Reply, PluginError> {
+    pub(crate) async fn dispatch(&self, request: Request) -> Result<Reply, PluginError> {
         let operation = request.operation();
         match self.routes.get(&operation) {
             Some(p) => p.invoke(request).await,
@@ -318,7 +318,7 @@ impl PluginHost {
     }
 
     /// Run a tool for the conversation in `ctx` (HTTP body, MCP `_meta`, framework event).
-    pub async fn run_tool(
+    pub(crate) async fn run_tool(
         &self,
         name: &str,
         ctx: CallContext,
@@ -343,14 +343,10 @@ impl PluginHost {
         json_of(&self.run_tool(name, ctx, arguments).await?)
     }
 
-    pub fn plugin_names(&self) -> Vec<&'static str> {
-        self.plugins.iter().map(|p| p.name()).collect()
-    }
-
     /// Export, as JSON lines in the `scopemem export` format, what one conversation may read:
     /// the recall predicate of its scope (`GET /v1/export`). Buffered: a conversation's view
     /// is bounded by what it can recall, and a half-sent export would look complete.
-    pub async fn export_visible(
+    pub(crate) async fn export_visible(
         &self,
         conversation_id: &str,
         persona: Option<&str>,

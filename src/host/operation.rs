@@ -62,7 +62,7 @@ operations! {
 
 impl Operation {
     /// The operation called `name`, if any.
-    pub fn from_name(name: &str) -> Option<Operation> {
+    pub(crate) fn from_name(name: &str) -> Option<Operation> {
         Operation::ALL.iter().copied().find(|op| op.name() == name)
     }
 }

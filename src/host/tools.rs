@@ -18,7 +18,7 @@ pub const REMEMBER: &str = "core_memory_remember";
 pub const RECALL: &str = "core_memory_recall";
 pub const UPDATE: &str = "core_memory_update";
 
-pub fn specs() -> Vec<ToolSpec> {
+pub(crate) fn specs() -> Vec<ToolSpec> {
     vec![
         ToolSpec {
             name: REMEMBER,
@@ -94,7 +94,7 @@ pub enum UpdateCall {
     Delete(ForgetRequest),
 }
 
-pub fn update_request(ctx: CallContext, args: Value) -> Result<UpdateCall, PluginError> {
+pub(crate) fn update_request(ctx: CallContext, args: Value) -> Result<UpdateCall, PluginError> {
     let mut map = arguments(UPDATE, args)?;
     let memory_id: String = take(&mut map, "memory_id")?
         .ok_or_else(|| PluginError::bad_request("invalid_arguments", "'memory_id' is required"))?;
@@ -168,7 +168,10 @@ fn take<T: serde::de::DeserializeOwned>(
     }
 }
 
-pub fn remember_request(ctx: CallContext, args: Value) -> Result<RememberRequest, PluginError> {
+pub(crate) fn remember_request(
+    ctx: CallContext,
+    args: Value,
+) -> Result<RememberRequest, PluginError> {
     let mut map = arguments(REMEMBER, args)?;
     let content: Option<String> = take(&mut map, "content")?;
     let judgment: Option<String> = take(&mut map, "judgment")?;
@@ -187,7 +190,7 @@ pub fn remember_request(ctx: CallContext, args: Value) -> Result<RememberRequest
     })
 }
 
-pub fn recall_request(ctx: CallContext, args: Value) -> Result<RecallRequest, PluginError> {
+pub(crate) fn recall_request(ctx: CallContext, args: Value) -> Result<RecallRequest, PluginError> {
     let mut map = arguments(RECALL, args)?;
     let query: String = take(&mut map, "query")?
         .ok_or_else(|| PluginError::bad_request("invalid_arguments", "'query' is required"))?;

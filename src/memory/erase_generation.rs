@@ -44,20 +44,20 @@ impl EraseGeneration {
     }
 
     /// The generation on disk when it differs from the one this process caught up with.
-    pub fn unseen(&self) -> Option<u64> {
+    pub(crate) fn unseen(&self) -> Option<u64> {
         let now = read_counter(self.file.as_ref()?);
         (now != self.seen.load(Ordering::Acquire)).then_some(now)
     }
 
     /// This process has caught up with generation `g` (read before catching up).
-    pub fn mark_seen(&self, g: u64) {
+    pub(crate) fn mark_seen(&self, g: u64) {
         self.seen.store(g, Ordering::Release);
     }
 
     /// Tell the other processes an erase committed. Under the file's lock, so two erases at
     /// once both count; no fsync: the processes share the page cache, and after a crash every
     /// process starts from the table as it is.
-    pub async fn bump(&self) -> std::io::Result<()> {
+    pub(crate) async fn bump(&self) -> std::io::Result<()> {
         let Some(file) = self.file.as_ref() else {
             return Ok(());
         };

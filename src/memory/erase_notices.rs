@@ -68,7 +68,7 @@ impl EraseNotice {
 
     /// Whether an unapplied feedback job would write what this erase removed: a job of the
     /// erased conversation or scope.
-    pub fn selects(&self, job: &FeedbackJob) -> bool {
+    pub(crate) fn selects(&self, job: &FeedbackJob) -> bool {
         self.conversation_id.as_deref() == Some(job.conversation_id.as_str())
             || self.scope.as_deref() == Some(job.scope.as_str())
     }
@@ -94,7 +94,7 @@ impl EraseNotices {
     }
 
     /// Leave `notice` beside the table for the other processes.
-    pub async fn publish(&self, notice: &EraseNotice) -> Result<(), BesideError> {
+    pub(crate) async fn publish(&self, notice: &EraseNotice) -> Result<(), BesideError> {
         let name = format!(
             "{}{:020}-{}.json",
             self.prefix,
@@ -116,7 +116,7 @@ impl EraseNotices {
     /// Notices this process has not handled yet, oldest first. Each is returned once; notices
     /// older than [`NOTICE_RETENTION`] are removed instead (by whichever process sees them).
     /// One that does not parse is skipped with a warning (once).
-    pub async fn unseen(&self) -> Result<Vec<(String, EraseNotice)>, BesideError> {
+    pub(crate) async fn unseen(&self) -> Result<Vec<(String, EraseNotice)>, BesideError> {
         let names = self.beside.list(&self.prefix).await?;
         let fresh: Vec<String> = {
             let seen = self.seen.lock().map_err(|_| BesideError {
@@ -151,7 +151,7 @@ impl EraseNotices {
     }
 
     /// Count `name` as handled.
-    pub fn mark_seen(&self, name: &str) {
+    pub(crate) fn mark_seen(&self, name: &str) {
         if let Ok(mut seen) = self.seen.lock() {
             seen.insert(name.to_owned());
         }

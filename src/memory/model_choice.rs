@@ -57,7 +57,7 @@ pub async fn load_embedder(
 
 /// What `auto` becomes for a table recorded as `recorded` (`None`: no table yet); `reembed`:
 /// the operator asked to re-embed it (`scopemem migrate reembed`).
-pub fn choose(recorded: Option<&VectorColumns>, reembed: bool) -> EmbeddingProvider {
+pub(crate) fn choose(recorded: Option<&VectorColumns>, reembed: bool) -> EmbeddingProvider {
     let Some(cols) = recorded else {
         return EmbeddingProvider::E5;
     };

@@ -65,7 +65,7 @@ impl Retention {
     /// should push its expiry out: a rule-made memory whose expiry falls a day or more
     /// ([`RULE_MADE_SLACK`]) short of now + the rule-made TTL. The rest of the time a recall
     /// of it writes nothing.
-    pub fn rule_made_due(
+    pub(crate) fn rule_made_due(
         &self,
         reasoning: Option<&str>,
         expires_at: Option<&str>,
@@ -82,7 +82,7 @@ impl Retention {
     }
 
     /// Memory types with a TTL, and the TTL.
-    pub fn ttls(&self) -> impl Iterator<Item = (&str, Duration)> + '_ {
+    pub(crate) fn ttls(&self) -> impl Iterator<Item = (&str, Duration)> + '_ {
         self.ttl.iter().map(|(t, d)| (t.as_str(), *d))
     }
 
@@ -100,7 +100,10 @@ impl Retention {
 
 /// Parse a caller's `expires_at` (RFC 3339 with an offset); it must lie in the future, since
 /// writing an already expired memory can only be a mistake.
-pub fn parse_expires_at(raw: &str, now: DateTime<Utc>) -> Result<DateTime<Utc>, MemoryError> {
+pub(crate) fn parse_expires_at(
+    raw: &str,
+    now: DateTime<Utc>,
+) -> Result<DateTime<Utc>, MemoryError> {
     let invalid = |message: String| MemoryError::InvalidInput {
         field: "expires_at",
         message,

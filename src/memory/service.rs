@@ -274,7 +274,7 @@ impl MemoryService {
 
     /// Whether the injection event holds memories back for messages that ask for none
     /// (`recall.relevance_gate`); explicit recalls never are.
-    pub fn injection_gate(&self) -> bool {
+    pub(crate) fn injection_gate(&self) -> bool {
         self.settings.recall.relevance_gate
     }
 
@@ -284,7 +284,7 @@ impl MemoryService {
     }
 
     /// Who holds the maintenance lease now, if anyone.
-    pub async fn lease_holder(&self) -> Option<lease::LeaseHolder> {
+    pub(crate) async fn lease_holder(&self) -> Option<lease::LeaseHolder> {
         lease::current_holder(self.store.beside(), self.store.table().name()).await
     }
 
@@ -519,12 +519,12 @@ impl MemoryService {
     }
 
     /// The table's counts (rows by scope, NULL-scope rows, fragments, versions) for `/metrics`.
-    pub async fn table_stats(&self) -> Result<crate::store::StoreStats, MemoryError> {
+    pub(crate) async fn table_stats(&self) -> Result<crate::store::StoreStats, MemoryError> {
         Ok(self.store.stats().await?)
     }
 
     /// The writer's running totals (commits, rows appended, retries) for `/metrics`.
-    pub fn writer_counters(&self) -> &crate::store::commit::WriterCounters {
+    pub(crate) fn writer_counters(&self) -> &crate::store::commit::WriterCounters {
         self.store.writer().counters()
     }
 

@@ -82,7 +82,7 @@ impl SpeakerNames {
 
     /// The person `query` names, looked up in `scopes` (`None`: every scope, the rollback
     /// switch). Empty when it names nobody this process heard.
-    pub fn named_in(&self, scopes: Option<&[String]>, query: &str) -> Person {
+    pub(crate) fn named_in(&self, scopes: Option<&[String]>, query: &str) -> Person {
         let Ok(names) = self.scopes.lock() else {
             return Person::default();
         };
@@ -112,7 +112,7 @@ impl Person {
     /// Whether a recall for a question naming this person (`query`) lifts `record`: said by
     /// them (by id, or under a name the question holds), or about them (a name of theirs in
     /// its text).
-    pub fn lifts(&self, query: &str, record: &MemoryRecord) -> bool {
+    pub(crate) fn lifts(&self, query: &str, record: &MemoryRecord) -> bool {
         let said_by_id = record
             .speaker_id
             .as_deref()

@@ -107,7 +107,7 @@ fn tail(text: &str, chars: usize) -> &str {
 
 /// The weighted sum of unit vectors, renormalised: one query vector whose cosine with a
 /// memory ranks as the weighted sum of the parts' cosines. `None` when it has no length.
-pub fn combine(parts: &[(&[f32], f32)]) -> Option<Vec<f32>> {
+pub(crate) fn combine(parts: &[(&[f32], f32)]) -> Option<Vec<f32>> {
     let dim = parts.first()?.0.len();
     let mut sum = vec![0.0f32; dim];
     for (vector, weight) in parts {

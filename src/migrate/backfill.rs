@@ -42,7 +42,7 @@ impl MigrationGate {
     pub fn new(on: bool) -> Self {
         MigrationGate(Arc::new(AtomicBool::new(on)))
     }
-    pub fn is_on(&self) -> bool {
+    pub(crate) fn is_on(&self) -> bool {
         self.0.load(Ordering::Acquire)
     }
     pub fn set(&self, on: bool) {
@@ -125,7 +125,7 @@ impl BackfillHandle {
     /// Read (or, when a migration just declared legacy rows, durably create) the checkpoint and
     /// decide whether recall starts in migration mode. Does no table scan: start-up cost does
     /// not depend on table size.
-    pub async fn prepare(
+    pub(crate) async fn prepare(
         store: Store,
         settings: BackfillSettings,
         backfill_needed: bool,
@@ -161,7 +161,7 @@ impl BackfillHandle {
     /// rows the backfill leaves (no `created_at`, NULL-scope imports) would stay visible to
     /// every conversation. Reads the checkpoint every `follow_every` while the gate is on (in
     /// `auto` mode only: `on`/`off` are the operator's), and stops once it has closed.
-    pub async fn follow_checkpoint(handle: std::sync::Weak<BackfillHandle>) {
+    pub(crate) async fn follow_checkpoint(handle: std::sync::Weak<BackfillHandle>) {
         loop {
             let Some(this) = handle.upgrade() else { return };
             if this.settings.mode != MigrationMode::Auto || !this.gate.is_on() {
@@ -198,7 +198,7 @@ impl BackfillHandle {
 
     /// `scopemem migrate run`: the indexes the backfill's scan filters by, then the backfill
     /// to completion in the foreground.
-    pub async fn run_foreground(
+    pub(crate) async fn run_foreground(
         &self,
         on_progress: impl Fn(&BackfillProgress),
     ) -> Result<BackfillProgress, MigrateError> {

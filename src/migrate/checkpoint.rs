@@ -91,7 +91,7 @@ impl CheckpointFile {
     }
 
     /// Where it is, for messages.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         self.beside.describe(&self.name)
     }
 
@@ -113,7 +113,7 @@ impl CheckpointFile {
     }
 
     /// Replace atomically: a crash leaves the old or the new state, never half.
-    pub async fn save(&self, checkpoint: &Checkpoint) -> Result<(), MigrateError> {
+    pub(crate) async fn save(&self, checkpoint: &Checkpoint) -> Result<(), MigrateError> {
         let bytes = serde_json::to_vec_pretty(checkpoint).map_err(|e| self.err(e))?;
         self.beside
             .write(&self.name, &bytes)

@@ -77,7 +77,7 @@ impl Column {
     }
 }
 
-pub fn schema_of(columns: &[Column], dimension: usize) -> Result<Arc<Schema>, MigrateError> {
+pub(crate) fn schema_of(columns: &[Column], dimension: usize) -> Result<Arc<Schema>, MigrateError> {
     let fields = columns
         .iter()
         .map(|c| c.field(dimension))

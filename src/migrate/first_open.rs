@@ -53,7 +53,10 @@ pub struct OpeningLock {
 
 /// Take the opening lock of `table` in the local directory `dir` (`None`: a bucket, no lock),
 /// waiting for another process's opening to finish, at most [`FIRST_COMMIT_WAIT`].
-pub async fn lock_opening(dir: Option<&Path>, table: &str) -> Result<OpeningLock, MigrateError> {
+pub(crate) async fn lock_opening(
+    dir: Option<&Path>,
+    table: &str,
+) -> Result<OpeningLock, MigrateError> {
     let Some(dir) = dir else {
         return Ok(OpeningLock { _file: None });
     };
@@ -90,7 +93,7 @@ pub async fn lock_opening(dir: Option<&Path>, table: &str) -> Result<OpeningLock
 
 /// Open `name`, or create it empty with `schema`. Returns the table and whether this call
 /// created it.
-pub async fn create_or_open(
+pub(crate) async fn create_or_open(
     conn: &Connection,
     name: &str,
     schema: SchemaRef,
@@ -126,7 +129,7 @@ pub async fn create_or_open(
 /// that opens an empty table, after its migrations: another process's column addition,
 /// planned on a version before the key, commits a schema without it, and that process then
 /// sets it again.
-pub async fn set_primary_key(table: &Table) -> Result<(), MigrateError> {
+pub(crate) async fn set_primary_key(table: &Table) -> Result<(), MigrateError> {
     let mut attempt = 0;
     loop {
         table.checkout_latest().await?;

@@ -58,7 +58,7 @@ pub async fn open_store(
 }
 
 /// [`open_store`] with how stale a read may be with respect to other processes' commits.
-pub async fn open_store_with(
+pub(crate) async fn open_store_with(
     db: &DbLocation,
     table_name: &str,
     model: &ModelInfo,

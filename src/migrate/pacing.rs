@@ -75,7 +75,7 @@ impl Pacer {
     }
 
     /// The pause before the next batch, given the foreground p99 now (`None`: no traffic).
-    pub fn next_pause(&mut self, p99: Option<Duration>) -> Duration {
+    pub(crate) fn next_pause(&mut self, p99: Option<Duration>) -> Duration {
         match self {
             Pacer::Fixed(pause) => *pause,
             Pacer::Adaptive { baseline, pause } => {

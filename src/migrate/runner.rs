@@ -78,7 +78,7 @@ fn native(table: &Table) -> Result<&lancedb::table::NativeTable, MigrateError> {
 
 /// The recorded schema version; a table without one is inferred from its columns (a table
 /// from another program without `memory_scope` is v1).
-pub async fn current_version(table: &Table) -> Result<u32, MigrateError> {
+pub(crate) async fn current_version(table: &Table) -> Result<u32, MigrateError> {
     let config = native(table)?.manifest().await?.config;
     if let Some(v) = config.get(META_SCHEMA_VERSION).and_then(|v| v.parse().ok()) {
         return Ok(v);

@@ -69,7 +69,7 @@ pub async fn read(
 
 /// Who holds the maintenance lease of `table` now (a running service, which does the
 /// migrations and a re-embed itself), read from the state beside the table without opening it.
-pub async fn lease_holder(
+pub(crate) async fn lease_holder(
     db: &DbLocation,
     table: &str,
     read_consistency: Duration,

@@ -167,7 +167,7 @@ impl ScopeMap {
 
     /// Marks conversations and personas incognito. Keys are checked like map keys; an unusable
     /// key is ignored with its reason (it could never match a request, so it hides nothing).
-    pub fn with_incognito(mut self, keys: &[String]) -> ScopeMap {
+    pub(crate) fn with_incognito(mut self, keys: &[String]) -> ScopeMap {
         for raw_key in keys {
             match check_key(raw_key) {
                 Ok(key) => {
@@ -183,7 +183,11 @@ impl ScopeMap {
     }
 
     /// Whether writes from this conversation (or, when given, this persona) must store nothing.
-    pub fn is_incognito(&self, conversation: &ConversationId, persona: Option<&str>) -> bool {
+    pub(crate) fn is_incognito(
+        &self,
+        conversation: &ConversationId,
+        persona: Option<&str>,
+    ) -> bool {
         let persona = persona.map(str::trim).filter(|p| !p.is_empty());
         persona.is_some_and(|name| {
             self.incognito
@@ -192,20 +196,20 @@ impl ScopeMap {
     }
 
     /// Incognito keys as loaded (trimmed), sorted for display.
-    pub fn incognito_keys(&self) -> Vec<&str> {
+    pub(crate) fn incognito_keys(&self) -> Vec<&str> {
         let mut keys: Vec<&str> = self.incognito.iter().map(String::as_str).collect();
         keys.sort_unstable();
         keys
     }
 
     /// Sets the `scope_filter` switch carried by this snapshot, so a reload can flip it too.
-    pub fn with_filter_mode(mut self, filter: ScopeFilterMode) -> ScopeMap {
+    pub(crate) fn with_filter_mode(mut self, filter: ScopeFilterMode) -> ScopeMap {
         self.filter = filter;
         self
     }
 
     /// The `scope_filter` switch of this snapshot.
-    pub fn filter_mode(&self) -> ScopeFilterMode {
+    pub(crate) fn filter_mode(&self) -> ScopeFilterMode {
         self.filter
     }
 
@@ -267,7 +271,7 @@ impl ScopeMap {
 
     /// Logs the summary at info (`event` is e.g. `startup` or `reload`), and warns while the
     /// rollback switch disables scope isolation (docs/design.md rule 10).
-    pub fn log_summary(&self, event: &str) {
+    pub(crate) fn log_summary(&self, event: &str) {
         let s = self.summary();
         tracing::info!(
             event,
@@ -323,7 +327,7 @@ impl ScopeMap {
     /// conversation (its private scope), whatever `unmapped_scope` says: raw words said in a
     /// private chat must never reach another chat because nobody mapped it. Messages carry no
     /// persona, so only the conversation's own entry counts.
-    pub fn resolve_chat(&self, conversation: &ConversationId) -> ResolvedScope {
+    pub(crate) fn resolve_chat(&self, conversation: &ConversationId) -> ResolvedScope {
         if let Some(scope) = self.mapped(conversation.as_str()) {
             return ResolvedScope {
                 scope,

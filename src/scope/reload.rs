@@ -24,18 +24,21 @@ pub struct ConfigWatcher {
     // Dropping the notify watcher closes the event channel, which ends the task.
     _watcher: RecommendedWatcher,
     task: JoinHandle<()>,
+    // Read by the tests (`reload_count`), to wait on a reload without sleeping.
+    #[cfg_attr(not(test), allow(dead_code))]
     reloads: Arc<AtomicU64>,
     failures: Arc<AtomicU64>,
 }
 
 impl ConfigWatcher {
-    /// Count of successful reloads (lets tests and status wait on a reload without sleeping).
-    pub fn reload_count(&self) -> Arc<AtomicU64> {
+    /// Count of successful reloads (lets tests wait on a reload without sleeping).
+    #[cfg(test)]
+    pub(crate) fn reload_count(&self) -> Arc<AtomicU64> {
         Arc::clone(&self.reloads)
     }
 
     /// Count of reloads rejected because the file was unreadable or invalid.
-    pub fn failure_count(&self) -> Arc<AtomicU64> {
+    pub(crate) fn failure_count(&self) -> Arc<AtomicU64> {
         Arc::clone(&self.failures)
     }
 }
@@ -52,7 +55,7 @@ impl Drop for ConfigWatcher {
 /// files by rename, which would orphan a watch on the old inode. Events are debounced by
 /// `debounce`; an unreadable or invalid file keeps the last good map and logs an error.
 /// Must be called from within a tokio runtime.
-pub fn watch_config(
+pub(crate) fn watch_config(
     path: PathBuf,
     resolver: Arc<ScopeResolver>,
     debounce: Duration,

@@ -89,18 +89,10 @@ impl Beside {
     }
 
     /// Where the state lives, for messages.
-    pub fn describe(&self, name: &str) -> String {
+    pub(crate) fn describe(&self, name: &str) -> String {
         match self {
             Beside::Dir(d) => d.join(name).display().to_string(),
             Beside::Bucket { uri, .. } => format!("{uri}/{name}"),
-        }
-    }
-
-    /// The local path of `name`, when the state is in a directory.
-    pub fn local_path(&self, name: &str) -> Option<PathBuf> {
-        match self {
-            Beside::Dir(d) => Some(d.join(name)),
-            Beside::Bucket { .. } => None,
         }
     }
 
@@ -160,7 +152,7 @@ impl Beside {
     /// Create `name` only if it does not exist, or replace it only if it is still at `version`
     /// (as [`Beside::read`] returned it). Only for bucket state: local processes coordinate
     /// through OS locks instead.
-    pub async fn write_if(
+    pub(crate) async fn write_if(
         &self,
         name: &str,
         bytes: &[u8],

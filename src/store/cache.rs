@@ -42,7 +42,7 @@ impl Default for CacheLimits {
 static SESSION: RwLock<Option<Arc<Session>>> = RwLock::new(None);
 
 /// Use these budgets for the connections made from now on (one session for all of them).
-pub fn configure(limits: CacheLimits) {
+pub(crate) fn configure(limits: CacheLimits) {
     *SESSION.write().unwrap_or_else(|e| e.into_inner()) = Some(session(limits));
 }
 

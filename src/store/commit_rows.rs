@@ -79,7 +79,7 @@ pub async fn changed(
 
 /// Whether a commit leaves every row's values as they were: compaction rewrites the same rows
 /// into new files, an index build or a config change touches no row.
-pub fn keeps_rows(operation: &Operation) -> bool {
+pub(crate) fn keeps_rows(operation: &Operation) -> bool {
     matches!(
         operation,
         Operation::Rewrite { .. }
@@ -91,7 +91,7 @@ pub fn keeps_rows(operation: &Operation) -> bool {
 
 /// The versions after `from`, up to the dataset's, whose commits left every row as it was.
 /// Versions whose transaction cannot be read are left out.
-pub async fn kept_rows_since(dataset: &Dataset, from: u64) -> Vec<u64> {
+pub(crate) async fn kept_rows_since(dataset: &Dataset, from: u64) -> Vec<u64> {
     let mut kept = Vec::new();
     for v in from + 1..=dataset.version().version {
         if let Ok(Some(t)) = dataset.read_transaction_by_version(v).await {
@@ -199,7 +199,7 @@ async fn ids_in(at: &Dataset, keep: impl Fn(&Fragment) -> bool) -> lance::Result
 /// The rows of the fragments a commit wrote, as of `version`, with the record columns and the
 /// vector. A commit's new fragments get their ids only when the manifest is built, so they
 /// are matched by data file.
-pub async fn written_rows(
+pub(crate) async fn written_rows(
     dataset: &Dataset,
     version: u64,
     written: &[Fragment],

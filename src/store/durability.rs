@@ -22,7 +22,7 @@ const MTIME_SLACK: Duration = Duration::from_secs(2);
 
 /// fsync every file under `table_dir` modified since `since` (minus a little slack), then each
 /// directory on the way, deepest first, so new names are durable too. Returns files synced.
-pub fn sync_since(table_dir: &Path, since: SystemTime) -> std::io::Result<usize> {
+pub(crate) fn sync_since(table_dir: &Path, since: SystemTime) -> std::io::Result<usize> {
     let cutoff = since
         .checked_sub(MTIME_SLACK)
         .unwrap_or(SystemTime::UNIX_EPOCH);

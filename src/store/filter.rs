@@ -142,12 +142,12 @@ impl Selection {
 
     /// The predicate of a delete, an erase or an update: like [`Self::to_sql`], but a selection
     /// with no part names no row, so a missing part never widens a delete to the whole table.
-    pub fn rows_sql(&self) -> String {
+    pub(crate) fn rows_sql(&self) -> String {
         self.to_sql().unwrap_or_else(|| "false".to_string())
     }
 
     /// [`Self::to_sql`] AND `predicate` (an erase notice's, recorded earlier by this code).
-    pub fn and_sql(&self, predicate: &str) -> String {
+    pub(crate) fn and_sql(&self, predicate: &str) -> String {
         match self.to_sql() {
             Some(own) => format!("{own} AND ({predicate})"),
             None => predicate.to_owned(),
@@ -186,7 +186,7 @@ impl RowFilter {
         self
     }
 
-    pub fn admits_type(&self, memory_type: &str) -> bool {
+    pub(crate) fn admits_type(&self, memory_type: &str) -> bool {
         self.tier.is_none_or(|t| t.admits(memory_type))
     }
 
@@ -199,7 +199,7 @@ impl RowFilter {
     }
 
     /// `expires_at` in microseconds since the epoch, as stored; NULL never expires.
-    pub fn admits_expiry(&self, expires_at_micros: Option<i64>) -> bool {
+    pub(crate) fn admits_expiry(&self, expires_at_micros: Option<i64>) -> bool {
         match (self.alive_at, expires_at_micros) {
             (Some(now), Some(t)) => t > now.timestamp_micros(),
             _ => true,
@@ -208,7 +208,7 @@ impl RowFilter {
 
     /// `created_at` in microseconds since the epoch, as stored; a row without one is outside
     /// every window.
-    pub fn admits_created(&self, created_at_micros: Option<i64>) -> bool {
+    pub(crate) fn admits_created(&self, created_at_micros: Option<i64>) -> bool {
         match (self.created, created_at_micros) {
             (None, _) => true,
             (Some(_), None) => false,
@@ -267,7 +267,7 @@ fn scope_set_sql(set: &ScopeSet) -> String {
 /// row without one) and still reads `content`: a replacement planned on what a request read
 /// writes nothing if another write changed the row since, and never touches a copy of the id
 /// in another scope.
-pub fn target_still(scope: Option<&str>, content: &str) -> String {
+pub(crate) fn target_still(scope: Option<&str>, content: &str) -> String {
     let scope = match scope {
         Some(s) => format!("target.{COL_MEMORY_SCOPE} = {}", sql_literal(s)),
         None => format!("target.{COL_MEMORY_SCOPE} IS NULL"),
@@ -279,7 +279,7 @@ pub fn target_still(scope: Option<&str>, content: &str) -> String {
 }
 
 /// Rows still alive at `now`: NULL never expires.
-pub fn alive_clause(now: DateTime<Utc>) -> String {
+pub(crate) fn alive_clause(now: DateTime<Utc>) -> String {
     format!(
         "({COL_EXPIRES_AT} IS NULL OR {COL_EXPIRES_AT} > {})",
         timestamp_literal(now)
@@ -287,7 +287,7 @@ pub fn alive_clause(now: DateTime<Utc>) -> String {
 }
 
 /// Rows that expired at or before `now`: what the sweeper erases.
-pub fn expired_clause(now: DateTime<Utc>) -> String {
+pub(crate) fn expired_clause(now: DateTime<Utc>) -> String {
     format!(
         "{COL_EXPIRES_AT} IS NOT NULL AND {COL_EXPIRES_AT} <= {}",
         timestamp_literal(now)

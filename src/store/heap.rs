@@ -8,7 +8,7 @@
 
 /// Return the free heap pages to the kernel. Takes the arenas' locks itself and touches no
 /// memory in use; costs a walk of the heap (milliseconds), so call it after rare, large work.
-pub fn release_freed_memory() {
+pub(crate) fn release_freed_memory() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim only returns free heap pages to the kernel; it takes the arenas'
     // locks itself and touches no memory in use.

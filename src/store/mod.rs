@@ -39,9 +39,8 @@ use crate::embed::ModelInfo;
 use commit::read_retrying;
 
 pub use commit::WriterSettings;
-pub use filter::{
-    sql_literal, target_still, timestamp_literal, RowFilter, ScopeSet, Selection, Tier, TimeRange,
-};
+pub(crate) use filter::target_still;
+pub use filter::{sql_literal, timestamp_literal, RowFilter, ScopeSet, Selection, Tier, TimeRange};
 pub use fulltext::{FulltextSearch, KeywordHit, KeywordMatching, KeywordRequest};
 pub use index_state::IndexState;
 pub use maintenance::pruning::PruneReport;
@@ -96,7 +95,7 @@ impl From<lance::Error> for StoreError {
 impl StoreError {
     /// A file vanished under a read: a concurrent erase or prune removed the version the read
     /// had started on. Reading again from the latest version succeeds.
-    pub fn is_vanished_file(&self) -> bool {
+    pub(crate) fn is_vanished_file(&self) -> bool {
         match self {
             StoreError::Lance(lancedb::Error::Lance { source }) => {
                 is_not_found(source) || caused_by_not_found(source)
@@ -116,7 +115,7 @@ impl StoreError {
     /// switch finds the schema moved under the rows it was given ("append with different
     /// schema"). None of these committed, so the write can be tried again whole, shaped for
     /// the latest version; anything else is final.
-    pub fn is_retryable(&self) -> bool {
+    pub(crate) fn is_retryable(&self) -> bool {
         match self {
             StoreError::Lance(lancedb::Error::Lance { source }) => matches!(
                 source,
@@ -253,7 +252,7 @@ impl Store {
     /// writing: what chooses the embedder for `embedding.provider: auto`, and the dimension a
     /// provider that cannot be asked at start-up falls back to. `None` when the table does not
     /// exist yet.
-    pub async fn recorded_model(
+    pub(crate) async fn recorded_model(
         db: &DbLocation,
         table_name: &str,
     ) -> Result<Option<reembed::VectorColumns>, StoreError> {
@@ -275,7 +274,7 @@ impl Store {
     /// it, and gets its scalar indexes while it is empty) and start the writer. Scalar indexes
     /// of an existing table are not built here (start-up would grow with the table): call
     /// [`Store::ensure_indexes`] in the background.
-    pub async fn attach(
+    pub(crate) async fn attach(
         table: Table,
         db: &DbLocation,
         beside: beside::Beside,
@@ -327,7 +326,7 @@ impl Store {
     /// Rebuild the `memory_scope` bitmap from scratch. After the backfill rewrote that column
     /// and compaction rewrote the fragments, Lance's incremental index optimisation leaves the
     /// rewritten rows unindexed (pinned by a test); a fresh bitmap covers every row again.
-    pub async fn rebuild_scope_index(&self) -> Result<(), StoreError> {
+    pub(crate) async fn rebuild_scope_index(&self) -> Result<(), StoreError> {
         maintenance::indexes::rebuild_scope_index(&self.table).await
     }
 
@@ -380,7 +379,7 @@ impl Store {
 
     /// Remove the data files no version references that hold any of `erased` (see
     /// [`orphans`]): what a commit that failed while an erase ran left behind.
-    pub async fn remove_orphans_holding(
+    pub(crate) async fn remove_orphans_holding(
         &self,
         erased: &std::collections::HashSet<String>,
     ) -> Result<orphans::OrphanReport, StoreError> {
@@ -621,7 +620,7 @@ async fn adopt_model(table: &Table, model: &ModelInfo) -> Result<(), StoreError>
 /// config at the same moment makes one of the two commits conflict; the loser re-reads the
 /// latest config and `settled` decides: `Ok(true)` it already holds what we wanted, `Ok(false)`
 /// try again (up to [`RACE_ATTEMPTS`] times, [`race_pause`]), `Err` give up with that error.
-pub async fn update_config_settled(
+pub(crate) async fn update_config_settled(
     table: &Table,
     entries: &[(String, String)],
     settled: impl Fn(&std::collections::HashMap<String, String>) -> Result<bool, StoreError>,

@@ -37,7 +37,7 @@ pub struct OrphanReport {
 }
 
 /// Remove the unreferenced data files that hold any of `erased` (ids of rows just deleted).
-pub async fn remove_orphans_holding(
+pub(crate) async fn remove_orphans_holding(
     table: &Table,
     erased: &HashSet<String>,
 ) -> Result<OrphanReport, StoreError> {

@@ -25,7 +25,7 @@ pub struct Page {
 impl Store {
     /// Rows matching `predicate` (`None`: every row), newest first, skipping `offset`, at most
     /// `limit`. Rows with no `created_at` (damaged legacy data) come last.
-    pub async fn page_newest(
+    pub(crate) async fn page_newest(
         &self,
         predicate: Option<&str>,
         offset: usize,

@@ -88,14 +88,19 @@ pub mod rfc3339_micros {
     use chrono::{DateTime, SecondsFormat, Utc};
     use serde::{Deserialize, Deserializer, Serializer};
 
-    pub fn serialize<S: Serializer>(t: &Option<DateTime<Utc>>, s: S) -> Result<S::Ok, S::Error> {
+    pub(crate) fn serialize<S: Serializer>(
+        t: &Option<DateTime<Utc>>,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
         match t {
             Some(t) => s.serialize_str(&t.to_rfc3339_opts(SecondsFormat::Micros, true)),
             None => s.serialize_none(),
         }
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<DateTime<Utc>>, D::Error> {
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<DateTime<Utc>>, D::Error> {
         match Option::<String>::deserialize(d)? {
             None => Ok(None),
             Some(text) => DateTime::parse_from_rfc3339(&text)
@@ -118,7 +123,7 @@ pub fn to_batch(
 /// [`to_batch`] for vectors of `model`. While a re-embed to that model is under way they go
 /// into `vector_next` (and `vector`, nullable then, stays NULL; see `store::reembed`);
 /// otherwise into `vector`, which refuses them when it names another model.
-pub fn to_batch_for(
+pub(crate) fn to_batch_for(
     schema: &SchemaRef,
     rows: &[(MemoryRecord, Vec<f32>)],
     model: Option<&str>,
@@ -276,7 +281,7 @@ fn timestamps(
 
 /// `created_at` as microseconds, whatever type the table stores it as (timestamps of any unit,
 /// or text such as RFC 3339). Unparseable values come back as NULL.
-pub fn created_at_micros(batch: &RecordBatch) -> Option<TimestampMicrosecondArray> {
+pub(crate) fn created_at_micros(batch: &RecordBatch) -> Option<TimestampMicrosecondArray> {
     timestamp_col(batch, COL_CREATED_AT)
 }
 
@@ -320,7 +325,7 @@ fn string_list_col(batch: &RecordBatch, name: &str) -> Option<ListArray> {
 /// type that does not cast to the one scopemem writes would read as all NULL (a scope NULL, an
 /// expiry of "never"). Whoever filters rows itself, as the resident copy does, must refuse such
 /// a table rather than fail open.
-pub fn unreadable_columns(schema: &lancedb::arrow::arrow_schema::Schema) -> Vec<String> {
+pub(crate) fn unreadable_columns(schema: &lancedb::arrow::arrow_schema::Schema) -> Vec<String> {
     let ours = memories_schema(1);
     RECORD_COLUMNS
         .iter()

@@ -48,14 +48,14 @@ pub struct VectorColumns {
 
 impl VectorColumns {
     /// `vector` holds `model`'s vectors and no re-embed is under way.
-    pub fn is_current(&self, model: &ModelInfo) -> bool {
+    pub(crate) fn is_current(&self, model: &ModelInfo) -> bool {
         self.next.is_none()
             && self.current.as_deref() == Some(model.id.as_str())
             && self.dimension == model.dimension
     }
 
     /// A re-embed to `model` is under way.
-    pub fn reembedding_to(&self, model: &ModelInfo) -> bool {
+    pub(crate) fn reembedding_to(&self, model: &ModelInfo) -> bool {
         self.next
             .as_ref()
             .is_some_and(|n| n.id == model.id && n.dimension == model.dimension)
@@ -74,7 +74,7 @@ fn native(table: &Table) -> Result<&lancedb::table::NativeTable, StoreError> {
 
 /// Read the vector columns of the table's current version (which follows other processes'
 /// commits within the read-consistency interval).
-pub async fn vector_columns(table: &Table) -> Result<VectorColumns, StoreError> {
+pub(crate) async fn vector_columns(table: &Table) -> Result<VectorColumns, StoreError> {
     let schema = table.schema().await?;
     let vector = schema.field_with_name(COL_VECTOR).map_err(|_| {
         StoreError::Schema("the table has no FixedSizeList<Float32> 'vector' column".into())
@@ -107,7 +107,7 @@ pub async fn vector_columns(table: &Table) -> Result<VectorColumns, StoreError> 
 /// none), add `vector_next` for `model` (metadata only: no row is rewritten) and note the
 /// target in the table config. Idempotent, and safe with other processes doing the same at
 /// once: every step re-reads the latest schema, and a lost race is tried again.
-pub async fn prepare(table: &Table, model: &ModelInfo) -> Result<(), StoreError> {
+pub(crate) async fn prepare(table: &Table, model: &ModelInfo) -> Result<(), StoreError> {
     let mut attempt: u64 = 0;
     loop {
         table.checkout_latest().await?;
@@ -487,7 +487,7 @@ fn switched_schema(dataset: &lance::Dataset, model: &ModelInfo) -> lance_core::d
 }
 
 /// Bring the table config in line with `vector` after a switch (model, dimension, no target).
-pub async fn record_model(table: &Table, model: &ModelInfo) -> Result<(), StoreError> {
+pub(crate) async fn record_model(table: &Table, model: &ModelInfo) -> Result<(), StoreError> {
     let entries = [
         (META_MODEL_ID.to_string(), model.id.clone()),
         (META_DIMENSION.to_string(), model.dimension.to_string()),
@@ -504,7 +504,7 @@ pub async fn record_model(table: &Table, model: &ModelInfo) -> Result<(), StoreE
 /// and the latest version. An erase rewrites the fragments its delete touched right after it;
 /// a re-embed batch committed meanwhile makes that rewrite start over, so the re-embed gives
 /// way when this says so. Looks at most the last 64 versions.
-pub async fn deleted_since(table: &Table, after: u64) -> Result<(bool, u64), StoreError> {
+pub(crate) async fn deleted_since(table: &Table, after: u64) -> Result<(bool, u64), StoreError> {
     let wrapper = table
         .dataset()
         .ok_or_else(|| StoreError::Schema("only local tables are supported".into()))?;

@@ -77,15 +77,15 @@ pub const RECORD_COLUMNS: [&str; 16] = [
 ];
 
 /// The list item field lancedb uses for tags and vectors.
-pub fn item_field(data_type: DataType) -> Arc<Field> {
+pub(crate) fn item_field(data_type: DataType) -> Arc<Field> {
     Arc::new(Field::new("item", data_type, true))
 }
 
-pub fn vector_type(dimension: usize) -> DataType {
+pub(crate) fn vector_type(dimension: usize) -> DataType {
     DataType::FixedSizeList(item_field(DataType::Float32), dimension as i32)
 }
 
-pub fn timestamp_type() -> DataType {
+pub(crate) fn timestamp_type() -> DataType {
     DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()))
 }
 
@@ -117,7 +117,8 @@ pub fn memories_schema(dimension: usize) -> SchemaRef {
 }
 
 /// The vector dimension of a table schema, if it has a well-formed vector column.
-pub fn vector_dimension(schema: &Schema) -> Option<usize> {
+#[cfg(test)]
+pub(crate) fn vector_dimension(schema: &Schema) -> Option<usize> {
     match schema.field_with_name(COL_VECTOR).ok()?.data_type() {
         DataType::FixedSizeList(item, n) if item.data_type() == &DataType::Float32 => {
             usize::try_from(*n).ok()
@@ -127,7 +128,7 @@ pub fn vector_dimension(schema: &Schema) -> Option<usize> {
 }
 
 /// The dimension of a `FixedSizeList<Float32>` field.
-pub fn field_dimension(field: &Field) -> Option<usize> {
+pub(crate) fn field_dimension(field: &Field) -> Option<usize> {
     match field.data_type() {
         DataType::FixedSizeList(item, n) if item.data_type() == &DataType::Float32 => {
             usize::try_from(*n).ok()

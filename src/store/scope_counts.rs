@@ -68,7 +68,7 @@ impl ScopeCounts {
     }
 
     /// The writer committed `version` by appending rows of these scopes (`None`: NULL scope).
-    pub fn appended_scopes(&self, version: u64, added: BTreeMap<Option<String>, usize>) {
+    pub(crate) fn appended_scopes(&self, version: u64, added: BTreeMap<Option<String>, usize>) {
         let mut inner = self.lock();
         inner.appends.insert(version, added);
         while inner.appends.len() > MAX_KNOWN_APPENDS {
@@ -122,7 +122,7 @@ impl ScopeCounts {
     }
 
     /// Keep the counts current in the background, every `interval`, until `stop` is notified.
-    pub fn reconcile_every(
+    pub(crate) fn reconcile_every(
         self: Arc<Self>,
         table: Table,
         interval: Duration,

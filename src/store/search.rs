@@ -87,7 +87,7 @@ impl LanceSearch {
     }
 
     /// Build indexes only while `maintainer` is set (see [`super::Store::maintainer`]).
-    pub fn with_maintainer(mut self, maintainer: Arc<AtomicBool>) -> Self {
+    pub(crate) fn with_maintainer(mut self, maintainer: Arc<AtomicBool>) -> Self {
         self.maintainer = maintainer;
         self
     }

@@ -98,13 +98,13 @@ impl QueryTerms {
     }
 
     /// Whether `record`'s content or tags hold one of the question's terms.
-    pub fn found_in(&mut self, record: &MemoryRecord) -> bool {
+    pub(crate) fn found_in(&mut self, record: &MemoryRecord) -> bool {
         let words = self.words_of(record);
         self.found_in_words(words.as_ref())
     }
 
     /// [`QueryTerms::found_in`] on a record's words split beforehand ([`SplitWords::of`]).
-    pub fn found_in_words(&self, words: Option<&SplitWords>) -> bool {
+    pub(crate) fn found_in_words(&self, words: Option<&SplitWords>) -> bool {
         match words {
             None => true,
             Some(SplitWords(text)) => self.terms.iter().any(|t| text.contains(t.as_str())),
@@ -113,13 +113,13 @@ impl QueryTerms {
 
     /// Whether `record`'s content or tags hold every term of the question (and it has one):
     /// the question names that memory in its own words ("family" for "family: keep me").
-    pub fn all_found_in(&mut self, record: &MemoryRecord) -> bool {
+    pub(crate) fn all_found_in(&mut self, record: &MemoryRecord) -> bool {
         let words = self.words_of(record);
         self.all_found_in_words(words.as_ref())
     }
 
     /// [`QueryTerms::all_found_in`] on a record's words split beforehand.
-    pub fn all_found_in_words(&self, words: Option<&SplitWords>) -> bool {
+    pub(crate) fn all_found_in_words(&self, words: Option<&SplitWords>) -> bool {
         match words {
             None => false,
             Some(SplitWords(text)) => {

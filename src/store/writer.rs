@@ -134,7 +134,7 @@ impl WriterHandle {
     /// Say that an append is coming (call before the slow work that produces its rows, and
     /// keep the guard until `append` returns): a group commit waits up to `commit_linger` for
     /// the announced appends, so concurrent writers share one commit.
-    pub fn announce(&self) -> Announced {
+    pub(crate) fn announce(&self) -> Announced {
         self.announced.fetch_add(1, Ordering::AcqRel);
         Announced(self.announced.clone())
     }
@@ -148,7 +148,7 @@ impl WriterHandle {
     /// a merge on the table's (unenforced) primary key, so of two processes appending one id
     /// at once, one inserts it and the other is told it was there: derived ids
     /// (`memory::fact`) keep one row per fact across processes.
-    pub async fn append_once(&self, rows: Rows) -> Result<Vec<String>, StoreError> {
+    pub(crate) async fn append_once(&self, rows: Rows) -> Result<Vec<String>, StoreError> {
         self.send_append(rows, true).await
     }
 
@@ -233,7 +233,7 @@ impl WriterHandle {
     /// replaced row as [`Self::erase`] does: its fragment is rewritten and every older version
     /// removed, so nothing on disk holds the old text. Returns rows replaced (0: no row with
     /// that id met the condition, and nothing was written).
-    pub async fn replace_erasing(
+    pub(crate) async fn replace_erasing(
         &self,
         row: (MemoryRecord, Vec<f32>),
         condition: String,
@@ -349,7 +349,7 @@ impl WriterHandle {
     }
 
     /// Whether the writer task has stopped (after shutdown): background loops end with it.
-    pub fn is_stopped(&self) -> bool {
+    pub(crate) fn is_stopped(&self) -> bool {
         self.tx.is_closed()
     }
 

@@ -41,7 +41,7 @@ pub struct ExportReport {
 
 /// Validate the filter and build its SQL predicate. The conversation id is trimmed as the write
 /// paths trim it before storing, so the filter matches what was stored.
-pub fn normalize_filter(filter: &ExportFilter) -> Result<ExportFilter, TransferError> {
+pub(crate) fn normalize_filter(filter: &ExportFilter) -> Result<ExportFilter, TransferError> {
     let scope = match &filter.scope {
         Some(s) => Some(ScopeName::parse(s)?.as_str().to_owned()),
         None => None,
@@ -177,7 +177,7 @@ fn write_line<W: Write + ?Sized>(
 /// [`export`] into the file `path`, atomically: a temp file beside it, fsynced and renamed (and
 /// the directory fsynced), so an interrupted export never leaves a truncated file under the
 /// final name; the temp file is removed on failure.
-pub async fn export_to_path(
+pub(crate) async fn export_to_path(
     store: &Store,
     model: &ModelInfo,
     options: &ExportOptions,

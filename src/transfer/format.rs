@@ -72,7 +72,7 @@ pub struct RowIn {
 /// Parse line 1. A file that does not start with a header (e.g. a memory line, or something
 /// that is not an export at all) or has an unknown version is refused as a whole: guessing
 /// how to read it could import the wrong data.
-pub fn parse_header(line: &str) -> Result<Header, TransferError> {
+pub(crate) fn parse_header(line: &str) -> Result<Header, TransferError> {
     let bad = |message: String| TransferError::Header { line: 1, message };
     let value: serde_json::Value =
         serde_json::from_str(line.trim()).map_err(|e| bad(format!("not a JSON object: {e}")))?;
@@ -92,7 +92,7 @@ pub fn parse_header(line: &str) -> Result<Header, TransferError> {
 }
 
 /// Parse one memory line (validation is [`super::validate`]'s job).
-pub fn parse_row(line: &str) -> Result<RowIn, String> {
+pub(crate) fn parse_row(line: &str) -> Result<RowIn, String> {
     serde_json::from_str(line).map_err(|e| format!("not a valid memory line: {e}"))
 }
 

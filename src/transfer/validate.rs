@@ -27,7 +27,7 @@ pub struct ValidRow {
 }
 
 /// Validate and redact one row; the error says what is wrong, for the line's report.
-pub fn validate(row: RowIn) -> Result<ValidRow, String> {
+pub(crate) fn validate(row: RowIn) -> Result<ValidRow, String> {
     let RowIn { record, vector } = row;
     check_id(&record.id)?;
     check_scope(

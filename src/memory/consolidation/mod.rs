@@ -78,7 +78,7 @@ pub struct ConsolidationStatus {
 }
 
 impl Counters {
-    pub fn bump(counter: &AtomicU64, by: u64) {
+    pub(crate) fn bump(counter: &AtomicU64, by: u64) {
         counter.fetch_add(by, Ordering::Relaxed);
     }
 

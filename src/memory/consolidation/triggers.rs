@@ -152,7 +152,7 @@ impl Triggers {
 
     /// A pass found no message of `conversation` to read (its messages expired or were
     /// erased): nothing is due until the next message.
-    pub fn nothing_to_read(&self, conversation: &str) {
+    pub(crate) fn nothing_to_read(&self, conversation: &str) {
         if let Ok(mut c) = self.conversations.lock() {
             if let Some(s) = c.get_mut(conversation) {
                 s.running = false;

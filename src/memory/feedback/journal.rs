@@ -199,7 +199,7 @@ impl Journal {
     }
 
     /// Jobs accepted and not finished.
-    pub fn pending_count(&self) -> usize {
+    pub(crate) fn pending_count(&self) -> usize {
         self.state.lock().map(|s| s.pending.len()).unwrap_or(0)
     }
 
@@ -218,7 +218,7 @@ impl Journal {
 
     /// Append several records with one fsync (a batch of jobs): all of them survive a crash
     /// once this returns Ok.
-    pub fn append_all(&self, records: &[Record]) -> Result<(), JournalError> {
+    pub(crate) fn append_all(&self, records: &[Record]) -> Result<(), JournalError> {
         if records.is_empty() {
             return Ok(());
         }
@@ -277,7 +277,7 @@ impl Journal {
 
     /// Compact when the file has grown past `bytes`: finished jobs (a chat's messages above
     /// all) would otherwise keep their text here until the next erase.
-    pub fn compact_when_over(&self, bytes: u64) -> Result<(), JournalError> {
+    pub(crate) fn compact_when_over(&self, bytes: u64) -> Result<(), JournalError> {
         let len = {
             let state = self.lock()?;
             state.file.metadata().map_err(|e| err(&self.path, e))?.len()

@@ -30,7 +30,7 @@ pub struct InstanceJournal {
 
 impl InstanceJournal {
     /// Claim a journal for a new instance in `dir` and adopt every orphan.
-    pub fn claim(dir: &Path, table: &str) -> Result<InstanceJournal, JournalError> {
+    pub(crate) fn claim(dir: &Path, table: &str) -> Result<InstanceJournal, JournalError> {
         std::fs::create_dir_all(dir).map_err(|e| err(dir, e))?;
         let instance = uuid::Uuid::now_v7().simple().to_string();
         let lock_path = dir.join(format!("{table}.feedback.{instance}.lock"));
@@ -97,7 +97,7 @@ impl InstanceJournal {
     /// On a clean shutdown with nothing to apply and no job outcome to keep, remove this
     /// instance's files; otherwise leave them for the next process to adopt (which merges the
     /// outcomes, so job status survives restarts).
-    pub fn release_if_drained(&self) {
+    pub(crate) fn release_if_drained(&self) {
         if self.journal.pending_count() > 0 || !self.journal.finished().is_empty() {
             return;
         }

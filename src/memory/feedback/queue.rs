@@ -115,7 +115,7 @@ impl FeedbackQueue {
         self.shared.depth.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    pub fn journal_healthy(&self) -> bool {
+    pub(crate) fn journal_healthy(&self) -> bool {
         self.shared.files.journal.healthy()
     }
 
@@ -151,7 +151,7 @@ impl FeedbackQueue {
 
     /// Journal a working-memory message durably and queue it for embedding; it is searchable
     /// by keyword ([`FeedbackQueue::pending`]) from now on. Returns its row id.
-    pub fn accept_message(
+    pub(crate) fn accept_message(
         &self,
         accepted: crate::memory::working::MessageAccepted,
     ) -> Result<String, AcceptError> {
@@ -201,7 +201,7 @@ impl FeedbackQueue {
     }
 
     /// Messages as the worker stores them, with their vectors (`working::stored`).
-    pub fn stored_messages(&self) -> &crate::memory::working::StoredMessages {
+    pub(crate) fn stored_messages(&self) -> &crate::memory::working::StoredMessages {
         &self.shared.stored
     }
 
@@ -253,7 +253,7 @@ impl FeedbackQueue {
     /// Drop the unfinished jobs that `select` picks (while paused): they are removed from the
     /// journal, which is rewritten without them and without finished jobs, and the worker will
     /// skip them. Returns how many were dropped.
-    pub fn drop_pending(
+    pub(crate) fn drop_pending(
         &self,
         _paused: &FeedbackPause<'_>,
         select: impl Fn(&FeedbackJob, Option<&FeedbackPlan>) -> bool,
@@ -285,7 +285,7 @@ impl FeedbackQueue {
     /// Rows written by jobs accepted before `erase_began` and finished after
     /// `erase_began - margin`: what an erase that began then, in another process, may have
     /// missed.
-    pub fn written_across(
+    pub(crate) fn written_across(
         &self,
         erase_began: chrono::DateTime<chrono::Utc>,
         margin: chrono::TimeDelta,

@@ -20,7 +20,7 @@ pub struct Ranked {
 /// Up to `limit` hits of `ranked` (best first), none the same fact as a better one: of two,
 /// the newer takes the better one's slot. Hits without a vector are never merged. Also
 /// returns how many hits were merged into another.
-pub fn keep_distinct(
+pub(crate) fn keep_distinct(
     ranked: Vec<Ranked>,
     bound: &DuplicateBound,
     limit: usize,

@@ -55,7 +55,7 @@ pub fn of(query: &str) -> Vec<String> {
 }
 
 /// Whether `text` holds every one of `terms` (lower-cased), and there is at least one.
-pub fn all_in(terms: &[String], text: &str) -> bool {
+pub(crate) fn all_in(terms: &[String], text: &str) -> bool {
     if terms.is_empty() {
         return false;
     }
@@ -65,7 +65,7 @@ pub fn all_in(terms: &[String], text: &str) -> bool {
 
 /// Move the items whose text holds every one of `terms` ([`of`] a question) ahead of the rest,
 /// keeping the order within both groups. Nothing moves without terms.
-pub fn promote<T>(terms: &[String], items: Vec<T>, text: impl Fn(&T) -> String) -> Vec<T> {
+pub(crate) fn promote<T>(terms: &[String], items: Vec<T>, text: impl Fn(&T) -> String) -> Vec<T> {
     if terms.is_empty() {
         return items;
     }

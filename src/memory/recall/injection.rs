@@ -9,7 +9,7 @@ use crate::store::schema::BOT_TAG;
 pub const OPEN: &str = "<memory_context>";
 pub const CLOSE: &str = "</memory_context>";
 
-pub fn escape(text: &str) -> String {
+pub(crate) fn escape(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
         match c {

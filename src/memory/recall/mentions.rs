@@ -5,7 +5,7 @@
 //! mentions; a message that is nothing but mentions asks with itself.
 
 /// `text` without its leading `@name` words (a name runs to the next space).
-pub fn without_mentions(text: &str) -> &str {
+pub(crate) fn without_mentions(text: &str) -> &str {
     let mut rest = text.trim_start();
     while let Some(after_at) = rest.strip_prefix(['@', '＠']) {
         let Some(space) = after_at.find(char::is_whitespace) else {

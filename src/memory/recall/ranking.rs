@@ -30,12 +30,12 @@ impl Ranking {
     }
 
     /// Whether ranking differs from similarity order (and recalls must be recorded).
-    pub fn weighs_strength(&self) -> bool {
+    pub(crate) fn weighs_strength(&self) -> bool {
         self.strength_weight > 0.0
     }
 
     /// Strength after decay since `r` was last recalled (or created), at `now`.
-    pub fn effective_strength(&self, r: &MemoryRecord, now: DateTime<Utc>) -> f32 {
+    pub(crate) fn effective_strength(&self, r: &MemoryRecord, now: DateTime<Utc>) -> f32 {
         let strength = r.strength.clamp(0, 100) as f32;
         if self.half_life_days <= 0.0 {
             return strength;

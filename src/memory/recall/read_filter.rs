@@ -46,7 +46,7 @@ pub fn recall_filter(
 /// (`ScopeMap::resolve_chat`, design rule 11): facts consolidated from an unmapped
 /// conversation's messages live in its private scope and are recalled there. `chat` is `None`
 /// when a persona entry decided `current`: that entry decides the whole tier (rule 2).
-pub fn memories_filter(
+pub(crate) fn memories_filter(
     current: &ScopeName,
     chat: Option<&ScopeName>,
     migration_mode_on: bool,
@@ -66,7 +66,11 @@ pub fn memories_filter(
 /// chat scope only. Never `public` through rule 7, never legacy rows (a message always has a
 /// scope), never expired ones; `scope_filter: disabled` drops the scope part as it does for
 /// memories.
-pub fn messages_filter(chat: &ScopeName, mode: ScopeFilterMode, now: DateTime<Utc>) -> RowFilter {
+pub(crate) fn messages_filter(
+    chat: &ScopeName,
+    mode: ScopeFilterMode,
+    now: DateTime<Utc>,
+) -> RowFilter {
     RowFilter {
         scopes: (mode != ScopeFilterMode::Disabled).then(|| ScopeSet::only(chat.as_str())),
         alive_at: Some(now),

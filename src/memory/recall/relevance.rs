@@ -84,25 +84,25 @@ impl Relevance {
         self.memory_z - self.chat_z
     }
 
-    pub fn asks_for_memory(&self) -> bool {
+    pub(crate) fn asks_for_memory(&self) -> bool {
         self.margin() >= GATE_MARGIN
     }
 
     /// For the working memory's tier: asks for memory, and does not read as chat
     /// ([`MESSAGES_MAX_CHAT_Z`]).
-    pub fn asks_for_messages(&self) -> bool {
+    pub(crate) fn asks_for_messages(&self) -> bool {
         self.asks_for_memory() && self.chat_z <= MESSAGES_MAX_CHAT_Z
     }
 
     /// For a message whose every word is in a visible memory: it asks for that memory unless
     /// it reads as chat ([`NAMED_MAX_CHAT_Z`]).
-    pub fn names_a_memory(&self) -> bool {
+    pub(crate) fn names_a_memory(&self) -> bool {
         self.chat_z <= NAMED_MAX_CHAT_Z
     }
 
     /// For a message whose time words name a window that holds memories (`memory_z` measured
     /// within it): the words already say it asks about that time.
-    pub fn asks_about_a_time(&self) -> bool {
+    pub(crate) fn asks_about_a_time(&self) -> bool {
         self.margin() >= WINDOW_GATE_MARGIN
     }
 }

@@ -311,7 +311,7 @@ fn number(text: &str) -> Option<i64> {
 }
 
 /// The machine's time zone (its IANA name), or UTC when it cannot be read.
-pub fn machine_zone() -> Tz {
+pub(crate) fn machine_zone() -> Tz {
     iana_time_zone::get_timezone()
         .ok()
         .and_then(|name| name.parse().ok())
@@ -319,7 +319,7 @@ pub fn machine_zone() -> Tz {
 }
 
 /// An IANA zone name, as configured or passed by a plugin.
-pub fn parse_zone(name: &str) -> Result<Tz, String> {
+pub(crate) fn parse_zone(name: &str) -> Result<Tz, String> {
     name.trim()
         .parse()
         .map_err(|_| format!("'{name}' is not an IANA time zone name (such as Asia/Shanghai)"))

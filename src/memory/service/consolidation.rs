@@ -39,7 +39,7 @@ pub struct PassOutcome {
 
 impl MemoryService {
     /// Run the pass of every conversation that is due; returns how many ran.
-    pub async fn consolidate_due(&self) -> usize {
+    pub(crate) async fn consolidate_due(&self) -> usize {
         let c = &self.consolidator;
         let due = c.triggers.due(
             c.settings.every_messages.max(1),
@@ -332,7 +332,7 @@ impl MemoryService {
 }
 
 /// Run the due passes every [`TICK`] while the service lives (only with an LLM configured).
-pub async fn run_consolidation(memory: Weak<MemoryService>) {
+pub(crate) async fn run_consolidation(memory: Weak<MemoryService>) {
     loop {
         tokio::time::sleep(TICK).await;
         let Some(memory) = memory.upgrade() else {

@@ -158,7 +158,7 @@ impl MemoryService {
     /// latest version of the table (the resident copy follows it) and apply the erase notices
     /// first. So no process serves a row whose forget has returned. One 8-byte read when
     /// nothing was erased.
-    pub async fn caught_up_with_erasures(&self) -> Result<(), MemoryError> {
+    pub(crate) async fn caught_up_with_erasures(&self) -> Result<(), MemoryError> {
         if self.erase_generation.unseen().is_none() {
             return Ok(());
         }
@@ -176,7 +176,7 @@ impl MemoryService {
     /// unapplied jobs they select, rewrite the journal without them and without finished jobs'
     /// text, and erase again the rows this process's jobs wrote while such an erase ran (a job
     /// accepted before it began and applied after its delete). Returns the notices applied.
-    pub async fn follow_erasures(&self) -> Result<usize, MemoryError> {
+    pub(crate) async fn follow_erasures(&self) -> Result<usize, MemoryError> {
         let notices = self
             .erase_notices
             .unseen()

@@ -39,7 +39,7 @@ impl HostPassOutcome {
 
 impl MemoryService {
     /// The next due conversation's pass for the host's LLM, or `None` when none is due.
-    pub async fn next_host_pass(&self) -> Result<Option<HostPass>, MemoryError> {
+    pub(crate) async fn next_host_pass(&self) -> Result<Option<HostPass>, MemoryError> {
         let c = &self.consolidator;
         for gone in c.host.expired(ANSWER_WITHIN) {
             Counters::bump(&c.counters.failed, 1);
@@ -111,7 +111,7 @@ impl MemoryService {
     }
 
     /// Apply the host model's answer to the pass it was handed.
-    pub async fn answer_host_pass(
+    pub(crate) async fn answer_host_pass(
         &self,
         answer: HostAnswer,
     ) -> Result<HostPassOutcome, MemoryError> {

@@ -20,7 +20,7 @@ use crate::store::StoreError;
 
 /// Sweep every `interval` while this process is the maintainer, until the service or its
 /// writer is gone.
-pub async fn run_sweeper(memory: Weak<MemoryService>, interval: Duration) {
+pub(crate) async fn run_sweeper(memory: Weak<MemoryService>, interval: Duration) {
     loop {
         tokio::time::sleep(interval).await;
         let Some(memory) = memory.upgrade() else {

@@ -88,7 +88,7 @@ pub(super) async fn consolidate_returned_again(
 impl MemoryService {
     /// Check a chat message, derive its scope from the conversation id, redact it and journal it
     /// for the working memory. Incognito chats store nothing.
-    pub fn accept_message(&self, ev: MessageEvent) -> Result<MessageOutcome, AcceptError> {
+    pub(crate) fn accept_message(&self, ev: MessageEvent) -> Result<MessageOutcome, AcceptError> {
         let settings = &self.settings.working;
         if !settings.enabled {
             ConversationId::parse(&ev.conversation_id).map_err(MemoryError::Scope)?;

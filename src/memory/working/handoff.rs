@@ -36,14 +36,14 @@ impl<T> Handoff<T> {
 
     /// Hand `item` over, or count it skipped when the task is behind (or nobody takes them: a
     /// host without background tasks).
-    pub fn offer(&self, item: T) {
+    pub(crate) fn offer(&self, item: T) {
         if self.tx.try_send(item).is_err() {
             self.skipped.fetch_add(1, Ordering::Relaxed);
         }
     }
 
     /// The receiving end, once.
-    pub fn take_receiver(&self) -> Option<mpsc::Receiver<T>> {
+    pub(crate) fn take_receiver(&self) -> Option<mpsc::Receiver<T>> {
         self.rx.lock().ok()?.take()
     }
 

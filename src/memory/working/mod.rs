@@ -35,11 +35,13 @@ pub(crate) use event::accept;
 pub use event::{MessageAccepted, MessageEvent, MessageJob, BOT_TAG, REPLY_TAG};
 pub use handoff::Handoff;
 pub use pending::PendingMessages;
-pub use recurrence::{returned_again, Recurrences, ReturnedAgain};
+pub(crate) use recurrence::returned_again;
+pub use recurrence::{Recurrences, ReturnedAgain};
 pub use replies::{passage, LastSaid};
 pub use shown::{shown, CANDIDATES_PER_SHOWN};
-pub use statement::could_state_a_fact;
-pub use stored::{stored_messages, StoredMessage, StoredMessages};
+pub(crate) use statement::could_state_a_fact;
+pub(crate) use stored::stored_messages;
+pub use stored::{StoredMessage, StoredMessages};
 
 /// `working_memory.*` as the memory layer uses it.
 #[derive(Debug, Clone)]

@@ -54,7 +54,7 @@ impl PendingMessages {
 
     /// Whether a message of `conversation_id` is still waiting (a consolidation pass waits
     /// for it, so it never reads half of what was said).
-    pub fn holds_conversation(&self, conversation_id: &str) -> bool {
+    pub(crate) fn holds_conversation(&self, conversation_id: &str) -> bool {
         self.rows.lock().is_ok_and(|rows| {
             rows.values()
                 .any(|w| w.record.conversation_id.as_deref() == Some(conversation_id))
@@ -63,7 +63,7 @@ impl PendingMessages {
 
     /// Which of `ids` are messages waiting here in one of `scopes` (a forget by id reaches a
     /// message before its row exists).
-    pub fn ids_within(&self, scopes: &ScopeSet, ids: &[String]) -> HashSet<String> {
+    pub(crate) fn ids_within(&self, scopes: &ScopeSet, ids: &[String]) -> HashSet<String> {
         let Ok(rows) = self.rows.lock() else {
             return HashSet::new();
         };

@@ -20,7 +20,7 @@ pub const WAITING: usize = 1024;
 pub type ReturnedAgain = super::Handoff<String>;
 
 /// An empty hand-off of [`WAITING`].
-pub fn returned_again() -> ReturnedAgain {
+pub(crate) fn returned_again() -> ReturnedAgain {
     super::Handoff::with_capacity(WAITING)
 }
 
@@ -57,7 +57,7 @@ impl Recurrences {
     }
 
     /// Messages that reached [`CONSOLIDATE_AT`] since the process started.
-    pub fn due_so_far(&self) -> u64 {
+    pub(crate) fn due_so_far(&self) -> u64 {
         self.due.load(Ordering::Relaxed)
     }
 }

@@ -145,7 +145,7 @@ impl LastSaid {
 
     /// Forget every conversation's last messages: after an erase, the next reply is embedded
     /// with nothing rather than with what was erased.
-    pub fn forget_all(&self) {
+    pub(crate) fn forget_all(&self) {
         self.last.lock().unwrap_or_else(|e| e.into_inner()).clear();
     }
 }

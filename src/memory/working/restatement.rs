@@ -28,7 +28,7 @@ use crate::memory::recall::distinct::same_fact_in_other_words;
 use crate::store::MemoryRecord;
 
 /// Whether `message` could state a fact another member agrees with.
-pub fn worth_checking(message: &MemoryRecord) -> bool {
+pub(crate) fn worth_checking(message: &MemoryRecord) -> bool {
     could_state_a_fact(
         &message.content,
         &message.tags,
@@ -39,7 +39,8 @@ pub fn worth_checking(message: &MemoryRecord) -> bool {
 /// Whether `earlier` (a stored message with its vector) is the fact `message` states, said by
 /// another member. `bound`: the model's duplicate bound, `None` until it is measured (then
 /// only texts that fold to the same count).
-pub fn restates(
+#[cfg(test)]
+pub(crate) fn restates(
     (message, vector): (&MemoryRecord, &[f32]),
     (earlier, earlier_vector): (&MemoryRecord, &[f32]),
     bound: Option<&DuplicateBound>,

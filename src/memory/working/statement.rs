@@ -33,7 +33,7 @@ pub const MIN_DISTINCT_CHARS: usize = 4;
 /// Whether a message with this text, these tags and this speaker could state a fact. Never the
 /// bot's, and never a short reply embedded with the question it answers (`replies`): "订好了，
 /// 在老地方" as a memory of its own would say nothing.
-pub fn could_state_a_fact(content: &str, tags: &[String], speaker_id: Option<&str>) -> bool {
+pub(crate) fn could_state_a_fact(content: &str, tags: &[String], speaker_id: Option<&str>) -> bool {
     let short_reply = tags.iter().any(|t| t == REPLY_TAG) && is_short(content);
     if tags.iter().any(|t| t == BOT_TAG) || short_reply || speaker_id.is_none() {
         return false;
@@ -46,7 +46,7 @@ pub const SHORT_CHARS: usize = 16;
 /// Words a short message has at most otherwise.
 pub const SHORT_WORDS: usize = 8;
 /// Whether `text` is short: too short to state a fact without what it answers.
-pub fn is_short(text: &str) -> bool {
+pub(crate) fn is_short(text: &str) -> bool {
     at_most(text, SHORT_CHARS, SHORT_WORDS)
 }
 
@@ -57,7 +57,7 @@ pub const TERSE_CHARS: usize = 10;
 /// "The quarterly report is due next Tuesday" (7).
 pub const TERSE_WORDS: usize = 6;
 /// Whether `text` is terse: a line that, said alone, carries a name or a word and little else.
-pub fn is_terse(text: &str) -> bool {
+pub(crate) fn is_terse(text: &str) -> bool {
     at_most(text, TERSE_CHARS, TERSE_WORDS)
 }
 
@@ -76,7 +76,7 @@ fn at_most(text: &str, chars: usize, words: usize) -> bool {
 /// Whether a message says anything on its own: long and varied enough, and not only what a
 /// platform shows for a sticker, a picture or a voice message ("[图片]", "[动画表情]",
 /// "[Sticker]"). "👌", "+1" and "[图片]" answer no question, so a prompt never shows them.
-pub fn says_something(content: &str) -> bool {
+pub(crate) fn says_something(content: &str) -> bool {
     long_and_varied(&fact::fold(content)) && !only_placeholders(content)
 }
 
@@ -145,7 +145,7 @@ const ASKING_STARTS: [&str; 16] = [
 
 /// Whether `content` asks: see the module header. Only its last clause counts ("他什么都不吃，
 /// 只喝粥" states; "好怕，明天几点到" asks).
-pub fn is_a_question(content: &str) -> bool {
+pub(crate) fn is_a_question(content: &str) -> bool {
     let Some(last) = content
         .split(['，', ',', '。', '！', '!', '；', ';', '\n', '~', '～'])
         .map(str::trim)

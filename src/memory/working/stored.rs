@@ -21,6 +21,6 @@ pub struct StoredMessage {
 pub type StoredMessages = Handoff<StoredMessage>;
 
 /// An empty hand-off of [`CAPACITY`].
-pub fn stored_messages() -> StoredMessages {
+pub(crate) fn stored_messages() -> StoredMessages {
     Handoff::with_capacity(CAPACITY)
 }

@@ -95,7 +95,7 @@ pub const PENDING: &str = "vector_next IS NULL";
 
 /// Whether opening a table failed only because it holds another model's vectors: what
 /// `migration.reembed: "auto"` turns into a re-embed.
-pub fn is_model_change(e: &StoreError) -> bool {
+pub(crate) fn is_model_change(e: &StoreError) -> bool {
     matches!(
         e,
         StoreError::ModelMismatch { .. } | StoreError::DimensionMismatch { .. }
@@ -104,7 +104,7 @@ pub fn is_model_change(e: &StoreError) -> bool {
 
 /// Start a re-embed of the table in `db` to `model`, before the store is opened (opening
 /// refuses a table recorded with another model until then). Idempotent.
-pub async fn prepare_at(
+pub(crate) async fn prepare_at(
     db: &DbLocation,
     table_name: &str,
     model: &ModelInfo,

@@ -73,7 +73,7 @@ impl BucketLease {
         self.held.load(Ordering::Acquire)
     }
 
-    pub fn renew_every(&self) -> Duration {
+    pub(crate) fn renew_every(&self) -> Duration {
         self.ttl / 3
     }
 

@@ -104,7 +104,7 @@ impl Lease {
         }))
     }
 
-    pub fn downgrade(&self) -> WeakLease {
+    pub(crate) fn downgrade(&self) -> WeakLease {
         WeakLease(Arc::downgrade(&self.0))
     }
 
@@ -134,7 +134,7 @@ impl Lease {
     }
 
     /// How often [`Lease::renew`] must run while the lease is held.
-    pub fn renew_every(&self) -> Duration {
+    pub(crate) fn renew_every(&self) -> Duration {
         match &*self.0 {
             Kind::Local(_) => Duration::from_secs(3600),
             Kind::Bucket(b) => b.renew_every(),

@@ -32,7 +32,7 @@ use crate::store::StoreError;
 /// How many of the newest segments (rows each, oldest first) to merge with `unindexed` new
 /// rows: walking from the newest, a segment joins while the rows gathered so far are at least
 /// half of it. 0 writes the new rows as a segment of their own.
-pub fn segments_to_merge(segments: &[u64], unindexed: u64) -> usize {
+pub(crate) fn segments_to_merge(segments: &[u64], unindexed: u64) -> usize {
     let mut gathered = unindexed;
     let mut merged = 0;
     for &rows in segments.iter().rev() {
@@ -47,7 +47,7 @@ pub fn segments_to_merge(segments: &[u64], unindexed: u64) -> usize {
 
 /// Whether an index is refreshed in tiers: the full-text indexes and the vector index (the
 /// scalar indexes are small and merged into one segment by Lance's default refresh).
-pub fn is_tiered(index: &IndexConfig) -> bool {
+pub(crate) fn is_tiered(index: &IndexConfig) -> bool {
     index.index_type == IndexType::FTS || index.columns.iter().any(|c| c == COL_VECTOR)
 }
 

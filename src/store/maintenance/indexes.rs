@@ -30,7 +30,7 @@ use crate::store::StoreError;
 pub const RETRAIN_GROWTH: f64 = 0.5;
 
 /// Whether a vector index trained on `trained` rows should be retrained at `rows` rows.
-pub fn retrain_due(trained: usize, rows: usize) -> bool {
+pub(crate) fn retrain_due(trained: usize, rows: usize) -> bool {
     trained > 0 && rows as f64 >= trained as f64 * (1.0 + RETRAIN_GROWTH)
 }
 
@@ -242,7 +242,7 @@ impl LanceSearch {
     /// Build the cosine vector index if the table has outgrown flat search. Returns at once;
     /// the build runs on its own task (Lance lets appends commit concurrently with it). The
     /// row count is read at most once a second.
-    pub async fn maybe_build_index(&self) -> Result<bool, StoreError> {
+    pub(crate) async fn maybe_build_index(&self) -> Result<bool, StoreError> {
         if self.is_indexed()
             || self.building.load(Ordering::Relaxed)
             || !self.maintainer.load(Ordering::Acquire)
@@ -298,17 +298,10 @@ impl LanceSearch {
 
     /// Read again whether a vector index exists: a re-embed's switch drops the old model's,
     /// and the maintenance then builds one on the new vectors when the table is large enough.
-    pub async fn refresh_indexed(&self) -> Result<bool, StoreError> {
+    pub(crate) async fn refresh_indexed(&self) -> Result<bool, StoreError> {
         let indexed = has_vector_index(&self.table).await?;
         self.indexed.store(indexed, Ordering::Release);
         Ok(indexed)
-    }
-
-    /// Build the index now and wait for it (benches, CLI).
-    pub async fn build_index_now(&self) -> Result<(), StoreError> {
-        build_vector_index(&self.table).await?;
-        self.indexed.store(true, Ordering::Release);
-        Ok(())
     }
 }
 

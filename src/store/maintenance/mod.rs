@@ -182,7 +182,7 @@ impl Maintenance {
 
     /// After a delete committed at `since`: rewrite the fragments that held the deleted rows,
     /// make that durable, and remove every older version, so no file keeps them.
-    pub async fn purge_and_prune(
+    pub(crate) async fn purge_and_prune(
         self: &Arc<Self>,
         deleted: u64,
         since: std::time::SystemTime,

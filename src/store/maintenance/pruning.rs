@@ -45,7 +45,10 @@ pub struct PruneReport {
 
 /// Rewrite every fragment that has deleted rows, so no current data file still holds them.
 /// Small neighbouring fragments are merged on the way, as by routine compaction.
-pub async fn purge_deleted_rows(table: &Table, target_rows: usize) -> Result<(), StoreError> {
+pub(crate) async fn purge_deleted_rows(
+    table: &Table,
+    target_rows: usize,
+) -> Result<(), StoreError> {
     table
         .optimize(OptimizeAction::Compact {
             options: CompactionOptions {
@@ -65,7 +68,7 @@ pub async fn purge_deleted_rows(table: &Table, target_rows: usize) -> Result<(),
 
 /// Remove every table version committed more than `older_than` ago (the latest version is
 /// always kept) and the files only those versions referenced.
-pub async fn prune_versions(
+pub(crate) async fn prune_versions(
     table: &Table,
     older_than: Duration,
 ) -> Result<PruneReport, StoreError> {
@@ -136,7 +139,7 @@ const COUNT_CHECK: Duration = Duration::from_secs(2);
 
 /// How often the pruner looks: a quarter of the retention period, between 100 ms and 10 min,
 /// so a version is removed at most ~25% after it expires.
-pub fn prune_interval(keep: Duration) -> Duration {
+pub(crate) fn prune_interval(keep: Duration) -> Duration {
     (keep / 4).clamp(Duration::from_millis(100), Duration::from_secs(600))
 }
 
@@ -265,7 +268,7 @@ async fn referenced_by_latest(dataset: &lance::Dataset) -> Result<Referenced, St
 }
 
 /// Remove every version older than the reader grace (the latest is always kept).
-pub async fn prune_to_grace(
+pub(crate) async fn prune_to_grace(
     table: &Table,
     reader_grace: Duration,
 ) -> Result<PruneReport, StoreError> {
@@ -372,7 +375,7 @@ impl BytesBound {
 /// The routine pruner, while this process holds the maintenance lease and until `stop` is
 /// notified: removes versions older than `limits.max_age` every [`prune_interval`], and
 /// checks the count every [`COUNT_CHECK`]. Failures are logged and retried at the next tick.
-pub async fn run_pruner(
+pub(crate) async fn run_pruner(
     table: Table,
     limits: VersionLimits,
     maintainer: Arc<std::sync::atomic::AtomicBool>,

@@ -35,7 +35,10 @@ pub fn analyzer() -> Option<Box<dyn LanceTokenizer>> {
 }
 
 /// A row's terms: its content's, then its tags'.
-pub fn document_terms(analyzer: &mut dyn LanceTokenizer, record: &MemoryRecord) -> Vec<String> {
+pub(crate) fn document_terms(
+    analyzer: &mut dyn LanceTokenizer,
+    record: &MemoryRecord,
+) -> Vec<String> {
     let mut terms = Vec::new();
     for text in std::iter::once(&record.content).chain(&record.tags) {
         let mut stream = analyzer.token_stream_for_doc(text);
@@ -47,7 +50,7 @@ pub fn document_terms(analyzer: &mut dyn LanceTokenizer, record: &MemoryRecord) 
 }
 
 /// The distinct terms of a query.
-pub fn query_terms(analyzer: &mut dyn LanceTokenizer, text: &str) -> Vec<String> {
+pub(crate) fn query_terms(analyzer: &mut dyn LanceTokenizer, text: &str) -> Vec<String> {
     let mut terms: Vec<String> = Vec::new();
     let mut stream = analyzer.token_stream_for_search(text);
     while stream.advance() {
@@ -80,7 +83,7 @@ impl Vocabulary {
         id
     }
 
-    pub fn lookup(&self, term: &str) -> Option<u32> {
+    pub(crate) fn lookup(&self, term: &str) -> Option<u32> {
         self.ids.get(term).copied()
     }
 
@@ -91,7 +94,7 @@ impl Vocabulary {
         ((n - df + 0.5) / (df + 0.5) + 1.0).ln()
     }
 
-    pub fn average_length(&self) -> f32 {
+    pub(crate) fn average_length(&self) -> f32 {
         (self.terms as f32 / self.docs.max(1) as f32).max(1.0)
     }
 

@@ -395,7 +395,7 @@ impl ResidentVectors {
 
     /// Tables larger than this stay on LanceDB search (memory is ~1.5 KB a row plus the
     /// record's text); 0 turns the resident search off.
-    pub fn limit_rows(&self, max_rows: usize) {
+    pub(crate) fn limit_rows(&self, max_rows: usize) {
         self.max_rows.store(max_rows, Ordering::Relaxed);
     }
 
@@ -564,7 +564,7 @@ impl ResidentVectors {
     /// Replace the snapshot with a fresh read of the table, unless one is already due or
     /// running. Returns at once; reloads are spaced by twice the last one's duration, so a
     /// table that changes constantly costs at most a third of a core.
-    pub fn reload_in_background(self: &Arc<Self>, table: &Table) {
+    pub(crate) fn reload_in_background(self: &Arc<Self>, table: &Table) {
         if !self.wanted.load(Ordering::Relaxed) || self.loading.swap(true, Ordering::AcqRel) {
             return;
         }
@@ -600,19 +600,6 @@ impl ResidentVectors {
                 Some((Instant::now(), started.elapsed()));
             me.loading.store(false, Ordering::Release);
         });
-    }
-
-    /// Load now and wait (benches, tests).
-    pub async fn load_now(&self, table: &Table) -> Result<bool, super::StoreError> {
-        self.wanted.store(true, Ordering::Relaxed);
-        match load::snapshot(table, self.dim, self.max_rows(), &self.foreground).await? {
-            Some(s) => {
-                self.install(s);
-                crate::store::heap::release_freed_memory();
-                Ok(true)
-            }
-            None => Ok(false),
-        }
     }
 
     fn install(&self, s: Snapshot) {

@@ -158,7 +158,7 @@ impl Partition {
     }
 
     /// Row `row`'s unit vector, from its f16 copy.
-    pub fn unit_vector(&self, row: usize) -> Vec<f32> {
+    pub(crate) fn unit_vector(&self, row: usize) -> Vec<f32> {
         self.fine[row * self.dim..(row + 1) * self.dim]
             .iter()
             .map(|x| x.to_f32())
@@ -274,7 +274,7 @@ impl TopN {
     }
 
     /// Best first.
-    pub fn into_sorted(self) -> Vec<Scored> {
+    pub(crate) fn into_sorted(self) -> Vec<Scored> {
         let mut v: Vec<ByScore> = self.heap.into_iter().map(|r| r.0).collect();
         v.sort_by(|a, b| b.cmp(a));
         v.into_iter().map(|b| b.0).collect()
