@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Pack an already built `scopemem` binary into a wheel laid out as maturin's `bindings = "bin"`
-wheels are (`scopemem-<version>.data/scripts/scopemem`, a dist-info with METADATA, WHEEL and
-RECORD), so `make test` can install the debug build it already has instead of compiling the
+wheels are (`scopemem-<version>.data/scripts/scopemem`, the `scopemem` Python package of
+python/ at its root, a dist-info with METADATA, WHEEL and RECORD), so `make test` can install the debug build it already has instead of compiling the
 binary a second time with maturin (`make wheel` does that, in release).
 
 With an assets directory (the sha256-verified set-up cache), its MiniLM model and ONNX Runtime
@@ -54,11 +54,23 @@ def main() -> int:
             f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
             f"Summary: {project['description']}\nRequires-Python: {project['requires-python']}\n"
             + "".join(f"Requires-Dist: {d}\n" for d in project.get("dependencies", []))
+            + "".join(
+                f"Provides-Extra: {extra}\n"
+                + "".join(f'Requires-Dist: {d}; extra == "{extra}"\n' for d in deps)
+                for extra, deps in project.get("optional-dependencies", {}).items()
+            )
         ).encode(),
         f"{info}/WHEEL": (
             f"Wheel-Version: 1.0\nGenerator: scopemem pack-wheel.py\nRoot-Is-Purelib: false\nTag: {tag}\n"
         ).encode(),
     }
+    # The Python package (`python-source` in pyproject.toml), at the wheel's root as maturin
+    # puts it: the client, supervisor and reflection parsing the plugins import.
+    source = ROOT / tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["maturin"][
+        "python-source"
+    ]
+    for f in sorted(source.rglob("*.py")):
+        files[f.relative_to(source).as_posix()] = f.read_bytes()
     if assets is not None:
         packed = [assets / d for d in BUNDLED]
         for f in sorted(p for d in packed for p in d.rglob("*") if p.is_file()):

@@ -5,7 +5,8 @@
 //! of AstrBot's Python, and runs from there with nothing else: no ORT_DYLIB_PATH, no model dir,
 //! no set-up cache (HOME points at an empty directory). `scopemem --version`, then `scopemem
 //! serve`, which must answer /healthz and remember and recall with the default multilingual
-//! model. Fails, never skips, when python3,
+//! model; its Python package (`scopemem.reflection`, ...) imports from the venv. Fails, never
+//! skips, when python3,
 //! the assets or the AstrBot venv are missing (the Makefile installs them).
 
 use crate::common;
@@ -140,6 +141,25 @@ async fn the_wheel_installs_and_runs_with_no_other_set_up() {
     std::fs::create_dir_all(&fresh).unwrap();
     let exe = install(Path::new("python3"), &fresh.join("venv"), &wheel, None);
     serves_from(&exe, &fresh).await;
+    // The Python package the plugins import came with it, from the wheel (not this checkout):
+    // its reflection parsing works, and its client asks for the httpx this venv lacks.
+    let python = fresh.join("venv/bin/python");
+    let out = run(bare(&python, &fresh).args([
+        "-c",
+        "import scopemem.reflection as r, scopemem.config_file as c\n\
+         print(r.__file__)\n\
+         print(r.split_reflection('hi <memory_reflection>{\"new_memories\": [\"x\"]}</memory_reflection>'))\n\
+         print(c.valid_scope_name('家人'), c.valid_scope_name('家 人'))\n\
+         try:\n    import scopemem.client\nexcept ImportError as e:\n    print(e)",
+    ]));
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(lines[0].starts_with(&*fresh.to_string_lossy()), "{out}");
+    assert_eq!(
+        lines[1], "('hi', {'new_memories': [{'content': 'x'}]})",
+        "{out}"
+    );
+    assert_eq!(lines[2], "True False", "{out}");
+    assert!(lines[3].contains("scopemem[client]"), "{out}");
 
     // AstrBot's Python (3.12), with AstrBot importable: the environment the plugin runs in.
     let astrbot = dir.path().join("astrbot");

@@ -20,7 +20,7 @@ from astrbot.api import logger
 from astrbot.api.web import error_response, request
 from fastapi.responses import Response
 
-from .client import ScopememDown
+from scopemem.client import ScopememDown
 
 # The page's routes, under AstrBot's /api/v1/plugins/extensions/.
 PREFIX = "/astrbot_plugin_scopemem/memories"

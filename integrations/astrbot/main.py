@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import re
 import time
 from collections import deque
 from datetime import datetime, timezone
@@ -29,12 +28,15 @@ from astrbot.api.event import AstrMessageEvent, filter
 from astrbot.api.provider import LLMResponse, ProviderRequest
 from astrbot.api.star import Context, Star, StarTools, register
 
+from scopemem.client import ScopememClient, ScopememDown, error_code
+from scopemem.config_file import read, valid_scope_name, write_atomically
+from scopemem.reflection import REFLECTION_INSTRUCTIONS, split_reflection
+from scopemem.supervisor import Supervisor
+
 from . import own_config
-from .client import ScopememClient, ScopememDown, error_code
 from .consolidation import HostConsolidation
 from .dashboard_api import DashboardApi
 from .observer import ChatLines, allowlisted, session_admits
-from .supervisor import Supervisor
 
 PLUGIN_NAME = "astrbot_plugin_scopemem"
 # The operator commands' group: /scopemem status, map, unmap, incognito, forget.
@@ -52,21 +54,25 @@ EXTRA_WM_SKIP = "_scopemem_wm_skip"
 WM_TEXT_CHARS = 4000
 WM_ID_CHARS = 128
 WM_NAME_CHARS = 64
+class PluginLog:
+    """This plugin's AstrBot logger for the shared `scopemem` package. `astrbot.api.logger`
+    picks a plugin's logger (`astrbot.plugin.<dir>`) by the module that calls it, and
+    `scopemem.client` is no plugin module: calls made from here are this plugin's."""
+
+    def info(self, message: str) -> None:
+        logger.info(message)
+
+    def warning(self, message: str) -> None:
+        logger.warning(message)
+
+    def error(self, message: str) -> None:
+        logger.error(message)
+
+
 # Sends in flight at most; beyond that a message is dropped rather than queued without bound
 # (a scopemem that hangs must not make AstrBot hold every chat line in memory).
 WM_MAX_PENDING = 256
 
-REFLECTION_RE = re.compile(r"<memory_reflection>(.*?)</memory_reflection>", re.DOTALL)
-
-REFLECTION_INSTRUCTIONS = """
-<memory_reflection_instructions>
-After your reply you may append ONE block <memory_reflection>{...}</memory_reflection> holding a
-JSON object with any of: "useful_memory_ids" (ids of the memories above that helped),
-"new_memories" (list of {"content", "reasoning"?, "tags"?, "memory_type"?} worth keeping
-long-term; memory_type is knowledge, event, skill, task or emotional). The block is removed
-before the user sees the reply. Leave it out when there is nothing to record.
-</memory_reflection_instructions>
-""".strip()
 
 
 def _whole(v: Any) -> Any:
@@ -135,50 +141,6 @@ def _history_of(req: ProviderRequest | None) -> list[dict[str, str]]:
     return turns
 
 
-def _clean_reflection(raw: Any) -> dict[str, Any] | None:
-    """Keep only the fields scopemem's reflection accepts (it refuses unknown fields)."""
-    if not isinstance(raw, dict):
-        return None
-    out: dict[str, Any] = {}
-    ids = raw.get("useful_memory_ids")
-    if isinstance(ids, list):
-        out["useful_memory_ids"] = [str(i) for i in ids if isinstance(i, (str, int))]
-    news = raw.get("new_memories")
-    if isinstance(news, list):
-        kept = []
-        for m in news:
-            if isinstance(m, str) and m.strip():
-                kept.append({"content": m})
-            elif isinstance(m, dict) and isinstance(m.get("content"), str):
-                item: dict[str, Any] = {"content": m["content"]}
-                if isinstance(m.get("reasoning"), str):
-                    item["reasoning"] = m["reasoning"]
-                if isinstance(m.get("tags"), list):
-                    item["tags"] = [str(t) for t in m["tags"]]
-                if isinstance(m.get("memory_type"), str):
-                    item["memory_type"] = m["memory_type"]
-                kept.append(item)
-        out["new_memories"] = kept
-    groups = raw.get("merge_groups")
-    if isinstance(groups, list):
-        out["merge_groups"] = [
-            [str(i) for i in g] for g in groups if isinstance(g, list)
-        ]
-    return out if any(out.values()) else None
-
-
-def split_reflection(text: str) -> tuple[str, dict[str, Any] | None]:
-    """Remove every reflection block from a reply; return (visible reply, last valid reflection)."""
-    reflection = None
-    for block in REFLECTION_RE.findall(text):
-        try:
-            parsed = _clean_reflection(json.loads(block))
-        except ValueError:
-            parsed = None
-        if parsed is not None:
-            reflection = parsed
-    visible = REFLECTION_RE.sub("", text).strip()
-    return visible, reflection
 
 
 def _sent_at(timestamp: Any) -> str | None:
@@ -233,7 +195,9 @@ class ScopememPlugin(Star):
         # at a scopemem that runs elsewhere. A configured binary always means "run this one".
         self.owns_scopemem = not url or bool(str(cfg.get("scopemem_binary", "") or ""))
         self.base_url = url or "http://127.0.0.1:8787"
-        self.client = ScopememClient(self.base_url, self.token, self.request_timeout)
+        self.client = ScopememClient(
+            self.base_url, self.token, self.request_timeout, logger=PluginLog()
+        )
         self.consolidation: HostConsolidation | None = None
         if self.working_memory and self.consolidation_mode == "astrbot":
             self.consolidation = HostConsolidation(
@@ -276,7 +240,7 @@ class ScopememPlugin(Star):
         if self.token:
             extra["SCOPEMEM_AUTH_TOKEN"] = self.token
         argv = [binary, "serve", "--exit-with-parent", "--config", str(self.own_config_path)]
-        self.supervisor = Supervisor(argv, extra)
+        self.supervisor = Supervisor(argv, extra, logger=PluginLog())
         self.supervisor.start()
         asyncio.create_task(self._report_map_problems(), name="scopemem_map_check")
 
@@ -336,13 +300,13 @@ class ScopememPlugin(Star):
         configured = str(self.cfg.get("scopemem_config", "") or "")
         path = Path(configured) if configured else data_dir / "scopemem.json"
         try:
-            existing = own_config.read(path)
+            existing = read(path)
         except ValueError as e:
             logger.error("[scopemem] %s; rewriting it from the plugin config", e)
             existing = {}
         embedding = self._embedding_settings()
         rendered = own_config.render(existing, self.cfg, data_dir, embedding)
-        own_config.write_atomically(path, rendered)
+        write_atomically(path, rendered)
         self.own_config_path = path
         self.base_url = "http://" + rendered["server"]["http_addr"]
         self.client.base_url = self.base_url
@@ -794,7 +758,7 @@ class ScopememPlugin(Star):
         refused = self._refusal()
         if refused:
             return refused
-        if scope is not None and not own_config.SCOPE_NAME_RE.match(scope):
+        if scope is not None and not valid_scope_name(scope):
             return (
                 "Usage: /scopemem map <scope>. A scope name is 1-64 letters, digits, CJK, "
                 "'_' or '-'."
@@ -815,7 +779,7 @@ class ScopememPlugin(Star):
         refused = self._refusal()
         if refused:
             return False, refused
-        if scope is not None and not own_config.SCOPE_NAME_RE.match(scope):
+        if scope is not None and not valid_scope_name(scope):
             return False, "A scope name is 1-64 letters, digits, CJK, '_' or '-'."
         try:
             current = own_config.scope_map_of(self.cfg)

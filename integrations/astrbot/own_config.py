@@ -5,8 +5,8 @@ scope map, the unmapped policy, incognito chats, the embedding provider) and nev
 scopemem file. This module turns those settings into scopemem's JSON config: the plugin config
 is the one source of truth, and the keys it owns are rewritten from it on every start and
 every `/scopemem map`. Keys it does not own (storage tuning an operator added by hand) are kept.
-Writes are atomic (a temp file in the same directory, fsync, rename), so scopemem's hot reload
-never reads half a file. Finding the binary and a port also lives here: both exist only
+It is written atomically (`scopemem.config_file`), so scopemem's hot reload never reads half a
+file. Finding the binary and a port also lives here: both exist only
 because the plugin supervises.
 """
 
@@ -18,12 +18,8 @@ import re
 import shutil
 import socket
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
-
-# scopemem's own rule for scope names (src/scope/name.rs).
-SCOPE_NAME_RE = re.compile(r"^[A-Za-z0-9\u4e00-\u9fff_-]{1,64}$")
 
 # The environment variable that carries a handed-over embedding key to the child: the key is
 # never written into scopemem's config file.
@@ -110,39 +106,6 @@ def render(existing: dict[str, Any], settings: Any, data_dir: Path,
         consolidation.pop("rules", None)
     out["consolidation"] = consolidation
     return out
-
-
-def read(path: Path) -> dict[str, Any]:
-    try:
-        with open(path, encoding="utf-8") as f:
-            got = json.load(f)
-    except FileNotFoundError:
-        return {}
-    if not isinstance(got, dict):
-        raise ValueError(f"{path.name} does not hold a JSON object")
-    return got
-
-
-def write_atomically(path: Path, config: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".scopemem-", suffix=".json", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(config, f, ensure_ascii=False, indent=2)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
 
 
 def embedding_from_astrbot(providers: list[dict[str, Any]], wanted_id: str,

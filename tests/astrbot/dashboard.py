@@ -92,6 +92,8 @@ async def run(args: argparse.Namespace) -> None:
     os.environ["ASTRBOT_ROOT"] = root
     os.chdir(root)
     sys.path.insert(0, root)
+    # The `scopemem` Python package the plugin imports (python/), from this checkout.
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
     prepare_root(root, plugin_src, args.port, password, plugin_config)
 
     from astrbot.core import LogBroker, db_helper

@@ -30,7 +30,12 @@ import sys
 import time
 import traceback
 import uuid
+from pathlib import Path
 from typing import Any
+
+# The `scopemem` Python package the plugin imports (python/), from this checkout; a run with
+# `--supervise` takes it from the wheel installed in its venv instead.
+CHECKOUT_PACKAGE = str(Path(__file__).resolve().parents[2] / "python")
 
 PLUGIN_DIR = "astrbot_plugin_scopemem"
 
@@ -494,6 +499,7 @@ async def start_core(root: str) -> Core:
     os.environ["ASTRBOT_ROOT"] = root
     os.chdir(root)
     sys.path.insert(0, root)
+    sys.path.insert(0, CHECKOUT_PACKAGE)
 
     from astrbot.core import LogBroker, db_helper
     from astrbot.core.core_lifecycle import AstrBotCoreLifecycle

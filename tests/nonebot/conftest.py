@@ -15,6 +15,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -24,9 +25,17 @@ import httpx
 import pytest
 from nonebug import NONEBOT_INIT_KWARGS
 
-from helpers import USER_ID, alive, group_event, live_children, private_event  # noqa: F401
-
 REPO = Path(__file__).resolve().parents[2]
+# The `scopemem` Python package the plugin imports (python/; the wheel ships it), from this
+# checkout, for this process and the bots it starts.
+CHECKOUT_PACKAGE = str(REPO / "python")
+sys.path.insert(0, CHECKOUT_PACKAGE)
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    [CHECKOUT_PACKAGE] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])
+)
+
+from helpers import USER_ID, alive, group_event, live_children, private_event  # noqa: E402,F401
+
 TOKEN = "nonebot-test-token"
 SUPERUSER_ID = 10000
 FAMILY_GROUP = 1001

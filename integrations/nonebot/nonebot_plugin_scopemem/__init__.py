@@ -20,7 +20,7 @@ from nonebot.plugin import PluginMetadata
 from .config import Config
 from .conversation import conversation_id
 from .memory import after_reply, call_tool, memory_context, tools
-from .reflection import REFLECTION_INSTRUCTIONS, split_reflection
+from scopemem.reflection import REFLECTION_INSTRUCTIONS, split_reflection
 from .runtime import get_runtime
 
 __plugin_meta__ = PluginMetadata(

@@ -23,8 +23,10 @@ from nonebot.matcher import Matcher
 from nonebot.params import Command, CommandArg
 from nonebot.permission import SUPERUSER
 
+from scopemem.client import ScopememDown, error_code
+from scopemem.config_file import valid_scope_name
+
 from . import config_file
-from .client import ScopememDown, error_code
 from .conversation import conversation_id, is_private_chat
 from .runtime import Runtime, get_runtime
 
@@ -151,7 +153,7 @@ async def edit_map(rt: Runtime, conv: str, scope: Optional[str]) -> str:
     """Set (or with None remove) this chat's entry in conversation_scope_map."""
     if rt.config_path is None:
         return _not_managed(conv)
-    if scope is not None and not config_file.valid_scope_name(scope):
+    if scope is not None and not valid_scope_name(scope):
         return (
             "Not a scope name: use 1-64 letters, digits, CJK characters, '_' or '-'. "
             "Nothing was changed."

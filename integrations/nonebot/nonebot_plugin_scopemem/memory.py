@@ -19,9 +19,10 @@ from typing import Any, Optional, Sequence, Union
 from nonebot import logger
 from nonebot.adapters import Event
 
-from .client import ScopememDown, error_code, error_text
+from scopemem.client import ScopememDown, error_code, error_text
+from scopemem.reflection import clean_reflection
+
 from .conversation import conversation_id
-from .reflection import clean_reflection
 from .runtime import get_runtime
 
 UNAVAILABLE = "Memory is unavailable right now; continue without it."

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
-from . import config_file
+from scopemem.config_file import write_atomically
 
 # What the plugin logs (and `/scopemem status` shows) when it should run scopemem but cannot
 # find it.
@@ -76,7 +76,7 @@ def ensure_config(path: Path, data_dir: Path) -> bool:
     if path.exists():
         return False
     try:
-        config_file.write_atomically(path, initial_config(data_dir), replace=False)
+        write_atomically(path, initial_config(data_dir), replace=False)
     except FileExistsError:
         return False
     return True

@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import Any, Coroutine, Optional
 
 from nonebot import logger
+from scopemem.client import ScopememClient
+from scopemem.supervisor import Supervisor
 
 from . import config_file, own_server
-from .client import ScopememClient
 from .config import Config
-from .supervisor import Supervisor
 
 # scopemem's own default `server.http_addr`, for a config file that names none.
 DEFAULT_ADDR = "127.0.0.1:8787"
@@ -62,7 +62,9 @@ class Runtime:
         else:
             self.config_path = Path(path).expanduser() if path else None
             base_url = url
-        self.client = ScopememClient(base_url, cfg.scopemem_token, cfg.scopemem_timeout)
+        self.client = ScopememClient(
+            base_url, cfg.scopemem_token, cfg.scopemem_timeout, logger=logger
+        )
         self.supervisor: Optional[Supervisor] = None
         # `/scopemem forget` waits for `/scopemem forget confirm`: chat -> (sender, deadline).
         self.pending_forget: dict[str, tuple[str, float]] = {}
@@ -135,7 +137,9 @@ class Runtime:
             self._set_e5()
         argv = [binary, "serve", "--exit-with-parent", "--config", str(self.config_path)]
         token = self.cfg.scopemem_token
-        self.supervisor = Supervisor(argv, {"SCOPEMEM_AUTH_TOKEN": token} if token else None)
+        self.supervisor = Supervisor(
+            argv, {"SCOPEMEM_AUTH_TOKEN": token} if token else None, logger=logger
+        )
         self.supervisor.start()
         logger.info(
             f"[scopemem] supervising {binary} with {self.config_path}; memory at {self.base_url}"

@@ -1,9 +1,9 @@
 """A small JSON client for scopemem's HTTP API that fails soft and logs an outage only twice.
 
-Every memory call of the plugin goes through here, so "scopemem is down" is decided in one
-place: a transport error, a time-out or a 5xx raises `ScopememDown` (logged once when the
-outage starts and once when it ends); any other answer is returned as (status, json). Nothing
-here logs a request or response body, so memory content never reaches the bot's log.
+Every call of a plugin goes through here, so "scopemem is down" is decided in one place: a
+transport error, a time-out or a 5xx raises `ScopememDown` (logged once when the outage starts
+and once when it ends); any other answer is returned as (status, json) or (status, bytes).
+Nothing here logs a request or response body, so memory content never reaches the bot's log.
 """
 
 from __future__ import annotations
@@ -13,8 +13,14 @@ import json
 from typing import Any, Optional
 from urllib.parse import urlsplit
 
-import httpx
-from nonebot import logger
+try:
+    import httpx
+except ImportError as e:  # the wheel leaves it to the framework, or to `scopemem[client]`
+    raise ImportError(
+        "scopemem.client needs httpx: pip install 'scopemem[client]' (or httpx)"
+    ) from e
+
+from ._log import logger_or_default
 
 
 class ScopememDown(Exception):
@@ -44,12 +50,18 @@ def _is_loopback(url: str) -> bool:
 
 
 class ScopememClient:
-    def __init__(self, base_url: str, token: str, timeout_s: float) -> None:
+    """The client of one scopemem server: `base_url`, its bearer `token` ("" for none), and
+    the time-out of a call on the chat path, `timeout_s`."""
+
+    def __init__(
+        self, base_url: str, token: str, timeout_s: float, logger: Optional[Any] = None
+    ) -> None:
         self.base_url = base_url.rstrip("/")
         self.token = token
         self.timeout_s = timeout_s
         self.down = False
         self.last_error = ""
+        self.log = logger_or_default(logger)
         self._client: Optional[httpx.AsyncClient] = None
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         # Set when there is no server to ask at all (the plugin was to run scopemem and could
@@ -93,7 +105,7 @@ class ScopememClient:
         self.last_error = error
         if not self.down:
             self.down = True
-            logger.warning(
+            self.log.warning(
                 f"[scopemem] {self.base_url} unreachable ({error}): the bot goes on without "
                 "memory until it is back (logged once per outage)"
             )
@@ -101,23 +113,42 @@ class ScopememClient:
     def _mark_up(self) -> None:
         if self.down:
             self.down = False
-            logger.info(f"[scopemem] {self.base_url} is reachable again: memory is back")
+            self.log.info(f"[scopemem] {self.base_url} is reachable again: memory is back")
 
-    async def request(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-        """(status, json or None). Raises ScopememDown on transport errors, time-outs and 5xx."""
+    async def request_raw(
+        self, method: str, path: str, body: Any = None, timeout: Optional[float] = None
+    ) -> tuple[int, bytes]:
+        """(status, body bytes). Raises ScopememDown on transport errors and time-outs; a
+        5xx is returned. `timeout` (seconds) replaces the chat path's for this call (an
+        export or an import takes longer than a recall)."""
         if self.unavailable:
             raise ScopememDown(self.unavailable)
         content = None if body is None else json.dumps(body, ensure_ascii=False).encode()
+        extra = {} if timeout is None else {"timeout": timeout}
         try:
             resp = await self._http().request(
-                method, self.base_url + path, headers=self._headers(), content=content
+                method,
+                self.base_url + path,
+                headers=self._headers(),
+                content=content,
+                **extra,
             )
-            text = resp.text
+            raw = resp.content
             status = resp.status_code
         except (httpx.HTTPError, OSError) as e:
             name = type(e).__name__
             self._mark_down(name)
             raise ScopememDown(name) from e
+        if status < 500:
+            self._mark_up()
+        return status, raw
+
+    async def request(
+        self, method: str, path: str, body: Any = None, timeout: Optional[float] = None
+    ) -> tuple[int, Any]:
+        """(status, json or None). Raises ScopememDown on transport errors, time-outs and 5xx."""
+        status, raw = await self.request_raw(method, path, body, timeout)
+        text = raw.decode("utf-8", errors="replace")
         try:
             payload = json.loads(text) if text else None
         except ValueError:
@@ -126,5 +157,4 @@ class ScopememClient:
             code = error_code(payload) or f"HTTP {status}"
             self._mark_down(code)
             raise ScopememDown(code)
-        self._mark_up()
         return status, payload

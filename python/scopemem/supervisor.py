@@ -1,11 +1,10 @@
-"""Runs the plugin's one child, `scopemem serve`, under the bot, so the bot is the one process
-to manage (scopemem embeds in-process: there is no embedding server beside it).
+"""The `scopemem serve` a plugin runs itself, under the bot, so the bot is the one process to
+manage (scopemem embeds in-process: there is no embedding server beside it).
 
-A port of the AstrBot plugin's Supervisor. The child does not outlive the bot, even a kill -9
-of it: it runs as `<binary> serve --exit-with-parent --config FILE` with stdin a pipe nothing
-is written to (its end closes when the bot dies). A child that exits is restarted after 1 s,
-doubling to 30 s (reset after a minute of uptime); `stop()` sends SIGTERM, which makes scopemem
-drain and flush.
+The child does not outlive the bot, even a kill -9 of it: it runs as `<binary> serve
+--exit-with-parent --config FILE` with stdin a pipe nothing is written to (its end closes when
+the bot dies). A child that exits is restarted after 1 s, doubling to 30 s (reset after a
+minute of uptime); `stop()` sends SIGTERM, which makes scopemem drain and flush.
 """
 
 from __future__ import annotations
@@ -13,9 +12,9 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
-from nonebot import logger
+from ._log import logger_or_default
 
 
 class Supervisor:
@@ -23,6 +22,7 @@ class Supervisor:
         self,
         argv: Sequence[str],
         extra_env: Optional[dict[str, str]] = None,
+        logger: Optional[Any] = None,
     ) -> None:
         self.argv = list(argv)
         self.binary = self.argv[0]
@@ -31,6 +31,7 @@ class Supervisor:
         self.task: Optional[asyncio.Task] = None
         self.stopping = False
         self.starts = 0
+        self.log = logger_or_default(logger)
 
     def start(self) -> None:
         self.stopping = False
@@ -48,18 +49,18 @@ class Supervisor:
                     *self.argv, env=env, stdin=asyncio.subprocess.PIPE
                 )
                 self.starts += 1
-                logger.info(f"[scopemem] started {self.binary} (pid {self.proc.pid})")
+                self.log.info(f"[scopemem] started {self.binary} (pid {self.proc.pid})")
                 code = await self.proc.wait()
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # a missing binary, a bad path, ...
                 code = None
-                logger.error(f"[scopemem] could not start {self.binary}: {e}")
+                self.log.error(f"[scopemem] could not start {self.binary}: {e}")
             if self.stopping:
                 return
             if time.monotonic() - started > 60:
                 backoff = 1.0
-            logger.warning(
+            self.log.warning(
                 f"[scopemem] serve exited (code {code}); restarting in {backoff:.0f} s"
             )
             await asyncio.sleep(backoff)
@@ -76,7 +77,7 @@ class Supervisor:
         try:
             await asyncio.wait_for(proc.wait(), timeout=15)
         except asyncio.TimeoutError:
-            logger.warning(
+            self.log.warning(
                 "[scopemem] serve did not stop within 15 s of SIGTERM; killing it"
             )
             proc.kill()
@@ -94,4 +95,4 @@ class Supervisor:
         # A child started while the task was being cancelled goes the same way.
         await self._terminate()
         if self.proc is not None:
-            logger.info(f"[scopemem] serve stopped (code {self.proc.returncode})")
+            self.log.info(f"[scopemem] serve stopped (code {self.proc.returncode})")

@@ -1,9 +1,9 @@
 """The inline reflection block: the reply's `<memory_reflection>{json}</memory_reflection>`.
 
-The same contract as the AstrBot plugin: the model may end its reply with one such block; the
-bot removes it before sending and hands it to `after_reply`, which is scopemem's reflection
-path (where most memories are born). Only the fields scopemem accepts are kept, since it
-refuses unknown ones.
+The model may end its reply with one such block (`REFLECTION_INSTRUCTIONS` asks for it); the
+plugin removes it before the reply is sent (`split_reflection`) and hands it to scopemem's
+reflection path (`/v1/events/after_message_sent`). Only the fields scopemem accepts are kept,
+since it refuses unknown ones.
 """
 
 from __future__ import annotations
