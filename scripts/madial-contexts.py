@@ -131,13 +131,16 @@ def main():
     for name in [k for k in Q if k != "message"]:
         per_w = {w: scores(fused(Q["message"], Q[name], w)) for w in GRID}
         cv = np.zeros(len(dias))
+        picked = []
         for f in range(FOLDS):
             train, test = fold != f, fold == f
             best = max(GRID, key=lambda w: per_w[w][0][train].mean())
+            picked.append(best)
             cv[test] = per_w[best][0][test]
         rr, r1 = per_w[0.5]
         cost = f"{chars[name]:.0f}" if name.startswith("shipped") else "0"
-        print(f"{name:<34} {cost:>6} {rr.mean():>7.3f} {r1.mean():>6.3f} ({cv.mean():.3f})")
+        print(f"{name:<34} {cost:>6} {rr.mean():>7.3f} {r1.mean():>6.3f} ({cv.mean():.3f})"
+              f"  weights picked {picked}")
     print("(chars: the text embedded when the question comes, beside the message; MRR@10 and hit@1 at")
     print(" the shipped even weights; CV: the message's weight picked on 4 folds, scored on the 5th)")
 

@@ -8,39 +8,46 @@
 //! as plain lines (no speaker names: they are the same in every turn and pull toward any memory
 //! that names that person).
 //!
-//! - The vector search asks with one vector, the even sum of the two texts' unit query vectors,
-//!   renormalised. Its cosine with a memory is the mean of the two cosines over one constant,
-//!   so it ranks as an even fusion of two searches would, with one search: the similarity
-//!   cut, the relevance gate, the resident copy and the LanceDB fallback are unchanged.
-//! - The keyword search asks with the context: a rare word said two turns ago ("白内障") names
-//!   the memory as well as one said now.
+//! - The vector search asks with one vector, the sum of the message's unit query vector
+//!   ([`MESSAGE_WEIGHT`], 0.3) and a short context's (the last [`TURNS_EMBEDDED`] turns and
+//!   the message, 0.7), renormalised. Its cosine with a memory is the weighted mean of the two
+//!   cosines over one constant, so it ranks as a weighted fusion of two searches would, with
+//!   one search: the similarity cut, the relevance gate, the resident copy and the LanceDB
+//!   fallback are unchanged.
+//! - The keyword search asks with a longer context, the last [`TURNS_MATCHED`] turns and the
+//!   message: a rare word said several turns ago ("白内障") names the memory as well as one
+//!   said now, and matching costs no model call.
 //!
 //! Measured on MADial-Bench with the e5 model alone (MRR@10, docs/benchmarks.md): the last
-//! message 0.595, the whole dialogue as one text 0.613, the two fused evenly 0.657; one
-//! vector per turn with decaying weights 0.599, max-similarity over turns 0.550. The even
-//! weights are a round number, not fitted (5-fold cross-validation picked 0.3 for the message
-//! in every fold, 0.667, within the noise of the set).
+//! message 0.595, the whole dialogue as one text 0.613, the message and an 8-turn context
+//! fused evenly 0.657; one vector per turn with decaying weights 0.599, max-similarity over
+//! turns 0.550. The context's embedding is the cost of a recall with history (the engine takes
+//! about 1 ms a token on 2 cores), so it holds 2 turns, not 8: cross-validated on MADial
+//! (5 folds, the message's weight picked on 4), the 2-turn context scores 0.662 (0.3 picked
+//! in every fold) against 0.651 for 8 turns, with half the characters to embed; through the
+//! service, hybrid, 0.666 against 0.669 (R@1 0.314 against 0.304).
 //!
-//! Bounded: the [`TURNS_USED`] most recent turns, each cut to its last [`TURN_CHARS`]
-//! characters (the end of a long reply is what the next message answers), and the context cut
-//! to its last [`CONTEXT_CHARS`]; a request may send at most [`MAX_TURNS`] turns. The context
-//! costs one more embedding per recall, in the same batch as the message, and it is the cost of
-//! a recall with history: the engine takes about 1 ms per token on 2 cores, so ~200 ms in
-//! release for a 200-character context against ~15 ms without (docs/benchmarks.md). Both texts
-//! are redacted before they are embedded or matched, like any query.
+//! Bounded: each turn cut to its last [`TURN_CHARS`] characters (the end of a long reply is
+//! what the next message answers), and a context to its last [`CONTEXT_CHARS`]; a request may
+//! send at most [`MAX_TURNS`] turns. The short context is embedded in the same batch as the
+//! message. Both contexts are redacted before they are embedded or matched, like any query.
 
 use serde::{Deserialize, Serialize};
 
 /// Turns a request may send (more is a caller's error).
 pub const MAX_TURNS: usize = 50;
-/// The most recent turns the context holds, beside the current message.
-pub const TURNS_USED: usize = 8;
+/// The most recent turns of the context the keyword search asks with, beside the message.
+pub const TURNS_MATCHED: usize = 8;
+/// The most recent turns of the context that is embedded, beside the message: its cost is
+/// the cost of a recall with history.
+pub const TURNS_EMBEDDED: usize = 2;
 /// Characters of one turn in the context (its end).
 pub const TURN_CHARS: usize = 300;
 /// Characters of the whole context (its end): about 400 tokens, one window of the model.
 pub const CONTEXT_CHARS: usize = 600;
-/// The message's share of the query vector; the context has the rest.
-pub const MESSAGE_WEIGHT: f32 = 0.5;
+/// The message's share of the query vector; the short context has the rest (cross-validated
+/// on MADial: the module header).
+pub const MESSAGE_WEIGHT: f32 = 0.3;
 
 /// Who said a turn.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -75,16 +82,20 @@ pub fn check(history: &[Turn]) -> Result<(), TooManyTurns> {
     }
 }
 
-/// The context of `message`: the most recent turns of `history` and the message, one per
-/// line, oldest first, bounded as the module header says. `None` when no turn has text.
-pub fn context(history: &[Turn], message: &str) -> Result<Option<String>, TooManyTurns> {
+/// The context of `message`: the `turns` most recent turns of `history` and the message, one
+/// per line, oldest first, bounded as the module header says. `None` when no turn has text.
+pub fn context(
+    history: &[Turn],
+    message: &str,
+    turns: usize,
+) -> Result<Option<String>, TooManyTurns> {
     check(history)?;
     let mut lines: Vec<&str> = history
         .iter()
         .rev()
         .map(|t| tail(t.content.trim(), TURN_CHARS))
         .filter(|t| !t.is_empty())
-        .take(TURNS_USED)
+        .take(turns)
         .collect();
     if lines.is_empty() {
         return Ok(None);
@@ -146,12 +157,14 @@ mod tests {
             turn(TurnRole::User, "  "),
         ];
         assert_eq!(
-            context(&history, "那她后来呢").unwrap().as_deref(),
+            context(&history, "那她后来呢", TURNS_MATCHED)
+                .unwrap()
+                .as_deref(),
             Some("奶奶最近身体怎么样\n她上周去医院复查了\n那她后来呢")
         );
-        assert_eq!(context(&[], "q").unwrap(), None);
+        assert_eq!(context(&[], "q", TURNS_MATCHED).unwrap(), None);
         assert_eq!(
-            context(&history[2..], "q").unwrap(),
+            context(&history[2..], "q", TURNS_MATCHED).unwrap(),
             None,
             "no turn has text"
         );
@@ -163,19 +176,21 @@ mod tests {
         let mut history: Vec<Turn> = (0..20)
             .map(|i| turn(TurnRole::User, &format!("turn {i}")))
             .collect();
-        let got = context(&history, "now").unwrap().unwrap();
-        assert_eq!(got.lines().count(), TURNS_USED + 1);
-        assert!(
-            got.starts_with(&format!("turn {}", 20 - TURNS_USED)),
-            "{got}"
-        );
+        for turns in [TURNS_MATCHED, TURNS_EMBEDDED] {
+            let got = context(&history, "now", turns).unwrap().unwrap();
+            assert_eq!(got.lines().count(), turns + 1);
+            assert!(got.starts_with(&format!("turn {}", 20 - turns)), "{got}");
+        }
         history.push(turn(TurnRole::User, &long));
         history.push(turn(TurnRole::Assistant, &long));
-        let got = context(&history, "now").unwrap().unwrap();
+        let got = context(&history, "now", TURNS_MATCHED).unwrap().unwrap();
         assert_eq!(got.chars().count(), CONTEXT_CHARS);
         assert!(got.ends_with("结尾\nnow"), "{got}");
         let too_many: Vec<Turn> = (0..=MAX_TURNS).map(|_| turn(TurnRole::User, "x")).collect();
-        assert_eq!(context(&too_many, "q"), Err(TooManyTurns(MAX_TURNS + 1)));
+        assert_eq!(
+            context(&too_many, "q", TURNS_EMBEDDED),
+            Err(TooManyTurns(MAX_TURNS + 1))
+        );
         assert_eq!(tail("abc", 5), "abc");
         assert_eq!(tail("abc", 2), "bc");
         assert_eq!(tail("abc", 0), "");

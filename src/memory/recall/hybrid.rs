@@ -76,9 +76,12 @@ pub struct Candidate {
 /// vector list's similarity floor and the model's fit for the query's script.
 pub struct CandidateQuery<'a> {
     pub text: &'a str,
-    /// The recent turns and the message (redacted, `memory::turns::context`): the keyword
-    /// search asks with it, and it is half of the query vector. `None` for a query alone.
+    /// The recent turns and the message (redacted, `memory::turns::context`, the last
+    /// `TURNS_MATCHED`): the keyword search asks with it. `None` for a query alone.
     pub context: Option<&'a str>,
+    /// The same with fewer turns (`TURNS_EMBEDDED`): embedded, it is the context's share of
+    /// the query vector. `None` for a query alone.
+    pub embedded_context: Option<&'a str>,
     /// Which rows both searches may return.
     pub rows: RowFilter,
     pub k: usize,
@@ -192,7 +195,7 @@ impl Searchers<'_> {
         &self,
         q: &CandidateQuery<'_>,
     ) -> Result<(Arc<Vec<f32>>, Arc<Vec<f32>>), MemoryError> {
-        let Some(context) = q.context else {
+        let Some(context) = q.embedded_context else {
             let message = self.queries.embed(self.embedder, q.text).await?;
             return Ok((message.clone(), message));
         };

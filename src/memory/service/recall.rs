@@ -217,13 +217,19 @@ impl MemoryService {
             _ => cfg.similarity_threshold,
         };
         let redacted = redact(text);
-        // The earlier turns and the message, for a follow-up (`memory::turns`).
-        let context = crate::memory::turns::context(&req.history, text)
-            .map_err(|e| invalid("history", e.to_string()))?
-            .map(|c| redact(&c));
+        // The earlier turns and the message, for a follow-up (`memory::turns`): more of them
+        // for the keyword search, fewer for the vector, whose embedding is the cost.
+        let context_of = |turns| {
+            crate::memory::turns::context(&req.history, text, turns)
+                .map_err(|e| invalid("history", e.to_string()))
+                .map(|c| c.map(|c| redact(&c)))
+        };
+        let context = context_of(crate::memory::turns::TURNS_MATCHED)?;
+        let embedded_context = context_of(crate::memory::turns::TURNS_EMBEDDED)?;
         let search_in = |rows: RowFilter| CandidateQuery {
             text: &redacted,
             context: context.as_deref(),
+            embedded_context: embedded_context.as_deref(),
             rows,
             k,
             threshold,
