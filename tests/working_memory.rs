@@ -51,6 +51,16 @@ async fn recent(host: &PluginHost, conversation: &str, query: &str) -> Vec<Value
     r["recent_messages"].as_array().cloned().unwrap_or_default()
 }
 
+/// A forget of the row `id`, asked from `conversation`.
+async fn forget_ids(host: &PluginHost, conversation: &str, id: &str) -> Value {
+    host.invoke(
+        "forget",
+        json!({"conversation_id": conversation, "memory_ids": [id]}),
+    )
+    .await
+    .unwrap()
+}
+
 /// What `on_llm_request` injects for `query` in `conversation`: the block the bot would get
 /// (the only recall that counts toward the threshold rule).
 async fn injected(host: &PluginHost, conversation: &str, query: &str) -> String {
@@ -789,21 +799,9 @@ async fn a_forget_by_id_reaches_a_message_still_waiting_for_its_vector() {
     assert!(retried, "the message's job was never tried");
     assert_eq!(host.memory().working_status().waiting, 1);
 
-    let other = host
-        .invoke(
-            "forget",
-            json!({"conversation_id": WORK, "memory_ids": [id]}),
-        )
-        .await
-        .unwrap();
+    let other = forget_ids(&host, WORK, &id).await;
     assert_eq!(other["refused"], json!([id]), "{other}");
-    let forgot = host
-        .invoke(
-            "forget",
-            json!({"conversation_id": FAMILY, "memory_ids": [id]}),
-        )
-        .await
-        .unwrap();
+    let forgot = forget_ids(&host, FAMILY, &id).await;
     assert_eq!(forgot["refused"], json!([]), "{forgot}");
     assert_eq!(forgot["pending_feedback_dropped"], 1, "{forgot}");
     assert!(recent(&host, FAMILY, "花生").await.is_empty());
@@ -873,13 +871,7 @@ async fn a_short_reply_is_found_by_the_question_it_answers() {
     // forgotten rides along in its passage.
     let asked = say(&host, FAMILY, mei, "外婆的寿宴定在哪家饭店了？").await;
     let id = asked["id"].as_str().expect("an id").to_string();
-    let forgot = host
-        .invoke(
-            "forget",
-            json!({"conversation_id": FAMILY, "memory_ids": [id]}),
-        )
-        .await
-        .unwrap();
+    let forgot = forget_ids(&host, FAMILY, &id).await;
     assert_eq!(forgot["refused"], json!([]), "{forgot}");
     say(&host, FAMILY, ming, "定了，粤香楼").await;
     embedded(&host).await;
