@@ -5,6 +5,7 @@
 use crate::common;
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use common::{FAMILY, PRIVATE, WORK};
@@ -33,24 +34,52 @@ fn contents(r: &Value) -> Vec<String> {
     common::recalled_texts(r)
 }
 
-/// The real model, each call 5 s slower: as a debug build on a loaded 2-core machine is. Its
-/// id is its own, so the fit another test measured on the real model in this process is not
-/// taken for it (`calibration::calibrate_once`).
-struct SlowCalls(Arc<dyn Embedder>, String);
+/// The real model, its calls held until the test opens them: a measurement that outlasts
+/// start-up's wait, as a debug build's on a loaded 2-core machine does, without waiting for
+/// it. A call dropped before it returns (a measurement cut at the wait) is counted. Its id is
+/// its own, so the fit another test measured on the real model in this process is not taken
+/// for it (`calibration::calibrate_once`).
+struct HeldCalls {
+    real: Arc<dyn Embedder>,
+    id: String,
+    open: tokio::sync::watch::Receiver<bool>,
+    cut: Arc<AtomicUsize>,
+}
 
-impl SlowCalls {
-    fn new(real: Arc<dyn Embedder>) -> SlowCalls {
-        let id = format!("slow:{}", real.model_id());
-        SlowCalls(real, id)
+/// Counts its call as cut unless the call returned.
+struct CutUnlessReturned(Arc<AtomicUsize>, bool);
+
+impl Drop for CutUnlessReturned {
+    fn drop(&mut self) {
+        if !self.1 {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
     }
 }
 
-impl Embedder for SlowCalls {
+impl HeldCalls {
+    fn new(real: Arc<dyn Embedder>) -> (HeldCalls, tokio::sync::watch::Sender<bool>) {
+        let id = format!("held:{}", real.model_id());
+        let (tx, open) = tokio::sync::watch::channel(false);
+        let cut = Arc::new(AtomicUsize::new(0));
+        (
+            HeldCalls {
+                real,
+                id,
+                open,
+                cut,
+            },
+            tx,
+        )
+    }
+}
+
+impl Embedder for HeldCalls {
     fn model_id(&self) -> &str {
-        &self.1
+        &self.id
     }
     fn dimension(&self) -> usize {
-        self.0.dimension()
+        self.real.dimension()
     }
     fn embed(
         &self,
@@ -58,8 +87,12 @@ impl Embedder for SlowCalls {
         texts: Vec<String>,
     ) -> BoxFuture<'_, Result<Vec<Vec<f32>>, EmbedError>> {
         Box::pin(async move {
-            tokio::time::sleep(std::time::Duration::from_secs(5)).await;
-            self.0.embed(role, texts).await
+            let mut call = CutUnlessReturned(self.cut.clone(), false);
+            let mut open = self.open.clone();
+            let _ = open.wait_for(|o| *o).await;
+            let vectors = self.real.embed(role, texts).await;
+            call.1 = true;
+            vectors
         })
     }
 }
@@ -70,15 +103,18 @@ impl Embedder for SlowCalls {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_measurement_longer_than_start_up_waits_still_finishes() {
     let dir = tempfile::tempdir().unwrap();
-    let slow = Arc::new(SlowCalls::new(common::e5()));
-    let host = PluginHost::start_with(default_config(dir.path()), None, slow)
+    let (held, open) = HeldCalls::new(common::e5());
+    let cut = held.cut.clone();
+    let host = PluginHost::start_with(default_config(dir.path()), None, Arc::new(held))
         .await
         .expect("host starts");
     assert!(
         host.memory().calibration().is_none(),
         "start-up waits at most 10 s; the measurement takes longer"
     );
+    open.send_replace(true);
     common::calibrated(&host).await;
+    assert_eq!(cut.load(Ordering::SeqCst), 0, "the measurement was cut");
     host.shutdown().await;
 }
 

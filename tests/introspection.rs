@@ -120,10 +120,10 @@ async fn metrics_keep_twenty_scope_series_and_sum_the_rest() {
     let mut cfg = config(dir.path(), json!({}));
     cfg.unmapped_scope = scopemem::config::UnmappedPolicy::Conversation;
     let host = host(cfg).await;
-    // 25 private chats, chat i holding i + 1 memories (325 rows).
+    // 25 private chats: the first 5 hold 1 memory each, the other 20 hold 2 (45 rows).
     for chat in 0..25 {
         let conversation = format!("default:FriendMessage:{chat}");
-        for i in 0..=chat {
+        for i in 0..if chat < 5 { 1 } else { 2 } {
             host.invoke(
                 "remember",
                 json!({"conversation_id": conversation, "content": format!("chat {chat} note {i}")}),
@@ -148,10 +148,16 @@ async fn metrics_keep_twenty_scope_series_and_sum_the_rest() {
     let named = series.len() - other.len() - 1; // minus the NULL-scope series
     assert_eq!(named, 20, "{text}");
     assert_eq!(other.len(), 1, "{text}");
-    // The five smallest chats (1..=5 memories) are summed.
-    assert_eq!(other[0].1, 15, "{text}");
+    // The five smallest chats (1 memory each) are summed; the twenty named hold 2 each.
+    assert_eq!(other[0].1, 5, "{text}");
     assert!(text.contains("scopemem_other_scopes 5"), "{text}");
-    assert_eq!(series.iter().map(|(_, n)| n).sum::<u64>(), 325);
+    let named_rows: Vec<u64> = series
+        .iter()
+        .filter(|(l, _)| l.contains("\"c_"))
+        .map(|(_, n)| *n)
+        .collect();
+    assert_eq!(named_rows, vec![2; 20], "{text}");
+    assert_eq!(series.iter().map(|(_, n)| n).sum::<u64>(), 45);
     host.shutdown().await;
 }
 

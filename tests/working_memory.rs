@@ -14,6 +14,7 @@ use futures::future::BoxFuture;
 use scopemem::config::Config;
 use scopemem::embed::{EmbedError, Embedder, TextRole};
 use scopemem::host::PluginHost;
+use scopemem::store::schema::COL_EXPIRES_AT;
 use serde_json::{json, Value};
 
 const ALLERGY: &str = "妈妈对花生过敏，别点沙爹";
@@ -335,8 +336,8 @@ async fn a_message_expires_and_its_consolidated_fact_stays() {
     .await
     .expect("host starts");
     host.start_background();
-    // 90 s of life left: time enough to embed it and recall it twice on a loaded machine.
-    let sent_at = chrono::Utc::now() - chrono::Duration::seconds(3600 - 90);
+    // Sent 30 minutes ago: half of its hour left, time enough on any machine.
+    let sent_at = chrono::Utc::now() - chrono::Duration::minutes(30);
     let body = json!({"conversation_id": FAMILY, "sender_id": "u-zhang", "sender_name": "张三",
                       "text": ALLERGY, "message_id": "42", "sent_at": sent_at.to_rfc3339()});
     let a = host.invoke("on_message", body.clone()).await.unwrap();
@@ -367,10 +368,32 @@ async fn a_message_expires_and_its_consolidated_fact_stays() {
         assert!(injected(&host, FAMILY, "花生过敏").await.contains(ALLERGY));
     }
     assert!(consolidated(&host, ALLERGY).await.is_some());
-    let expires_at = sent_at + chrono::Duration::hours(1);
-    let expired =
-        common::eventually(Duration::from_secs(300), || chrono::Utc::now() > expires_at).await;
-    assert!(expired);
+    // The row lives `ttl_hours` from when the message was sent, to the second.
+    let message = common::all_rows(&host)
+        .await
+        .into_iter()
+        .find(|r| r.memory_type == "message")
+        .expect("the message row");
+    let expires_at = message.expires_at.expect("a message expires");
+    let ttl = expires_at - sent_at;
+    assert!(
+        (ttl - chrono::Duration::hours(1)).num_milliseconds().abs() < 1000,
+        "{ttl:?}"
+    );
+    // Its hour passes: the row's expiry moves to now (the test does not wait 30 minutes).
+    let now = scopemem::store::timestamp_literal(chrono::Utc::now());
+    let moved = host
+        .memory()
+        .store()
+        .writer()
+        .update(
+            format!("id = {}", scopemem::store::sql_literal(&message.id)),
+            vec![(COL_EXPIRES_AT.into(), now)],
+        )
+        .await
+        .unwrap();
+    assert_eq!(moved, 1);
+    host.memory().store().refresh().await.unwrap();
     assert!(recent(&host, FAMILY, "花生过敏").await.is_empty());
     let erased = scopemem::memory::service::sweeper::sweep_once(host.memory())
         .await
@@ -429,7 +452,6 @@ async fn a_renamed_member_is_found_by_the_new_name() {
 /// bot remembering the same fact itself makes it permanent.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_memory_a_rule_made_fades_unless_recalled_again() {
-    use scopemem::store::schema::COL_EXPIRES_AT;
     let dir = tempfile::tempdir().unwrap();
     let host = calibrated_host(dir.path()).await;
     say(&host, FAMILY, ZHANG, ALLERGY).await;
