@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
-"""The crate's import graph, from its own source: which module uses which.
+"""The crates' import graphs, from their own source: which module uses which.
 
-Why: the layering rule (config < scope < embed < store < migrate < memory < transfer < host <
-api; lower layers never import higher ones) and "no cycles between sibling modules" are easy to break
-and invisible in review. This reads every `crate::`, `super::` and `self::` path in src/ (in
+Why: the layering rule (the core crate's time words, fact folding and redaction < config <
+scope < embed < store < migrate < memory < transfer < host < api; lower layers never import
+higher ones) and "no cycles between sibling modules" are easy to break and invisible in review.
+Where a layer could become a crate boundary it did: config, scope, redaction, the fact folding
+and the time words are crates/core, which cannot import the service crate at all. Inside each
+crate (src/ and crates/core/src/), this reads every `crate::`, `super::` and `self::` path (in
 `use` lines and inline), resolves it to the deepest module that exists, and prints
 
   - the edges between top-level modules, with how many files make each;
@@ -11,7 +14,7 @@ and invisible in review. This reads every `crate::`, `super::` and `self::` path
   - the cycles: strongly connected groups of top-level modules, and of sibling modules
     inside each module (files that import each other, directly or around a loop).
 
-Usage: python3 scripts/import-graph.py [src-dir] [--check]
+Usage: python3 scripts/import-graph.py [src-dir ...] [--check]  (default: src crates/core/src)
 --check exits 1 when any upward edge or cycle is found.
 """
 
@@ -22,9 +25,9 @@ from collections import defaultdict
 
 # migrate (backfill, re-embed) works on the store and the embedder only; the memory service
 # starts and paces it, so it sits below memory.
-LAYERS = ["config", "scope", "embed", "store", "migrate", "memory", "transfer", "host", "api"]
+LAYERS = ["time_range", "time_words", "fact", "redact", "config", "scope", "embed", "store", "migrate", "memory", "transfer", "host", "api"]
 # Crate-wide helpers every layer may use (they import nothing of the crate's layers).
-SHARED = {"task", "lib", "main"}
+SHARED = {"task", "lib", "main", "test_logs"}
 
 PATH = re.compile(r"\b(crate|super|self)((?:::[A-Za-z_][A-Za-z0-9_]*)+)")
 USE_GROUP = re.compile(r"\buse\s+(crate|super|self)((?:::[A-Za-z_][A-Za-z0-9_]*)*)::\{([^;]*)\}\s*;", re.S)
@@ -153,17 +156,15 @@ def name(mod):
     return "::".join(mod) or "crate"
 
 
-def main():
-    args = [a for a in sys.argv[1:] if not a.startswith("--")]
-    check = "--check" in sys.argv
-    src = args[0] if args else os.path.join(os.path.dirname(__file__), "..", "src")
-    src = os.path.normpath(src)
+def report(src):
+    """Print one crate's graph; whether it has an upward edge or a cycle."""
     known, result = edges(src)
 
     top = defaultdict(set)
     for (a, b), files in result.items():
         if a[0] != b[0]:
             top[(a[0], b[0])] |= files
+    print(f"== {os.path.relpath(src, ROOT)}")
     print(f"modules: {len(known)} files, {len({m[0] for m in known if m})} top-level")
     print("\ntop-level edges (files):")
     for (a, b), files in sorted(top.items()):
@@ -196,7 +197,19 @@ def main():
     print(f"\ncycles: {len(cycles)}")
     for group in cycles:
         print("  " + " <-> ".join(group if isinstance(group[0], str) else map(name, group)))
-    if check and (upward or cycles):
+    print()
+    return bool(upward or cycles)
+
+
+ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+
+def main():
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    check = "--check" in sys.argv
+    roots = args or [os.path.join(ROOT, "src"), os.path.join(ROOT, "crates", "core", "src")]
+    broken = [src for src in roots if report(os.path.normpath(src))]
+    if check and broken:
         sys.exit(1)
 
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# `make test-fast`: the inner loop. The library's unit tests, then the integration tests that
-# run in this process (real LanceDB directories, the real models from `make setup`'s assets)
-# and need no spawned `serve`, browser, moto or host venv (AstrBot, NoneBot2, the MCP SDK).
+# `make test-fast`: the inner loop. The core crate's tests, the library's unit tests, then the
+# integration tests that run in this process (real LanceDB directories, the real models from
+# `make setup`'s assets) and need no spawned `serve`, browser, moto or host venv (AstrBot,
+# NoneBot2, the MCP SDK).
 # `make test` stays the full suite and CI's command; this is a subset of it, never a
 # replacement.
 set -euo pipefail
@@ -23,5 +24,8 @@ for m in "${IN_PROCESS[@]}"; do
   filters+=("$m::")
 done
 
-cargo test --lib -- --test-threads=2
-cargo test --test it -- --test-threads=2 "${filters[@]}"
+# The lance-free core crate first: config, scope, redaction, fact folding, time words. After
+# an edit there it builds and runs in seconds, before the service crate relinks.
+cargo test -p scopemem-core
+cargo test -p scopemem --lib -- --test-threads=2
+cargo test -p scopemem --test it -- --test-threads=2 "${filters[@]}"

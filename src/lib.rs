@@ -10,14 +10,13 @@
 //! compile error rather than a dependency nobody meant to create.
 
 pub mod api;
-pub mod config;
+// The lance-free layers live in crates/core; re-exported so `crate::config` and
+// `scopemem::scope` paths are the same inside and outside the crate.
+pub use scopemem_core::{config, scope};
 pub mod embed;
 pub mod host;
 pub mod memory;
 pub mod migrate;
-pub mod scope;
 pub mod store;
 pub(crate) mod task;
-#[cfg(test)]
-mod test_logs;
 pub mod transfer;

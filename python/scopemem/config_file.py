@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-# scopemem's rule for scope names (src/scope/name.rs): ^[A-Za-z0-9\u4e00-\u9fff_-]{1,64}$
+# scopemem's rule for scope names (crates/core/src/scope/name.rs): ^[A-Za-z0-9\u4e00-\u9fff_-]{1,64}$
 SCOPE_NAME_RE = re.compile(r"[A-Za-z0-9\u4e00-\u9fff_-]{1,64}")
 
 

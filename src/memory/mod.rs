@@ -3,13 +3,13 @@
 pub mod consolidation;
 pub(crate) mod erase_generation;
 pub(crate) mod erase_notices;
-pub(crate) mod fact;
+pub(crate) use scopemem_core::fact;
 pub mod feedback;
 pub(crate) mod model;
 pub mod model_choice;
 pub(crate) mod new_memory;
 pub mod recall;
-pub(crate) mod redact;
+pub(crate) use scopemem_core::redact;
 pub(crate) mod repetition;
 pub(crate) mod retention;
 pub mod service;

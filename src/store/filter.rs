@@ -53,12 +53,7 @@ impl Tier {
     }
 }
 
-/// A half-open window of creation times, `[from, until)`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TimeRange {
-    pub from: DateTime<Utc>,
-    pub until: DateTime<Utc>,
-}
+pub use scopemem_core::time_range::TimeRange;
 
 /// Admitted `memory_scope` values.
 #[derive(Debug, Clone, PartialEq)]

@@ -535,8 +535,8 @@ pub async fn resident_and_lance(
     (resident, lance)
 }
 
-// One source for the library's unit tests and these: src/test_logs.rs.
-#[path = "../../src/test_logs.rs"]
+// One source for the core crate's unit tests and these: crates/core/src/test_logs.rs.
+#[path = "../../crates/core/src/test_logs.rs"]
 mod test_logs;
 pub use test_logs::log_capture_baseline;
 

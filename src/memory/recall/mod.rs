@@ -23,5 +23,5 @@ pub(crate) mod mentions;
 pub(crate) mod ranking;
 pub mod read_filter;
 pub(crate) mod relevance;
-pub(crate) mod time_words;
+pub(crate) use scopemem_core::time_words;
 pub(crate) mod touch;

@@ -167,7 +167,7 @@ impl ScopeMap {
 
     /// Marks conversations and personas incognito. Keys are checked like map keys; an unusable
     /// key is ignored with its reason (it could never match a request, so it hides nothing).
-    pub(crate) fn with_incognito(mut self, keys: &[String]) -> ScopeMap {
+    pub fn with_incognito(mut self, keys: &[String]) -> ScopeMap {
         for raw_key in keys {
             match check_key(raw_key) {
                 Ok(key) => {
@@ -209,7 +209,7 @@ impl ScopeMap {
     }
 
     /// The `scope_filter` switch of this snapshot.
-    pub(crate) fn filter_mode(&self) -> ScopeFilterMode {
+    pub fn filter_mode(&self) -> ScopeFilterMode {
         self.filter
     }
 
@@ -271,7 +271,7 @@ impl ScopeMap {
 
     /// Logs the summary at info (`event` is e.g. `startup` or `reload`), and warns while the
     /// rollback switch disables scope isolation (docs/design.md rule 10).
-    pub(crate) fn log_summary(&self, event: &str) {
+    pub fn log_summary(&self, event: &str) {
         let s = self.summary();
         tracing::info!(
             event,
@@ -327,7 +327,7 @@ impl ScopeMap {
     /// conversation (its private scope), whatever `unmapped_scope` says: raw words said in a
     /// private chat must never reach another chat because nobody mapped it. Messages carry no
     /// persona, so only the conversation's own entry counts.
-    pub(crate) fn resolve_chat(&self, conversation: &ConversationId) -> ResolvedScope {
+    pub fn resolve_chat(&self, conversation: &ConversationId) -> ResolvedScope {
         if let Some(scope) = self.mapped(conversation.as_str()) {
             return ResolvedScope {
                 scope,

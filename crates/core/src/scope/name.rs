@@ -61,7 +61,7 @@ impl ScopeName {
     }
 
     /// Whether this is the shared `public` scope.
-    pub(crate) fn is_public(&self) -> bool {
+    pub fn is_public(&self) -> bool {
         self.0 == PUBLIC_SCOPE
     }
 

@@ -24,7 +24,7 @@ pub const MEMORY_TYPES: [&str; 5] = ["knowledge", "event", "skill", "task", "emo
 pub use schema::{FieldSchema, FieldType, Schema};
 
 /// The embedded schema text: the single source of truth for config keys and defaults.
-pub const SCHEMA_JSON: &str = include_str!("../../conf_schema.json");
+pub const SCHEMA_JSON: &str = include_str!("../../../../conf_schema.json");
 
 /// Why a config could not be loaded.
 #[derive(Debug, thiserror::Error)]
@@ -240,7 +240,7 @@ pub struct StorageConfig {
 
 impl StorageConfig {
     /// Compaction period as a `Duration`.
-    pub(crate) fn compaction_interval(&self) -> Duration {
+    pub fn compaction_interval(&self) -> Duration {
         Duration::from_secs(self.compaction_interval_secs)
     }
 
@@ -250,7 +250,7 @@ impl StorageConfig {
     }
 
     /// Age after which old table versions are pruned.
-    pub(crate) fn keep_versions(&self) -> Duration {
+    pub fn keep_versions(&self) -> Duration {
         Duration::from_secs_f64(self.keep_versions_minutes * 60.0)
     }
 
@@ -263,7 +263,7 @@ impl StorageConfig {
         }
     }
 
-    pub(crate) fn lease_ttl(&self) -> Duration {
+    pub fn lease_ttl(&self) -> Duration {
         Duration::from_secs(self.lease_ttl_secs)
     }
 }
@@ -347,7 +347,7 @@ impl Secret {
     }
 
     /// The secret itself, for the one comparison that needs it.
-    pub(crate) fn expose(&self) -> &str {
+    pub fn expose(&self) -> &str {
         &self.0
     }
 }

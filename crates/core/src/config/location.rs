@@ -118,7 +118,7 @@ impl DbLocation {
     }
 
     /// The directory, when the table is local (fsync, disk usage and OS locks need one).
-    pub(crate) fn local_dir(&self) -> Option<&Path> {
+    pub fn local_dir(&self) -> Option<&Path> {
         match &self.root {
             Root::Dir(d) => Some(d),
             Root::Bucket(_) => None,
@@ -144,7 +144,7 @@ impl DbLocation {
         &self.options
     }
 
-    pub(crate) fn options_map(&self) -> HashMap<String, String> {
+    pub fn options_map(&self) -> HashMap<String, String> {
         self.options
             .iter()
             .map(|(k, v)| (k.clone(), v.clone()))
@@ -152,7 +152,7 @@ impl DbLocation {
     }
 
     /// `<db>/<table>.lance` on a local directory (what `power` durability fsyncs).
-    pub(crate) fn table_dir(&self, table: &str) -> Option<PathBuf> {
+    pub fn table_dir(&self, table: &str) -> Option<PathBuf> {
         self.local_dir().map(|d| d.join(format!("{table}.lance")))
     }
 }

@@ -16,10 +16,10 @@ mod source;
 mod view;
 
 pub use conversation::{ConversationId, MAX_CONVERSATION_ID_BYTES};
-pub(crate) use derive::{derive_chat_scope, derive_scope};
+pub use derive::{derive_chat_scope, derive_scope};
 pub use map::{IgnoredEntry, MapSummary, ResolvedScope, ScopeMap, PERSONA_KEY_PREFIX};
 pub use name::{ScopeName, MAX_SCOPE_NAME_CHARS, PUBLIC_SCOPE};
-pub(crate) use reload::watch_config;
+pub use reload::watch_config;
 pub use reload::{ConfigWatcher, DEFAULT_DEBOUNCE};
 pub use resolver::ScopeResolver;
 pub use source::ScopeSource;

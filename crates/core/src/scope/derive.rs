@@ -11,7 +11,7 @@ use super::{ConversationId, ResolvedScope, ScopeMap};
 /// The one function that decides a memory's scope. Every write path calls it with only what
 /// the request context carries: the conversation id and the persona. `None` means the
 /// conversation (or persona) is incognito: the write path stores nothing and says so.
-pub(crate) fn derive_scope(
+pub fn derive_scope(
     map: &ScopeMap,
     conversation: &ConversationId,
     persona: Option<&str>,
@@ -29,10 +29,7 @@ pub(crate) fn derive_scope(
 /// The scope a chat message, or a fact consolidated from messages, is written in
 /// ([`ScopeMap::resolve_chat`]): its conversation's entry, else the conversation's private
 /// scope. `None`: the conversation is incognito, nothing is stored.
-pub(crate) fn derive_chat_scope(
-    map: &ScopeMap,
-    conversation: &ConversationId,
-) -> Option<ResolvedScope> {
+pub fn derive_chat_scope(map: &ScopeMap, conversation: &ConversationId) -> Option<ResolvedScope> {
     if map.is_incognito(conversation, None) {
         tracing::info!(
             conversation_id = conversation.as_str(),

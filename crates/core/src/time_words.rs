@@ -19,7 +19,7 @@ use chrono::{DateTime, Datelike, Duration, NaiveDate, TimeZone, Utc, Weekday};
 use chrono_tz::Tz;
 use regex::Regex;
 
-use crate::store::TimeRange;
+use crate::time_range::TimeRange;
 
 /// A question's time words, the window they name, and the question without them.
 #[derive(Debug, Clone, PartialEq)]
@@ -311,7 +311,7 @@ fn number(text: &str) -> Option<i64> {
 }
 
 /// The machine's time zone (its IANA name), or UTC when it cannot be read.
-pub(crate) fn machine_zone() -> Tz {
+pub fn machine_zone() -> Tz {
     iana_time_zone::get_timezone()
         .ok()
         .and_then(|name| name.parse().ok())
@@ -319,7 +319,7 @@ pub(crate) fn machine_zone() -> Tz {
 }
 
 /// An IANA zone name, as configured or passed by a plugin.
-pub(crate) fn parse_zone(name: &str) -> Result<Tz, String> {
+pub fn parse_zone(name: &str) -> Result<Tz, String> {
     name.trim()
         .parse()
         .map_err(|_| format!("'{name}' is not an IANA time zone name (such as Asia/Shanghai)"))

@@ -1,7 +1,7 @@
 //! Log capture in tests that run beside others: a test that asserts on what it logged installs a
 //! thread-local subscriber, and `tracing` can cache a callsite as uninteresting before that
-//! subscriber sees it. Compiled into the library's unit tests (`cfg(test)`) and, by path, into
-//! the integration tests' `common`, so both use one fix.
+//! subscriber sees it. Compiled into the core crate's unit tests (`cfg(test)`) and, by path, into
+//! the service's integration tests' `common`, so both use one fix.
 
 /// Make a test's thread-local log capture see every event, whatever sibling tests run.
 ///

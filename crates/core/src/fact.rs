@@ -60,14 +60,14 @@ fn is_punctuation(c: char) -> bool {
 
 /// Whether two memory texts state the same fact (equal once folded). A text that folds to
 /// nothing (only punctuation) equals nothing, not even itself.
-pub(crate) fn same_fact(a: &str, b: &str) -> bool {
+pub fn same_fact(a: &str, b: &str) -> bool {
     let a = fold(a);
     !a.is_empty() && a == fold(b)
 }
 
 /// The id a new memory with this folded text gets in this scope: a UUID (version 8, RFC 9562's
 /// custom layout) made of sha256(scope, 0, folded text). Stable across processes and versions.
-pub(crate) fn fact_id(scope: &str, folded: &str) -> String {
+pub fn fact_id(scope: &str, folded: &str) -> String {
     let mut hash = Sha256::new();
     hash.update(b"scopemem fact v1\0");
     hash.update(scope.as_bytes());

@@ -38,7 +38,7 @@ impl ConfigWatcher {
     }
 
     /// Count of reloads rejected because the file was unreadable or invalid.
-    pub(crate) fn failure_count(&self) -> Arc<AtomicU64> {
+    pub fn failure_count(&self) -> Arc<AtomicU64> {
         Arc::clone(&self.failures)
     }
 }
@@ -55,7 +55,7 @@ impl Drop for ConfigWatcher {
 /// files by rename, which would orphan a watch on the old inode. Events are debounced by
 /// `debounce`; an unreadable or invalid file keeps the last good map and logs an error.
 /// Must be called from within a tokio runtime.
-pub(crate) fn watch_config(
+pub fn watch_config(
     path: PathBuf,
     resolver: Arc<ScopeResolver>,
     debounce: Duration,
