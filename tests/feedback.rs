@@ -567,3 +567,76 @@ async fn queued_jobs_apply_as_one_batch_with_the_effect_of_one_at_a_time() {
     assert_eq!(rows, 32, "no row written twice");
     host.shutdown().await;
 }
+
+/// A journal the release binary of 6301a3e wrote (tests/fixtures/journal-6301a3e.journal: a
+/// `serve` told one feedback and two chat messages, cut where a crash after the feedback's
+/// `finished` line leaves it) is adopted by this version unchanged: the feedback's outcome is
+/// answerable, both messages are written and recalled, and no message has an outcome of its own.
+#[tokio::test]
+async fn a_journal_the_last_release_wrote_replays_its_feedback_and_messages() {
+    const FEEDBACK_JOB: &str = "01a2279b-e68a-74e2-bf23-3cfffa5cf5ba";
+    const MESSAGE_JOBS: [&str; 2] = [
+        "msgjob-01a2279b-e6a3-7237-b7e3-e248efdb8816",
+        "msgjob-01a2279b-e6bd-7214-baef-b8e8dfb9b36d",
+    ];
+    const MESSAGES: [&str; 2] = [
+        "msg-ee22159e9732292a205f09947dd0073c",
+        "msg-c161681ae734117a1b546057cf120d1b",
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let text = include_str!("fixtures/journal-6301a3e.journal");
+    // The messages were sent on 2026-11-29 and live 72 hours: move their expiry past the test.
+    let later = (chrono::Utc::now() + chrono::Duration::hours(72)).to_rfc3339();
+    let text = text.replace("2026-12-02T14:00:58.275179537Z", &later);
+    let text = text.replace("2026-12-02T14:00:58.301779968Z", &later);
+    // The dead instance's journal and its lock file (a process that is gone holds no lock).
+    let lancedb = dir.path().join("lancedb");
+    let dead = "memories.feedback.01a2279bdb1370b086a2dcd8035d0b4f";
+    std::fs::create_dir_all(&lancedb).unwrap();
+    std::fs::write(lancedb.join(format!("{dead}.journal")), text).unwrap();
+    std::fs::write(lancedb.join(format!("{dead}.lock")), "4242").unwrap();
+    let host = started(dir.path()).await;
+    assert!(
+        !lancedb.join(format!("{dead}.journal")).exists(),
+        "the dead instance's journal was adopted"
+    );
+    let done = host
+        .memory()
+        .feedback()
+        .outcome(FEEDBACK_JOB)
+        .expect("its outcome");
+    assert_eq!(done.created, vec!["5ee45701-9e52-8bc2-82ab-372290073474"]);
+    let written = common::until_some(Duration::from_secs(120), || async {
+        let ids: Vec<String> = common::all_rows(&host)
+            .await
+            .into_iter()
+            .filter(|r| r.memory_type == "message")
+            .map(|r| r.id)
+            .collect();
+        MESSAGES
+            .iter()
+            .all(|m| ids.iter().any(|i| i == m))
+            .then_some(ids)
+    })
+    .await;
+    assert!(written.is_some(), "the journal's messages were not written");
+    assert_eq!(host.memory().feedback().depth(), 0);
+    for job in MESSAGE_JOBS {
+        assert!(host.memory().feedback().outcome(job).is_none(), "{job}");
+    }
+    let r = host
+        .invoke(
+            "recall",
+            json!({"conversation_id": FAMILY, "query": "家庭聚餐订在哪里"}),
+        )
+        .await
+        .unwrap();
+    let recent: Vec<&str> = r["recent_messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|m| m["content"].as_str())
+        .collect();
+    assert!(recent.contains(&"订好了，在老地方"), "{r}");
+    host.shutdown().await;
+}
