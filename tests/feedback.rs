@@ -621,6 +621,23 @@ async fn a_journal_the_last_release_wrote_replays_its_feedback_and_messages() {
     .await;
     assert!(written.is_some(), "the journal's messages were not written");
     assert_eq!(host.memory().feedback().depth(), 0);
+    // Replayed alone, the reply is embedded with the question it answers, as in a batch.
+    let rows = crate::reembed::vectors(&crate::reembed::open_table(&lancedb).await).await;
+    let (_, _, stored) = rows
+        .iter()
+        .find(|(id, _, _)| id == MESSAGES[1])
+        .expect("the reply's row");
+    let with_question = host
+        .memory()
+        .embedder()
+        .embed(
+            scopemem::embed::TextRole::Passage,
+            vec!["周日的家庭聚餐订在哪里了？\n订好了，在老地方".to_string()],
+        )
+        .await
+        .unwrap()
+        .remove(0);
+    assert_eq!(stored, &with_question);
     for job in MESSAGE_JOBS {
         assert!(host.memory().feedback().outcome(job).is_none(), "{job}");
     }

@@ -201,7 +201,6 @@ async fn an_old_plan_replayed_late_never_overwrites_a_newer_job() {
         useful_memory_ids: vec![x.clone()],
         new_memories: vec![],
         merge_groups: vec![],
-        message: None,
     };
     let mut plan = FeedbackPlan {
         reinforce: vec![(x.clone(), 53)],
@@ -213,7 +212,7 @@ async fn an_old_plan_replayed_late_never_overwrites_a_newer_job() {
         &db.join("memories.feedback.deadbeef.journal"),
         &Pending {
             jobs: vec![PendingJob {
-                job,
+                job: scopemem::memory::intake::Job::Reflection(job),
                 plan: Some(plan),
                 attempts: 0,
             }],

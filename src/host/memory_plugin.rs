@@ -10,7 +10,8 @@ use super::operation::{AfterMessageSent, LlmRequestEvent, Operation, Request};
 use super::reply::{FeedbackQueued, FeedbackState, Injection, NextPass, Reply};
 use super::{tools, CallContext, Plugin, PluginError, ToolSpec};
 
-use crate::memory::feedback::{AcceptError, FeedbackRequest};
+use crate::memory::feedback::FeedbackRequest;
+use crate::memory::intake::AcceptError;
 use crate::memory::recall::injection;
 use crate::memory::{MemoryService, RecallMode, RecallRequest};
 

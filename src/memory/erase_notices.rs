@@ -18,7 +18,7 @@ use std::sync::Mutex;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use super::feedback::FeedbackJob;
+use super::intake::Job;
 use crate::store::beside::{Beside, BesideError};
 
 /// How long a notice stays beside the table: as long as finished feedback outcomes stay, and
@@ -68,9 +68,9 @@ impl EraseNotice {
 
     /// Whether an unapplied feedback job would write what this erase removed: a job of the
     /// erased conversation or scope.
-    pub(crate) fn selects(&self, job: &FeedbackJob) -> bool {
-        self.conversation_id.as_deref() == Some(job.conversation_id.as_str())
-            || self.scope.as_deref() == Some(job.scope.as_str())
+    pub(crate) fn selects(&self, job: &Job) -> bool {
+        self.conversation_id.as_deref() == Some(job.conversation_id())
+            || self.scope.as_deref() == Some(job.scope())
     }
 }
 

@@ -5,6 +5,7 @@ pub(crate) mod erase_generation;
 pub(crate) mod erase_notices;
 pub(crate) use scopemem_core::fact;
 pub mod feedback;
+pub mod intake;
 pub(crate) mod model;
 pub mod model_choice;
 pub(crate) mod new_memory;
@@ -17,7 +18,7 @@ pub(crate) mod speakers;
 pub mod turns;
 pub mod working;
 
-pub use feedback::{journal, journal_files};
+pub use intake::{journal, journal_files};
 pub use model::*;
 pub use service::{MemoryService, Status, Visibility};
 

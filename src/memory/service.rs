@@ -222,7 +222,7 @@ pub struct MemoryService {
     /// How long recalls and remembers take lately: the backfill backs off while it rises.
     latency: Arc<crate::migrate::ForegroundLatency>,
     /// The journaled feedback queue and its worker.
-    feedback: super::feedback::FeedbackQueue,
+    feedback: super::intake::FeedbackQueue,
     /// Erase notices beside the table: this process's erases reach the others through them.
     erase_notices: super::erase_notices::EraseNotices,
     /// When another process on this machine last erased (`memory::erase_generation`).
@@ -289,7 +289,7 @@ impl MemoryService {
     }
 
     /// The feedback queue (journaled; its worker runs after `start_background`).
-    pub fn feedback(&self) -> &super::feedback::FeedbackQueue {
+    pub fn feedback(&self) -> &super::intake::FeedbackQueue {
         &self.feedback
     }
 

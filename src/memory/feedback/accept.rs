@@ -14,24 +14,33 @@ use crate::scope::{ConversationId, ScopeResolver};
 
 /// A validated, journal-ready job for `req`, scoped by `scopes`' current snapshot; `None` when
 /// the conversation is incognito (the request is still validated, nothing is journaled).
-pub(super) fn validate(
+pub(crate) fn validate(
     req: FeedbackRequest,
     scopes: &ScopeResolver,
     retention: &Retention,
-) -> Result<Option<FeedbackJob>, AcceptError> {
+) -> Result<Option<FeedbackJob>, MemoryError> {
     let now = Utc::now();
     let conversation = ConversationId::parse(&req.conversation_id).map_err(|e| {
             tracing::error!(code = "invalid_conversation_id", error = %e, "feedback refused; nothing journaled");
             MemoryError::Scope(e)
         })?;
     if req.useful_memory_ids.len() > MAX_IDS {
-        return Err(invalid("useful_memory_ids", format!("at most {MAX_IDS} ids")).into());
+        return Err(invalid(
+            "useful_memory_ids",
+            format!("at most {MAX_IDS} ids"),
+        ));
     }
     if req.new_memories.len() > MAX_NEW {
-        return Err(invalid("new_memories", format!("at most {MAX_NEW} new memories")).into());
+        return Err(invalid(
+            "new_memories",
+            format!("at most {MAX_NEW} new memories"),
+        ));
     }
     if req.merge_groups.len() > MAX_GROUPS {
-        return Err(invalid("merge_groups", format!("at most {MAX_GROUPS} groups")).into());
+        return Err(invalid(
+            "merge_groups",
+            format!("at most {MAX_GROUPS} groups"),
+        ));
     }
     let mut new_memories = Vec::with_capacity(req.new_memories.len());
     for (i, m) in req.new_memories.into_iter().enumerate() {
@@ -62,8 +71,7 @@ pub(super) fn validate(
             return Err(invalid(
                 "merge_groups",
                 format!("each group needs 2 to {MAX_GROUP_LEN} distinct ids"),
-            )
-            .into());
+            ));
         }
         merge_groups.push(MergeGroupJob {
             new_id: uuid::Uuid::now_v7().to_string(),
@@ -88,7 +96,6 @@ pub(super) fn validate(
             .collect(),
         new_memories,
         merge_groups,
-        message: None,
     };
     Ok(Some(job))
 }

@@ -7,21 +7,16 @@ use std::collections::BTreeMap;
 
 use chrono::Utc;
 
-use super::shared::Shared;
 use super::*;
 use crate::memory::repetition::derived_id;
-use crate::memory::working::StoredMessage;
 use crate::store::Selection;
 use crate::store::{MemoryRecord, StrengthChange, StrengthSet};
 
-pub(super) async fn apply(
-    shared: &Shared,
+pub(crate) async fn apply(
+    writes: &Writes,
     job: &FeedbackJob,
     plan: &FeedbackPlan,
 ) -> Result<JobOutcome, MemoryError> {
-    if let Some(record) = job.message_record() {
-        return apply_message(shared, job, record).await;
-    }
     let mut refused = plan.refused.clone();
     // Each new memory is written under its fact's derived id (so the same fact from another
     // write path or process lands on one row), or under the id assigned at acceptance when its
@@ -39,8 +34,8 @@ pub(super) async fn apply(
     }
     // On the latest version: a member another process erased a moment ago must count as gone,
     // or the merge would write its text back.
-    shared.store.refresh().await?;
-    let existing: BTreeMap<String, MemoryRecord> = shared
+    writes.store.refresh().await?;
+    let existing: BTreeMap<String, MemoryRecord> = writes
         .store
         .get_by_ids(&ids, None)
         .await?
@@ -85,16 +80,16 @@ pub(super) async fn apply(
     let mut vectors = if texts.is_empty() {
         Vec::new()
     } else {
-        shared
+        writes
             .embedder
             .embed(crate::embed::TextRole::Passage, texts)
             .await?
     };
     let merged_vectors = vectors.split_off(news.len().min(vectors.len()));
-    let reinforced = reinforce(shared, plan).await?;
+    let reinforced = reinforce(writes, plan).await?;
     let mut deduplicated = Vec::new();
     for ((record, accepted_id), vector) in news.into_iter().zip(vectors) {
-        let written = shared
+        let written = writes
             .repetitions
             .add_or_reinforce(record, vector, accepted_id)
             .await?;
@@ -104,14 +99,14 @@ pub(super) async fn apply(
         }
     }
     if !merged_records.is_empty() {
-        shared
+        writes
             .store
             .writer()
             .insert_missing(merged_records.into_iter().zip(merged_vectors).collect())
             .await?;
     }
     for m in &merges {
-        shared
+        writes
             .store
             .writer()
             .delete(Selection::ids(m.delete_ids.iter().cloned()).rows_sql())
@@ -125,34 +120,6 @@ pub(super) async fn apply(
         deduplicated,
         merged: merges.iter().map(|m| m.new_id.clone()).collect(),
         refused,
-        error: None,
-        attempts: 1,
-        finished_at: Utc::now(),
-    })
-}
-
-/// A working-memory message: embedded and inserted as it is, once (a replay finds its id).
-async fn apply_message(
-    shared: &Shared,
-    job: &FeedbackJob,
-    record: MemoryRecord,
-) -> Result<JobOutcome, MemoryError> {
-    let vector = crate::memory::embed_passage(shared.embedder.as_ref(), &record.content).await?;
-    let id = record.id.clone();
-    shared
-        .store
-        .writer()
-        .insert_missing(vec![(record.clone(), vector.clone())])
-        .await?;
-    shared.stored.offer(StoredMessage { record, vector });
-    Ok(JobOutcome {
-        job_id: job.job_id.clone(),
-        state: JobState::Done,
-        reinforced: 0,
-        created: vec![id],
-        deduplicated: vec![],
-        merged: vec![],
-        refused: vec![],
         error: None,
         attempts: 1,
         finished_at: Utc::now(),
@@ -182,7 +149,7 @@ fn written_before(
 
 /// Set the planned strengths, only where a row still has the strength the plan saw (or
 /// already has the new one): an old plan replayed late never overwrites a newer job's work.
-async fn reinforce(shared: &Shared, plan: &FeedbackPlan) -> Result<usize, MemoryError> {
+async fn reinforce(writes: &Writes, plan: &FeedbackPlan) -> Result<usize, MemoryError> {
     let changes: Vec<StrengthChange> = plan
         .reinforce
         .iter()
@@ -192,21 +159,21 @@ async fn reinforce(shared: &Shared, plan: &FeedbackPlan) -> Result<usize, Memory
             new: *new,
         })
         .collect();
-    Ok(set_strengths(shared, &changes).await? as usize)
+    Ok(set_strengths(writes, &changes).await? as usize)
 }
 
 /// Write strength changes in one commit, however many rows and values: each row gets its own
 /// new strength where it still has the expected one. A useful memory was just used, so its
 /// decay clock (`last_recalled_at`) restarts too. Returns rows changed.
-pub(super) async fn set_strengths(
-    shared: &Shared,
+pub(crate) async fn set_strengths(
+    writes: &Writes,
     changes: &[StrengthChange],
 ) -> Result<u64, MemoryError> {
     let set = StrengthSet::new(changes.to_vec(), Utc::now());
-    Ok(shared.store.writer().set_strengths(set).await?)
+    Ok(writes.store.writer().set_strengths(set).await?)
 }
 
-pub(super) fn new_memory_record(job: &FeedbackJob, m: &NewMemoryJob) -> MemoryRecord {
+pub(crate) fn new_memory_record(job: &FeedbackJob, m: &NewMemoryJob) -> MemoryRecord {
     MemoryRecord {
         id: m.id.clone(),
         content: m.content.clone(),

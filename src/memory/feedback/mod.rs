@@ -1,41 +1,45 @@
 //! The feedback (reflection) write path (docs/design.md section 6): where most memories are born.
-//! One file per stage:
+//! What a reflection's job is and does, one file per stage; the intake (`memory::intake`)
+//! journals, queues and runs it beside the chat messages:
 //! - [`accept`]: validate, derive the scope once from the conversation id (the same
 //!   [`derive_scope`](crate::scope::derive_scope) as every other write), pre-assign ids;
-//! - [`queue`]: journal the job durably before the 202, queue it, pause for erases, keep outcomes;
-//! - [`worker`]: apply jobs in order, retry a failing one in place, dead-letter it at the end;
-//! - [`batch`]: apply the jobs waiting together (one lookup, embedding, insert, update, two
-//!   fsyncs), falling back to one at a time when a batch fails;
 //! - [`plan`]: check ids against what the conversation may see, decide absolute changes;
 //! - [`apply`]: embed, compare-and-set strengths, insert what is missing, delete what merges
-//!   replace;
-//! - [`journal`] / [`journal_files`]: the per-process journal and adoption of dead ones.
+//!   replace.
 
 mod accept;
 mod apply;
-mod batch;
-pub mod journal;
-pub mod journal_files;
 mod plan;
-mod queue;
-mod shared;
-mod worker;
+
+use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use std::time::Duration;
 
+use crate::embed::Embedder;
 use crate::memory::MemoryError;
+use crate::migrate::MigrationGate;
+use crate::store::Store;
 
-pub(crate) use queue::QueueWrites;
-pub use queue::{FeedbackPause, FeedbackQueue};
+pub(crate) use accept::validate;
+pub(crate) use apply::{apply, new_memory_record, set_strengths};
+pub(crate) use plan::{ids_read, make_plan, plan_from};
+
+/// What a reflection's stages read and write through: the store, the embedder, the migration
+/// gate (legacy NULL rows are visible while it is on) and the folding of repeated facts.
+pub(crate) struct Writes {
+    pub(crate) store: Store,
+    pub(crate) embedder: Arc<dyn Embedder>,
+    pub(crate) gate: MigrationGate,
+    pub(crate) repetitions: crate::memory::repetition::Repetitions,
+}
 
 const MAX_IDS: usize = 100;
 const MAX_NEW: usize = 50;
 const MAX_GROUPS: usize = 20;
 const MAX_GROUP_LEN: usize = 20;
-const REINFORCE: i32 = 3;
-const PASSIVE_STRENGTH: i32 = 10;
+pub(crate) const REINFORCE: i32 = 3;
+pub(crate) const PASSIVE_STRENGTH: i32 = 10;
 
 /// `POST /v1/feedback`.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -74,7 +78,7 @@ pub struct MergeGroupJob {
     pub ids: Vec<String>,
 }
 
-/// An accepted job as journaled.
+/// An accepted reflection's job, its ids assigned (journaled as an intake `Job`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct FeedbackJob {
     pub job_id: String,
@@ -85,36 +89,6 @@ pub struct FeedbackJob {
     pub useful_memory_ids: Vec<String>,
     pub new_memories: Vec<NewMemoryJob>,
     pub merge_groups: Vec<MergeGroupJob>,
-    /// A working-memory message (`memory::working`): a job holds feedback or one message,
-    /// which is stored as it is (no plan, no folding into a stored fact).
-    #[serde(default)]
-    pub message: Option<crate::memory::working::MessageJob>,
-}
-
-/// The job ids of messages start so: their outcomes are not kept for `GET /v1/feedback`.
-pub(crate) const MESSAGE_JOB_PREFIX: &str = "msgjob-";
-
-impl FeedbackJob {
-    /// A message's job, journal-ready.
-    pub(crate) fn of_message(m: crate::memory::working::MessageAccepted) -> FeedbackJob {
-        FeedbackJob {
-            job_id: format!("{MESSAGE_JOB_PREFIX}{}", uuid::Uuid::now_v7()),
-            conversation_id: m.conversation_id,
-            scope: m.scope,
-            scope_source: m.scope_source,
-            accepted_at: Utc::now(),
-            useful_memory_ids: vec![],
-            new_memories: vec![],
-            merge_groups: vec![],
-            message: Some(m.job),
-        }
-    }
-
-    /// The row of its message, if it is a message's job.
-    pub(crate) fn message_record(&self) -> Option<crate::store::MemoryRecord> {
-        let m = self.message.as_ref()?;
-        Some(m.record(&self.conversation_id, &self.scope, &self.scope_source))
-    }
 }
 
 /// A merge, fully decided: the merged memory and the rows it replaces.
@@ -184,7 +158,12 @@ pub struct JobOutcome {
 }
 
 impl JobOutcome {
-    fn unapplied(job_id: String, state: JobState, error: String, attempts: u32) -> JobOutcome {
+    pub(crate) fn unapplied(
+        job_id: String,
+        state: JobState,
+        error: String,
+        attempts: u32,
+    ) -> JobOutcome {
         JobOutcome {
             job_id,
             state,
@@ -198,48 +177,6 @@ impl JobOutcome {
             finished_at: Utc::now(),
         }
     }
-}
-
-/// Queue size and retry policy (the `feedback` config section).
-#[derive(Debug, Clone)]
-pub struct QueueSettings {
-    /// Jobs that may wait before new feedback is answered 503.
-    pub capacity: usize,
-    pub retry: RetryPolicy,
-    /// TTLs per memory type for the new memories feedback writes.
-    pub retention: crate::memory::retention::Retention,
-    /// Working-memory messages that may wait for their vectors before new ones get 503.
-    pub message_capacity: usize,
-}
-
-/// How failed jobs are retried: in place (later jobs wait, so none overtakes it), with a
-/// backoff doubling from `base` up to `cap`, and dead-lettered after `max_attempts`.
-#[derive(Debug, Clone, Copy)]
-pub struct RetryPolicy {
-    pub max_attempts: u32,
-    pub base: Duration,
-    pub cap: Duration,
-}
-
-impl RetryPolicy {
-    /// The pause before the attempt after `failed` failures.
-    pub fn backoff(&self, failed: u32) -> Duration {
-        let factor = 1u32 << failed.saturating_sub(1).min(16);
-        self.base.saturating_mul(factor).min(self.cap)
-    }
-}
-
-/// Why feedback could not be accepted.
-#[derive(Debug, thiserror::Error)]
-pub enum AcceptError {
-    #[error(transparent)]
-    Invalid(#[from] MemoryError),
-    #[error("the feedback queue is full ({0} jobs waiting); retry later")]
-    QueueFull(usize),
-    #[error("{0} messages are waiting to be embedded; retry later")]
-    MessagesFull(usize),
-    #[error("{0}")]
-    Journal(String),
 }
 
 fn invalid(field: &'static str, message: impl Into<String>) -> MemoryError {

@@ -3,7 +3,6 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use super::shared::Shared;
 use super::*;
 use crate::memory::redact::redact;
 use crate::store::MemoryRecord;
@@ -22,7 +21,7 @@ fn visible(job: &FeedbackJob, r: &MemoryRecord, null_visible: bool) -> bool {
 }
 
 /// The ids a job's plan reads.
-pub(super) fn ids_read(job: &FeedbackJob) -> BTreeSet<String> {
+pub(crate) fn ids_read(job: &FeedbackJob) -> BTreeSet<String> {
     let mut wanted: BTreeSet<String> = job.useful_memory_ids.iter().cloned().collect();
     for g in &job.merge_groups {
         wanted.extend(g.ids.iter().cloned());
@@ -30,24 +29,24 @@ pub(super) fn ids_read(job: &FeedbackJob) -> BTreeSet<String> {
     wanted
 }
 
-pub(super) async fn make_plan(
-    shared: &Shared,
+pub(crate) async fn make_plan(
+    writes: &Writes,
     job: &FeedbackJob,
 ) -> Result<FeedbackPlan, MemoryError> {
     let wanted = ids_read(job);
-    shared.store.refresh().await?;
-    let rows = shared
+    writes.store.refresh().await?;
+    let rows = writes
         .store
         .get_by_ids(&wanted.into_iter().collect::<Vec<_>>(), None)
         .await?;
     let by_id: HashMap<String, MemoryRecord> =
         rows.into_iter().map(|r| (r.id.clone(), r)).collect();
-    Ok(plan_from(job, &by_id, shared.gate.is_on()))
+    Ok(plan_from(job, &by_id, writes.gate.is_on()))
 }
 
 /// Plan a job against the rows it reads (`by_id`: the table as it stands, or as the earlier
 /// jobs of a batch leave it).
-pub(super) fn plan_from(
+pub(crate) fn plan_from(
     job: &FeedbackJob,
     by_id: &HashMap<String, MemoryRecord>,
     null_visible: bool,

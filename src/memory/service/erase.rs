@@ -59,10 +59,9 @@ impl EraseJobs {
         }
     }
 
-    fn drops_message(&self, job: &crate::memory::feedback::FeedbackJob) -> bool {
-        job.message
-            .as_ref()
-            .is_some_and(|m| self.messages.contains(&m.id))
+    fn drops_message(&self, job: &crate::memory::intake::Job) -> bool {
+        job.message_id()
+            .is_some_and(|id| self.messages.contains(id))
     }
 }
 

@@ -243,13 +243,13 @@ fn open_feedback(
     scopes: &Arc<ScopeResolver>,
     backfill: &BackfillHandle,
     repetitions: crate::memory::repetition::Repetitions,
-) -> Result<crate::memory::feedback::FeedbackQueue, MemoryError> {
-    crate::memory::feedback::FeedbackQueue::open(
+) -> Result<crate::memory::intake::FeedbackQueue, MemoryError> {
+    crate::memory::intake::FeedbackQueue::open(
         &config.storage.state_dir(),
         &config.storage.table_name,
-        crate::memory::feedback::QueueSettings {
+        crate::memory::intake::QueueSettings {
             capacity: config.feedback.queue_capacity,
-            retry: crate::memory::feedback::RetryPolicy {
+            retry: crate::memory::intake::RetryPolicy {
                 max_attempts: config.feedback.max_attempts,
                 base: std::time::Duration::from_millis(config.feedback.retry_backoff_ms),
                 cap: std::time::Duration::from_secs(30),
@@ -257,7 +257,7 @@ fn open_feedback(
             retention: crate::memory::retention::Retention::from_config(&config.retention),
             message_capacity: config.working_memory.queue_capacity,
         },
-        crate::memory::feedback::QueueWrites {
+        crate::memory::intake::QueueWrites {
             store: store.clone(),
             embedder: embedder.clone(),
             scopes: scopes.clone(),
@@ -271,7 +271,7 @@ fn open_feedback(
 async fn take_lease(
     config: &Config,
     store: &Store,
-    feedback: &crate::memory::feedback::FeedbackQueue,
+    feedback: &crate::memory::intake::FeedbackQueue,
 ) -> Lease {
     let lease = Lease::new(
         store.beside(),

@@ -11,7 +11,7 @@ use serde::Serialize;
 
 use super::erase::EraseJobs;
 use super::{Asked, MemoryService, Visibility, DEFAULT_STRENGTH};
-use crate::memory::feedback::AcceptError;
+use crate::memory::intake::AcceptError;
 use crate::memory::model::{RecallMode, Remembered, ScoredMemory};
 use crate::memory::redact::redact;
 use crate::memory::repetition::derived_id;

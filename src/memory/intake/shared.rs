@@ -1,4 +1,4 @@
-//! What the worker and its stages share: the store, the embedder, this process's journal,
+//! What the worker and its stages share: what jobs write through, this process's journal,
 //! the lock an erase holds against the worker, and what recent jobs did. Its own module, below
 //! every stage, so that the stages (queue, batch, worker, plan, apply) depend downward on it
 //! and not on the queue that owns it.
@@ -10,18 +10,13 @@ use tokio::sync::Notify;
 
 use super::journal_files::InstanceJournal;
 use super::*;
-use crate::embed::Embedder;
-use crate::migrate::MigrationGate;
-use crate::store::Store;
+use crate::memory::feedback::Writes;
 use std::sync::Arc;
 
 /// What the worker and its stages share.
 pub(super) struct Shared {
-    pub(super) store: Store,
-    pub(super) embedder: Arc<dyn Embedder>,
-    pub(super) gate: MigrationGate,
-    /// Folds a new memory into the stored copy of the same fact (`memory::repetition`).
-    pub(super) repetitions: crate::memory::repetition::Repetitions,
+    /// What a reflection's stages write through; messages use its store and embedder.
+    pub(super) writes: Writes,
     /// This process's journal (and the lock that marks it alive).
     pub(super) files: InstanceJournal,
     /// Held by the worker while it applies a job, and by an erase for its whole duration, so an
@@ -61,7 +56,7 @@ const WRITTEN_KEPT: chrono::TimeDelta = chrono::TimeDelta::minutes(10);
 
 impl Shared {
     /// Remember the rows an applied job wrote (new and merged memories).
-    pub(super) fn record_written(&self, job: &FeedbackJob, outcome: &JobOutcome) {
+    pub(super) fn record_written(&self, job: &Job, outcome: &JobOutcome) {
         let ids: Vec<String> = outcome
             .created
             .iter()
@@ -77,7 +72,7 @@ impl Shared {
                 w.pop_front();
             }
             w.push_back(WrittenRows {
-                accepted_at: job.accepted_at,
+                accepted_at: job.accepted_at(),
                 finished_at: outcome.finished_at,
                 ids,
             });

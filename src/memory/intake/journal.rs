@@ -1,4 +1,4 @@
-//! The feedback journal: an append-only JSON-lines file, fsynced before a job is acknowledged,
+//! The intake journal: an append-only JSON-lines file, fsynced before a job is acknowledged,
 //! so nothing accepted is lost on a crash. A job is `accepted`, then `planned` (the exact,
 //! absolute changes it will make), maybe `attempt`ed and failed a few times, then `finished`
 //! (applied, dropped, or dead-lettered); replaying a planned job re-applies the same plan, so
@@ -10,7 +10,7 @@ use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
 
-use super::{FeedbackJob, FeedbackPlan, JobOutcome};
+use super::{FeedbackPlan, Job, JobOutcome};
 
 #[derive(Debug, thiserror::Error)]
 #[error("feedback journal {path}: {message}")]
@@ -23,7 +23,7 @@ pub struct JournalError {
 #[serde(tag = "op", rename_all = "lowercase")]
 pub enum Record {
     Accepted {
-        job: FeedbackJob,
+        job: Job,
     },
     Planned {
         job_id: String,
@@ -58,7 +58,7 @@ pub const FINISHED_RETENTION: chrono::TimeDelta = chrono::TimeDelta::hours(25);
 /// A job accepted and not finished.
 #[derive(Debug, Clone)]
 pub struct PendingJob {
-    pub job: FeedbackJob,
+    pub job: Job,
     pub plan: Option<FeedbackPlan>,
     /// Failed attempts so far.
     pub attempts: u32,
@@ -90,7 +90,7 @@ impl Pending {
     fn apply(&mut self, record: Record) {
         match record {
             Record::Accepted { job } => {
-                if !self.jobs.iter().any(|p| p.job.job_id == job.job_id) {
+                if !self.jobs.iter().any(|p| p.job.job_id() == job.job_id()) {
                     self.jobs.push(PendingJob {
                         job,
                         plan: None,
@@ -99,28 +99,32 @@ impl Pending {
                 }
             }
             Record::Planned { job_id, plan } => {
-                if let Some(p) = self.jobs.iter_mut().find(|p| p.job.job_id == job_id) {
+                if let Some(p) = self.jobs.iter_mut().find(|p| p.job.job_id() == job_id) {
                     p.plan = Some(plan);
                 }
             }
             Record::Unplanned { job_id } => {
-                if let Some(p) = self.jobs.iter_mut().find(|p| p.job.job_id == job_id) {
+                if let Some(p) = self.jobs.iter_mut().find(|p| p.job.job_id() == job_id) {
                     p.plan = None;
                 }
             }
             Record::Attempt {
                 job_id, attempts, ..
             } => {
-                if let Some(p) = self.jobs.iter_mut().find(|p| p.job.job_id == job_id) {
+                if let Some(p) = self.jobs.iter_mut().find(|p| p.job.job_id() == job_id) {
                     p.attempts = p.attempts.max(attempts);
                 }
             }
-            Record::Done { job_id } => self.jobs.retain(|p| p.job.job_id != job_id),
+            Record::Done { job_id } => self.jobs.retain(|p| p.job.job_id() != job_id),
             Record::Finished { outcome } => {
-                self.jobs.retain(|p| p.job.job_id != outcome.job_id);
-                // A message's outcome is asked for by nobody: keeping it would crowd the day
-                // of feedback outcomes with a chat's every line.
-                if outcome.job_id.starts_with(super::MESSAGE_JOB_PREFIX) {
+                // Its accepted line came first, so the job says whether its outcome is kept.
+                let kept = self
+                    .jobs
+                    .iter()
+                    .find(|p| p.job.job_id() == outcome.job_id)
+                    .is_none_or(|p| p.job.keeps_outcome());
+                self.jobs.retain(|p| p.job.job_id() != outcome.job_id);
+                if !kept {
                     return;
                 }
                 self.finished.retain(|o| o.job_id != outcome.job_id);
@@ -253,7 +257,7 @@ impl Journal {
     /// finished jobs nor dropped ones leave their text behind. Returns the dropped job ids.
     pub fn compact(
         &self,
-        drop: impl Fn(&FeedbackJob, Option<&FeedbackPlan>) -> bool,
+        drop: impl Fn(&Job, Option<&FeedbackPlan>) -> bool,
     ) -> Result<Vec<String>, JournalError> {
         let mut state = self.lock()?;
         let cutoff = chrono::Utc::now() - FINISHED_RETENTION;
@@ -265,7 +269,10 @@ impl Journal {
             Ok(file) => {
                 state.file = file;
                 state.pending = kept;
-                Ok(dropped.into_iter().map(|p| p.job.job_id).collect())
+                Ok(dropped
+                    .into_iter()
+                    .map(|p| p.job.job_id().to_string())
+                    .collect())
             }
             Err(e) => {
                 // The old file is still in place and complete: keep serving from it.
@@ -325,13 +332,13 @@ fn rewrite(
             records.push(Record::Accepted { job: p.job.clone() });
             if let Some(plan) = &p.plan {
                 records.push(Record::Planned {
-                    job_id: p.job.job_id.clone(),
+                    job_id: p.job.job_id().to_string(),
                     plan: plan.clone(),
                 });
             }
             if p.attempts > 0 {
                 records.push(Record::Attempt {
-                    job_id: p.job.job_id.clone(),
+                    job_id: p.job.job_id().to_string(),
                     attempts: p.attempts,
                     error: String::new(),
                 });
@@ -368,15 +375,15 @@ pub(super) fn sync_dir(dir: &std::path::Path) -> std::io::Result<()> {
 mod tests {
     use super::*;
 
-    fn job(id: &str, conversation: &str, content: &str) -> FeedbackJob {
-        FeedbackJob {
+    fn job(id: &str, conversation: &str, content: &str) -> Job {
+        Job::Reflection(crate::memory::feedback::FeedbackJob {
             job_id: id.into(),
             conversation_id: conversation.into(),
             scope: "public".into(),
             scope_source: "unmapped".into(),
             accepted_at: chrono::Utc::now(),
             useful_memory_ids: vec![],
-            new_memories: vec![super::super::NewMemoryJob {
+            new_memories: vec![crate::memory::feedback::NewMemoryJob {
                 id: format!("m-{id}"),
                 content: content.into(),
                 reasoning: None,
@@ -385,8 +392,7 @@ mod tests {
                 expires_at: None,
             }],
             merge_groups: vec![],
-            message: None,
-        }
+        })
     }
 
     #[test]
@@ -425,7 +431,7 @@ mod tests {
         let state: Vec<(&str, bool, u32)> = pending
             .jobs
             .iter()
-            .map(|p| (p.job.job_id.as_str(), p.plan.is_some(), p.attempts))
+            .map(|p| (p.job.job_id(), p.plan.is_some(), p.attempts))
             .collect();
         assert_eq!(state, [("1", true, 0), ("2", false, 1)]);
     }
@@ -452,7 +458,7 @@ mod tests {
         let text = std::fs::read_to_string(&path).unwrap();
         assert!(text.contains("secret-alpha") && text.contains("done-gamma"));
 
-        let dropped = j.compact(|job, _| job.conversation_id == "a").unwrap();
+        let dropped = j.compact(|job, _| job.conversation_id() == "a").unwrap();
         assert_eq!(dropped, vec!["1".to_string()]);
         let text = std::fs::read_to_string(&path).unwrap();
         assert!(!text.contains("secret-alpha"), "{text}");
@@ -466,7 +472,7 @@ mod tests {
         .unwrap();
         drop(j);
         let (_, pending) = Journal::open(&path).unwrap();
-        let ids: Vec<&str> = pending.jobs.iter().map(|p| p.job.job_id.as_str()).collect();
+        let ids: Vec<&str> = pending.jobs.iter().map(|p| p.job.job_id()).collect();
         assert_eq!(ids, ["2", "4"]);
     }
 }

@@ -117,7 +117,11 @@ fn merge(into: &mut Pending, from: Pending) {
         }
     }
     for p in from.jobs {
-        match into.jobs.iter_mut().find(|q| q.job.job_id == p.job.job_id) {
+        match into
+            .jobs
+            .iter_mut()
+            .find(|q| q.job.job_id() == p.job.job_id())
+        {
             Some(q) => {
                 if q.plan.is_none() {
                     q.plan = p.plan;
@@ -129,8 +133,8 @@ fn merge(into: &mut Pending, from: Pending) {
     }
     let finished = &into.finished;
     into.jobs
-        .retain(|p| !finished.iter().any(|f| f.job_id == p.job.job_id));
-    into.jobs.sort_by_key(|p| p.job.accepted_at);
+        .retain(|p| !finished.iter().any(|f| f.job_id == p.job.job_id()));
+    into.jobs.sort_by_key(|p| p.job.accepted_at());
 }
 
 struct Orphan {

@@ -14,6 +14,7 @@ use super::shared::Shared;
 use super::worker::{run_job, Run};
 use super::*;
 use crate::embed::Embedder;
+use crate::memory::feedback::FeedbackRequest;
 use crate::migrate::MigrationGate;
 use crate::scope::ScopeResolver;
 use crate::store::Store;
@@ -22,8 +23,8 @@ use crate::store::Store;
 pub struct FeedbackQueue {
     shared: Arc<Shared>,
     scopes: Arc<ScopeResolver>,
-    tx: mpsc::Sender<FeedbackJob>,
-    rx: Mutex<Option<mpsc::Receiver<FeedbackJob>>>,
+    tx: mpsc::Sender<Job>,
+    rx: Mutex<Option<mpsc::Receiver<Job>>>,
     replay: Mutex<Vec<PendingJob>>,
     capacity: usize,
     message_capacity: usize,
@@ -75,16 +76,18 @@ impl FeedbackQueue {
         let (tx, rx) = mpsc::channel(settings.capacity.max(1) + message_capacity);
         let replayed_messages = crate::memory::working::PendingMessages::default();
         for p in &pending.jobs {
-            if let Some(record) = p.job.message_record() {
-                replayed_messages.add(&p.job.job_id, record);
+            if let Job::Message(told) = &p.job {
+                replayed_messages.add(&told.job_id, told.record());
             }
         }
         Ok(FeedbackQueue {
             shared: Arc::new(Shared {
-                store,
-                embedder,
-                gate,
-                repetitions,
+                writes: crate::memory::feedback::Writes {
+                    store,
+                    embedder,
+                    gate,
+                    repetitions,
+                },
                 files,
                 apply: tokio::sync::Mutex::new(()),
                 dropped: Mutex::new(Default::default()),
@@ -122,7 +125,8 @@ impl FeedbackQueue {
     /// Validate, derive the scope, journal durably, queue. Returns the job id, or `None` for an
     /// incognito conversation, whose feedback (even reinforcement) is never stored.
     pub fn accept(&self, req: FeedbackRequest) -> Result<Option<String>, AcceptError> {
-        let Some(job) = super::accept::validate(req, &self.scopes, &self.retention)? else {
+        let Some(job) = crate::memory::feedback::validate(req, &self.scopes, &self.retention)?
+        else {
             return Ok(None);
         };
         // Reserve a queue slot first: never journal what cannot be queued.
@@ -134,15 +138,21 @@ impl FeedbackQueue {
             Ok(p) => p,
             Err(_) => return Err(AcceptError::QueueFull(self.capacity)),
         };
+        let (new, useful, merges) = (
+            job.new_memories.len(),
+            job.useful_memory_ids.len(),
+            job.merge_groups.len(),
+        );
+        let job = Job::Reflection(job);
         self.journal_accepted(&job)?;
-        let job_id = job.job_id.clone();
+        let job_id = job.job_id().to_string();
         tracing::info!(
-            conversation_id = %job.conversation_id,
-            memory_scope = %job.scope,
+            conversation_id = %job.conversation_id(),
+            memory_scope = %job.scope(),
             job_id = %job_id,
-            new = job.new_memories.len(),
-            useful = job.useful_memory_ids.len(),
-            merges = job.merge_groups.len(),
+            new,
+            useful,
+            merges,
             "feedback accepted"
         );
         permit.send(job);
@@ -159,22 +169,19 @@ impl FeedbackQueue {
         if waiting >= self.message_capacity {
             return Err(AcceptError::MessagesFull(waiting));
         }
-        let job = FeedbackJob::of_message(accepted);
-        let Some(record) = job.message_record() else {
-            return Err(AcceptError::Journal(
-                "a message job without its message".into(),
-            ));
-        };
+        let told = MessageTold::of(accepted);
+        let record = told.record();
         let permit = match self.tx.try_reserve() {
             Ok(p) => p,
             Err(_) => return Err(AcceptError::MessagesFull(waiting)),
         };
+        let job = Job::Message(told);
         self.journal_accepted(&job)?;
         let id = record.id.clone();
-        self.shared.pending.add(&job.job_id, record);
+        self.shared.pending.add(job.job_id(), record);
         tracing::debug!(
-            conversation_id = %job.conversation_id,
-            memory_scope = %job.scope,
+            conversation_id = %job.conversation_id(),
+            memory_scope = %job.scope(),
             id = %id,
             "message accepted"
         );
@@ -183,7 +190,7 @@ impl FeedbackQueue {
     }
 
     /// Journal `job` durably (before it is acknowledged) and count it as waiting.
-    fn journal_accepted(&self, job: &FeedbackJob) -> Result<(), AcceptError> {
+    fn journal_accepted(&self, job: &Job) -> Result<(), AcceptError> {
         self.shared
             .files
             .journal
@@ -256,7 +263,7 @@ impl FeedbackQueue {
     pub(crate) fn drop_pending(
         &self,
         _paused: &FeedbackPause<'_>,
-        select: impl Fn(&FeedbackJob, Option<&FeedbackPlan>) -> bool,
+        select: impl Fn(&Job, Option<&FeedbackPlan>) -> bool,
     ) -> Result<usize, MemoryError> {
         let ids = self
             .shared
@@ -370,12 +377,7 @@ impl FeedbackQueue {
 
 /// Apply `first` and the batchable jobs queued behind it as one batch; a job with merges
 /// (and the rest of the queue after it) waits for the next turn, so order is kept.
-async fn serve(
-    shared: &Shared,
-    first: FeedbackJob,
-    rx: &mut mpsc::Receiver<FeedbackJob>,
-    stop: &Notify,
-) -> Run {
+async fn serve(shared: &Shared, first: Job, rx: &mut mpsc::Receiver<Job>, stop: &Notify) -> Run {
     if !batch::batchable(&first) {
         let pending = PendingJob {
             job: first,
@@ -384,13 +386,13 @@ async fn serve(
         };
         return run_job(shared, pending, stop).await;
     }
-    let mut new_memories = first.new_memories.len();
+    let mut texts = first.texts();
     let mut jobs = vec![first];
     let mut held = None;
-    while jobs.len() < batch::MAX_JOBS && new_memories < batch::MAX_NEW {
+    while jobs.len() < batch::MAX_JOBS && texts < batch::MAX_NEW {
         match rx.try_recv() {
             Ok(job) if batch::batchable(&job) => {
-                new_memories += job.new_memories.len();
+                texts += job.texts();
                 jobs.push(job);
             }
             Ok(job) => {

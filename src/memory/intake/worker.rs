@@ -3,11 +3,10 @@
 
 use tokio::sync::Notify;
 
-use super::apply::apply;
 use super::journal::{PendingJob, Record};
-use super::plan::make_plan;
 use super::shared::Shared;
 use super::*;
+use crate::memory::feedback::{apply, make_plan};
 
 /// Whether the worker should go on after a job.
 #[derive(Debug, PartialEq, Eq)]
@@ -18,7 +17,7 @@ pub(super) enum Run {
 
 /// Apply one job, retrying in place with backoff; dead-letter it after the last attempt.
 pub(super) async fn run_job(shared: &Shared, mut pending: PendingJob, stop: &Notify) -> Run {
-    let job_id = pending.job.job_id.clone();
+    let job_id = pending.job.job_id().to_string();
     loop {
         let applying = shared.apply.lock().await;
         let was_dropped = shared
@@ -29,16 +28,16 @@ pub(super) async fn run_job(shared: &Shared, mut pending: PendingJob, stop: &Not
         if was_dropped {
             let why = "dropped: the memories it would touch were erased first".to_string();
             let outcome = JobOutcome::unapplied(job_id, JobState::Dropped, why, pending.attempts);
-            finish(shared, outcome);
+            finish(shared, &pending.job, outcome);
             return Run::Next;
         }
         let error = match attempt(shared, &mut pending).await {
             Ok(outcome) => {
                 for (what, why) in &outcome.refused {
-                    tracing::warn!(job_id = %job_id, conversation_id = %pending.job.conversation_id, target = %what, reason = %why, "feedback refused a memory it cannot touch");
+                    tracing::warn!(job_id = %job_id, conversation_id = %pending.job.conversation_id(), target = %what, reason = %why, "feedback refused a memory it cannot touch");
                 }
                 shared.record_written(&pending.job, &outcome);
-                finish(shared, outcome);
+                finish(shared, &pending.job, outcome);
                 return Run::Next;
             }
             Err(e) => e.to_string(),
@@ -57,6 +56,7 @@ pub(super) async fn run_job(shared: &Shared, mut pending: PendingJob, stop: &Not
             tracing::error!(job_id = %job_id, attempts, error = %error, "feedback job dead-lettered; it will never be applied");
             finish(
                 shared,
+                &pending.job,
                 JobOutcome::unapplied(job_id, JobState::Failed, error, attempts),
             );
             return Run::Next;
@@ -75,26 +75,31 @@ pub(super) async fn run_job(shared: &Shared, mut pending: PendingJob, stop: &Not
     }
 }
 
-/// One attempt: plan (journaled once), apply, and journal the outcome.
+/// One attempt: plan (journaled once) and apply a reflection, or store a message; journal the
+/// outcome.
 async fn attempt(shared: &Shared, pending: &mut PendingJob) -> Result<JobOutcome, MemoryError> {
-    let job = &pending.job;
-    let plan = match &pending.plan {
-        Some(p) => p.clone(),
-        None => {
-            let p = make_plan(shared, job).await?;
-            shared
-                .files
-                .journal
-                .append(&Record::Planned {
-                    job_id: job.job_id.clone(),
-                    plan: p.clone(),
-                })
-                .map_err(|e| MemoryError::Internal(e.to_string()))?;
-            pending.plan = Some(p.clone());
-            p
+    let mut outcome = match &pending.job {
+        Job::Message(told) => super::message::apply(shared, told).await?,
+        Job::Reflection(job) => {
+            let plan = match &pending.plan {
+                Some(p) => p.clone(),
+                None => {
+                    let p = make_plan(&shared.writes, job).await?;
+                    shared
+                        .files
+                        .journal
+                        .append(&Record::Planned {
+                            job_id: job.job_id.clone(),
+                            plan: p.clone(),
+                        })
+                        .map_err(|e| MemoryError::Internal(e.to_string()))?;
+                    pending.plan = Some(p.clone());
+                    p
+                }
+            };
+            apply(&shared.writes, job, &plan).await?
         }
     };
-    let mut outcome = apply(shared, job, &plan).await?;
     outcome.attempts = pending.attempts + 1;
     shared
         .files
@@ -107,7 +112,7 @@ async fn attempt(shared: &Shared, pending: &mut PendingJob) -> Result<JobOutcome
 }
 
 /// Count the job as finished and publish its outcome (journaled, so it survives a restart).
-pub(super) fn finish(shared: &Shared, outcome: JobOutcome) {
+pub(super) fn finish(shared: &Shared, job: &Job, outcome: JobOutcome) {
     if outcome.state != JobState::Done {
         let record = Record::Finished {
             outcome: outcome.clone(),
@@ -119,7 +124,7 @@ pub(super) fn finish(shared: &Shared, outcome: JobOutcome) {
     shared
         .depth
         .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
-    if outcome.job_id.starts_with(MESSAGE_JOB_PREFIX) {
+    if !job.keeps_outcome() {
         shared.pending.remove([outcome.job_id.as_str()]);
         shared.finished.notify_waiters();
         return;

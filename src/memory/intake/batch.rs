@@ -14,12 +14,11 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use chrono::Utc;
 use tokio::sync::Notify;
 
-use super::apply::{new_memory_record, set_strengths};
 use super::journal::{PendingJob, Record};
-use super::plan::{ids_read, plan_from};
 use super::shared::Shared;
 use super::worker::{finish, run_job, Run};
 use super::*;
+use crate::memory::feedback::{ids_read, new_memory_record, plan_from, set_strengths};
 use crate::memory::model::Remembered;
 use crate::memory::repetition::derived_id;
 use crate::memory::working::StoredMessage;
@@ -35,13 +34,16 @@ const JOURNAL_COMPACT_BYTES: u64 = 32 << 20;
 /// Whether a job may join a batch. A merge deletes rows that an earlier job of the same batch
 /// may have created; replaying that earlier job after a crash would bring them back. Merges
 /// are rare, so a job with merges runs alone.
-pub(super) fn batchable(job: &FeedbackJob) -> bool {
-    job.merge_groups.is_empty()
+pub(super) fn batchable(job: &Job) -> bool {
+    match job {
+        Job::Reflection(j) => j.merge_groups.is_empty(),
+        Job::Message(_) => true,
+    }
 }
 
 /// Apply a batch of batchable jobs. If any step fails, nothing is lost: the jobs are applied
 /// one by one from their journaled plans, each with its own retries and dead-lettering.
-pub(super) async fn run_batch(shared: &Shared, jobs: Vec<FeedbackJob>, stop: &Notify) -> Run {
+pub(super) async fn run_batch(shared: &Shared, jobs: Vec<Job>, stop: &Notify) -> Run {
     let applying = shared.apply.lock().await;
     let jobs = skip_dropped(shared, jobs);
     if jobs.is_empty() {
@@ -58,14 +60,12 @@ pub(super) async fn run_batch(shared: &Shared, jobs: Vec<FeedbackJob>, stop: &No
                 ms = started.elapsed().as_millis() as u64,
                 "feedback batch applied"
             );
-            for outcome in outcomes {
+            for (job, outcome) in jobs.iter().zip(outcomes) {
                 for (what, why) in &outcome.refused {
                     tracing::warn!(job_id = %outcome.job_id, target = %what, reason = %why, "feedback refused a memory it cannot touch");
                 }
-                if let Some(job) = jobs.iter().find(|j| j.job_id == outcome.job_id) {
-                    shared.record_written(job, &outcome);
-                }
-                finish(shared, outcome);
+                shared.record_written(job, &outcome);
+                finish(shared, job, outcome);
             }
             if let Err(e) = shared
                 .files
@@ -88,11 +88,11 @@ pub(super) async fn run_batch(shared: &Shared, jobs: Vec<FeedbackJob>, stop: &No
     for (job, plan) in jobs.iter().zip(&error.plans) {
         if plan.is_none() {
             records.push(Record::Unplanned {
-                job_id: job.job_id.clone(),
+                job_id: job.job_id().to_string(),
             });
         }
         records.push(Record::Attempt {
-            job_id: job.job_id.clone(),
+            job_id: job.job_id().to_string(),
             attempts: 1,
             error: message.clone(),
         });
@@ -125,16 +125,17 @@ struct BatchError {
 }
 
 /// Finish the jobs an erase dropped while they waited; return the others.
-fn skip_dropped(shared: &Shared, jobs: Vec<FeedbackJob>) -> Vec<FeedbackJob> {
+fn skip_dropped(shared: &Shared, jobs: Vec<Job>) -> Vec<Job> {
     let Ok(mut dropped) = shared.dropped.lock() else {
         return jobs;
     };
     let mut kept = Vec::with_capacity(jobs.len());
     for job in jobs {
-        if dropped.remove(&job.job_id) {
+        if dropped.remove(job.job_id()) {
             let why = "dropped: the memories it would touch were erased first".to_string();
-            let outcome = JobOutcome::unapplied(job.job_id, JobState::Dropped, why, 0);
-            finish(shared, outcome);
+            let outcome =
+                JobOutcome::unapplied(job.job_id().to_string(), JobState::Dropped, why, 0);
+            finish(shared, &job, outcome);
         } else {
             kept.push(job);
         }
@@ -142,33 +143,41 @@ fn skip_dropped(shared: &Shared, jobs: Vec<FeedbackJob>) -> Vec<FeedbackJob> {
     kept
 }
 
-async fn apply_batch(shared: &Shared, jobs: &[FeedbackJob]) -> Result<Vec<JobOutcome>, BatchError> {
+async fn apply_batch(shared: &Shared, jobs: &[Job]) -> Result<Vec<JobOutcome>, BatchError> {
     let unplanned = |error: MemoryError| BatchError {
         error,
         plans: vec![None; jobs.len()],
     };
     let mut wanted: BTreeSet<String> = BTreeSet::new();
     for job in jobs {
-        wanted.extend(ids_read(job));
-        wanted.extend(job.new_memories.iter().map(|m| m.id.clone()));
-        wanted.extend(job.message.iter().map(|m| m.id.clone()));
+        match job {
+            Job::Reflection(job) => {
+                wanted.extend(ids_read(job));
+                wanted.extend(job.new_memories.iter().map(|m| m.id.clone()));
+            }
+            Job::Message(told) => {
+                wanted.insert(told.message.id.clone());
+            }
+        }
     }
     shared
+        .writes
         .store
         .refresh()
         .await
         .map_err(|e| unplanned(e.into()))?;
     let rows = shared
+        .writes
         .store
         .get_by_ids(&wanted.into_iter().collect::<Vec<_>>(), None)
         .await
         .map_err(|e| unplanned(e.into()))?;
-    let net = plan_batch(jobs, rows, shared.gate.is_on());
+    let net = plan_batch(jobs, rows, shared.writes.gate.is_on());
     let planned: Vec<Record> = jobs
         .iter()
         .zip(&net.plans)
         .map(|(job, plan)| Record::Planned {
-            job_id: job.job_id.clone(),
+            job_id: job.job_id().to_string(),
             plan: plan.clone(),
         })
         .collect();
@@ -203,7 +212,7 @@ async fn apply_batch(shared: &Shared, jobs: &[FeedbackJob]) -> Result<Vec<JobOut
         .zip(created.into_iter().zip(deduplicated))
         .map(
             |(((job, plan), reinforced), (created, deduplicated))| JobOutcome {
-                job_id: job.job_id.clone(),
+                job_id: job.job_id().to_string(),
                 state: JobState::Done,
                 reinforced: *reinforced,
                 created,
@@ -251,27 +260,20 @@ struct NetEffect {
 
 /// Plan every job in order against `rows` as the earlier jobs leave them, and sum up the
 /// writes: new memories inserted once, each row's strength set once to its final value.
-fn plan_batch(jobs: &[FeedbackJob], rows: Vec<MemoryRecord>, null_visible: bool) -> NetEffect {
+fn plan_batch(jobs: &[Job], rows: Vec<MemoryRecord>, null_visible: bool) -> NetEffect {
     let mut state: HashMap<String, MemoryRecord> =
         rows.into_iter().map(|r| (r.id.clone(), r)).collect();
     // The strength each changed row has in the table (or is inserted with).
     let mut before: BTreeMap<String, i32> = BTreeMap::new();
     let mut net = NetEffect::default();
     for (index, job) in jobs.iter().enumerate() {
-        if let Some(record) = job.message_record() {
-            // A message is stored as it is, once (insert-if-missing by its id).
-            if !state.contains_key(&record.id) {
-                let answers = job.message.as_ref().and_then(|m| m.answers.as_deref());
-                net.message_passages
-                    .push(crate::memory::working::passage(answers, &record.content));
-                net.messages.push(record.clone());
-                net.message_jobs.push(index);
-                state.insert(record.id.clone(), record);
+        let job = match job {
+            Job::Reflection(job) => job,
+            Job::Message(told) => {
+                plan_message(told, index, &mut state, &mut net);
+                continue;
             }
-            net.reinforced.push(0);
-            net.plans.push(FeedbackPlan::default());
-            continue;
-        }
+        };
         let plan = plan_from(job, &state, null_visible);
         for m in &plan.new_memories {
             if !state.contains_key(&m.id) {
@@ -314,6 +316,27 @@ fn plan_batch(jobs: &[FeedbackJob], rows: Vec<MemoryRecord>, null_visible: bool)
     net
 }
 
+/// A message in a batch: stored as it is, once (insert-if-missing by its id), embedded with
+/// the message it answers (`working::replies`); it plans nothing and reinforces nothing.
+fn plan_message(
+    told: &MessageTold,
+    index: usize,
+    state: &mut HashMap<String, MemoryRecord>,
+    net: &mut NetEffect,
+) {
+    let record = told.record();
+    if !state.contains_key(&record.id) {
+        let answers = told.message.answers.as_deref();
+        net.message_passages
+            .push(crate::memory::working::passage(answers, &record.content));
+        net.messages.push(record.clone());
+        net.message_jobs.push(index);
+        state.insert(record.id.clone(), record);
+    }
+    net.reinforced.push(0);
+    net.plans.push(FeedbackPlan::default());
+}
+
 /// Embed first (the step most likely to fail leaves nothing behind), add the new rows or
 /// reinforce the stored copies of their facts (`memory::repetition`), then set the strengths
 /// (after the insert: a row created and reinforced in one batch exists). Returns what became
@@ -330,6 +353,7 @@ async fn write_net(shared: &Shared, net: &NetEffect) -> Result<Vec<Remembered>, 
         true => Vec::new(),
         false => {
             shared
+                .writes
                 .embedder
                 .embed(crate::embed::TextRole::Passage, texts)
                 .await?
@@ -339,7 +363,12 @@ async fn write_net(shared: &Shared, net: &NetEffect) -> Result<Vec<Remembered>, 
     if !net.messages.is_empty() {
         let rows: Vec<(MemoryRecord, Vec<f32>)> =
             net.messages.iter().cloned().zip(message_vectors).collect();
-        shared.store.writer().insert_missing(rows.clone()).await?;
+        shared
+            .writes
+            .store
+            .writer()
+            .insert_missing(rows.clone())
+            .await?;
         for (record, vector) in rows {
             shared.stored.offer(StoredMessage { record, vector });
         }
@@ -359,9 +388,9 @@ async fn write_net(shared: &Shared, net: &NetEffect) -> Result<Vec<Remembered>, 
                 (record, vector, accepted_id)
             })
             .collect();
-        written = shared.repetitions.add_or_reinforce_all(rows).await?;
+        written = shared.writes.repetitions.add_or_reinforce_all(rows).await?;
     }
-    let changed = set_strengths(shared, &net.strengths).await?;
+    let changed = set_strengths(&shared.writes, &net.strengths).await?;
     if changed as usize != net.strengths.len() {
         // Another process changed some of these rows since they were read: its write stands.
         tracing::info!(
@@ -376,6 +405,7 @@ async fn write_net(shared: &Shared, net: &NetEffect) -> Result<Vec<Remembered>, 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::memory::feedback::{PASSIVE_STRENGTH, REINFORCE};
 
     fn row(id: &str, scope: &str, strength: i32) -> MemoryRecord {
         MemoryRecord {
@@ -398,8 +428,8 @@ mod tests {
         }
     }
 
-    fn job(id: &str, useful: &[&str], new: &[&str]) -> FeedbackJob {
-        FeedbackJob {
+    fn job(id: &str, useful: &[&str], new: &[&str]) -> Job {
+        Job::Reflection(crate::memory::feedback::FeedbackJob {
             job_id: id.into(),
             conversation_id: "c".into(),
             scope: "family".into(),
@@ -408,7 +438,7 @@ mod tests {
             useful_memory_ids: useful.iter().map(|s| s.to_string()).collect(),
             new_memories: new
                 .iter()
-                .map(|id| NewMemoryJob {
+                .map(|id| crate::memory::feedback::NewMemoryJob {
                     id: id.to_string(),
                     content: format!("new {id}"),
                     reasoning: None,
@@ -418,8 +448,7 @@ mod tests {
                 })
                 .collect(),
             merge_groups: vec![],
-            message: None,
-        }
+        })
     }
 
     #[test]
