@@ -235,22 +235,12 @@ pub struct MemoryService {
     /// chat sits, the duplicate bound), for recall and `/v1/status`; unset until the model
     /// could be measured.
     calibration: Arc<std::sync::OnceLock<ModelFit>>,
-    /// How often recalls returned each recent message (the consolidation threshold rule).
-    recurrences: super::working::Recurrences,
     /// The names each speaker id went by, per scope, for a question that names a person.
     speakers: super::speakers::SpeakerNames,
-    /// Each conversation's last message, which the next short one answers (`working::replies`).
-    last_said: super::working::LastSaid,
-    /// Messages a recall returned a second time, for the task that consolidates them.
-    returned_again: super::working::ReturnedAgain,
+    /// The working memory's rules and state (`memory::working`).
+    working: super::working::WorkingMemory,
     /// The LLM consolidation pass (`consolidation.*`).
     consolidator: super::consolidation::Consolidator,
-    /// Whether the table holds any message, so recalls skip the second tier until it does.
-    messages_present: working::MessagesPresent,
-    /// Facts consolidated because a second member stated them again (`service::restated`).
-    restated: AtomicU64,
-    /// The recent statements a stored message is compared with (`working::restatement`).
-    recent_statements: std::sync::Mutex<crate::memory::working::restatement::RecentStatements>,
 }
 
 impl MemoryService {

@@ -87,7 +87,7 @@ impl MemoryService {
         erased.extend(jobs.messages.iter().map(String::as_str));
         self.forget_statements(&erased);
         // (The replies' recent lines know no row ids: all go, so none erased rides along.)
-        self.last_said.forget_all();
+        self.working.last_said.forget_all();
         let dropped = self.feedback.drop_pending(&paused, |job, plan| {
             notice.selects(job)
                 || jobs.drops_message(job)
@@ -191,7 +191,7 @@ impl MemoryService {
             .collect();
         self.forget_statements(&erased);
         // (The replies' recent lines know no row ids: all go, so none erased rides along.)
-        self.last_said.forget_all();
+        self.working.last_said.forget_all();
         let dropped = self.feedback.drop_pending(&paused, |job, plan| {
             notices.iter().any(|(_, n)| n.selects(job))
                 || plan.is_some_and(|p| {

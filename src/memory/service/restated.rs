@@ -43,7 +43,7 @@ impl MemoryService {
             return Ok(None);
         }
         let bound = self.calibration.get().map(|fit| fit.duplicates);
-        let earliest = match self.recent_statements.lock() {
+        let earliest = match self.working.recent_statements.lock() {
             Ok(mut recent) => recent.restated_by(message, bound.as_ref()),
             Err(_) => None,
         };
@@ -76,7 +76,7 @@ impl MemoryService {
             })
             .await?;
         if written.is_some() {
-            self.restated.fetch_add(1, Ordering::Relaxed);
+            self.working.restated.fetch_add(1, Ordering::Relaxed);
         }
         Ok(written)
     }
@@ -90,7 +90,7 @@ impl MemoryService {
 
     /// Drop erased messages from the restatement window (see `RecentStatements::forget`).
     pub(super) fn forget_statements(&self, erased: &HashSet<&str>) {
-        if let Ok(mut recent) = self.recent_statements.lock() {
+        if let Ok(mut recent) = self.working.recent_statements.lock() {
             recent.forget(erased);
         }
     }

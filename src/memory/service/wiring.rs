@@ -108,16 +108,11 @@ impl MemoryService {
             touches: std::sync::OnceLock::new(),
             degraded_recalls: AtomicU64::new(0),
             calibration,
-            recurrences: Default::default(),
             speakers: Default::default(),
-            last_said: crate::memory::working::LastSaid::new(chrono::Duration::minutes(i64::from(
-                config.working_memory.reply_context_minutes,
-            ))),
-            returned_again: crate::memory::working::returned_again(),
+            working: crate::memory::working::WorkingMemory::new(chrono::Duration::minutes(
+                i64::from(config.working_memory.reply_context_minutes),
+            )),
             consolidator,
-            messages_present: Default::default(),
-            restated: AtomicU64::new(0),
-            recent_statements: Default::default(),
         })
     }
 
@@ -128,7 +123,7 @@ impl MemoryService {
             Arc::downgrade(self),
             self.settings.follow_erasures,
         ));
-        if let Some(returned) = self.returned_again.take_receiver() {
+        if let Some(returned) = self.working.returned_again.take_receiver() {
             tokio::spawn(working::consolidate_returned_again(
                 Arc::downgrade(self),
                 returned,

@@ -2,8 +2,8 @@
 //! message, search the recent messages as a recall's second tier, and make a message a
 //! long-term memory when recalls keep wanting it (the threshold rule, `working::recurrence`).
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, Weak};
+use std::sync::atomic::Ordering;
+use std::sync::Weak;
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
@@ -34,16 +34,8 @@ pub enum MessageOutcome {
     NotStored(&'static str),
 }
 
-/// Whether the table holds a message: a recall in a store nobody sends messages to skips the
-/// second tier's search. Known once seen (this process accepted one, or a count found one);
-/// until then the table is counted again at most every [`RECHECK`], so messages another
-/// process writes are searched from then on.
-#[derive(Default)]
-pub struct MessagesPresent {
-    seen: AtomicBool,
-    checked: Mutex<Option<Instant>>,
-}
-
+/// How often the table is counted again while no message was seen (`working::MessagesPresent`):
+/// a recall in a store nobody sends messages to skips the second tier's search.
 const RECHECK: Duration = Duration::from_secs(10);
 
 /// `working_memory` in `/v1/status`.
@@ -97,7 +89,7 @@ impl MemoryService {
         match working::accept(ev, &self.scopes, settings.ttl, Utc::now())? {
             None => Ok(MessageOutcome::NotStored("incognito")),
             Some(mut accepted) => {
-                accepted.job.answers = self.last_said.follow(
+                accepted.job.answers = self.working.last_said.follow(
                     &accepted.conversation_id,
                     &accepted.job.speaker_id,
                     &accepted.job.content,
@@ -110,7 +102,7 @@ impl MemoryService {
                 let memory_scope = accepted.scope.clone();
                 let conversation = accepted.conversation_id.clone();
                 let id = self.feedback.accept_message(accepted)?;
-                self.messages_present.seen.store(true, Ordering::Relaxed);
+                self.working.present.seen.store(true, Ordering::Relaxed);
                 self.consolidator.triggers.message(&conversation);
                 Ok(MessageOutcome::Accepted { id, memory_scope })
             }
@@ -123,10 +115,10 @@ impl MemoryService {
             enabled: self.settings.working.enabled,
             waiting: pending.len(),
             vector_lag_ms: pending.lag().as_millis() as u64,
-            restated: self.restated.load(Ordering::Relaxed),
+            restated: self.working.restated.load(Ordering::Relaxed),
             restatement_skipped: self.feedback.stored_messages().skipped(),
-            recalled_again: self.recurrences.due_so_far(),
-            recurrence_skipped: self.returned_again.skipped(),
+            recalled_again: self.working.recurrences.due_so_far(),
+            recurrence_skipped: self.working.returned_again.skipped(),
         }
     }
 
@@ -184,15 +176,15 @@ impl MemoryService {
             .filter(|m| working::could_state_a_fact(&m.content, &m.tags, m.speaker_id.as_deref()))
             .take(1)
             .map(|m| m.id.as_str());
-        for id in self.recurrences.returned(returned) {
-            self.returned_again.offer(id);
+        for id in self.working.recurrences.returned(returned) {
+            self.working.returned_again.offer(id);
         }
         Ok(hits)
     }
 
-    /// Whether the table may hold a message ([`MessagesPresent`]).
+    /// Whether the table may hold a message (`working::MessagesPresent`).
     async fn any_messages(&self) -> Result<bool, MemoryError> {
-        let present = &self.messages_present;
+        let present = &self.working.present;
         if present.seen.load(Ordering::Relaxed) {
             return Ok(true);
         }

@@ -13,12 +13,13 @@
 //!   message that asks for a prompt);
 //! - [`replies`]: what a message answers, embedded with it (the question before it);
 //! - [`handoff`]: how a path that must not wait (the worker, a recall) hands work to the
-//!   background task of a rule.
+//!   background task of a rule;
+//! - [`state`]: what the service keeps of all this between calls, as one value.
 //!
 //! Messages are rows of the `memories` table with `memory_type` [`MESSAGE_TYPE`]: the scope
 //! filter, expiry, every forget, erasure from disk and the export hold for them with no second
-//! code path. They reach the table through the feedback queue (journaled before the 202,
-//! replayed after a crash, dropped by an erase that selects them, embedded in batches).
+//! code path. They reach the table through the intake (`memory::intake`: journaled before the
+//! 202, replayed after a crash, dropped by an erase that selects them, embedded in batches).
 
 mod event;
 mod handoff;
@@ -27,6 +28,7 @@ mod recurrence;
 mod replies;
 pub mod restatement;
 mod shown;
+mod state;
 mod statement;
 mod stored;
 
@@ -39,6 +41,7 @@ pub(crate) use recurrence::returned_again;
 pub use recurrence::{Recurrences, ReturnedAgain};
 pub use replies::{passage, LastSaid};
 pub use shown::{shown, CANDIDATES_PER_SHOWN};
+pub use state::{MessagesPresent, WorkingMemory};
 pub(crate) use statement::could_state_a_fact;
 pub(crate) use stored::stored_messages;
 pub use stored::{StoredMessage, StoredMessages};
