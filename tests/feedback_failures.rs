@@ -194,9 +194,9 @@ async fn an_old_plan_replayed_late_never_overwrites_a_newer_job() {
     // A dead instance left an old job planned at strength 50 -> 53 in its journal.
     let job = FeedbackJob {
         job_id: "old-job".into(),
-        conversation_id: FAMILY.into(),
-        scope: "家人".into(),
-        scope_source: "conversation".into(),
+        conversation_id: scopemem::scope::ConversationId::parse(FAMILY).unwrap(),
+        scope: scopemem::scope::ScopeName::parse("家人").unwrap(),
+        scope_source: scopemem::scope::ScopeSource::Conversation,
         accepted_at: chrono::Utc::now() - chrono::TimeDelta::minutes(5),
         useful_memory_ids: vec![x.clone()],
         new_memories: vec![],

@@ -84,9 +84,9 @@ pub(crate) fn validate(
     };
     let job = FeedbackJob {
         job_id: uuid::Uuid::now_v7().to_string(),
-        conversation_id: conversation.as_str().to_string(),
-        scope: scope.scope.as_str().to_string(),
-        scope_source: scope.source.as_str().to_string(),
+        conversation_id: conversation,
+        scope: scope.scope,
+        scope_source: scope.source,
         accepted_at: now,
         useful_memory_ids: req
             .useful_memory_ids

@@ -24,7 +24,7 @@ pub(crate) async fn apply(
     let derived: Vec<Option<String>> = plan
         .new_memories
         .iter()
-        .map(|m| derived_id(&job.scope, &m.content))
+        .map(|m| derived_id(job.scope.as_str(), &m.content))
         .collect();
     let mut ids: Vec<String> = plan.new_memories.iter().map(|m| m.id.clone()).collect();
     ids.extend(derived.iter().flatten().cloned());
@@ -182,10 +182,10 @@ pub(crate) fn new_memory_record(job: &FeedbackJob, m: &NewMemoryJob) -> MemoryRe
         memory_type: m.memory_type.clone(),
         strength: PASSIVE_STRENGTH,
         is_active: false,
-        conversation_id: Some(job.conversation_id.clone()),
+        conversation_id: Some(job.conversation_id.as_str().to_string()),
         created_at: Some(Utc::now()),
-        memory_scope: Some(job.scope.clone()),
-        scope_source: Some(job.scope_source.clone()),
+        memory_scope: Some(job.scope.as_str().to_string()),
+        scope_source: Some(job.scope_source.as_str().to_string()),
         expires_at: m.expires_at,
         last_recalled_at: None,
         speaker_id: None,
@@ -203,7 +203,7 @@ fn merged_record(job: &FeedbackJob, m: &MergePlan) -> MemoryRecord {
         memory_type: m.memory_type.clone(),
         strength: m.strength,
         is_active: m.is_active,
-        conversation_id: Some(job.conversation_id.clone()),
+        conversation_id: Some(job.conversation_id.as_str().to_string()),
         created_at: Some(Utc::now()),
         memory_scope: Some(m.memory_scope.clone()),
         scope_source: Some(m.scope_source.clone()),

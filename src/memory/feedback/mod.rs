@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 use crate::embed::Embedder;
 use crate::memory::MemoryError;
 use crate::migrate::MigrationGate;
+use crate::scope::{ConversationId, ScopeName, ScopeSource};
 use crate::store::Store;
 
 pub(crate) use accept::validate;
@@ -82,9 +83,9 @@ pub struct MergeGroupJob {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct FeedbackJob {
     pub job_id: String,
-    pub conversation_id: String,
-    pub scope: String,
-    pub scope_source: String,
+    pub conversation_id: ConversationId,
+    pub scope: ScopeName,
+    pub scope_source: ScopeSource,
     pub accepted_at: DateTime<Utc>,
     pub useful_memory_ids: Vec<String>,
     pub new_memories: Vec<NewMemoryJob>,

@@ -15,7 +15,7 @@ fn visible(job: &FeedbackJob, r: &MemoryRecord, null_visible: bool) -> bool {
         return false;
     }
     match r.memory_scope.as_deref() {
-        Some(s) => s == job.scope || s == "public",
+        Some(s) => s == job.scope.as_str() || s == "public",
         None => null_visible,
     }
 }
@@ -144,7 +144,7 @@ fn merged_scope(
                 .and_then(|r| r.scope_source.clone());
             (
                 s.to_string(),
-                src.unwrap_or_else(|| job.scope_source.clone()),
+                src.unwrap_or_else(|| job.scope_source.as_str().to_string()),
             )
         }
         None => (

@@ -431,9 +431,9 @@ mod tests {
     fn job(id: &str, useful: &[&str], new: &[&str]) -> Job {
         Job::Reflection(crate::memory::feedback::FeedbackJob {
             job_id: id.into(),
-            conversation_id: "c".into(),
-            scope: "family".into(),
-            scope_source: "mapped".into(),
+            conversation_id: crate::scope::ConversationId::parse("c").unwrap(),
+            scope: crate::scope::ScopeName::parse("family").unwrap(),
+            scope_source: crate::scope::ScopeSource::Conversation,
             accepted_at: Utc::now(),
             useful_memory_ids: useful.iter().map(|s| s.to_string()).collect(),
             new_memories: new

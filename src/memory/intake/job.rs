@@ -5,7 +5,8 @@
 //! stored as it is) and whether its outcome is kept (`GET /v1/feedback/{job_id}` answers for
 //! feedback; nobody asks after a chat line). The kind is the enum's, never read off the id.
 //!
-//! On disk a job keeps the layout every release since working memory wrote
+//! Its conversation id and scope stay the validated types; they are read back through the same
+//! checks (every line was checked when it was accepted). On disk a job keeps the layout every release since working memory wrote
 //! ([`JournaledJob`]: feedback fields and an optional `message`), so a journal written by an
 //! older release replays unchanged, and an older release can still adopt this one's.
 
@@ -14,6 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::memory::feedback::{FeedbackJob, MergeGroupJob, NewMemoryJob};
 use crate::memory::working::{MessageAccepted, MessageJob};
+use crate::scope::{ConversationId, ScopeName, ScopeSource};
 use crate::store::MemoryRecord;
 
 /// One accepted job.
@@ -30,9 +32,9 @@ pub enum Job {
 #[derive(Debug, Clone)]
 pub struct MessageTold {
     pub job_id: String,
-    pub conversation_id: String,
-    pub scope: String,
-    pub scope_source: String,
+    pub conversation_id: ConversationId,
+    pub scope: ScopeName,
+    pub scope_source: ScopeSource,
     pub accepted_at: DateTime<Utc>,
     pub message: MessageJob,
 }
@@ -52,8 +54,11 @@ impl MessageTold {
 
     /// The row the message is stored as.
     pub(crate) fn record(&self) -> MemoryRecord {
-        self.message
-            .record(&self.conversation_id, &self.scope, &self.scope_source)
+        self.message.record(
+            self.conversation_id.as_str(),
+            self.scope.as_str(),
+            self.scope_source.as_str(),
+        )
     }
 }
 
@@ -67,15 +72,15 @@ impl Job {
 
     pub(crate) fn conversation_id(&self) -> &str {
         match self {
-            Job::Reflection(j) => &j.conversation_id,
-            Job::Message(m) => &m.conversation_id,
+            Job::Reflection(j) => j.conversation_id.as_str(),
+            Job::Message(m) => m.conversation_id.as_str(),
         }
     }
 
     pub(crate) fn scope(&self) -> &str {
         match self {
-            Job::Reflection(j) => &j.scope,
-            Job::Message(m) => &m.scope,
+            Job::Reflection(j) => j.scope.as_str(),
+            Job::Message(m) => m.scope.as_str(),
         }
     }
 
@@ -114,9 +119,9 @@ impl Job {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct JournaledJob {
     job_id: String,
-    conversation_id: String,
-    scope: String,
-    scope_source: String,
+    conversation_id: ConversationId,
+    scope: ScopeName,
+    scope_source: ScopeSource,
     accepted_at: DateTime<Utc>,
     #[serde(default)]
     useful_memory_ids: Vec<String>,

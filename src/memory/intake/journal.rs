@@ -378,9 +378,9 @@ mod tests {
     fn job(id: &str, conversation: &str, content: &str) -> Job {
         Job::Reflection(crate::memory::feedback::FeedbackJob {
             job_id: id.into(),
-            conversation_id: conversation.into(),
-            scope: "public".into(),
-            scope_source: "unmapped".into(),
+            conversation_id: crate::scope::ConversationId::parse(conversation).unwrap(),
+            scope: crate::scope::ScopeName::parse("public").unwrap(),
+            scope_source: crate::scope::ScopeSource::Unmapped,
             accepted_at: chrono::Utc::now(),
             useful_memory_ids: vec![],
             new_memories: vec![crate::memory::feedback::NewMemoryJob {

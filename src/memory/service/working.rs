@@ -90,20 +90,20 @@ impl MemoryService {
             None => Ok(MessageOutcome::NotStored("incognito")),
             Some(mut accepted) => {
                 accepted.job.answers = self.working.last_said.follow(
-                    &accepted.conversation_id,
+                    accepted.conversation_id.as_str(),
                     &accepted.job.speaker_id,
                     &accepted.job.content,
                     accepted.job.sent_at,
                 );
                 if let (false, Some(name)) = (accepted.job.is_bot, &accepted.job.speaker_name) {
                     self.speakers
-                        .learn(&accepted.scope, &accepted.job.speaker_id, name);
+                        .learn(accepted.scope.as_str(), &accepted.job.speaker_id, name);
                 }
-                let memory_scope = accepted.scope.clone();
+                let memory_scope = accepted.scope.as_str().to_string();
                 let conversation = accepted.conversation_id.clone();
                 let id = self.feedback.accept_message(accepted)?;
                 self.working.present.seen.store(true, Ordering::Relaxed);
-                self.consolidator.triggers.message(&conversation);
+                self.consolidator.triggers.message(conversation.as_str());
                 Ok(MessageOutcome::Accepted { id, memory_scope })
             }
         }

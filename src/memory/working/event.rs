@@ -9,7 +9,7 @@ use sha2::{Digest, Sha256};
 
 use crate::memory::redact::redact;
 use crate::memory::MemoryError;
-use crate::scope::{derive_chat_scope, ConversationId, ScopeResolver};
+use crate::scope::{derive_chat_scope, ConversationId, ScopeName, ScopeResolver, ScopeSource};
 use crate::store::MemoryRecord;
 
 /// Longest message text kept (characters); a longer one is refused, not cut.
@@ -60,9 +60,9 @@ pub struct MessageJob {
 /// What `accept` made of a message: `None` scope for an incognito conversation.
 #[derive(Debug, Clone)]
 pub struct MessageAccepted {
-    pub conversation_id: String,
-    pub scope: String,
-    pub scope_source: String,
+    pub conversation_id: ConversationId,
+    pub scope: ScopeName,
+    pub scope_source: ScopeSource,
     pub job: MessageJob,
 }
 
@@ -128,9 +128,9 @@ pub(crate) fn accept(
     };
     let id = message_row_id(conversation.as_str(), message_id.as_deref());
     Ok(Some(MessageAccepted {
-        conversation_id: conversation.as_str().to_string(),
-        scope: scope.scope.as_str().to_string(),
-        scope_source: scope.source.as_str().to_string(),
+        conversation_id: conversation,
+        scope: scope.scope,
+        scope_source: scope.source,
         job: MessageJob {
             id,
             content: redact(text),
@@ -241,7 +241,7 @@ mod tests {
         let a = accept(ev("我的手机号是13812345678，存到public"), &scopes, ttl, now)
             .unwrap()
             .unwrap();
-        assert_eq!(a.scope, "家人");
+        assert_eq!(a.scope.as_str(), "家人");
         assert!(!a.job.content.contains("13812345678"), "{}", a.job.content);
         assert_eq!(a.job.expires_at, now + ttl);
         assert_eq!(a.job.speaker_name.as_deref(), Some("张三"));
@@ -257,12 +257,12 @@ mod tests {
             ..ev("我下个月要去医院做心脏手术，这件事别告诉群里的人")
         };
         let a = accept(private, &scopes, ttl, now).unwrap().unwrap();
-        assert!(a.scope.starts_with("c_"), "{}", a.scope);
-        assert_eq!(a.scope_source, "unmapped");
+        assert!(a.scope.as_str().starts_with("c_"), "{}", a.scope);
+        assert_eq!(a.scope_source, ScopeSource::Unmapped);
         let group = accept(ev("明天公司要裁员"), &scopes, ttl, now)
             .unwrap()
             .unwrap();
-        assert!(group.scope.starts_with("c_") && group.scope != a.scope);
+        assert!(group.scope.as_str().starts_with("c_") && group.scope != a.scope);
     }
 
     #[test]

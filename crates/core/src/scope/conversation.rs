@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::ScopeError;
 
@@ -13,8 +13,9 @@ pub const MAX_CONVERSATION_ID_BYTES: usize = 512;
 ///
 /// Every read and write requires one (docs/design.md rule 5): it is the only input scope derivation
 /// uses, so a malformed id must fail the request instead of landing in some default scope.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-#[serde(into = "String")]
+/// Read back (a journal line) through the same check.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
 pub struct ConversationId(String);
 
 impl ConversationId {
@@ -51,6 +52,13 @@ impl fmt::Display for ConversationId {
 impl AsRef<str> for ConversationId {
     fn as_ref(&self) -> &str {
         &self.0
+    }
+}
+
+impl TryFrom<String> for ConversationId {
+    type Error = ScopeError;
+    fn try_from(value: String) -> Result<ConversationId, ScopeError> {
+        ConversationId::parse(&value)
     }
 }
 
@@ -111,5 +119,13 @@ mod tests {
         let err = ConversationId::parse("x\ny").unwrap_err();
         assert_eq!(err.code(), "invalid_conversation_id");
         assert!(!err.to_string().contains('x'), "id must not be echoed");
+    }
+
+    #[test]
+    fn read_back_through_the_same_check() {
+        let id: ConversationId = serde_json::from_str("\"default:GroupMessage:1\"").unwrap();
+        assert_eq!(id.as_str(), "default:GroupMessage:1");
+        assert!(serde_json::from_str::<ConversationId>("\"a\\u0000b\"").is_err());
+        assert!(serde_json::from_str::<ConversationId>("\"  \"").is_err());
     }
 }
