@@ -30,6 +30,7 @@ from astrbot.api.star import Context, Star, StarTools, register
 
 from scopemem.client import ScopememClient, ScopememDown, error_code
 from scopemem.config_file import read, valid_scope_name, write_atomically
+from scopemem.forget import ForgetConfirmations
 from scopemem.reflection import REFLECTION_INSTRUCTIONS, split_reflection
 from scopemem.supervisor import Supervisor
 
@@ -207,7 +208,7 @@ class ScopememPlugin(Star):
         self.own_config_path: Any = None
         self.embedding_key = ""
         # `/scopemem forget` waits for `/scopemem forget confirm`: UMO -> (sender, deadline).
-        self.pending_forget: dict[str, tuple[str, float]] = {}
+        self.forgets = ForgetConfirmations()
         # Time spent inside on_llm_request (ms), newest last; shown by /scopemem status.
         self.hook_latency_ms: deque[float] = deque(maxlen=1000)
         self.terminated = False
@@ -831,21 +832,8 @@ class ScopememPlugin(Star):
         umo = event.unified_msg_origin
         sender = str(event.get_sender_id())
         if confirm != "confirm":
-            self.pending_forget[umo] = (sender, time.monotonic() + 60.0)
-            return (
-                "This erases every memory written in this chat, for good. "
-                "Send /scopemem forget confirm within 60 s to go ahead."
-            )
-        pending = self.pending_forget.pop(umo, None)
-        if pending is None or pending[0] != sender or pending[1] < time.monotonic():
-            return "Nothing to confirm: send /scopemem forget first."
-        try:
-            code, body = await self.client.request("POST", "/v1/forget", {"conversation_id": umo})
-        except ScopememDown:
-            return "scopemem is down; nothing was erased. Try again when it is back."
-        if code != 200 or not isinstance(body, dict):
-            return f"forget failed: {error_code(body) or code}"
-        return f"Erased {body.get('deleted', 0)} memories written in this chat."
+            return self.forgets.ask(umo, sender)
+        return await self.forgets.confirm(self.client, umo, sender)
 
     async def status_text(self, umo: str, full: bool = False) -> str:
         """Status for `umo`. Only an AstrBot admin (`full`) sees other scopes' names and counts

@@ -9,7 +9,9 @@ a plugin for any other framework) share one copy of it.
 - `scopemem.reflection`: the inline `<memory_reflection>` block a reply may end with
   (`REFLECTION_INSTRUCTIONS`, `split_reflection`, `clean_reflection`);
 - `scopemem.config_file`: scopemem's JSON config file, read and written atomically
-  (`read`, `write_atomically`, `valid_scope_name`).
+  (`read`, `write_atomically`, `valid_scope_name`);
+- `scopemem.forget`: the two-step `/scopemem forget` a chat command runs (ask, then confirm
+  within a minute; `ForgetConfirmations`).
 
 Each takes the framework's logger (anything with `info`, `warning` and `error` taking one
 string: a `logging.Logger`, loguru's `logger`); without one it logs to `logging` as

@@ -429,6 +429,30 @@ async def test_forget_then_confirm_erases_the_chats_memories(
     assert diary not in scopemem.visible_contents(f"onebot11:private_{user}")
 
 
+async def test_a_forget_confirmed_after_its_minute_erases_nothing(
+    app: App, scopemem: Scopemem, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from scopemem.forget import ASK, ForgetConfirmations
+
+    # The plugin's confirmations, on a clock the test moves (`scopemem.forget`).
+    now = [1000.0]
+    rt = plugin().runtime.get_runtime()
+    monkeypatch.setattr(rt, "forgets", ForgetConfirmations(clock=lambda: now[0]))
+    group = 6007
+    conv = f"onebot11:group_{group}"
+    kettle = "The kettle on floor two descales every Friday"
+    await remember(group_event(group), kettle)
+    nothing = "Nothing to confirm: send /scopemem forget first."
+    await command(app, group_event(group, "/scopemem forget", SUPERUSER_ID), ASK)
+    now[0] += 61.0
+    await command(app, group_event(group, "/scopemem forget confirm", SUPERUSER_ID), nothing)
+    assert kettle in scopemem.visible_contents(conv)
+    await command(app, group_event(group, "/scopemem forget", SUPERUSER_ID), ASK)
+    now[0] += 59.0
+    await command(app, group_event(group, "/scopemem forget confirm", SUPERUSER_ID), "Erased 1 memory written in this chat.")
+    assert kettle not in scopemem.visible_contents(conv)
+
+
 # ---- scopemem down --------------------------------------------------------------------------
 
 

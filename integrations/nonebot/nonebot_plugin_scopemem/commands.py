@@ -36,7 +36,6 @@ USAGE = (
     "Usage: /scopemem status | map <scope> | unmap | incognito on|off | forget "
     "(map, unmap, incognito: superusers only)"
 )
-FORGET_WINDOW_S = 60.0
 APPLY_WAIT_S = 5.0
 
 # True while a `/scopemem` command is answered (the reply's send runs in this context): the
@@ -198,29 +197,11 @@ async def forget(rt: Runtime, event: Event, conv: str, superuser: bool, confirm:
         sender = str(event.get_user_id())
     except Exception:
         sender = ""
-    now = time.monotonic()
-    for key in [k for k, (_, due) in rt.pending_forget.items() if due < now]:
-        del rt.pending_forget[key]
     if confirm == "":
-        rt.pending_forget[conv] = (sender, now + FORGET_WINDOW_S)
-        return (
-            "This erases every memory written in this chat, for good. "
-            "Send /scopemem forget confirm within 60 s to go ahead."
-        )
+        return rt.forgets.ask(conv, sender)
     if confirm != "confirm":
         return "Usage: /scopemem forget, then /scopemem forget confirm"
-    pending = rt.pending_forget.get(conv)
-    if pending is None or pending[0] != sender:
-        return "Nothing to confirm: send /scopemem forget first."
-    del rt.pending_forget[conv]
-    try:
-        code, body = await rt.client.request("POST", "/v1/forget", {"conversation_id": conv})
-    except ScopememDown:
-        return "scopemem is down; nothing was erased. Try again when it is back."
-    if code != 200 or not isinstance(body, dict):
-        return f"Forget failed: {error_code(body) or code}. Nothing was erased."
-    n = body.get("deleted", 0)
-    return f"Erased {n} {'memory' if n == 1 else 'memories'} written in this chat."
+    return await rt.forgets.confirm(rt.client, conv, sender)
 
 
 async def _scope_of(rt: Runtime, conv: str) -> str:

@@ -18,6 +18,7 @@ from typing import Any, Coroutine, Optional
 
 from nonebot import logger
 from scopemem.client import ScopememClient
+from scopemem.forget import ForgetConfirmations
 from scopemem.supervisor import Supervisor
 
 from . import config_file, own_server
@@ -67,7 +68,7 @@ class Runtime:
         )
         self.supervisor: Optional[Supervisor] = None
         # `/scopemem forget` waits for `/scopemem forget confirm`: chat -> (sender, deadline).
-        self.pending_forget: dict[str, tuple[str, float]] = {}
+        self.forgets = ForgetConfirmations()
         self._edit_lock: Optional[asyncio.Lock] = None
         # Background sends (working memory): referenced here so they are not garbage-collected
         # mid-flight, cancelled on shutdown, and bounded so a hung scopemem cannot make the bot
