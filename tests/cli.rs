@@ -364,3 +364,41 @@ async fn the_demo_shows_each_scope_where_it_belongs_and_small_talk_injects_nothi
     );
     assert!(!small_talk.contains("<memory_context>"), "{small_talk}");
 }
+
+/// `make run` (scripts/run-demo.sh) with a demo config an earlier run left on another port:
+/// the demo talks to the address the config serves on, and says so, instead of waiting a
+/// minute on `PORT` and failing with "cannot reach scopemem".
+#[test]
+fn make_run_talks_to_the_port_its_demo_config_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    let (served, asked) = (common::moto::free_port(), common::moto::free_port());
+    let config = json!({
+        "conversation_scope_map": {"default:GroupMessage:12345": "家人",
+                                   "default:GroupMessage:67890": "工作"},
+        "unmapped_scope": "public",
+        "storage": {"db_dir": "./data/lancedb-demo"},
+        "server": {"http_addr": format!("127.0.0.1:{served}")},
+    });
+    std::fs::write(data.join("demo-config.json"), config.to_string()).unwrap();
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/run-demo.sh");
+    let out = Command::new("bash")
+        .args([script, env!("CARGO_BIN_EXE_scopemem"), &asked.to_string()])
+        .current_dir(dir.path())
+        .output()
+        .expect("run-demo.sh runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let log = std::fs::read_to_string(data.join("demo-serve.log")).unwrap_or_default();
+    assert!(
+        out.status.success(),
+        "{text}{}\nserve log:\n{log}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains(&format!("serving on http://127.0.0.1:{served}")),
+        "{text}"
+    );
+    assert!(text.contains(&format!("PORT={asked} applies to a new demo config only")));
+    assert!(text.contains("== Summary =="), "{text}");
+}
