@@ -29,7 +29,6 @@ use crate::memory::feedback::{FeedbackPlan, JobOutcome, JobState};
 use crate::memory::MemoryError;
 
 pub use job::{Job, MessageTold};
-pub(crate) use queue::QueueWrites;
 pub use queue::{FeedbackPause, FeedbackQueue};
 
 /// Queue size and retry policy (the `feedback` config section).

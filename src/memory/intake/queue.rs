@@ -13,11 +13,8 @@ use super::journal_files::InstanceJournal;
 use super::shared::Shared;
 use super::worker::{run_job, Run};
 use super::*;
-use crate::embed::Embedder;
-use crate::memory::feedback::FeedbackRequest;
-use crate::migrate::MigrationGate;
+use crate::memory::feedback::{FeedbackRequest, Writes};
 use crate::scope::ScopeResolver;
-use crate::store::Store;
 
 /// The queue + worker. `accept` is safe to call before the worker starts: jobs wait durably.
 pub struct FeedbackQueue {
@@ -34,32 +31,17 @@ pub struct FeedbackQueue {
     task: crate::task::TaskSlot,
 }
 
-/// What the queue writes through: the store and embedder, the scope map its jobs are scoped
-/// by, the migration gate they wait on, and the folding of repeated facts.
-pub(crate) struct QueueWrites {
-    pub(crate) store: Store,
-    pub(crate) embedder: Arc<dyn Embedder>,
-    pub(crate) scopes: Arc<ScopeResolver>,
-    pub(crate) gate: MigrationGate,
-    pub(crate) repetitions: crate::memory::repetition::Repetitions,
-}
-
 impl FeedbackQueue {
     /// Claim this process's journal in `dir` (adopting dead instances' unfinished jobs, which
-    /// the worker replays first) and open the queue.
+    /// the worker replays first) and open the queue: jobs write through `writes` and are
+    /// scoped by `scopes`' map.
     pub(crate) fn open(
         dir: &std::path::Path,
         table: &str,
         settings: QueueSettings,
-        writes: QueueWrites,
+        writes: Writes,
+        scopes: Arc<ScopeResolver>,
     ) -> Result<FeedbackQueue, MemoryError> {
-        let QueueWrites {
-            store,
-            embedder,
-            scopes,
-            gate,
-            repetitions,
-        } = writes;
         let mut files =
             InstanceJournal::claim(dir, table).map_err(|e| MemoryError::Internal(e.to_string()))?;
         let pending = std::mem::take(&mut files.pending);
@@ -82,12 +64,7 @@ impl FeedbackQueue {
         }
         Ok(FeedbackQueue {
             shared: Arc::new(Shared {
-                writes: crate::memory::feedback::Writes {
-                    store,
-                    embedder,
-                    gate,
-                    repetitions,
-                },
+                writes,
                 files,
                 apply: tokio::sync::Mutex::new(()),
                 dropped: Mutex::new(Default::default()),

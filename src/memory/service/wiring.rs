@@ -252,13 +252,13 @@ fn open_feedback(
             retention: crate::memory::retention::Retention::from_config(&config.retention),
             message_capacity: config.working_memory.queue_capacity,
         },
-        crate::memory::intake::QueueWrites {
+        crate::memory::feedback::Writes {
             store: store.clone(),
             embedder: embedder.clone(),
-            scopes: scopes.clone(),
             gate: backfill.gate().clone(),
             repetitions,
         },
+        scopes.clone(),
     )
 }
 
