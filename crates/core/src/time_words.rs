@@ -7,7 +7,8 @@
 //! zone (`recall.timezone`, or the one a plugin passes) and then turned into UTC. Weeks start
 //! on Monday. A window never ends after the next midnight: nothing is remembered in the future.
 //!
-//! Recognised, in Chinese: 今天 昨天 前天 大前天, N天前, 周X / 星期X / 礼拜X (the latest such day),
+//! Recognised, in Chinese: 今天 昨天 前天 大前天, N天前, 周X / 星期X / 礼拜X (the latest such day;
+//! not after 每, since 每周四 is every Thursday, a habit and not when something was said),
 //! 上周X, 这周 / 本周, 上周, 这个月 / 本月, 上个月, 今年, 去年, 前年, 最近 / 近期 / 这几天,
 //! YYYY年M月D日, M月D日 (or 号), YYYY-MM-DD. In English: today, tonight, yesterday, the day before
 //! yesterday, N days ago, this / last week, month, year, recently / lately, last Monday and on
@@ -174,6 +175,9 @@ pub fn find(query: &str, now: DateTime<Tz>) -> Option<TimeQuery> {
     for p in PATTERNS.iter() {
         for caps in p.regex.captures_iter(query) {
             let Some(m) = caps.get(0) else { continue };
+            if recurring(&query[..m.start()]) {
+                continue;
+            }
             let Some(span) = (p.span)(&caps) else {
                 continue;
             };
@@ -200,6 +204,14 @@ pub fn find(query: &str, now: DateTime<Tz>) -> Option<TimeQuery> {
             query.to_string()
         },
     })
+}
+
+/// Whether the words before a phrase make it a habit ("我每周四晚上去做咨询", "每个周六"): a
+/// phrase that names every such day names no window of saying.
+fn recurring(before: &str) -> bool {
+    let before = before.trim_end();
+    let before = before.strip_suffix('个').unwrap_or(before);
+    before.ends_with('每')
 }
 
 /// The window `span` names at `now`, in UTC.
@@ -468,6 +480,10 @@ mod tests {
             "星期几开会",
             "三天打鱼两天晒网",
             "2月30日",
+            // A habit names no window: every Thursday, not the latest one.
+            "我每周四晚上是去干什么的？",
+            "每个星期六谁带球",
+            "每礼拜三几点开始",
         ] {
             assert_eq!(find(q, now()), None, "{q}");
         }
