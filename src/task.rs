@@ -26,7 +26,7 @@ impl TaskSlot {
     }
 
     /// Wait for the task to end (callers signal it to stop first).
-    pub async fn join(&self) {
+    pub(crate) async fn join(&self) {
         let task = self.0.lock().ok().and_then(|mut t| t.take());
         if let Some(t) = task {
             let _ = t.await;
@@ -34,7 +34,7 @@ impl TaskSlot {
     }
 
     /// Kill the task at once, as a crash would (tests).
-    pub fn abort(&self) {
+    pub(crate) fn abort(&self) {
         if let Some(t) = self.0.lock().ok().and_then(|mut t| t.take()) {
             t.abort();
         }
@@ -42,7 +42,7 @@ impl TaskSlot {
 
     /// Kill the task as a crash would, and wait until it is gone (its resources dropped):
     /// `abort` alone only requests cancellation.
-    pub async fn kill(&self) {
+    pub(crate) async fn kill(&self) {
         let task = self.0.lock().ok().and_then(|mut t| t.take());
         if let Some(t) = task {
             t.abort();

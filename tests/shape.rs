@@ -10,7 +10,10 @@
 //!   lance-free crates/core, which cannot import the service crate at all);
 //! - no SQL predicate on `memory_scope` or `conversation_id` is formatted outside
 //!   `src/store/filter.rs` (the `RowFilter` and `Selection` every read, delete and export
-//!   uses), in either crate.
+//!   uses), in either crate;
+//! - a `pub fn` of the service crate is one that `main.rs`, a bench or an integration test
+//!   names: everything else is `pub(crate)` (issue 61; 369 `pub fn`s were 148 once the
+//!   compiler said which were needed).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -116,5 +119,91 @@ fn no_scope_or_conversation_predicate_is_formatted_outside_the_filter() {
         found.is_empty(),
         "build these predicates with store::filter (RowFilter, Selection, ScopeSet):\n{}",
         found.join("\n")
+    );
+}
+
+/// The names of the `pub fn`s of a source file, up to its unit tests.
+fn pub_fns(file: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(file).unwrap_or_default();
+    let mut names = Vec::new();
+    for line in text.lines() {
+        let line = line.trim_start();
+        if line.starts_with("mod tests") {
+            break;
+        }
+        let Some(mut rest) = line.strip_prefix("pub ") else {
+            continue;
+        };
+        for qualifier in ["async ", "const ", "unsafe "] {
+            rest = rest.strip_prefix(qualifier).unwrap_or(rest);
+        }
+        if let Some(rest) = rest.strip_prefix("fn ") {
+            let name: String = rest
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect();
+            names.push(name);
+        }
+    }
+    names
+}
+
+/// Whether `text` names the function `name` where a function is named: called (`name(`,
+/// `name::<`), as a path's last segment (`::name`) or as a method (`.name`).
+fn names(text: &str, name: &str) -> bool {
+    let ident = |c: char| c.is_alphanumeric() || c == '_';
+    text.match_indices(name).any(|(at, _)| {
+        let before = &text[..at];
+        let after = &text[at + name.len()..];
+        if before.chars().next_back().is_some_and(ident) || after.chars().next().is_some_and(ident)
+        {
+            return false;
+        }
+        let after = after.trim_start();
+        before.ends_with("::")
+            || before.ends_with('.')
+            || after.starts_with('(')
+            || after.starts_with("::<")
+    })
+}
+
+#[test]
+fn a_function_is_pub_only_when_the_binary_a_bench_or_a_test_names_it() {
+    let src = repo().join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let main = src.join("main.rs");
+    let mut outside = std::fs::read_to_string(&main).unwrap_or_default();
+    let mut users = Vec::new();
+    rust_files(&repo().join("tests"), &mut users);
+    rust_files(&repo().join("benches"), &mut users);
+    for f in &users {
+        outside.push_str(&std::fs::read_to_string(f).unwrap_or_default());
+    }
+    assert!(
+        users.len() > 20,
+        "found only {} tests and benches",
+        users.len()
+    );
+    let mut public = 0;
+    let mut needless = Vec::new();
+    for f in files.iter().filter(|f| **f != main) {
+        for name in pub_fns(f) {
+            public += 1;
+            if !names(&outside, &name) {
+                let shown = f.strip_prefix(repo()).unwrap_or(f).display().to_string();
+                needless.push(format!("{shown}: fn {name}"));
+            }
+        }
+    }
+    assert!(
+        public > 50,
+        "found only {public} pub fns: the check is broken"
+    );
+    assert!(
+        needless.is_empty(),
+        "pub, but no binary, bench or integration test names them; make them pub(crate) \
+         (design §4):\n{}",
+        needless.join("\n")
     );
 }

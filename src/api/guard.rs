@@ -186,7 +186,7 @@ pub enum Refusal {
 
 impl Refusal {
     /// The machine-readable `error.code` of the response.
-    pub fn code(&self) -> &'static str {
+    pub(crate) fn code(&self) -> &'static str {
         match self {
             Refusal::Host { .. } => "forbidden_host",
             Refusal::Token { .. } => "unauthorized",
@@ -196,7 +196,7 @@ impl Refusal {
     }
 
     /// Why, in a few words (safe to log: no header values).
-    pub fn reason(&self) -> &'static str {
+    pub(crate) fn reason(&self) -> &'static str {
         match self {
             Refusal::Host { reason, .. }
             | Refusal::Token { reason }
@@ -426,7 +426,11 @@ impl Guard {
 /// [`check_same_origin`] and [`Guard::check_token`] (the page's assets skip the token);
 /// `/healthz` passes untouched. Refusals are logged at warn with the
 /// (truncated) Host and path, never a credential.
-pub async fn enforce(State(guard): State<Arc<Guard>>, mut req: Request, next: Next) -> Response {
+pub(crate) async fn enforce(
+    State(guard): State<Arc<Guard>>,
+    mut req: Request,
+    next: Next,
+) -> Response {
     if req.uri().path() == HEALTHZ {
         return next.run(req).await;
     }

@@ -67,7 +67,7 @@ pub enum MetaError {
 }
 
 impl MetaError {
-    pub fn code(&self) -> &'static str {
+    pub(crate) fn code(&self) -> &'static str {
         match self {
             MetaError::MissingConversationId => "missing_conversation_id",
             MetaError::NotAString { .. } => "invalid_meta",
@@ -141,7 +141,7 @@ pub struct McpServer {
 }
 
 impl McpServer {
-    pub fn new(host: Arc<PluginHost>) -> Self {
+    pub(crate) fn new(host: Arc<PluginHost>) -> Self {
         McpServer { host }
     }
 

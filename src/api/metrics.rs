@@ -33,7 +33,7 @@ pub struct Metrics {
 
 impl Metrics {
     /// Count a request the guard refused (`code` is the response's `error.code`).
-    pub fn refused(&self, code: &'static str, status: u16) {
+    pub(crate) fn refused(&self, code: &'static str, status: u16) {
         if let Ok(mut r) = self.refused.lock() {
             *r.entry((code, status)).or_default() += 1;
         }

@@ -20,7 +20,7 @@ pub struct Bar {
 
 impl Bar {
     /// A bar shown on a terminal unless `quiet`.
-    pub fn new(quiet: bool) -> Bar {
+    pub(crate) fn new(quiet: bool) -> Bar {
         Bar {
             visible: !quiet && std::io::stderr().is_terminal(),
             started: Instant::now(),
@@ -30,7 +30,7 @@ impl Bar {
     }
 
     /// Seconds since the bar was created.
-    pub fn elapsed(&self) -> f64 {
+    pub(crate) fn elapsed(&self) -> f64 {
         self.started.elapsed().as_secs_f64()
     }
 
@@ -64,18 +64,18 @@ impl Bar {
     }
 
     /// Print a line on stderr above the bar (the bar is redrawn on the next update).
-    pub fn println(&self, line: &str) {
+    pub(crate) fn println(&self, line: &str) {
         self.clear();
         eprintln!("{line}");
     }
 
     /// Remove the bar and print the final line on stderr (always, even when hidden).
-    pub fn finish(&self, line: &str) {
+    pub(crate) fn finish(&self, line: &str) {
         self.println(line);
     }
 
     /// Remove the bar from the screen.
-    pub fn clear(&self) {
+    pub(crate) fn clear(&self) {
         if self.drawn.replace(false) {
             let mut err = std::io::stderr().lock();
             let _ = write!(err, "\r\x1b[K");

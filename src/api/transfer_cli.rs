@@ -35,7 +35,7 @@ fn file_error(path: &Path) -> impl FnOnce(std::io::Error) -> TransferCliError + 
 
 /// Load the configured embedding model (its id decides whether vectors can be reused, and
 /// `migrate::open_store` checks it against the table).
-pub async fn load_embedder(
+pub(crate) async fn load_embedder(
     config: &Config,
     purpose: Purpose,
 ) -> Result<Arc<dyn Embedder>, TransferCliError> {

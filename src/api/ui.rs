@@ -35,7 +35,7 @@ pub(crate) fn is_asset(path: &str) -> bool {
 }
 
 /// The page's routes, to merge into the API router (before the guard is applied).
-pub fn routes<S: Clone + Send + Sync + 'static>() -> Router<S> {
+pub(crate) fn routes<S: Clone + Send + Sync + 'static>() -> Router<S> {
     Router::new()
         .route("/ui", get(index))
         .route("/ui/", get(index))

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 /// The assets directory: `SCOPEMEM_ASSETS` (the Makefile sets it), else the wheel's
 /// `<prefix>/share/scopemem/assets`, else the set-up's `~/.cache/scopemem/assets`.
-pub fn assets_dir() -> PathBuf {
+pub(crate) fn assets_dir() -> PathBuf {
     std::env::var_os("SCOPEMEM_ASSETS")
         .map(PathBuf::from)
         .or_else(bundled_assets)

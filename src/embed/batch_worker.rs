@@ -59,7 +59,7 @@ pub struct BatchWorker {
 
 impl BatchWorker {
     /// Start the thread `name` running `model`, batching up to `batch_size` texts per call.
-    pub fn spawn<M: BatchModel>(
+    pub(crate) fn spawn<M: BatchModel>(
         name: &str,
         model: M,
         batch_size: usize,
@@ -74,7 +74,7 @@ impl BatchWorker {
     }
 
     /// Queue `texts` and wait for their vectors.
-    pub async fn embed(
+    pub(crate) async fn embed(
         &self,
         role: TextRole,
         texts: Vec<String>,

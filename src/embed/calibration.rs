@@ -176,7 +176,7 @@ impl ScriptFit {
     /// The lowest similarity a vector hit needs under a calibrated cut: one spread above the
     /// model's average unrelated pair. Not stricter: the quality bench's right answers sit 1–3
     /// spreads above it for Chinese questions to English memories with multilingual-e5.
-    pub fn similarity_cut(&self) -> f32 {
+    pub(crate) fn similarity_cut(&self) -> f32 {
         self.noise_floor + self.noise_spread
     }
 
@@ -275,7 +275,9 @@ static MEASURED: std::sync::Mutex<Vec<((String, usize), ModelFit)>> =
 
 /// [`calibrate`], once per model in this process: the fit measured before, or a new one.
 /// Whether it was measured before is the second value.
-pub async fn calibrate_once(embedder: &dyn Embedder) -> Result<(ModelFit, bool), EmbedError> {
+pub(crate) async fn calibrate_once(
+    embedder: &dyn Embedder,
+) -> Result<(ModelFit, bool), EmbedError> {
     let key = (embedder.model_id().to_string(), embedder.dimension());
     let known = |measured: &[((String, usize), ModelFit)]| {
         measured

@@ -88,7 +88,7 @@ pub struct ScriptBound {
 impl DuplicateBound {
     /// Measure `embedder` on the probe pairs (one embedding call), given how well it ranks
     /// each script (the calibration's accuracies, Chinese and English).
-    pub async fn measure(
+    pub(crate) async fn measure(
         embedder: &dyn Embedder,
         cjk_accuracy: f32,
         latin_accuracy: f32,
@@ -129,7 +129,7 @@ impl DuplicateBound {
 
     /// The bound for two texts, `None` when they are never merged (different scripts, mixed
     /// text, or a script the model ranks poorly).
-    pub fn between(&self, a: &str, b: &str) -> Option<f32> {
+    pub(crate) fn between(&self, a: &str, b: &str) -> Option<f32> {
         match (Script::of(a), Script::of(b)) {
             (Script::Cjk, Script::Cjk) => self.cjk.map(|s| s.similarity),
             (Script::Latin, Script::Latin) => self.latin.map(|s| s.similarity),

@@ -52,7 +52,7 @@ pub struct E5Files {
 }
 
 impl E5Files {
-    pub fn model(&self) -> PathBuf {
+    pub(crate) fn model(&self) -> PathBuf {
         self.package_dir.join(MODEL_FILE)
     }
 
@@ -182,7 +182,7 @@ unsafe impl Send for E5Engine {}
 
 impl E5Engine {
     /// Verify both files, check the CPU, load the library and the model.
-    pub fn load(files: &E5Files) -> Result<E5Engine, EmbedError> {
+    pub(crate) fn load(files: &E5Files) -> Result<E5Engine, EmbedError> {
         if !cpu_supported() {
             return Err(EmbedError::Model(
                 "the e5 engine needs a CPU with AVX2 and FMA; use embedding.provider \"local\" \
@@ -220,7 +220,7 @@ impl E5Engine {
         Ok(engine)
     }
 
-    pub fn dimension(&self) -> usize {
+    pub(crate) fn dimension(&self) -> usize {
         self.dimension
     }
 
@@ -245,7 +245,11 @@ impl E5Engine {
 
     /// One unit-length vector per text. A text past [`MAX_TOKENS`] is embedded window by window
     /// and averaged by the engine.
-    pub fn embed(&mut self, texts: &[&str], is_query: bool) -> Result<Vec<Vec<f32>>, EmbedError> {
+    pub(crate) fn embed(
+        &mut self,
+        texts: &[&str],
+        is_query: bool,
+    ) -> Result<Vec<Vec<f32>>, EmbedError> {
         if texts.is_empty() {
             return Ok(Vec::new());
         }

@@ -87,7 +87,7 @@ pub enum EmbedError {
 
 impl EmbedError {
     /// When the caller may try again: the provider's `Retry-After` if it sent one.
-    pub fn retry_after(&self) -> Option<Duration> {
+    pub(crate) fn retry_after(&self) -> Option<Duration> {
         match self {
             EmbedError::Unavailable { retry_after, .. } => *retry_after,
             _ => None,

@@ -126,7 +126,7 @@ impl fmt::Debug for OpenAiSettings {
 impl OpenAiSettings {
     /// `openai:<model>`, plus `+passage:<8 hex>` when passage-side settings change what is
     /// stored, so a table built one way refuses the other.
-    pub fn model_id(&self) -> String {
+    pub(crate) fn model_id(&self) -> String {
         let mut id = format!("openai:{}", self.model);
         if !self.passage_prefix.is_empty() || self.passage_input_type.is_some() {
             let digest = Sha256::digest(format!(

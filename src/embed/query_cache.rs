@@ -76,7 +76,7 @@ impl QueryCache {
     /// The vectors of `texts`, in order: the cached ones from the cache, the others from one
     /// call to the model (a recall with the conversation's turns embeds what is new in one
     /// batch; earlier turns were usually queries already).
-    pub async fn embed_all(
+    pub(crate) async fn embed_all(
         &self,
         embedder: &dyn Embedder,
         texts: &[String],
@@ -130,7 +130,7 @@ impl QueryCache {
     }
 
     /// What the queries cost since start.
-    pub fn cost(&self) -> QueryCost {
+    pub(crate) fn cost(&self) -> QueryCost {
         QueryCost {
             model_seconds: self.cost.model_micros.load(Ordering::Relaxed) as f64 / 1e6,
             texts_embedded: self.cost.texts_embedded.load(Ordering::Relaxed),
@@ -170,12 +170,9 @@ impl QueryCache {
         entries.map.insert(key, (now, vector));
     }
 
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         self.lock().map.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 

@@ -30,7 +30,7 @@ impl Script {
     /// CJK when a third or more of the text's letters (digits and punctuation aside) are CJK
     /// (a Chinese character carries about a word, so a sentence with an English product name
     /// is still Chinese), Latin when none is, Mixed between.
-    pub fn of(text: &str) -> Script {
+    pub(crate) fn of(text: &str) -> Script {
         let (mut cjk, mut letters) = (0usize, 0usize);
         for c in text.chars().filter(|c| c.is_alphabetic()) {
             letters += 1;
@@ -69,7 +69,7 @@ pub struct ScriptRescale {
 impl ScriptRescale {
     /// `similarity` of a row written in `script`, on the query's scale.
     #[inline(always)]
-    pub fn apply(&self, script: Script, similarity: f32) -> f32 {
+    pub(crate) fn apply(&self, script: Script, similarity: f32) -> f32 {
         if script == self.script {
             similarity * self.mul + self.add
         } else {

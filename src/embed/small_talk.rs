@@ -144,7 +144,7 @@ pub struct SmallTalk {
 impl SmallTalk {
     /// Embed the anchors (one call) and place the probe's questions (already embedded by the
     /// calibration) against them.
-    pub async fn measure(
+    pub(crate) async fn measure(
         embedder: &dyn Embedder,
         cjk_questions: &[Vec<f32>],
         latin_questions: &[Vec<f32>],

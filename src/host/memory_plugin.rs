@@ -20,7 +20,7 @@ pub struct MemoryPlugin {
 }
 
 impl MemoryPlugin {
-    pub fn new(service: Arc<MemoryService>) -> Self {
+    pub(crate) fn new(service: Arc<MemoryService>) -> Self {
         MemoryPlugin { service }
     }
 

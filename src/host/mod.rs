@@ -61,11 +61,15 @@ impl PluginError {
 
     /// The disk is full: nothing was written and nothing acknowledged before is lost; retry
     /// once space is freed (503 with Retry-After).
-    pub fn disk_full(message: impl Into<String>) -> Self {
+    pub(crate) fn disk_full(message: impl Into<String>) -> Self {
         PluginError::unavailable("disk_full", message, 30)
     }
 
-    pub fn unavailable(code: &'static str, message: impl Into<String>, retry_after: u64) -> Self {
+    pub(crate) fn unavailable(
+        code: &'static str,
+        message: impl Into<String>,
+        retry_after: u64,
+    ) -> Self {
         PluginError {
             code,
             message: message.into(),

@@ -34,7 +34,7 @@ macro_rules! operations {
             pub const ALL: &'static [Operation] = &[$(Operation::$variant),*];
 
             /// The operation's name in logs and in [`Request::parse`].
-            pub fn name(self) -> &'static str {
+            pub(crate) fn name(self) -> &'static str {
                 match self {
                     $(Operation::$variant => $name),*
                 }
@@ -90,7 +90,7 @@ pub enum Request {
 }
 
 impl Request {
-    pub fn operation(&self) -> Operation {
+    pub(crate) fn operation(&self) -> Operation {
         match self {
             Request::Remember(_) => Operation::Remember,
             Request::Recall(_) => Operation::Recall,
@@ -111,7 +111,7 @@ impl Request {
 
     /// The request for operation `name` with the JSON body `payload`: `unknown_operation`
     /// for a name no operation has, `invalid_input` for a body of the wrong shape.
-    pub fn parse(name: &str, payload: Value) -> Result<Request, PluginError> {
+    pub(crate) fn parse(name: &str, payload: Value) -> Result<Request, PluginError> {
         let Some(operation) = Operation::from_name(name) else {
             return Err(PluginError::bad_request(
                 "unknown_operation",
@@ -138,7 +138,7 @@ impl Request {
 }
 
 /// A JSON body as `T`; a wrong shape is the caller's error (`invalid_input`, 400).
-pub fn body<T: DeserializeOwned>(payload: Value) -> Result<T, PluginError> {
+pub(crate) fn body<T: DeserializeOwned>(payload: Value) -> Result<T, PluginError> {
     serde_json::from_value(payload)
         .map_err(|e| PluginError::bad_request("invalid_input", e.to_string()))
 }

@@ -36,7 +36,7 @@ pub enum Reply {
 impl Reply {
     /// Whether the work was accepted for later (HTTP 202) rather than done (200): a feedback
     /// job queued, a chat message journaled for embedding.
-    pub fn queued(&self) -> bool {
+    pub(crate) fn queued(&self) -> bool {
         match self {
             Reply::Feedback(f) => f.job_id.is_some(),
             Reply::Message(m) => matches!(m, MessageReply::Accepted { .. }),
@@ -80,7 +80,7 @@ pub struct FeedbackQueued {
 }
 
 impl FeedbackQueued {
-    pub fn of(job_id: Option<String>) -> FeedbackQueued {
+    pub(crate) fn of(job_id: Option<String>) -> FeedbackQueued {
         FeedbackQueued {
             stored: job_id.is_some(),
             job_id,
@@ -103,7 +103,7 @@ pub enum FeedbackState {
 }
 
 impl FeedbackState {
-    pub fn of(job_id: String, outcome: Option<JobOutcome>) -> FeedbackState {
+    pub(crate) fn of(job_id: String, outcome: Option<JobOutcome>) -> FeedbackState {
         match outcome {
             Some(outcome) => FeedbackState::Finished {
                 state: outcome.state,

@@ -30,7 +30,7 @@ pub struct EraseGeneration {
 impl EraseGeneration {
     /// The counter of `table` beside it; none in a bucket, or when the file cannot be opened
     /// (logged: reads then fall back to `storage.read_consistency_ms`).
-    pub fn open(beside: &Beside, table: &str) -> EraseGeneration {
+    pub(crate) fn open(beside: &Beside, table: &str) -> EraseGeneration {
         let file = match beside {
             Beside::Dir(dir) => open_counter(&dir.join(format!("{table}.erase-generation"))),
             Beside::Bucket { .. } => None,

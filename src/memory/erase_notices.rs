@@ -49,7 +49,7 @@ pub struct EraseNotice {
 }
 
 impl EraseNotice {
-    pub fn new(
+    pub(crate) fn new(
         began: DateTime<Utc>,
         predicate: String,
         conversation_id: Option<String>,
@@ -84,7 +84,7 @@ pub struct EraseNotices {
 }
 
 impl EraseNotices {
-    pub fn new(beside: Beside, table: &str, instance: &str) -> EraseNotices {
+    pub(crate) fn new(beside: Beside, table: &str, instance: &str) -> EraseNotices {
         EraseNotices {
             beside,
             prefix: format!("{table}.erased."),

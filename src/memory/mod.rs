@@ -52,7 +52,7 @@ pub enum MemoryError {
 
 impl MemoryError {
     /// Stable machine-readable code for API errors.
-    pub fn code(&self) -> &'static str {
+    pub(crate) fn code(&self) -> &'static str {
         match self {
             MemoryError::Scope(e) => e.code(),
             MemoryError::InvalidInput { .. } => "invalid_input",
@@ -65,7 +65,7 @@ impl MemoryError {
     }
 
     /// Whether the caller sent something wrong (4xx) rather than the service failing (5xx).
-    pub fn is_client_error(&self) -> bool {
+    pub(crate) fn is_client_error(&self) -> bool {
         matches!(
             self,
             MemoryError::Scope(_)

@@ -45,7 +45,7 @@ impl NewMemory {
     /// Validate (trimmed content 1–4000 characters, reasoning at most 4000, at most 32 tags of
     /// at most 64 characters, a known memory type) and redact. Blank tags and duplicates are
     /// dropped; anything over a limit is an error naming the field, never silently cut.
-    pub fn parse(self) -> Result<ValidMemory, MemoryError> {
+    pub(crate) fn parse(self) -> Result<ValidMemory, MemoryError> {
         let content = self.content.trim();
         if content.is_empty() {
             return Err(invalid("content", "content must not be empty"));

@@ -45,7 +45,7 @@ pub struct Retention {
 }
 
 impl Retention {
-    pub fn from_config(config: &RetentionConfig) -> Retention {
+    pub(crate) fn from_config(config: &RetentionConfig) -> Retention {
         let ttl = config
             .ttl_days
             .iter()
@@ -88,7 +88,7 @@ impl Retention {
 
     /// When a memory of `memory_type` created at `created_at` expires: `explicit` if given,
     /// else the type's TTL, else never.
-    pub fn expires_at(
+    pub(crate) fn expires_at(
         &self,
         memory_type: &str,
         created_at: DateTime<Utc>,

@@ -169,7 +169,7 @@ pub struct Visibility {
 
 impl Visibility {
     /// Both tiers as one predicate (an export of what the conversation may read, an update).
-    pub fn to_sql(&self) -> Option<String> {
+    pub(crate) fn to_sql(&self) -> Option<String> {
         match (self.rows.to_sql(), self.messages.to_sql()) {
             (Some(memories), Some(messages)) => Some(format!("({memories}) OR ({messages})")),
             _ => None,
@@ -325,7 +325,7 @@ impl MemoryService {
     /// What a conversation may read, as a predicate: its scope and `public` (plus NULL-scope
     /// rows while migration mode is on), unexpired; the recall predicate of one map snapshot.
     /// Incognito conversations read as usual (incognito only stops writes).
-    pub fn visible_to(
+    pub(crate) fn visible_to(
         &self,
         conversation_id: &str,
         persona: Option<&str>,
@@ -352,7 +352,7 @@ impl MemoryService {
 
     /// List what this conversation may see, newest first: the recall predicate of the same
     /// snapshot, without a query or a similarity threshold (the operator page's browse).
-    pub async fn browse(&self, req: BrowseRequest) -> Result<BrowseResponse, MemoryError> {
+    pub(crate) async fn browse(&self, req: BrowseRequest) -> Result<BrowseResponse, MemoryError> {
         let conversation = conversation(&req.conversation_id)?;
         self.caught_up_with_erasures().await?;
         let offset = req.offset.unwrap_or(0);
@@ -395,13 +395,13 @@ impl MemoryService {
     }
 
     /// The scope map this process applies right now (entries, ignored entries, policies).
-    pub fn scope_map(&self) -> crate::scope::MapView {
+    pub(crate) fn scope_map(&self) -> crate::scope::MapView {
         self.scopes.snapshot().view()
     }
 
     /// `POST /v1/forget`: erase what the conversation wrote, or the given memories that its
     /// own scope holds (public ones only from a public-scope conversation).
-    pub async fn forget(&self, req: ForgetRequest) -> Result<ForgetOutcome, MemoryError> {
+    pub(crate) async fn forget(&self, req: ForgetRequest) -> Result<ForgetOutcome, MemoryError> {
         let conversation = conversation(&req.conversation_id)?;
         let outcome = match req.memory_ids {
             None => {
@@ -518,7 +518,7 @@ impl MemoryService {
         self.store.writer().counters()
     }
 
-    pub async fn status(&self) -> Result<Status, MemoryError> {
+    pub(crate) async fn status(&self) -> Result<Status, MemoryError> {
         let stats = self.store.stats().await?;
         // Progress before the gate: a backfill closes the gate and then publishes "done", so
         // read in this order "done" always comes with the gate closed.
@@ -560,7 +560,7 @@ impl MemoryService {
 
     /// Finish the feedback job in flight (the rest stay journaled), stop the backfill between
     /// batches (its checkpoint is saved), commit queued writes and stop the writer.
-    pub async fn shutdown(&self) {
+    pub(crate) async fn shutdown(&self) {
         self.feedback.shutdown().await;
         self.backfill.stop().await;
         self.reembed.stop().await;

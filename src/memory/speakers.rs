@@ -50,7 +50,7 @@ pub struct Person {
 
 impl SpeakerNames {
     /// `id` spoke as `name` in `scope`.
-    pub fn learn(&self, scope: &str, id: &str, name: &str) {
+    pub(crate) fn learn(&self, scope: &str, id: &str, name: &str) {
         let name = name.trim();
         if id.is_empty() || name.chars().count() < 2 {
             return;

@@ -75,7 +75,7 @@ pub struct Turn {
 pub struct TooManyTurns(pub usize);
 
 /// A history a request may send: at most [`MAX_TURNS`] turns.
-pub fn check(history: &[Turn]) -> Result<(), TooManyTurns> {
+pub(crate) fn check(history: &[Turn]) -> Result<(), TooManyTurns> {
     match history.len() {
         n if n > MAX_TURNS => Err(TooManyTurns(n)),
         _ => Ok(()),
@@ -84,7 +84,7 @@ pub fn check(history: &[Turn]) -> Result<(), TooManyTurns> {
 
 /// The context of `message`: the `turns` most recent turns of `history` and the message, one
 /// per line, oldest first, bounded as the module header says. `None` when no turn has text.
-pub fn context(
+pub(crate) fn context(
     history: &[Turn],
     message: &str,
     turns: usize,

@@ -39,13 +39,13 @@ pub const CANDIDATES: &str = crate::store::filter::UNSCOPED;
 pub struct MigrationGate(Arc<AtomicBool>);
 
 impl MigrationGate {
-    pub fn new(on: bool) -> Self {
+    pub(crate) fn new(on: bool) -> Self {
         MigrationGate(Arc::new(AtomicBool::new(on)))
     }
     pub(crate) fn is_on(&self) -> bool {
         self.0.load(Ordering::Acquire)
     }
-    pub fn set(&self, on: bool) {
+    pub(crate) fn set(&self, on: bool) {
         self.0.store(on, Ordering::Release)
     }
 }
@@ -207,7 +207,7 @@ impl BackfillHandle {
     }
 
     /// `scopemem migrate revert-backfill` on this handle's table and checkpoint ([`revert`]).
-    pub async fn revert(&self) -> Result<u64, MigrateError> {
+    pub(crate) async fn revert(&self) -> Result<u64, MigrateError> {
         revert(&self.store, &self.settings.checkpoint).await
     }
 
@@ -216,7 +216,7 @@ impl BackfillHandle {
         &self.settings.checkpoint
     }
 
-    pub fn gate(&self) -> &MigrationGate {
+    pub(crate) fn gate(&self) -> &MigrationGate {
         &self.gate
     }
 
@@ -228,7 +228,7 @@ impl BackfillHandle {
     }
 
     /// Spawn the backfill in the background (no-op while it is running).
-    pub fn start(self: &Arc<Self>) {
+    pub(crate) fn start(self: &Arc<Self>) {
         let this = self.clone();
         self.task.spawn_if_idle(async move {
             if let Err(e) = this.run(|_| {}).await {
@@ -241,7 +241,7 @@ impl BackfillHandle {
     }
 
     /// Ask the background task to stop after the current batch, and wait for it.
-    pub async fn stop(&self) {
+    pub(crate) async fn stop(&self) {
         let _ = self.cancel.send(true);
         self.task.join().await;
     }
@@ -249,11 +249,6 @@ impl BackfillHandle {
     /// Kill the background task at once, as a crash would (tests).
     pub fn abort(&self) {
         self.task.abort();
-    }
-
-    /// Wait for the background task to finish.
-    pub async fn wait(&self) {
-        self.task.join().await;
     }
 
     fn publish(&self, cp: &Checkpoint, remaining: u64, started: Instant, filled_at_start: u64) {

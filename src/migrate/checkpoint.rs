@@ -48,7 +48,7 @@ pub struct Checkpoint {
 }
 
 impl Checkpoint {
-    pub fn new() -> Checkpoint {
+    pub(crate) fn new() -> Checkpoint {
         let now = Utc::now();
         Checkpoint {
             state: BackfillState::Pending,
@@ -78,7 +78,7 @@ pub struct CheckpointFile {
 }
 
 impl CheckpointFile {
-    pub fn new(beside: Beside, table: &str) -> CheckpointFile {
+    pub(crate) fn new(beside: Beside, table: &str) -> CheckpointFile {
         CheckpointFile {
             beside,
             name: format!("{table}.backfill.json"),
@@ -121,7 +121,7 @@ impl CheckpointFile {
             .map_err(|e| self.err(e.message))
     }
 
-    pub async fn remove(&self) -> Result<(), MigrateError> {
+    pub(crate) async fn remove(&self) -> Result<(), MigrateError> {
         self.beside
             .remove(&self.name)
             .await

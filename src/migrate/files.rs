@@ -58,7 +58,7 @@ pub struct Column {
 }
 
 impl Column {
-    pub fn field(&self, dimension: usize) -> Result<Field, MigrateError> {
+    pub(crate) fn field(&self, dimension: usize) -> Result<Field, MigrateError> {
         let data_type = match self.kind.as_str() {
             "utf8" => DataType::Utf8,
             "int32" => DataType::Int32,
@@ -86,7 +86,7 @@ pub(crate) fn schema_of(columns: &[Column], dimension: usize) -> Result<Arc<Sche
 }
 
 /// All migrations, in version order, validated (versions 1..=n without gaps).
-pub fn all() -> Result<Vec<Migration>, MigrateError> {
+pub(crate) fn all() -> Result<Vec<Migration>, MigrateError> {
     let mut out = Vec::with_capacity(FILES.len());
     for (name, text) in FILES {
         let m: Migration = serde_json::from_str(text)

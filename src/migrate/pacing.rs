@@ -28,7 +28,7 @@ pub struct ForegroundLatency {
 }
 
 impl ForegroundLatency {
-    pub fn record(&self, took: Duration) {
+    pub(crate) fn record(&self, took: Duration) {
         let mut samples = self.samples.lock().unwrap_or_else(|e| e.into_inner());
         if samples.len() >= KEPT {
             samples.pop_front();
@@ -37,7 +37,7 @@ impl ForegroundLatency {
     }
 
     /// The p99 of the requests of the last `window`, or `None` with fewer than a handful.
-    pub fn p99(&self, window: Duration) -> Option<Duration> {
+    pub(crate) fn p99(&self, window: Duration) -> Option<Duration> {
         let samples = self.samples.lock().unwrap_or_else(|e| e.into_inner());
         let mut recent: Vec<Duration> = samples
             .iter()
@@ -67,7 +67,7 @@ pub enum Pacer {
 }
 
 impl Pacer {
-    pub fn adaptive(baseline: Option<Duration>) -> Pacer {
+    pub(crate) fn adaptive(baseline: Option<Duration>) -> Pacer {
         Pacer::Adaptive {
             baseline,
             pause: Duration::ZERO,

@@ -29,7 +29,7 @@ pub struct TableStatus {
 }
 
 /// Read the status of `table` in `db`; `None` when the table does not exist.
-pub async fn read(
+pub(crate) async fn read(
     db: &DbLocation,
     table: &str,
     read_consistency: Duration,

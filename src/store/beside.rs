@@ -78,7 +78,7 @@ impl Beside {
 
     /// One listing of the prefix, so a wrong endpoint, bucket or credentials fail at start-up
     /// with a one-line reason instead of Lance's nested retry report.
-    pub async fn probe(&self) -> Result<(), BesideError> {
+    pub(crate) async fn probe(&self) -> Result<(), BesideError> {
         let Beside::Bucket { store, prefix, .. } = self else {
             return Ok(());
         };
@@ -112,7 +112,7 @@ impl Beside {
     }
 
     /// The content of `name` and its version, `None` when it does not exist.
-    pub async fn read(&self, name: &str) -> Result<Option<(Vec<u8>, Version)>, BesideError> {
+    pub(crate) async fn read(&self, name: &str) -> Result<Option<(Vec<u8>, Version)>, BesideError> {
         match self {
             Beside::Dir(d) => match std::fs::read(d.join(name)) {
                 Ok(bytes) => Ok(Some((bytes, Version(None)))),
@@ -135,7 +135,7 @@ impl Beside {
 
     /// Replace `name` whole: readers see the old or the new content, never half (a local file
     /// is written, fsynced and renamed; an S3 PUT is atomic).
-    pub async fn write(&self, name: &str, bytes: &[u8]) -> Result<(), BesideError> {
+    pub(crate) async fn write(&self, name: &str, bytes: &[u8]) -> Result<(), BesideError> {
         match self {
             Beside::Dir(d) => write_file(&d.join(name), bytes).map_err(|e| self.err(name, e)),
             Beside::Bucket { store, prefix, .. } => store
@@ -189,7 +189,7 @@ impl Beside {
 
     /// The names beside the table that start with `prefix` (one directory level: a local
     /// `read_dir`, or one delimited bucket listing, never the table's own files).
-    pub async fn list(&self, prefix: &str) -> Result<Vec<String>, BesideError> {
+    pub(crate) async fn list(&self, prefix: &str) -> Result<Vec<String>, BesideError> {
         let mut names: Vec<String> = match self {
             Beside::Dir(d) => match std::fs::read_dir(d) {
                 Ok(entries) => entries
@@ -216,7 +216,7 @@ impl Beside {
     }
 
     /// Remove `name` (absent already is fine).
-    pub async fn remove(&self, name: &str) -> Result<(), BesideError> {
+    pub(crate) async fn remove(&self, name: &str) -> Result<(), BesideError> {
         match self {
             Beside::Dir(d) => match std::fs::remove_file(d.join(name)) {
                 Ok(()) => Ok(()),

@@ -47,7 +47,7 @@ pub(crate) fn configure(limits: CacheLimits) {
 }
 
 /// The session new connections use.
-pub fn shared() -> Arc<Session> {
+pub(crate) fn shared() -> Arc<Session> {
     let mut slot = SESSION.write().unwrap_or_else(|e| e.into_inner());
     slot.get_or_insert_with(|| session(CacheLimits::default()))
         .clone()

@@ -122,7 +122,7 @@ impl RetryPolicy {
     };
 
     /// A commit: conflicts and pruned files, up to `max_retries` times.
-    pub fn commit(max_retries: u32) -> RetryPolicy {
+    pub(crate) fn commit(max_retries: u32) -> RetryPolicy {
         RetryPolicy {
             retries: max_retries,
             conflicts: true,

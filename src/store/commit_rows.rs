@@ -28,7 +28,7 @@ pub struct RowChanges {
 }
 
 impl RowChanges {
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.removed.is_empty() && self.added.is_empty()
     }
 }
@@ -36,7 +36,7 @@ impl RowChanges {
 /// What the commit that made `version` did to the rows, or `None` for a commit this cannot
 /// follow (an overwrite, a restore, a schema change, an update that rewrote columns in place):
 /// then a cache must read the table again. Vectors are read as `dim` wide.
-pub async fn changed(
+pub(crate) async fn changed(
     dataset: &Dataset,
     version: u64,
     operation: &Operation,
@@ -104,7 +104,10 @@ pub(crate) async fn kept_rows_since(dataset: &Dataset, from: u64) -> Vec<u64> {
 }
 
 /// The ids a delete at `version` removed; `None` if that commit was not a delete.
-pub async fn deleted(dataset: &Dataset, version: u64) -> lance::Result<Option<HashSet<String>>> {
+pub(crate) async fn deleted(
+    dataset: &Dataset,
+    version: u64,
+) -> lance::Result<Option<HashSet<String>>> {
     let Some(transaction) = dataset.read_transaction_by_version(version).await? else {
         return Ok(None);
     };
@@ -249,7 +252,7 @@ pub(crate) async fn written_rows(
 }
 
 /// The vector column of a batch, read row by row without copying.
-pub fn vectors(batch: &RecordBatch) -> Vectors<'_> {
+pub(crate) fn vectors(batch: &RecordBatch) -> Vectors<'_> {
     let list = batch
         .column_by_name(COL_VECTOR)
         .and_then(|c| c.as_any().downcast_ref::<FixedSizeListArray>());
@@ -265,7 +268,7 @@ pub struct Vectors<'a>(Option<(&'a FixedSizeListArray, &'a [f32])>);
 impl Vectors<'_> {
     /// Row `i`'s vector; a NULL or missing vector reads as empty, which the resident copy
     /// pads with zeros (matching nothing).
-    pub fn row(&self, i: usize, dim: usize) -> &[f32] {
+    pub(crate) fn row(&self, i: usize, dim: usize) -> &[f32] {
         let Some((list, values)) = self.0 else {
             return &[];
         };

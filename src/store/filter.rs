@@ -48,7 +48,7 @@ pub enum Tier {
 
 impl Tier {
     /// Whether a row of `memory_type` is in this tier.
-    pub fn admits(self, memory_type: &str) -> bool {
+    pub(crate) fn admits(self, memory_type: &str) -> bool {
         (memory_type == MESSAGE_TYPE) == (self == Tier::Messages)
     }
 }
@@ -65,7 +65,7 @@ pub struct ScopeSet {
 
 impl ScopeSet {
     /// Exactly one scope, no legacy rows.
-    pub fn only(name: &str) -> ScopeSet {
+    pub(crate) fn only(name: &str) -> ScopeSet {
         ScopeSet {
             names: vec![name.to_owned()],
             null: false,
@@ -87,7 +87,7 @@ pub struct Selection {
 
 impl Selection {
     /// The rows with these ids.
-    pub fn ids<I, S>(ids: I) -> Selection
+    pub(crate) fn ids<I, S>(ids: I) -> Selection
     where
         I: IntoIterator<Item = S>,
         S: Into<String>,
@@ -99,7 +99,7 @@ impl Selection {
     }
 
     /// The rows `conversation` wrote.
-    pub fn conversation(conversation: &str) -> Selection {
+    pub(crate) fn conversation(conversation: &str) -> Selection {
         Selection {
             conversation: Some(conversation.to_owned()),
             ..Selection::default()
@@ -107,7 +107,7 @@ impl Selection {
     }
 
     /// The rows of one scope.
-    pub fn scope(scope: &str) -> Selection {
+    pub(crate) fn scope(scope: &str) -> Selection {
         Selection {
             scopes: Some(ScopeSet::only(scope)),
             ..Selection::default()
@@ -115,13 +115,13 @@ impl Selection {
     }
 
     /// These rows, narrowed to `scopes`.
-    pub fn within(mut self, scopes: ScopeSet) -> Selection {
+    pub(crate) fn within(mut self, scopes: ScopeSet) -> Selection {
         self.scopes = Some(scopes);
         self
     }
 
     /// The DataFusion predicate; `None` names every row. An empty id list names none.
-    pub fn to_sql(&self) -> Option<String> {
+    pub(crate) fn to_sql(&self) -> Option<String> {
         let mut parts = Vec::new();
         if let Some(ids) = &self.ids {
             parts.push(id_list_sql(ids));

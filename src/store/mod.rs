@@ -229,7 +229,7 @@ impl Store {
     /// Also returns the small state beside the tables (backfill checkpoint, lease record); a
     /// bucket is listed once first, so a wrong endpoint, bucket or credentials fail here with
     /// a one-line reason.
-    pub async fn connect(
+    pub(crate) async fn connect(
         db: &DbLocation,
         read_consistency: std::time::Duration,
     ) -> Result<(lancedb::Connection, beside::Beside), StoreError> {
@@ -342,12 +342,12 @@ impl Store {
     }
 
     /// Where the table lives.
-    pub fn location(&self) -> &DbLocation {
+    pub(crate) fn location(&self) -> &DbLocation {
         &self.location
     }
 
     /// Where the state beside the table lives.
-    pub fn beside(&self) -> &beside::Beside {
+    pub(crate) fn beside(&self) -> &beside::Beside {
         &self.beside
     }
 
@@ -355,7 +355,7 @@ impl Store {
         &self.writer
     }
 
-    pub fn dimension(&self) -> usize {
+    pub(crate) fn dimension(&self) -> usize {
         self.dimension
     }
 
@@ -506,7 +506,7 @@ impl Store {
     }
 
     /// Whether this process does the maintenance now.
-    pub fn is_maintainer(&self) -> bool {
+    pub(crate) fn is_maintainer(&self) -> bool {
         self.maintainer.load(std::sync::atomic::Ordering::Acquire)
     }
 

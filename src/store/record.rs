@@ -441,12 +441,12 @@ fn opt_time(col: Option<&TimestampMicrosecondArray>, i: usize) -> Option<DateTim
 }
 
 /// The `_distance` column lancedb adds to vector-search results.
-pub fn distances(batch: &RecordBatch) -> Vec<Option<f32>> {
+pub(crate) fn distances(batch: &RecordBatch) -> Vec<Option<f32>> {
     float_column(batch, "_distance")
 }
 
 /// The BM25 score Lance adds to full-text search results (`_score`), per row.
-pub fn scores(batch: &RecordBatch) -> Vec<Option<f32>> {
+pub(crate) fn scores(batch: &RecordBatch) -> Vec<Option<f32>> {
     float_column(batch, "_score")
 }
 

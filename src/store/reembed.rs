@@ -184,7 +184,7 @@ pub(crate) async fn prepare(table: &Table, model: &ModelInfo) -> Result<(), Stor
 /// staging batch inserts nothing, so the filter is empty by construction; dropping it lets the
 /// batch rebase over the remembers other processes append meanwhile instead of losing every
 /// commit race to them. Conflicts with updates and deletes of the same fragments stay.
-pub async fn stage_vectors(
+pub(crate) async fn stage_vectors(
     table: &Table,
     ids: &[String],
     vectors: &[Vec<f32>],
@@ -351,7 +351,7 @@ async fn holds_deleted_rows(table: &Table) -> Result<bool, StoreError> {
 /// processes cannot hold it off: each retry is far shorter than a pass. A landed row without
 /// `vector_next` (a process on the old model) or a delete hands back to the pass.
 /// Deletes commute with the `Project`. Then the config records the model (guarded step).
-pub async fn switch(table: &Table, model: &ModelInfo) -> Result<Switch, StoreError> {
+pub(crate) async fn switch(table: &Table, model: &ModelInfo) -> Result<Switch, StoreError> {
     if holds_deleted_rows(table).await? {
         super::maintenance::pruning::purge_deleted_rows(table, PURGE_TARGET_ROWS).await?;
     }

@@ -83,7 +83,7 @@ impl ScopeCounts {
     }
 
     /// Counts at the table's latest version (as this process sees it).
-    pub async fn current(&self, table: &Table) -> Result<Counts, StoreError> {
+    pub(crate) async fn current(&self, table: &Table) -> Result<Counts, StoreError> {
         let latest = table.version().await?;
         if let Some(counts) = self.advance(latest) {
             return Ok(counts);

@@ -63,7 +63,7 @@ pub struct QueryTerms {
 }
 
 impl QueryTerms {
-    pub fn of(query: &str) -> QueryTerms {
+    pub(crate) fn of(query: &str) -> QueryTerms {
         let Some(mut splitter) = words() else {
             return QueryTerms {
                 terms: Vec::new(),
@@ -143,7 +143,7 @@ pub struct SplitWords(String);
 impl SplitWords {
     /// `record`'s words, or `None` without a splitter (then every hit is kept, as by
     /// [`QueryTerms::found_in`]).
-    pub fn of(record: &MemoryRecord) -> Option<SplitWords> {
+    pub(crate) fn of(record: &MemoryRecord) -> Option<SplitWords> {
         let mut splitter = words()?;
         Some(SplitWords::split(splitter.as_mut(), record))
     }

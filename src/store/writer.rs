@@ -139,7 +139,7 @@ impl WriterHandle {
         Announced(self.announced.clone())
     }
 
-    pub async fn append(&self, rows: Rows) -> Result<(), StoreError> {
+    pub(crate) async fn append(&self, rows: Rows) -> Result<(), StoreError> {
         self.send_append(rows, false).await.map(drop)
     }
 
@@ -317,7 +317,7 @@ impl WriterHandle {
 
     /// Write a re-embed's new vectors into `vector_next` where it is still NULL, on rows that
     /// still exist (see `store::reembed::stage_vectors`). Returns rows changed.
-    pub async fn stage_vectors(
+    pub(crate) async fn stage_vectors(
         &self,
         ids: Vec<String>,
         vectors: Vec<Vec<f32>>,
@@ -340,7 +340,7 @@ impl WriterHandle {
     }
 
     /// Commit everything queued so far, then stop.
-    pub async fn shutdown(&self) {
+    pub(crate) async fn shutdown(&self) {
         self.maintenance.stop();
         let (done, rx) = oneshot::channel();
         if self.tx.send(Op::Shutdown { done }).await.is_ok() {
@@ -360,7 +360,7 @@ impl WriterHandle {
 
 /// Start the writer. Routine compaction runs only while `maintainer` is set (this process
 /// holds the maintenance lease); erases always purge what they delete.
-pub fn spawn(
+pub(crate) fn spawn(
     table: Table,
     settings: WriterSettings,
     maintainer: Arc<AtomicBool>,

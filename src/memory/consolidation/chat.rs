@@ -38,7 +38,7 @@ impl std::fmt::Debug for ChatClient {
 
 impl ChatClient {
     /// The client for `consolidation.*`, or `None` when no base URL is set.
-    pub fn from_config(
+    pub(crate) fn from_config(
         c: &crate::config::ConsolidationConfig,
     ) -> Result<Option<ChatClient>, ChatError> {
         if c.llm_base_url.is_empty() {
@@ -59,7 +59,7 @@ impl ChatClient {
     }
 
     /// The assistant's answer to `system` + `user`, at temperature 0.
-    pub async fn complete(&self, system: &str, user: &str) -> Result<String, ChatError> {
+    pub(crate) async fn complete(&self, system: &str, user: &str) -> Result<String, ChatError> {
         let body = json!({
             "model": self.model,
             "temperature": 0,

@@ -78,11 +78,11 @@ fn rfc3339<S: serde::Serializer>(t: &DateTime<Utc>, s: S) -> Result<S::Ok, S::Er
 
 impl Shown {
     /// The user message: the shown messages and memories as JSON.
-    pub fn prompt(&self) -> String {
+    pub(crate) fn prompt(&self) -> String {
         serde_json::to_string_pretty(self).unwrap_or_default()
     }
 
-    pub fn message(&self, id: &str) -> Option<&ShownMessage> {
+    pub(crate) fn message(&self, id: &str) -> Option<&ShownMessage> {
         self.messages.iter().find(|m| m.id == id)
     }
 }
@@ -135,7 +135,7 @@ fn json_object(answer: &str) -> Option<&str> {
 }
 
 /// Parse `answer` and check every decision against `shown`.
-pub fn parse(answer: &str, shown: &Shown) -> Result<Parsed, Malformed> {
+pub(crate) fn parse(answer: &str, shown: &Shown) -> Result<Parsed, Malformed> {
     let text = json_object(answer).ok_or_else(|| Malformed("no JSON object".into()))?;
     let value: Value = serde_json::from_str(text).map_err(|e| Malformed(e.to_string()))?;
     let Some(list) = value.get("decisions").and_then(Value::as_array) else {

@@ -68,7 +68,7 @@ pub struct HostPasses {
 impl HostPasses {
     /// Keep `pass` for its answer; returns the id the host answers under, or gives the pass
     /// back when too many are waiting.
-    pub fn issue(&self, pass: PreparedPass) -> Result<String, PreparedPass> {
+    pub(crate) fn issue(&self, pass: PreparedPass) -> Result<String, PreparedPass> {
         let Ok(mut issued) = self.issued.lock() else {
             return Err(pass);
         };
@@ -81,7 +81,7 @@ impl HostPasses {
     }
 
     /// The pass `id`, taken (an answer is applied once); `None` when unknown or given up.
-    pub fn take(&self, id: &str) -> Option<PreparedPass> {
+    pub(crate) fn take(&self, id: &str) -> Option<PreparedPass> {
         let mut issued = self.issued.lock().ok()?;
         match issued.remove(id) {
             Some((at, pass)) if at.elapsed() < ANSWER_WITHIN => Some(pass),
@@ -94,7 +94,7 @@ impl HostPasses {
     }
 
     /// The passes not answered within `within`, removed.
-    pub fn expired(&self, within: Duration) -> Vec<PreparedPass> {
+    pub(crate) fn expired(&self, within: Duration) -> Vec<PreparedPass> {
         let Ok(mut issued) = self.issued.lock() else {
             return Vec::new();
         };

@@ -39,7 +39,7 @@ pub struct ConsolidationSettings {
 }
 
 impl ConsolidationSettings {
-    pub fn from_config(c: &crate::config::ConsolidationConfig) -> ConsolidationSettings {
+    pub(crate) fn from_config(c: &crate::config::ConsolidationConfig) -> ConsolidationSettings {
         ConsolidationSettings {
             every_messages: c.every_messages,
             quiet: Duration::from_secs(c.quiet_minutes.saturating_mul(60)),
@@ -82,7 +82,11 @@ impl Counters {
         counter.fetch_add(by, Ordering::Relaxed);
     }
 
-    pub fn status(&self, llm: bool, backing_off: triggers::BackingOff) -> ConsolidationStatus {
+    pub(crate) fn status(
+        &self,
+        llm: bool,
+        backing_off: triggers::BackingOff,
+    ) -> ConsolidationStatus {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
         ConsolidationStatus {
             llm,
@@ -110,7 +114,9 @@ pub struct Consolidator {
 }
 
 impl Consolidator {
-    pub fn from_config(c: &crate::config::ConsolidationConfig) -> Result<Consolidator, ChatError> {
+    pub(crate) fn from_config(
+        c: &crate::config::ConsolidationConfig,
+    ) -> Result<Consolidator, ChatError> {
         Ok(Consolidator {
             client: ChatClient::from_config(c)?,
             settings: ConsolidationSettings::from_config(c),
@@ -120,7 +126,7 @@ impl Consolidator {
         })
     }
 
-    pub fn status(&self) -> ConsolidationStatus {
+    pub(crate) fn status(&self) -> ConsolidationStatus {
         self.counters
             .status(self.client.is_some(), self.triggers.backing_off())
     }

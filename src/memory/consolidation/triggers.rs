@@ -45,7 +45,7 @@ pub struct BackingOff {
 
 impl Triggers {
     /// Counts for no conversation yet; a failed pass waits `retry` first.
-    pub fn new(retry: Duration) -> Triggers {
+    pub(crate) fn new(retry: Duration) -> Triggers {
         Triggers {
             conversations: Mutex::new(HashMap::new()),
             retry,
@@ -53,7 +53,7 @@ impl Triggers {
     }
 
     /// A message of `conversation` was accepted.
-    pub fn message(&self, conversation: &str) {
+    pub(crate) fn message(&self, conversation: &str) {
         if let Ok(mut c) = self.conversations.lock() {
             let entry = c
                 .entry(conversation.to_string())
@@ -72,7 +72,7 @@ impl Triggers {
 
     /// Conversations due now (at most `limit`), each marked running, with the time its
     /// messages are read from.
-    pub fn due(
+    pub(crate) fn due(
         &self,
         every: usize,
         quiet: Duration,
@@ -100,7 +100,12 @@ impl Triggers {
     /// The pass over `conversation` ended. `read_until`: the newest message it read, when it
     /// applied its answer; `None`: it failed, and the same messages are read again once its
     /// wait ([`Self::retry_after`]) is over.
-    pub fn finished(&self, conversation: &str, read: usize, read_until: Option<DateTime<Utc>>) {
+    pub(crate) fn finished(
+        &self,
+        conversation: &str,
+        read: usize,
+        read_until: Option<DateTime<Utc>>,
+    ) {
         if let Ok(mut c) = self.conversations.lock() {
             if let Some(s) = c.get_mut(conversation) {
                 s.running = false;
@@ -119,13 +124,13 @@ impl Triggers {
 
     /// The wait after `failures` failed passes in a row: `retry`, doubled for each one after
     /// the first, at most [`MAX_RETRY`].
-    pub fn retry_after(&self, failures: u32) -> Duration {
+    pub(crate) fn retry_after(&self, failures: u32) -> Duration {
         let doublings = failures.saturating_sub(1).min(16);
         self.retry.saturating_mul(1u32 << doublings).min(MAX_RETRY)
     }
 
     /// The conversations waiting out a failed pass now.
-    pub fn backing_off(&self) -> BackingOff {
+    pub(crate) fn backing_off(&self) -> BackingOff {
         let Ok(c) = self.conversations.lock() else {
             return BackingOff::default();
         };
@@ -142,7 +147,7 @@ impl Triggers {
 
     /// The pass over `conversation` did not run yet (its messages are still being written):
     /// due again at the next look.
-    pub fn later(&self, conversation: &str) {
+    pub(crate) fn later(&self, conversation: &str) {
         if let Ok(mut c) = self.conversations.lock() {
             if let Some(s) = c.get_mut(conversation) {
                 s.running = false;

@@ -150,7 +150,8 @@ fn err(path: &Path, e: impl ToString) -> JournalError {
 impl Journal {
     /// Open the journal, returning it and what it holds. The file is rewritten atomically with
     /// only unfinished jobs and recent outcomes, so it never grows forever.
-    pub fn open(path: &Path) -> Result<(Journal, Pending), JournalError> {
+    #[cfg(test)]
+    pub(crate) fn open(path: &Path) -> Result<(Journal, Pending), JournalError> {
         let pending = Journal::read(path)?;
         let journal = Journal::create(path, &pending)?;
         Ok((journal, pending))
@@ -208,7 +209,7 @@ impl Journal {
     }
 
     /// Outcomes of jobs finished within [`FINISHED_RETENTION`] that this journal holds.
-    pub fn finished(&self) -> Vec<JobOutcome> {
+    pub(crate) fn finished(&self) -> Vec<JobOutcome> {
         self.state
             .lock()
             .map(|s| s.finished.clone())
@@ -216,7 +217,7 @@ impl Journal {
     }
 
     /// Append and fsync: when this returns Ok the record survives a crash.
-    pub fn append(&self, record: &Record) -> Result<(), JournalError> {
+    pub(crate) fn append(&self, record: &Record) -> Result<(), JournalError> {
         self.append_all(std::slice::from_ref(record))
     }
 
@@ -255,7 +256,7 @@ impl Journal {
 
     /// Rewrite the file with only the unfinished jobs that `drop` does not select, so neither
     /// finished jobs nor dropped ones leave their text behind. Returns the dropped job ids.
-    pub fn compact(
+    pub(crate) fn compact(
         &self,
         drop: impl Fn(&Job, Option<&FeedbackPlan>) -> bool,
     ) -> Result<Vec<String>, JournalError> {
@@ -295,12 +296,12 @@ impl Journal {
         Ok(())
     }
 
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.path
     }
 
     /// Whether the journal can be written (for health checks).
-    pub fn healthy(&self) -> bool {
+    pub(crate) fn healthy(&self) -> bool {
         self.state
             .lock()
             .map(|s| s.file.metadata().is_ok())

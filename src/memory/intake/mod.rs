@@ -54,7 +54,7 @@ pub struct RetryPolicy {
 
 impl RetryPolicy {
     /// The pause before the attempt after `failed` failures.
-    pub fn backoff(&self, failed: u32) -> Duration {
+    pub(crate) fn backoff(&self, failed: u32) -> Duration {
         let factor = 1u32 << failed.saturating_sub(1).min(16);
         self.base.saturating_mul(factor).min(self.cap)
     }

@@ -180,7 +180,7 @@ impl FeedbackQueue {
     }
 
     /// Messages accepted and not yet written.
-    pub fn pending(&self) -> &crate::memory::working::PendingMessages {
+    pub(crate) fn pending(&self) -> &crate::memory::working::PendingMessages {
         &self.shared.pending
     }
 
@@ -190,7 +190,7 @@ impl FeedbackQueue {
     }
 
     /// Start the worker: replays unfinished journaled jobs first, then serves the queue.
-    pub fn start(&self) {
+    pub(crate) fn start(&self) {
         if self.task.is_set() {
             return;
         }
@@ -230,7 +230,7 @@ impl FeedbackQueue {
 
     /// Wait for the job in flight, then hold the worker off until the guard is dropped. An
     /// erase holds it while it deletes rows and drops pending jobs.
-    pub async fn pause(&self) -> FeedbackPause<'_> {
+    pub(crate) async fn pause(&self) -> FeedbackPause<'_> {
         FeedbackPause(self.shared.apply.lock().await)
     }
 
@@ -260,7 +260,7 @@ impl FeedbackQueue {
     /// at the stop signal, so a clean shutdown leaves nothing unapplied in the local journal.
     /// Only a job waiting out a retry backoff stops at once; it stays journaled for the next
     /// start on this `state_dir`.
-    pub async fn shutdown(&self) {
+    pub(crate) async fn shutdown(&self) {
         self.stop.notify_one();
         self.task.join().await;
         self.shared.files.release_if_drained();

@@ -15,7 +15,7 @@ pub struct ChainedLimits {
 /// Select from `pool` (best first): up to `per_entity` memories whose tags contain each entity
 /// (case-insensitive), then the rest in order with at most `per_type_limit` per memory type,
 /// truncated to `final_limit`.
-pub fn select(
+pub(crate) fn select(
     pool: Vec<ScoredMemory>,
     entities: &[String],
     limits: ChainedLimits,

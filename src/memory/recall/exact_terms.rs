@@ -35,7 +35,7 @@ fn patterns() -> &'static [Regex] {
 }
 
 /// The exact terms of `query`, lower-cased, without joiners at their ends.
-pub fn of(query: &str) -> Vec<String> {
+pub(crate) fn of(query: &str) -> Vec<String> {
     let mut terms: Vec<String> = Vec::new();
     for re in patterns() {
         for cap in re.captures_iter(query) {

@@ -145,7 +145,7 @@ pub struct Searchers<'a> {
 impl Searchers<'_> {
     /// Run the searches `q.kind` asks for (both at once for hybrid) and return the candidates,
     /// best first. A query the embedder cannot embed falls back to the keyword list.
-    pub async fn candidates(&self, q: &CandidateQuery<'_>) -> Result<Found, MemoryError> {
+    pub(crate) async fn candidates(&self, q: &CandidateQuery<'_>) -> Result<Found, MemoryError> {
         let found = match q.kind {
             SearchKind::Vector => self.by_vector(q).await.map(|v| Found {
                 candidates: v.candidates,

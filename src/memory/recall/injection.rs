@@ -26,7 +26,7 @@ pub(crate) fn escape(text: &str) -> String {
 
 /// The block for these memories and recent messages, or an empty string when there are none
 /// (nothing to inject).
-pub fn render(memories: &[ScoredMemory], recent: &[ScoredMemory]) -> String {
+pub(crate) fn render(memories: &[ScoredMemory], recent: &[ScoredMemory]) -> String {
     if memories.is_empty() && recent.is_empty() {
         return String::new();
     }

@@ -22,7 +22,7 @@ pub struct Ranking {
 }
 
 impl Ranking {
-    pub fn from_config(config: &RecallConfig) -> Ranking {
+    pub(crate) fn from_config(config: &RecallConfig) -> Ranking {
         Ranking {
             strength_weight: config.strength_weight.clamp(0.0, 1.0),
             half_life_days: config.decay_half_life_days.max(0.0),
@@ -48,7 +48,7 @@ impl Ranking {
     }
 
     /// The ranking score of a candidate with `similarity` (1 − cosine distance).
-    pub fn score(&self, similarity: f32, r: &MemoryRecord, now: DateTime<Utc>) -> f32 {
+    pub(crate) fn score(&self, similarity: f32, r: &MemoryRecord, now: DateTime<Utc>) -> f32 {
         let w = self.strength_weight;
         (1.0 - w) * similarity + w * self.effective_strength(r, now) / 100.0
     }

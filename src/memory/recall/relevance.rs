@@ -62,7 +62,7 @@ pub struct Relevance {
 impl Relevance {
     /// Measure a query: `best_similarity` is its best visible memory's (on the query's scale),
     /// `query` its unit-length vector.
-    pub fn measure(
+    pub(crate) fn measure(
         fit: &ScriptFit,
         small_talk: &SmallTalk,
         script: Script,
@@ -80,7 +80,7 @@ impl Relevance {
         }
     }
 
-    pub fn margin(&self) -> f32 {
+    pub(crate) fn margin(&self) -> f32 {
         self.memory_z - self.chat_z
     }
 

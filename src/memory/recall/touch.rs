@@ -35,14 +35,14 @@ pub struct RecallTouches {
 impl RecallTouches {
     /// Start the task that writes recorded recalls through `store`'s writer; `stamps`: set
     /// `last_recalled_at` too (decay ranking or refresh-on-recall is on).
-    pub fn spawn(store: Store, retention: Retention, stamps: bool) -> RecallTouches {
+    pub(crate) fn spawn(store: Store, retention: Retention, stamps: bool) -> RecallTouches {
         let (tx, rx) = mpsc::unbounded_channel();
         tokio::spawn(run(rx, store, retention, stamps));
         RecallTouches { tx }
     }
 
     /// Record that a recall returned these memories.
-    pub fn record(&self, ids: Vec<String>) {
+    pub(crate) fn record(&self, ids: Vec<String>) {
         if !ids.is_empty() {
             // The receiver is gone only while shutting down.
             let _ = self.tx.send(ids);
@@ -73,7 +73,7 @@ async fn run(
 /// With `stamps`, one update for `last_recalled_at`; with the rule-made TTL, one for the
 /// rule-made rows a day or more short of it; with refresh-on-recall, one per memory type with a
 /// TTL: `expires_at` becomes `max(expires_at, now + TTL)` (a NULL expiry stays NULL: never).
-pub async fn flush(
+pub(crate) async fn flush(
     store: &Store,
     retention: &Retention,
     ids: &BTreeSet<String>,

@@ -93,7 +93,7 @@ impl MemoryService {
 
     /// Recall what this conversation may see: its scope plus `public` (plus legacy NULL rows
     /// while migration mode is on), filtered inside LanceDB before ranking.
-    pub async fn recall(&self, req: RecallRequest) -> Result<RecallResponse, MemoryError> {
+    pub(crate) async fn recall(&self, req: RecallRequest) -> Result<RecallResponse, MemoryError> {
         let started = Instant::now();
         let conversation = conversation(&req.conversation_id)?;
         let query = checked_query(&req.query)?;

@@ -18,7 +18,10 @@ impl MemoryService {
     /// Write one memory from the remember tool (active, caller-chosen strength), or reinforce
     /// the memory of its scope that states the same fact. `None` when the conversation is
     /// incognito: the input is still validated, nothing is embedded or stored.
-    pub async fn remember(&self, req: RememberRequest) -> Result<Option<Remembered>, MemoryError> {
+    pub(crate) async fn remember(
+        &self,
+        req: RememberRequest,
+    ) -> Result<Option<Remembered>, MemoryError> {
         let started = Instant::now();
         let conversation = conversation(&req.conversation_id)?;
         let strength = req.strength.unwrap_or(DEFAULT_STRENGTH);

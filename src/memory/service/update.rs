@@ -26,7 +26,7 @@ const UPDATE_ATTEMPTS: usize = 3;
 
 impl MemoryService {
     /// Replace a memory's text, tags or expiry, as a conversation that may recall it.
-    pub async fn update(&self, req: UpdateRequest) -> Result<Updated, MemoryError> {
+    pub(crate) async fn update(&self, req: UpdateRequest) -> Result<Updated, MemoryError> {
         let conversation = conversation(&req.conversation_id)?;
         if req.content.is_none() && req.tags.is_none() && req.expires_at.is_none() {
             return Err(invalid(

@@ -8,7 +8,7 @@ use super::*;
 
 impl MemoryService {
     /// Open the store for this embedder and wire everything up.
-    pub async fn open(
+    pub(crate) async fn open(
         config: &Config,
         embedder: Arc<dyn Embedder>,
         scopes: Arc<ScopeResolver>,
@@ -118,7 +118,7 @@ impl MemoryService {
 
     /// Work that must not delay start-up: scalar indexes and the legacy backfill. Call once
     /// the service is serving.
-    pub fn start_background(self: &Arc<Self>) {
+    pub(crate) fn start_background(self: &Arc<Self>) {
         tokio::spawn(erase::keep_following_erasures(
             Arc::downgrade(self),
             self.settings.follow_erasures,

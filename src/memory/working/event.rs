@@ -159,7 +159,12 @@ pub use crate::store::schema::{BOT_TAG, REPLY_TAG};
 
 impl MessageJob {
     /// The row this message is stored as.
-    pub fn record(&self, conversation_id: &str, scope: &str, scope_source: &str) -> MemoryRecord {
+    pub(crate) fn record(
+        &self,
+        conversation_id: &str,
+        scope: &str,
+        scope_source: &str,
+    ) -> MemoryRecord {
         MemoryRecord {
             id: self.id.clone(),
             content: self.content.clone(),

@@ -25,7 +25,7 @@ pub struct Handoff<T> {
 
 impl<T> Handoff<T> {
     /// Room for `capacity` items waiting for the task.
-    pub fn with_capacity(capacity: usize) -> Handoff<T> {
+    pub(crate) fn with_capacity(capacity: usize) -> Handoff<T> {
         let (tx, rx) = mpsc::channel(capacity.max(1));
         Handoff {
             tx,
@@ -48,7 +48,7 @@ impl<T> Handoff<T> {
     }
 
     /// Items not handed over because the task was behind.
-    pub fn skipped(&self) -> u64 {
+    pub(crate) fn skipped(&self) -> u64 {
         self.skipped.load(Ordering::Relaxed)
     }
 }

@@ -40,7 +40,7 @@ pub use pending::PendingMessages;
 pub(crate) use recurrence::returned_again;
 pub use recurrence::{Recurrences, ReturnedAgain};
 pub use replies::{passage, LastSaid};
-pub use shown::{shown, CANDIDATES_PER_SHOWN};
+pub(crate) use shown::{shown, CANDIDATES_PER_SHOWN};
 pub use state::{MessagesPresent, WorkingMemory};
 pub(crate) use statement::could_state_a_fact;
 pub(crate) use stored::stored_messages;
@@ -60,7 +60,7 @@ pub struct WorkingSettings {
 }
 
 impl WorkingSettings {
-    pub fn from_config(c: &crate::config::WorkingMemoryConfig) -> WorkingSettings {
+    pub(crate) fn from_config(c: &crate::config::WorkingMemoryConfig) -> WorkingSettings {
         WorkingSettings {
             enabled: c.enabled,
             ttl: chrono::Duration::hours(i64::from(c.ttl_hours)),

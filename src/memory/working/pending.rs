@@ -32,7 +32,7 @@ struct Waiting {
 
 impl PendingMessages {
     /// `record` waits, under the id of the job that writes it.
-    pub fn add(&self, job_id: &str, record: MemoryRecord) {
+    pub(crate) fn add(&self, job_id: &str, record: MemoryRecord) {
         let waiting = Waiting {
             words: SplitWords::of(&record),
             record,
@@ -44,7 +44,7 @@ impl PendingMessages {
     }
 
     /// These jobs are finished (written or dropped): the table answers for their messages now.
-    pub fn remove<'a>(&self, job_ids: impl IntoIterator<Item = &'a str>) {
+    pub(crate) fn remove<'a>(&self, job_ids: impl IntoIterator<Item = &'a str>) {
         if let Ok(mut rows) = self.rows.lock() {
             for id in job_ids {
                 rows.remove(id);
@@ -79,16 +79,12 @@ impl PendingMessages {
             .collect()
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.rows.lock().map(|r| r.len()).unwrap_or(0)
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     /// How long the oldest waiting message has waited for its vector.
-    pub fn lag(&self) -> Duration {
+    pub(crate) fn lag(&self) -> Duration {
         self.rows
             .lock()
             .ok()
@@ -98,7 +94,12 @@ impl PendingMessages {
 
     /// Waiting messages the filter admits that hold a term of `text`, best first (every term,
     /// then newest), at most `limit`, each with its keyword score.
-    pub fn matching(&self, rows: &RowFilter, text: &str, limit: usize) -> Vec<(MemoryRecord, f32)> {
+    pub(crate) fn matching(
+        &self,
+        rows: &RowFilter,
+        text: &str,
+        limit: usize,
+    ) -> Vec<(MemoryRecord, f32)> {
         let Ok(waiting) = self.rows.lock() else {
             return Vec::new();
         };

@@ -37,7 +37,7 @@ pub struct Recurrences {
 impl Recurrences {
     /// Count one more return of each of `ids`; the ids that reached [`CONSOLIDATE_AT`] just
     /// now (each message once).
-    pub fn returned<'a>(&self, ids: impl IntoIterator<Item = &'a str>) -> Vec<String> {
+    pub(crate) fn returned<'a>(&self, ids: impl IntoIterator<Item = &'a str>) -> Vec<String> {
         let Ok(mut counts) = self.returned.lock() else {
             return Vec::new();
         };

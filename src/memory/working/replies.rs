@@ -72,7 +72,7 @@ pub struct LastSaid {
 impl LastSaid {
     /// `reply_window`: how long after a message a short reply is taken to answer it; zero turns
     /// contextual passages off.
-    pub fn new(reply_window: Duration) -> LastSaid {
+    pub(crate) fn new(reply_window: Duration) -> LastSaid {
         LastSaid {
             window: reply_window,
             last: Mutex::new(HashMap::new()),
@@ -83,7 +83,7 @@ impl LastSaid {
     /// latest messages others said at most the window before it that ask or say something,
     /// oldest first, one per line, when one of them is a question. Then this message joins the
     /// conversation's last.
-    pub fn follow(
+    pub(crate) fn follow(
         &self,
         conversation: &str,
         speaker_id: &str,

@@ -96,7 +96,7 @@ impl RecentStatements {
     /// The earliest statement of `message`'s scope that `message` states again (another
     /// member, the same fact: see [`restates`]); then `message` joins the window when it could
     /// state a fact.
-    pub fn restated_by(
+    pub(crate) fn restated_by(
         &mut self,
         message: &StoredMessage,
         bound: Option<&DuplicateBound>,
@@ -137,7 +137,7 @@ impl RecentStatements {
     /// Drop the statements whose rows were erased (a forget, the expiry sweep, another
     /// process's erase notice): an erased message is never compared again, and its text leaves
     /// this process's memory with its row. Returns how many were dropped.
-    pub fn forget(&mut self, erased: &HashSet<&str>) -> usize {
+    pub(crate) fn forget(&mut self, erased: &HashSet<&str>) -> usize {
         let mut dropped = 0;
         self.scopes.retain(|_, window| {
             let before = window.len();

@@ -42,7 +42,7 @@ fn standing(h: &ScoredMemory) -> u8 {
 }
 
 /// The at most `limit` messages of `candidates` to show for `query`.
-pub fn shown(
+pub(crate) fn shown(
     mut candidates: Vec<ScoredMemory>,
     query: &str,
     for_prompt: bool,

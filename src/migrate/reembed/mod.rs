@@ -118,7 +118,7 @@ pub(crate) async fn prepare_at(
 /// [`crate::migrate::open_store_with`], except that with `auto` a table holding another
 /// model's vectors is first prepared for a re-embed to `model` (otherwise the mismatch error,
 /// which says how to re-embed, stands).
-pub async fn open_store(
+pub(crate) async fn open_store(
     db: &DbLocation,
     table_name: &str,
     model: &ModelInfo,
@@ -155,7 +155,10 @@ pub struct ReembedSettings {
 impl ReembedSettings {
     /// From `migration.*`, `backfill.pacing` (shared with the backfill) and the read
     /// consistency (how soon another process's switch can be seen at all).
-    pub fn from_config(config: &Config, latency: &Arc<ForegroundLatency>) -> ReembedSettings {
+    pub(crate) fn from_config(
+        config: &Config,
+        latency: &Arc<ForegroundLatency>,
+    ) -> ReembedSettings {
         ReembedSettings {
             batch_size: config.migration.reembed_batch_size.max(1),
             pacing: match config.backfill.pacing {
@@ -211,7 +214,7 @@ pub struct ReembedHandle {
 
 impl ReembedHandle {
     /// Read what the table's vectors are (no scan).
-    pub async fn open(
+    pub(crate) async fn open(
         store: Store,
         embedder: Arc<dyn Embedder>,
         settings: ReembedSettings,
@@ -268,7 +271,7 @@ impl ReembedHandle {
     }
 
     /// The progress, with counts read from the table when another process runs it.
-    pub async fn status(&self) -> ReembedProgress {
+    pub(crate) async fn status(&self) -> ReembedProgress {
         if self.progress().state == "pending" {
             if let Ok((total, remaining)) = self.counts().await {
                 self.update(|p| {
@@ -289,7 +292,7 @@ impl ReembedHandle {
 
     /// Run it (as lease holder) or follow it (otherwise) in the background, until the
     /// table's vectors are the configured model's. No-op when they are already.
-    pub fn start(self: &Arc<Self>, search: Arc<LanceSearch>) {
+    pub(crate) fn start(self: &Arc<Self>, search: Arc<LanceSearch>) {
         if self.vectors_current() {
             return;
         }
@@ -300,7 +303,7 @@ impl ReembedHandle {
 
     /// Stop at the next batch boundary and wait: staged batches are kept; one embedded but
     /// not yet staged is embedded again by the next run.
-    pub async fn stop(&self) {
+    pub(crate) async fn stop(&self) {
         let _ = self.cancel.send(true);
         self.task.join().await;
     }

@@ -51,7 +51,7 @@ fn lapsed(holder: &LeaseHolder, now: DateTime<Utc>) -> bool {
 }
 
 impl BucketLease {
-    pub fn new(
+    pub(crate) fn new(
         beside: Beside,
         table: &str,
         instance: &str,
@@ -69,7 +69,7 @@ impl BucketLease {
         }
     }
 
-    pub fn is_held(&self) -> bool {
+    pub(crate) fn is_held(&self) -> bool {
         self.held.load(Ordering::Acquire)
     }
 
@@ -99,7 +99,7 @@ impl BucketLease {
     }
 
     /// Take the lease if it is free or has lapsed.
-    pub async fn try_acquire(&self) -> Result<bool, BesideError> {
+    pub(crate) async fn try_acquire(&self) -> Result<bool, BesideError> {
         if self.is_held() {
             return self.renew().await;
         }
@@ -139,7 +139,7 @@ impl BucketLease {
     }
 
     /// Extend the lease by its TTL. `false`: it is gone (taken over, or not renewed in time).
-    pub async fn renew(&self) -> Result<bool, BesideError> {
+    pub(crate) async fn renew(&self) -> Result<bool, BesideError> {
         let Some(held) = self.current() else {
             return Ok(false);
         };
@@ -183,7 +183,7 @@ impl BucketLease {
     }
 
     /// Mark the record lapsed (only if it is still ours), so the next instance need not wait.
-    pub async fn release(&self) {
+    pub(crate) async fn release(&self) {
         let Some(held) = self.current() else { return };
         self.set(None);
         let now = Utc::now();
@@ -199,7 +199,7 @@ impl BucketLease {
 }
 
 /// The holder of the lease in the bucket, unless its record has lapsed.
-pub async fn current_holder(beside: &Beside, table: &str) -> Option<LeaseHolder> {
+pub(crate) async fn current_holder(beside: &Beside, table: &str) -> Option<LeaseHolder> {
     let (bytes, _) = beside.read(&record_name(table)).await.ok()??;
     parse(&bytes).filter(|h| !lapsed(h, Utc::now()))
 }

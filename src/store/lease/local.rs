@@ -25,7 +25,12 @@ pub struct LocalLease {
 impl LocalLease {
     /// The lease of `table` in `dir` for this process (`instance`); `held` is set while it is
     /// held.
-    pub fn new(dir: &Path, table: &str, instance: &str, held: Arc<AtomicBool>) -> LocalLease {
+    pub(crate) fn new(
+        dir: &Path,
+        table: &str,
+        instance: &str,
+        held: Arc<AtomicBool>,
+    ) -> LocalLease {
         held.store(false, Ordering::Release);
         LocalLease {
             lock_path: dir.join(format!("{table}.maintenance.lock")),
@@ -37,12 +42,12 @@ impl LocalLease {
     }
 
     /// Whether this process holds the lease (and so does the maintenance).
-    pub fn is_held(&self) -> bool {
+    pub(crate) fn is_held(&self) -> bool {
         self.held.load(Ordering::Acquire)
     }
 
     /// Take the lease if nobody holds it. Returns whether this process holds it now.
-    pub fn try_acquire(&self) -> std::io::Result<bool> {
+    pub(crate) fn try_acquire(&self) -> std::io::Result<bool> {
         if self.is_held() {
             return Ok(true);
         }
@@ -72,7 +77,7 @@ impl LocalLease {
     }
 
     /// Give the lease up (clean shutdown): unlock, so the next process takes it at once.
-    pub fn release(&self) {
+    pub(crate) fn release(&self) {
         if let Ok(mut slot) = self.file.lock() {
             *slot = None;
         }
@@ -82,7 +87,7 @@ impl LocalLease {
 
 /// Who holds the lease of `table` in `dir` now, if anyone (for `migrate status` and friends).
 /// A record whose lock is free is stale: its holder is gone.
-pub fn current_holder(dir: &Path, table: &str) -> Option<LeaseHolder> {
+pub(crate) fn current_holder(dir: &Path, table: &str) -> Option<LeaseHolder> {
     let lock = OpenOptions::new()
         .write(true)
         .open(dir.join(format!("{table}.maintenance.lock")))

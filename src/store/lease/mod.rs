@@ -76,7 +76,7 @@ pub struct Lease(Arc<Kind>);
 pub struct WeakLease(Weak<Kind>);
 
 impl WeakLease {
-    pub fn upgrade(&self) -> Option<Lease> {
+    pub(crate) fn upgrade(&self) -> Option<Lease> {
         self.0.upgrade().map(Lease)
     }
 }

@@ -74,7 +74,7 @@ pub struct Maintenance {
 pub type KeptRows = Box<dyn Fn(u64) + Send + Sync>;
 
 impl Maintenance {
-    pub fn new(
+    pub(crate) fn new(
         table: Table,
         settings: WriterSettings,
         counters: Arc<WriterCounters>,
@@ -110,7 +110,7 @@ impl Maintenance {
     /// (see [`index_tiers`]), and a pass that starts again as soon as a few new ones land
     /// spends a burst's CPU on passes that merge little. Returns at once: the pass runs on the
     /// maintenance task.
-    pub fn wrote(&self, fragments: usize) {
+    pub(crate) fn wrote(&self, fragments: usize) {
         self.dirty.store(true, Ordering::Release);
         if self.past_the_limit(fragments) {
             self.wake.notify_one();
@@ -124,7 +124,7 @@ impl Maintenance {
     }
 
     /// One pass now (and wait for it): compact, then fold new rows into the indexes.
-    pub async fn run(self: &Arc<Self>, full: bool) -> Result<MaintenanceReport, StoreError> {
+    pub(crate) async fn run(self: &Arc<Self>, full: bool) -> Result<MaintenanceReport, StoreError> {
         let this = self.clone();
         self.on_thread(async move { this.pass_now(full).await })
             .await
@@ -233,7 +233,7 @@ impl Maintenance {
     }
 
     /// End the background loop.
-    pub fn stop(&self) {
+    pub(crate) fn stop(&self) {
         self.stopped.store(true, Ordering::Release);
         self.wake.notify_one();
     }

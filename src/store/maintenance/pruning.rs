@@ -92,7 +92,7 @@ pub(crate) async fn prune_versions(
 
 /// Total size of the regular files under `dir` (for `/v1/status`); unreadable entries are
 /// skipped rather than failing a status call.
-pub fn disk_bytes(dir: &Path) -> u64 {
+pub(crate) fn disk_bytes(dir: &Path) -> u64 {
     let mut total = 0;
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
@@ -128,7 +128,7 @@ pub struct VersionLimits {
 
 impl VersionLimits {
     /// The reader grace for a given `read_consistency`: twice it, at least 10 s.
-    pub fn grace_for(read_consistency: Duration) -> Duration {
+    pub(crate) fn grace_for(read_consistency: Duration) -> Duration {
         (read_consistency * 2).max(Duration::from_secs(10))
     }
 }

@@ -21,7 +21,7 @@ static PROTOTYPE: OnceLock<Option<Box<dyn LanceTokenizer>>> = OnceLock::new();
 
 /// A tokenizer of its own for the caller (building one loads the segmenter's data once).
 /// `None` if it cannot be built: keyword searches then stay on LanceDB.
-pub fn analyzer() -> Option<Box<dyn LanceTokenizer>> {
+pub(crate) fn analyzer() -> Option<Box<dyn LanceTokenizer>> {
     PROTOTYPE
         .get_or_init(|| match fulltext_params().build() {
             Ok(t) => Some(t),
@@ -88,7 +88,7 @@ impl Vocabulary {
     }
 
     /// BM25's inverse document frequency (never negative).
-    pub fn idf(&self, term: u32) -> f32 {
+    pub(crate) fn idf(&self, term: u32) -> f32 {
         let n = self.docs as f32;
         let df = self.df.get(term as usize).copied().unwrap_or(0) as f32;
         ((n - df + 0.5) / (df + 0.5) + 1.0).ln()
@@ -98,7 +98,7 @@ impl Vocabulary {
         (self.terms as f32 / self.docs.max(1) as f32).max(1.0)
     }
 
-    pub fn bytes(&self) -> usize {
+    pub(crate) fn bytes(&self) -> usize {
         self.ids.keys().map(|k| k.capacity() + 48).sum::<usize>() + self.df.capacity() * 4
     }
 }
@@ -167,7 +167,7 @@ fn take_varint(bytes: &[u8], at: &mut usize) -> u32 {
 
 impl Postings {
     /// Index the partition's next row.
-    pub fn push(&mut self, vocabulary: &mut Vocabulary, terms: &[String]) {
+    pub(crate) fn push(&mut self, vocabulary: &mut Vocabulary, terms: &[String]) {
         let row = self.lengths.len() as u32;
         let mut counts: HashMap<u32, u32> = HashMap::new();
         for t in terms {
@@ -183,14 +183,14 @@ impl Postings {
     }
 
     /// The partition's rows, indexed or not.
-    pub fn rows(&self) -> usize {
+    pub(crate) fn rows(&self) -> usize {
         self.lengths.len()
     }
 
     /// Add every row's BM25 score for `terms` to `scores` (indexed by row, [`Postings::rows`]
     /// long). Dense: a gram of one character is held by a large share of the rows, where a
     /// map per matching row costs more than a slot per row.
-    pub fn score(&self, vocabulary: &Vocabulary, terms: &[u32], scores: &mut [f32]) {
+    pub(crate) fn score(&self, vocabulary: &Vocabulary, terms: &[u32], scores: &mut [f32]) {
         let average = vocabulary.average_length();
         for &term in terms {
             let Some(rows) = self.by_term.get(&term) else {
@@ -207,7 +207,7 @@ impl Postings {
     }
 
     /// Heap bytes: each term's bytes, its map slot and allocation, the row lengths.
-    pub fn bytes(&self) -> usize {
+    pub(crate) fn bytes(&self) -> usize {
         self.by_term
             .values()
             .map(|t| t.bytes.capacity() + 56)

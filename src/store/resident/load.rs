@@ -47,7 +47,7 @@ fn yield_budget(rows: usize) -> Duration {
 /// foreground search is running on LanceDB. Without that, Lance's default read-ahead (up to
 /// 2 GiB) read the whole table beside the first recalls: at 1M rows on 2 cores the first
 /// recall took 8.9 s with the load running and 1.4 s without it.
-pub async fn snapshot(
+pub(crate) async fn snapshot(
     table: &Table,
     dim: usize,
     max_rows: usize,
@@ -144,7 +144,7 @@ pub struct Foreground {
 
 impl Foreground {
     /// Count one search as running until the guard drops.
-    pub fn enter(&self) -> ForegroundGuard<'_> {
+    pub(crate) fn enter(&self) -> ForegroundGuard<'_> {
         self.running.fetch_add(1, Ordering::AcqRel);
         ForegroundGuard(self)
     }

@@ -376,7 +376,7 @@ pub struct ResidentStats {
 }
 
 impl ResidentVectors {
-    pub fn new(dim: usize) -> ResidentVectors {
+    pub(crate) fn new(dim: usize) -> ResidentVectors {
         ResidentVectors {
             dim,
             max_rows: std::sync::atomic::AtomicUsize::new(usize::MAX),
@@ -441,7 +441,7 @@ impl ResidentVectors {
 
     /// The `k` nearest rows at table version `version` or later, or `None` when the snapshot
     /// cannot show that version (then the caller asks LanceDB, and counts it deferred).
-    pub fn nearest(
+    pub(crate) fn nearest(
         &self,
         version: u64,
         vector: &[f32],
@@ -463,7 +463,7 @@ impl ResidentVectors {
 
     /// The `k` best keyword (BM25) matches at table version `version` or later, or `None` when
     /// the snapshot cannot show that version or has no keyword index.
-    pub fn matching(
+    pub(crate) fn matching(
         &self,
         version: u64,
         text: &str,

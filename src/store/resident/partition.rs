@@ -46,7 +46,7 @@ pub struct Query {
 }
 
 impl Query {
-    pub fn new(vector: &[f32], rescale: Option<ScriptRescale>) -> Query {
+    pub(crate) fn new(vector: &[f32], rescale: Option<ScriptRescale>) -> Query {
         let unit = normalised(vector);
         let (codes, scale) = quantise(&unit);
         Query {
@@ -68,7 +68,7 @@ impl Query {
 }
 
 impl Partition {
-    pub fn new(dim: usize) -> Partition {
+    pub(crate) fn new(dim: usize) -> Partition {
         Partition {
             dim,
             ..Partition::default()
@@ -93,7 +93,7 @@ impl Partition {
 
     /// Add a row. A vector of another dimension is refused by the caller (the table's schema
     /// fixes it), so here it is truncated or zero-padded rather than checked twice.
-    pub fn push(&mut self, record: MemoryRecord, vector: &[f32]) {
+    pub(crate) fn push(&mut self, record: MemoryRecord, vector: &[f32]) {
         let mut v = vec![0.0; self.dim];
         for (slot, x) in v.iter_mut().zip(vector) {
             *slot = *x;
@@ -113,7 +113,7 @@ impl Partition {
 
     /// Offer every admitted row's approximate similarity to `top`. The CPU check runs once
     /// per scan, so the AVX2 build inlines the dot product into the row loop.
-    pub fn scan(&self, partition: usize, q: &Query, rows: &RowFilter, top: &mut TopN) {
+    pub(crate) fn scan(&self, partition: usize, q: &Query, rows: &RowFilter, top: &mut TopN) {
         #[cfg(target_arch = "x86_64")]
         {
             if std::is_x86_feature_detected!("avx2") {
@@ -151,7 +151,7 @@ impl Partition {
 
     /// The similarity of one row from its f16 copy (error ~1e-4, far below the int8 scan's),
     /// on the query's scale.
-    pub fn exact(&self, q: &Query, row: usize) -> f32 {
+    pub(crate) fn exact(&self, q: &Query, row: usize) -> f32 {
         let v = &self.fine[row * self.dim..(row + 1) * self.dim];
         let similarity = v.iter().zip(&q.unit).map(|(a, b)| a.to_f32() * b).sum();
         q.scaled(self.scripts[row], similarity)
@@ -218,7 +218,7 @@ impl Partition {
         removed
     }
 
-    pub fn record(&self, row: usize) -> &MemoryRecord {
+    pub(crate) fn record(&self, row: usize) -> &MemoryRecord {
         &self.records[row]
     }
 }
@@ -255,7 +255,7 @@ impl Ord for ByScore {
 }
 
 impl TopN {
-    pub fn new(n: usize) -> TopN {
+    pub(crate) fn new(n: usize) -> TopN {
         TopN {
             n: n.max(1),
             heap: std::collections::BinaryHeap::with_capacity(n.max(1) + 1),

@@ -53,10 +53,6 @@ impl ResidentSearch {
         self.fulltext.matching(req).await
     }
 
-    pub fn resident(&self) -> &Arc<ResidentVectors> {
-        &self.resident
-    }
-
     async fn search(&self, req: &SearchRequest) -> Result<Vec<Hit>, StoreError> {
         let k = req.k.max(1);
         let hits = self

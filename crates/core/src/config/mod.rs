@@ -602,7 +602,7 @@ pub struct Loaded {
 
 impl Config {
     /// The parsed embedded schema.
-    pub fn schema() -> Result<Schema, ConfigError> {
+    pub(crate) fn schema() -> Result<Schema, ConfigError> {
         Schema::parse(SCHEMA_JSON)
     }
 

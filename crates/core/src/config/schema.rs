@@ -87,17 +87,12 @@ pub struct Schema {
 
 impl Schema {
     /// Parses schema text; an error means the schema itself (not a user file) is broken.
-    pub fn parse(text: &str) -> Result<Schema, ConfigError> {
+    pub(crate) fn parse(text: &str) -> Result<Schema, ConfigError> {
         let fields: BTreeMap<String, FieldSchema> = serde_json::from_str(text)
             .map_err(|e| ConfigError::Schema(format!("not a valid schema: {e}")))?;
         let schema = Schema { fields };
         schema.check_shape(&schema.fields, "")?;
         Ok(schema)
-    }
-
-    /// Top-level fields.
-    pub fn fields(&self) -> &BTreeMap<String, FieldSchema> {
-        &self.fields
     }
 
     fn check_shape(
@@ -127,7 +122,7 @@ impl Schema {
 
     /// The defaults object: every field with its schema default (validated like user input,
     /// so a broken default is caught).
-    pub fn defaults(&self) -> Result<Value, ConfigError> {
+    pub(crate) fn defaults(&self) -> Result<Value, ConfigError> {
         let mut warnings = Vec::new();
         resolve_object(&self.fields, None, "", &mut warnings).map(Value::Object)
     }
@@ -136,7 +131,7 @@ impl Schema {
     ///
     /// Returns the complete, normalised config object (every schema key present; JSON `text`
     /// fields given as strings are parsed) and warnings for unknown keys (dotted paths).
-    pub fn resolve(&self, user: &Value) -> Result<(Value, Vec<String>), ConfigError> {
+    pub(crate) fn resolve(&self, user: &Value) -> Result<(Value, Vec<String>), ConfigError> {
         let Value::Object(user) = user else {
             return Err(ConfigError::InvalidType {
                 key: "<root>".to_owned(),

@@ -214,7 +214,7 @@ impl ScopeMap {
     }
 
     /// Applied entries: trimmed key → scope.
-    pub fn entries(&self) -> &HashMap<String, ScopeName> {
+    pub(crate) fn entries(&self) -> &HashMap<String, ScopeName> {
         &self.entries
     }
 
@@ -223,13 +223,8 @@ impl ScopeMap {
         &self.ignored
     }
 
-    /// When this map was built.
-    pub fn loaded_at(&self) -> DateTime<Utc> {
-        self.loaded_at
-    }
-
     /// The unmapped policy.
-    pub fn unmapped(&self) -> UnmappedPolicy {
+    pub(crate) fn unmapped(&self) -> UnmappedPolicy {
         self.unmapped
     }
 
