@@ -455,6 +455,12 @@ async fn run() {
         check(&t.conversation_id, &got);
         if !got.empty {
             alone.push(described(&t.text, &got));
+            if verbose {
+                println!(
+                    "  small talk {:?} alone injected {:?} {:?}",
+                    t.text, got.memories, got.messages
+                );
+            }
         }
         let chat: Vec<&Message> = messages
             .iter()
@@ -472,6 +478,12 @@ async fn run() {
         check(&t.conversation_id, &got);
         if !got.empty {
             with_turns.push(described(&t.text, &got));
+            if verbose {
+                println!(
+                    "  small talk {:?} with turns injected {:?} {:?}",
+                    t.text, got.memories, got.messages
+                );
+            }
         }
     }
     println!(
