@@ -13,7 +13,7 @@
 //!   uses), in either crate;
 //! - a `pub fn` of the service crate is one that `main.rs`, a bench or an integration test
 //!   names: everything else is `pub(crate)` (issue 61; 369 `pub fn`s were 148 once the
-//!   compiler said which were needed).
+//!   compiler said which were needed), and those are the list in docs/public-surface.md.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -125,27 +125,10 @@ fn no_scope_or_conversation_predicate_is_formatted_outside_the_filter() {
 /// The names of the `pub fn`s of a source file, up to its unit tests.
 fn pub_fns(file: &Path) -> Vec<String> {
     let text = std::fs::read_to_string(file).unwrap_or_default();
-    let mut names = Vec::new();
-    for line in text.lines() {
-        let line = line.trim_start();
-        if line.starts_with("mod tests") {
-            break;
-        }
-        let Some(mut rest) = line.strip_prefix("pub ") else {
-            continue;
-        };
-        for qualifier in ["async ", "const ", "unsafe "] {
-            rest = rest.strip_prefix(qualifier).unwrap_or(rest);
-        }
-        if let Some(rest) = rest.strip_prefix("fn ") {
-            let name: String = rest
-                .chars()
-                .take_while(|c| c.is_alphanumeric() || *c == '_')
-                .collect();
-            names.push(name);
-        }
-    }
-    names
+    text.lines()
+        .take_while(|l| !l.trim_start().starts_with("mod tests"))
+        .filter_map(pub_fns_of_line)
+        .collect()
 }
 
 /// Whether `text` names the function `name` where a function is named: called (`name(`,
@@ -205,5 +188,132 @@ fn a_function_is_pub_only_when_the_binary_a_bench_or_a_test_names_it() {
         "pub, but no binary, bench or integration test names them; make them pub(crate) \
          (design §4):\n{}",
         needless.join("\n")
+    );
+}
+
+/// The type an `impl` line opens a block for: `impl<T> Foo<T> {` and `impl Bar for Foo {` are
+/// both `Foo`.
+fn impl_target(line: &str) -> Option<String> {
+    let mut rest = line.strip_prefix("impl")?;
+    if rest.starts_with('<') {
+        let mut depth = 0;
+        let end = rest.char_indices().find_map(|(i, c)| {
+            match c {
+                '<' => depth += 1,
+                '>' => depth -= 1,
+                _ => {}
+            }
+            (depth == 0).then_some(i + 1)
+        })?;
+        rest = &rest[end..];
+    } else if !rest.starts_with(' ') {
+        return None;
+    }
+    let rest = rest.rsplit(" for ").next().unwrap_or(rest).trim_start();
+    Some(
+        rest.chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == ':')
+            .collect(),
+    )
+}
+
+/// Every `pub fn` of the service crate as `module::Type::name` (or `module::name`), in file
+/// order, files sorted by path.
+fn public_surface() -> Vec<String> {
+    let src = repo().join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    files.sort();
+    let mut surface = Vec::new();
+    for f in files.iter().filter(|f| **f != src.join("main.rs")) {
+        let rel = f.strip_prefix(&src).unwrap_or(f).with_extension("");
+        let mut parts: Vec<String> = rel
+            .components()
+            .map(|c| c.as_os_str().to_string_lossy().into_owned())
+            .collect();
+        if parts.last().is_some_and(|p| p == "mod" || p == "lib") {
+            parts.pop();
+        }
+        let module = parts.join("::");
+        let text = std::fs::read_to_string(f).unwrap_or_default();
+        let mut container = String::new();
+        for line in text.lines() {
+            if line.trim_start().starts_with("mod tests") {
+                break;
+            }
+            if !line.starts_with(char::is_whitespace) && !line.is_empty() {
+                if let Some(target) = impl_target(line) {
+                    container = target;
+                } else if line.trim_end().ends_with('{') {
+                    container = line.trim_end().trim_end_matches('{').trim().to_string();
+                }
+            }
+            if let Some(name) = pub_fns_of_line(line) {
+                let at = if line.starts_with(char::is_whitespace) {
+                    format!("{container}::")
+                } else {
+                    String::new()
+                };
+                let module = if module.is_empty() {
+                    String::new()
+                } else {
+                    format!("{module}::")
+                };
+                surface.push(format!("{module}{at}{name}"));
+            }
+        }
+    }
+    surface
+}
+
+/// The name of the `pub fn` a line declares, if it declares one.
+fn pub_fns_of_line(line: &str) -> Option<String> {
+    let mut rest = line.trim_start().strip_prefix("pub ")?;
+    for qualifier in ["async ", "const ", "unsafe "] {
+        rest = rest.strip_prefix(qualifier).unwrap_or(rest);
+    }
+    let rest = rest.strip_prefix("fn ")?;
+    Some(
+        rest.chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect(),
+    )
+}
+
+/// The list in docs/public-surface.md: the lines of its one code block.
+fn listed_surface(doc: &str) -> Vec<String> {
+    doc.split("```")
+        .nth(1)
+        .unwrap_or_default()
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn the_public_surface_is_the_list_in_docs() {
+    let path = repo().join("docs").join("public-surface.md");
+    let doc = std::fs::read_to_string(&path).unwrap_or_default();
+    let found = public_surface();
+    assert!(found.len() > 50, "found only {} pub fns", found.len());
+    let listed = listed_surface(&doc);
+    if found == listed {
+        return;
+    }
+    if std::env::var_os("SCOPEMEM_BLESS").is_some_and(|v| v == "1") {
+        let head = doc.split("```").next().unwrap_or_default();
+        let tail = doc.split("```").nth(2).unwrap_or("\n");
+        std::fs::write(&path, format!("{head}```\n{}\n```{tail}", found.join("\n")))
+            .expect("write docs/public-surface.md");
+        return;
+    }
+    let added: Vec<&String> = found.iter().filter(|f| !listed.contains(f)).collect();
+    let removed: Vec<&String> = listed.iter().filter(|l| !found.contains(l)).collect();
+    panic!(
+        "the crate's pub fns differ from docs/public-surface.md (design §4).\nnew: {added:?}\n\
+         gone: {removed:?}\nMake a new one pub(crate) unless main.rs, a bench or an integration \
+         test needs it; then list it with `SCOPEMEM_BLESS=1 cargo test --test it shape::`"
     );
 }
