@@ -491,22 +491,21 @@ async fn hostile_conversation_ids_are_literals_or_400_and_never_cross() {
     .into_iter()
     .chain(table.iter().map(|x| (x.label.to_string(), x.value.clone())))
     .collect();
-    for (label, raw) in &all {
+    // Every write is sent at once (the writer groups them into a few commits); the answers are
+    // checked one conversation at a time.
+    let api_ref = &api;
+    let answers = futures::future::join_all(all.iter().map(|(label, raw)| async move {
         let content = format!("memory written from the {label} conversation");
-        let (code, body) = api
-            .post(
-                label,
-                "/v1/remember",
-                &json!({"conversation_id": raw, "content": content, "tags": [label]}),
-            )
-            .await;
-        let (code2, body2) = api
-            .post(
-                label,
-                "/v1/tools/core_memory_remember",
-                &json!({"conversation_id": raw, "arguments": {"content": format!("{content} (tool)")}}),
-            )
-            .await;
+        let remember = json!({"conversation_id": raw, "content": content, "tags": [label]});
+        let tool =
+            json!({"conversation_id": raw, "arguments": {"content": format!("{content} (tool)")}});
+        futures::join!(
+            api_ref.post(label, "/v1/remember", &remember),
+            api_ref.post(label, "/v1/tools/core_memory_remember", &tool)
+        )
+    }))
+    .await;
+    for ((label, raw), ((code, body), (code2, body2))) in all.iter().zip(answers) {
         match valid_conversation(raw) {
             Some(conv) => {
                 let (scope, source) = resolver.scope(&conv, None);
@@ -747,18 +746,33 @@ async fn hostile_personas_resolve_literally_and_never_cross() {
     personas.push(("null", Value::Null));
     // A persona may be refused only when it could never name a map key.
     let may_refuse = |p: &Value| p.as_str().and_then(persona_key).is_none();
-    for (i, (label, persona)) in personas.iter().enumerate() {
-        // Alternate a mapped and an unmapped conversation: the persona wins over both.
-        let conv = if i % 2 == 0 { FAMILY } else { UNMAPPED };
+    // Alternate a mapped and an unmapped conversation: the persona wins over both. Sent at
+    // once, checked in order.
+    let conv_of = |i: usize| {
+        if i.is_multiple_of(2) {
+            FAMILY
+        } else {
+            UNMAPPED
+        }
+    };
+    let api_ref = &api;
+    let answers = futures::future::join_all(personas.iter().enumerate().map(
+        |(i, (label, persona))| async move {
+            let conv = conv_of(i);
+            api_ref
+                .post(
+                    &format!("remember persona {label} in {conv}"),
+                    "/v1/remember",
+                    &json!({"conversation_id": conv, "persona": persona, "content": format!("memory of persona {label}"), "tags": [label]}),
+                )
+                .await
+        },
+    ))
+    .await;
+    for ((i, (label, persona)), (code, body)) in personas.iter().enumerate().zip(answers) {
+        let conv = conv_of(i);
         let what = format!("remember persona {label} in {conv}");
         let (scope, source) = resolver.scope(conv, persona.as_str());
-        let (code, body) = api
-            .post(
-                &what,
-                "/v1/remember",
-                &json!({"conversation_id": conv, "persona": persona, "content": format!("memory of persona {label}"), "tags": [label]}),
-            )
-            .await;
         if code == 400 && may_refuse(persona) {
             continue;
         }
@@ -910,19 +924,22 @@ async fn hostile_memory_ids_never_touch_other_scopes() {
     let convs = conversations(&table);
 
     // Three memories per conversation: a (strength 50), b, c. The public room's `a` starts at
-    // strength 1 so that every reinforcement of it shows (no cap).
-    for (label, raw) in &convs {
-        for n in 0..3 {
+    // strength 1 so that every reinforcement of it shows (no cap). Sent together: the writer
+    // commits them in a few group commits instead of one commit each.
+    let seeds = convs.iter().flat_map(|(label, raw)| {
+        (0..3).map(move |n| {
             let strength = if raw == PUBLIC_ROOM && n == 0 { 1 } else { 50 };
-            let (code, body) = api
-                .post(
-                    label,
-                    "/v1/remember",
-                    &json!({"conversation_id": raw, "content": format!("memory {n} of the {label} conversation"), "strength": strength}),
-                )
-                .await;
-            assert_eq!(code, 200, "[{label}]: {}", short(&body));
-        }
+            let body = json!({"conversation_id": raw, "content": format!("memory {n} of the {label} conversation"), "strength": strength});
+            (label, body)
+        })
+    });
+    let api_ref = &api;
+    let seeded = futures::future::join_all(seeds.map(|(label, body)| async move {
+        (label, api_ref.post(label, "/v1/remember", &body).await)
+    }))
+    .await;
+    for (label, (code, body)) in seeded {
+        assert_eq!(code, 200, "[{label}]: {}", short(&body));
     }
     let rows0 = api.rows().await;
     let id_of = |label: &str, n: usize| -> String {

@@ -39,9 +39,9 @@ async fn expired_memories_are_never_recalled_and_the_sweeper_erases_them() {
     ))
     .await;
     host.start_background();
-    // Microseconds, the column's precision. Time enough for two remembers and a recall on a
-    // loaded machine before it expires (3 s was not always).
-    let expires = Utc::now() + chrono::Duration::seconds(15);
+    // Microseconds, the column's precision. An hour ahead: two remembers and a recall see it
+    // unexpired however loaded the machine; then its hour passes below.
+    let expires = Utc::now() + chrono::Duration::hours(1);
     let soon = expires.to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
     let brief = host
         .invoke(
@@ -61,7 +61,25 @@ async fn expired_memories_are_never_recalled_and_the_sweeper_erases_them() {
     let (_, hits) = recall(&host, FAMILY, "pottery class").await;
     assert_eq!(hits.len(), 2, "{hits:?}");
 
-    assert!(eventually(Duration::from_secs(60), || Utc::now() > expires).await);
+    // Its hour passes: the row's expiry moves to now (the test does not wait an hour).
+    let id = brief["memory"]["id"].as_str().unwrap();
+    let passed = Utc::now();
+    let moved = host
+        .memory()
+        .store()
+        .writer()
+        .update(
+            format!("id = {}", scopemem::store::sql_literal(id)),
+            vec![(
+                scopemem::store::schema::COL_EXPIRES_AT.into(),
+                scopemem::store::timestamp_literal(passed),
+            )],
+        )
+        .await
+        .unwrap();
+    assert_eq!(moved, 1);
+    host.memory().store().refresh().await.unwrap();
+    assert!(eventually(Duration::from_secs(60), || Utc::now() > passed).await);
     let (_, hits) = recall(&host, FAMILY, "pottery class").await;
     let contents: Vec<&str> = hits.iter().map(|(_, c)| c.as_str()).collect();
     assert_eq!(contents, [KEEP], "expired, though not swept yet");
@@ -79,7 +97,6 @@ async fn expired_memories_are_never_recalled_and_the_sweeper_erases_them() {
         .unwrap();
     assert_eq!(browsed["total"], 1, "{browsed}");
     // Feedback cannot reinforce or merge what recall would not show.
-    let id = brief["memory"]["id"].as_str().unwrap();
     let job = host
         .invoke(
             "feedback",
