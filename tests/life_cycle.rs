@@ -64,21 +64,7 @@ async fn expired_memories_are_never_recalled_and_the_sweeper_erases_them() {
     // Its hour passes: the row's expiry moves to now (the test does not wait an hour).
     let id = brief["memory"]["id"].as_str().unwrap();
     let passed = Utc::now();
-    let moved = host
-        .memory()
-        .store()
-        .writer()
-        .update(
-            format!("id = {}", scopemem::store::sql_literal(id)),
-            vec![(
-                scopemem::store::schema::COL_EXPIRES_AT.into(),
-                scopemem::store::timestamp_literal(passed),
-            )],
-        )
-        .await
-        .unwrap();
-    assert_eq!(moved, 1);
-    host.memory().store().refresh().await.unwrap();
+    set_expiry(&host, id, passed).await;
     assert!(eventually(Duration::from_secs(60), || Utc::now() > passed).await);
     let (_, hits) = recall(&host, FAMILY, "pottery class").await;
     let contents: Vec<&str> = hits.iter().map(|(_, c)| c.as_str()).collect();

@@ -14,7 +14,6 @@ use futures::future::BoxFuture;
 use scopemem::config::Config;
 use scopemem::embed::{EmbedError, Embedder, TextRole};
 use scopemem::host::PluginHost;
-use scopemem::store::schema::COL_EXPIRES_AT;
 use serde_json::{json, Value};
 
 const ALLERGY: &str = "妈妈对花生过敏，别点沙爹";
@@ -381,19 +380,7 @@ async fn a_message_expires_and_its_consolidated_fact_stays() {
         "{ttl:?}"
     );
     // Its hour passes: the row's expiry moves to now (the test does not wait 30 minutes).
-    let now = scopemem::store::timestamp_literal(chrono::Utc::now());
-    let moved = host
-        .memory()
-        .store()
-        .writer()
-        .update(
-            format!("id = {}", scopemem::store::sql_literal(&message.id)),
-            vec![(COL_EXPIRES_AT.into(), now)],
-        )
-        .await
-        .unwrap();
-    assert_eq!(moved, 1);
-    host.memory().store().refresh().await.unwrap();
+    common::set_expiry(&host, &message.id, chrono::Utc::now()).await;
     assert!(recent(&host, FAMILY, "花生过敏").await.is_empty());
     let erased = scopemem::memory::service::sweeper::sweep_once(host.memory())
         .await
@@ -468,19 +455,12 @@ async fn a_memory_a_rule_made_fades_unless_recalled_again() {
     assert!((29.0..=30.0).contains(&left), "{left} days");
 
     // A day before it would expire, a recall returns it: 30 days again.
-    let soon = chrono::Utc::now() + chrono::Duration::days(1);
-    host.memory()
-        .store()
-        .writer()
-        .update(
-            format!("id = {}", scopemem::store::sql_literal(&fact.id)),
-            vec![(
-                COL_EXPIRES_AT.into(),
-                scopemem::store::timestamp_literal(soon),
-            )],
-        )
-        .await
-        .unwrap();
+    common::set_expiry(
+        &host,
+        &fact.id,
+        chrono::Utc::now() + chrono::Duration::days(1),
+    )
+    .await;
     let row = |rows: Vec<scopemem::store::MemoryRecord>| rows.into_iter().find(|r| r.id == fact.id);
     let moved = row(common::all_rows(&host).await).expect("the fact");
     assert!(days_left(&moved).unwrap() < 2.0, "{moved:?}");

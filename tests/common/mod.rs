@@ -411,6 +411,25 @@ pub async fn all_rows(host: &PluginHost) -> Vec<scopemem::store::MemoryRecord> {
         .collect()
 }
 
+/// Move row `id`'s `expires_at` to `at` through the writer, as if that much time had passed
+/// (a test does not wait hours for an expiry), and refresh the store's view of the table.
+pub async fn set_expiry(host: &PluginHost, id: &str, at: chrono::DateTime<chrono::Utc>) {
+    let store = host.memory().store();
+    let moved = store
+        .writer()
+        .update(
+            format!("id = {}", scopemem::store::sql_literal(id)),
+            vec![(
+                scopemem::store::schema::COL_EXPIRES_AT.into(),
+                scopemem::store::timestamp_literal(at),
+            )],
+        )
+        .await
+        .unwrap();
+    assert_eq!(moved, 1, "row {id} is there to move");
+    store.refresh().await.unwrap();
+}
+
 /// Config with a fast backfill for tests.
 pub fn legacy_config(dir: &Path, map: Value, mode: &str) -> Config {
     Config::from_value(&json!({
