@@ -331,10 +331,13 @@ impl BytesBound {
     }
 
     async fn tick(&mut self, table: &Table, reader_grace: Duration, started: Instant) {
-        if self.factor <= 0.0 || self.checked_at.is_some_and(|t| t.elapsed() < BYTES_CHECK) {
+        // A second look is due when the grace has passed, not at the next measuring interval.
+        let recheck = self.recheck_at.is_some_and(|t| Instant::now() >= t);
+        if self.factor <= 0.0
+            || (!recheck && self.checked_at.is_some_and(|t| t.elapsed() < BYTES_CHECK))
+        {
             return;
         }
-        let recheck = self.recheck_at.is_some_and(|t| Instant::now() >= t);
         let version = table.version().await.unwrap_or(0);
         if version == self.checked_version && !recheck {
             return;
@@ -399,8 +402,18 @@ pub(crate) async fn run_pruner(
     // The count cannot pass the limit before the latest version reaches this.
     let mut list_at: u64 = 0;
     loop {
+        // The bytes' second look wakes the pruner when it is due, not at the next tick (one
+        // already due, say while another process held the lease, waits for the tick).
+        let wake = bytes.recheck_at.filter(|t| *t > Instant::now());
+        let second_look = async {
+            match wake {
+                Some(t) => tokio::time::sleep_until(t.into()).await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             _ = tick.tick() => {}
+            _ = second_look => {}
             _ = stop.notified() => break,
         }
         if !maintainer.load(std::sync::atomic::Ordering::Acquire) {
