@@ -1343,12 +1343,16 @@ async fn hostile_fields_and_bodies_are_literals_or_400() {
         ("tool tag", TOOL_TAGS, "s_tool_tags", REMEMBER_TOOL, true),
     ];
     // id -> (content, tags) as the write returned them; label -> stored content (CONTENT).
-    let mut stored: BTreeMap<String, (String, Vec<String>)> = BTreeMap::new();
-    let mut content_of: HashMap<&str, String> = HashMap::new();
-    for x in &table {
-        let v = &x.value;
-        let t = v.trim();
-        for (kind, conv, scope, path, is_tag) in writers {
+    // The four routes write to four scopes, so they run side by side (the writer commits
+    // their writes together); each route's own writes stay in order, since deduplication
+    // within a scope depends on it.
+    let (api_ref, table_ref) = (&api, &table);
+    let routes = writers.map(|(kind, conv, scope, path, is_tag)| async move {
+        let mut stored: Vec<(String, (String, Vec<String>))> = Vec::new();
+        let mut content_of: Vec<(&str, String)> = Vec::new();
+        for x in table_ref {
+            let v = &x.value;
+            let t = v.trim();
             let what = format!("{kind} [{}]", x.label);
             let fields = if is_tag {
                 json!({"content": format!("tagged memory {}", x.label), "tags": [v]})
@@ -1362,7 +1366,7 @@ async fn hostile_fields_and_bodies_are_literals_or_400() {
                 p["conversation_id"] = json!(conv);
                 p
             };
-            let (code, body) = api.post(&what, path, &payload).await;
+            let (code, body) = api_ref.post(&what, path, &payload).await;
             let ok = if is_tag {
                 t.chars().count() <= 64
             } else {
@@ -1413,11 +1417,18 @@ async fn hostile_fields_and_bodies_are_literals_or_400() {
                 );
                 assert!(m["reasoning"].is_string(), "{what}: reasoning kept");
                 if conv == CONTENT {
-                    content_of.insert(x.label, content.clone());
+                    content_of.push((x.label, content.clone()));
                 }
             }
-            stored.insert(m["id"].as_str().unwrap().to_string(), (content, tags));
+            stored.push((m["id"].as_str().unwrap().to_string(), (content, tags)));
         }
+        (stored, content_of)
+    });
+    let mut stored: BTreeMap<String, (String, Vec<String>)> = BTreeMap::new();
+    let mut content_of: HashMap<&str, String> = HashMap::new();
+    for (route_stored, route_content) in futures::future::join_all(routes).await {
+        stored.extend(route_stored);
+        content_of.extend(route_content);
     }
     let rows = api.rows().await;
     assert_eq!(
