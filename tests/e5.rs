@@ -5,13 +5,11 @@
 use crate::common;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use common::{FAMILY, PRIVATE, WORK};
-use futures::future::BoxFuture;
 use scopemem::config::Config;
-use scopemem::embed::{EmbedError, Embedder, TextRole};
+use scopemem::embed::TextRole;
 use scopemem::host::PluginHost;
 use serde_json::{json, Value};
 
@@ -32,90 +30,6 @@ async fn recall(host: &PluginHost, conversation: &str, query: &str, extra: Value
 
 fn contents(r: &Value) -> Vec<String> {
     common::recalled_texts(r)
-}
-
-/// The real model, its calls held until the test opens them: a measurement that outlasts
-/// start-up's wait, as a debug build's on a loaded 2-core machine does, without waiting for
-/// it. A call dropped before it returns (a measurement cut at the wait) is counted. Its id is
-/// its own, so the fit another test measured on the real model in this process is not taken
-/// for it (`calibration::calibrate_once`).
-struct HeldCalls {
-    real: Arc<dyn Embedder>,
-    id: String,
-    open: tokio::sync::watch::Receiver<bool>,
-    cut: Arc<AtomicUsize>,
-}
-
-/// Counts its call as cut unless the call returned.
-struct CutUnlessReturned(Arc<AtomicUsize>, bool);
-
-impl Drop for CutUnlessReturned {
-    fn drop(&mut self) {
-        if !self.1 {
-            self.0.fetch_add(1, Ordering::SeqCst);
-        }
-    }
-}
-
-impl HeldCalls {
-    fn new(real: Arc<dyn Embedder>) -> (HeldCalls, tokio::sync::watch::Sender<bool>) {
-        let id = format!("held:{}", real.model_id());
-        let (tx, open) = tokio::sync::watch::channel(false);
-        let cut = Arc::new(AtomicUsize::new(0));
-        (
-            HeldCalls {
-                real,
-                id,
-                open,
-                cut,
-            },
-            tx,
-        )
-    }
-}
-
-impl Embedder for HeldCalls {
-    fn model_id(&self) -> &str {
-        &self.id
-    }
-    fn dimension(&self) -> usize {
-        self.real.dimension()
-    }
-    fn embed(
-        &self,
-        role: TextRole,
-        texts: Vec<String>,
-    ) -> BoxFuture<'_, Result<Vec<Vec<f32>>, EmbedError>> {
-        Box::pin(async move {
-            let mut call = CutUnlessReturned(self.cut.clone(), false);
-            let mut open = self.open.clone();
-            let _ = open.wait_for(|o| *o).await;
-            let vectors = self.real.embed(role, texts).await;
-            call.1 = true;
-            vectors
-        })
-    }
-}
-
-/// A model whose measurement takes longer than start-up waits for it is still measured:
-/// the measurement goes on in the background instead of being cut at the wait and started
-/// over (which, on a loaded machine, left the model uncalibrated for good).
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_measurement_longer_than_start_up_waits_still_finishes() {
-    let dir = tempfile::tempdir().unwrap();
-    let (held, open) = HeldCalls::new(common::e5());
-    let cut = held.cut.clone();
-    let host = PluginHost::start_with(default_config(dir.path()), None, Arc::new(held))
-        .await
-        .expect("host starts");
-    assert!(
-        host.memory().calibration().is_none(),
-        "start-up waits at most 10 s; the measurement takes longer"
-    );
-    open.send_replace(true);
-    common::calibrated(&host).await;
-    assert_eq!(cut.load(Ordering::SeqCst), 0, "the measurement was cut");
-    host.shutdown().await;
 }
 
 /// 16 clients remember while 8 recall, all through one model handle; afterwards every stored

@@ -75,7 +75,7 @@ impl MemoryService {
             crate::memory::consolidation::Consolidator::from_config(&config.consolidation)
                 .map_err(|e| MemoryError::Internal(e.to_string()))?;
         let calibration = Arc::new(std::sync::OnceLock::new());
-        measure_model(embedder.clone(), calibration.clone()).await;
+        measure_model(embedder.clone(), calibration.clone(), CALIBRATION_WAIT).await;
         let backfill = Arc::new(backfill);
         let erase_generation = crate::memory::erase_generation::EraseGeneration::open(
             store.beside(),
@@ -405,12 +405,16 @@ const CALIBRATION_WAIT: Duration = Duration::from_secs(10);
 const CALIBRATION_RETRY: Duration = Duration::from_secs(30);
 
 /// Measure the embedder (see `embed::calibration`) before serving. Start-up waits up to
-/// [`CALIBRATION_WAIT`] for it; a measurement still running then goes on in the background
+/// `wait` ([`CALIBRATION_WAIT`]) for it; a measurement still running then goes on in the background
 /// and is never cut short (each provider call has its own timeout), and one that failed is
 /// tried again every [`CALIBRATION_RETRY`]. A measurement cut at the wait and started over
 /// never finished on a machine where it takes longer: on a loaded 2-core machine the debug
 /// build's took more than 10 s, and the model stayed uncalibrated for good.
-async fn measure_model(embedder: Arc<dyn Embedder>, into: Arc<std::sync::OnceLock<ModelFit>>) {
+async fn measure_model(
+    embedder: Arc<dyn Embedder>,
+    into: Arc<std::sync::OnceLock<ModelFit>>,
+    wait: Duration,
+) {
     let (first_ended, ended) = tokio::sync::oneshot::channel::<()>();
     tokio::spawn(async move {
         let mut first_ended = Some(first_ended);
@@ -425,9 +429,9 @@ async fn measure_model(embedder: Arc<dyn Embedder>, into: Arc<std::sync::OnceLoc
             tokio::time::sleep(CALIBRATION_RETRY).await;
         }
     });
-    if tokio::time::timeout(CALIBRATION_WAIT, ended).await.is_err() {
+    if tokio::time::timeout(wait, ended).await.is_err() {
         tracing::info!(
-            waited_secs = CALIBRATION_WAIT.as_secs(),
+            waited_secs = wait.as_secs(),
             "embedding model not calibrated yet; serving meanwhile, the measurement goes on in the background"
         );
     }
@@ -462,5 +466,92 @@ async fn measure_once(embedder: &dyn Embedder, into: &std::sync::OnceLock<ModelF
             tracing::warn!(error = %e, retry_secs = CALIBRATION_RETRY.as_secs(), "embedding model not calibrated yet; retrying in the background");
             false
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::embed::{EmbedError, TextRole};
+    use futures::future::BoxFuture;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// The real model, its calls held until the test opens them: a measurement that outlasts
+    /// start-up's wait, as a debug build's on a loaded 2-core machine does. A call dropped
+    /// before it returns (a measurement cut at the wait) is counted. Its id is its own, so a
+    /// fit another test measured on the real model in this process is not taken for it
+    /// (`calibration::calibrate_once`).
+    struct HeldCalls {
+        real: Arc<dyn Embedder>,
+        id: String,
+        open: tokio::sync::watch::Receiver<bool>,
+        cut: Arc<AtomicUsize>,
+    }
+
+    /// Counts its call as cut unless the call returned.
+    struct CutUnlessReturned(Arc<AtomicUsize>, bool);
+
+    impl Drop for CutUnlessReturned {
+        fn drop(&mut self) {
+            if !self.1 {
+                self.0.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+    }
+
+    impl Embedder for HeldCalls {
+        fn model_id(&self) -> &str {
+            &self.id
+        }
+        fn dimension(&self) -> usize {
+            self.real.dimension()
+        }
+        fn embed(
+            &self,
+            role: TextRole,
+            texts: Vec<String>,
+        ) -> BoxFuture<'_, Result<Vec<Vec<f32>>, EmbedError>> {
+            Box::pin(async move {
+                let mut call = CutUnlessReturned(self.cut.clone(), false);
+                let mut open = self.open.clone();
+                let _ = open.wait_for(|o| *o).await;
+                let vectors = self.real.embed(role, texts).await;
+                call.1 = true;
+                vectors
+            })
+        }
+    }
+
+    /// A model whose measurement takes longer than start-up waits for it is still measured:
+    /// the measurement goes on in the background instead of being cut at the wait and started
+    /// over (which, on a loaded machine, left the model uncalibrated for good).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_measurement_longer_than_start_up_waits_still_finishes() {
+        let files = crate::embed::e5_model::resolve_files(None);
+        let real = crate::embed::E5Embedder::load(&files, 32, 2).expect("make setup installs e5");
+        let (opened, open) = tokio::sync::watch::channel(false);
+        let cut = Arc::new(AtomicUsize::new(0));
+        let held = HeldCalls {
+            id: format!("held:{}", real.model_id()),
+            real: Arc::new(real),
+            open,
+            cut: cut.clone(),
+        };
+        let fit = Arc::new(std::sync::OnceLock::new());
+        measure_model(Arc::new(held), fit.clone(), Duration::from_millis(200)).await;
+        assert!(
+            fit.get().is_none(),
+            "start-up waited 200 ms; the measurement takes longer"
+        );
+        opened.send_replace(true);
+        let started = std::time::Instant::now();
+        while fit.get().is_none() {
+            assert!(
+                started.elapsed() < Duration::from_secs(300),
+                "the model was not calibrated in 5 minutes"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(cut.load(Ordering::SeqCst), 0, "the measurement was cut");
     }
 }
