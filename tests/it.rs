@@ -107,9 +107,6 @@ mod semantic;
 #[path = "shape.rs"]
 mod shape;
 
-#[path = "store.rs"]
-mod store;
-
 #[path = "transfer.rs"]
 mod transfer;
 

@@ -156,3 +156,90 @@ async fn has_primary_key(table: &Table) -> Result<bool, MigrateError> {
             .any(|k| k.starts_with(PRIMARY_KEY_METADATA))
     }))
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::migrate::tests::open;
+    use crate::store::testing::{model, row};
+    use crate::store::WriterSettings;
+
+    #[tokio::test]
+    async fn the_scope_column_has_a_bitmap_index_and_id_is_the_primary_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(dir.path()).await;
+        store.append(vec![row(1, "public")]).await.unwrap();
+        let indices = store.table().list_indices().await.unwrap();
+        assert!(indices
+            .iter()
+            .any(|i| i.columns == vec!["memory_scope".to_string()]
+                && i.index_type == lancedb::index::IndexType::Bitmap));
+        let schema = store.table().schema().await.unwrap();
+        assert!(schema
+            .field_with_name("memory_scope")
+            .unwrap()
+            .is_nullable());
+    }
+
+    /// Issue 50: four processes' worth of openers (each its own connection) start at once on an
+    /// empty directory, 20 times: every one comes up, on one table at the latest schema with its
+    /// primary key. Before `migrate::first_open`, an opener
+    /// that listed the half-made table failed with "Table 'memories' was not found".
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn four_openers_starting_at_once_on_an_empty_directory_all_come_up_on_one_table() {
+        const OPENERS: usize = 4;
+        for round in 0..20 {
+            let dir = tempfile::tempdir().unwrap();
+            let start = std::sync::Arc::new(tokio::sync::Barrier::new(OPENERS));
+            let openers: Vec<_> = (0..OPENERS)
+                .map(|_| {
+                    let (path, start) = (dir.path().to_path_buf(), start.clone());
+                    tokio::spawn(async move {
+                        start.wait().await;
+                        crate::migrate::open_store(
+                            path.as_path(),
+                            "memories",
+                            &model(),
+                            WriterSettings::default(),
+                        )
+                        .await
+                    })
+                })
+                .collect();
+            let mut stores = Vec::new();
+            let mut created = 0;
+            for opener in openers {
+                let (store, outcome) = opener
+                    .await
+                    .unwrap()
+                    .unwrap_or_else(|e| panic!("round {round}: an opener failed: {e}"));
+                assert_eq!(outcome.to, 4, "round {round}: {outcome:?}");
+                created += usize::from(outcome.created);
+                stores.push(store);
+            }
+            // Lance may let two connections both commit an empty table's first version (the same
+            // empty v1, see migrate::first_open): at least one opener created it.
+            assert!(created >= 1, "round {round}: someone created the table");
+            let schema = stores[0].table().schema().await.unwrap();
+            let id = schema.field_with_name("id").unwrap();
+            assert!(
+                id.metadata()
+                    .keys()
+                    .any(|k| k.starts_with("lance-schema:unenforced-primary-key")),
+                "round {round}: id is the primary key: {:?}",
+                id.metadata()
+            );
+            // One table: what one opener writes, another reads.
+            stores[0]
+                .writer()
+                .insert_missing(vec![row(round, "public")])
+                .await
+                .unwrap();
+            let last = &stores[OPENERS - 1];
+            last.refresh().await.unwrap();
+            assert_eq!(last.count(None).await.unwrap(), 1, "round {round}");
+            for store in stores {
+                store.shutdown().await;
+            }
+        }
+    }
+}

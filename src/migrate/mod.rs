@@ -92,3 +92,65 @@ pub(crate) async fn open_store_with(
     );
     Ok((store, outcome))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::testing::{model, row, DIM};
+
+    /// The `memories` table in `dir` as the service opens it: created by the migrations,
+    /// or opened and checked.
+    pub(super) async fn open(dir: &std::path::Path) -> Store {
+        open_store(dir, "memories", &model(), WriterSettings::default())
+            .await
+            .expect("open the store")
+            .0
+    }
+
+    #[tokio::test]
+    async fn reopening_with_another_dimension_or_model_fails_clearly() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(dir.path()).await;
+        store.append(vec![row(1, "public")]).await.unwrap();
+        store.shutdown().await;
+        let err = crate::migrate::open_store(
+            dir.path(),
+            "memories",
+            &ModelInfo {
+                id: "test-model".into(),
+                dimension: 16,
+            },
+            WriterSettings::default(),
+        )
+        .await
+        .err()
+        .expect("dimension mismatch");
+        assert!(
+            matches!(
+                err,
+                StoreError::DimensionMismatch {
+                    table: 8,
+                    model: 16
+                }
+            ),
+            "{err}"
+        );
+        let err = crate::migrate::open_store(
+            dir.path(),
+            "memories",
+            &ModelInfo {
+                id: "other".into(),
+                dimension: DIM,
+            },
+            WriterSettings::default(),
+        )
+        .await
+        .err()
+        .expect("model mismatch");
+        assert!(matches!(err, StoreError::ModelMismatch { .. }), "{err}");
+        assert!(err.to_string().contains("test-model"));
+        // Same model reopens and keeps the data.
+        let store = open(dir.path()).await;
+        assert_eq!(store.count(None).await.unwrap(), 1);
+    }
+}

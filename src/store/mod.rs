@@ -24,6 +24,8 @@ pub(crate) mod scope_counts;
 pub mod search;
 pub(crate) mod shared_terms;
 pub(crate) mod strengths;
+#[cfg(test)]
+pub(crate) mod testing;
 pub(crate) mod writer;
 
 use std::collections::BTreeMap;
@@ -365,7 +367,7 @@ impl Store {
     }
 
     /// Say that an append is coming (see [`writer::WriterHandle::announce`]).
-    pub fn announce_append(&self) -> writer::Announced {
+    pub(crate) fn announce_append(&self) -> writer::Announced {
         self.writer.announce()
     }
 
@@ -482,7 +484,7 @@ impl Store {
 
     /// Table versions on disk. Listing reads each manifest, and the pruner may delete one
     /// between the listing and the read: that race is retried, not reported.
-    pub async fn version_count(&self) -> Result<usize, StoreError> {
+    pub(crate) async fn version_count(&self) -> Result<usize, StoreError> {
         read_retrying(&self.table, || async {
             Ok(self.table.list_versions().await?.len())
         })
@@ -490,7 +492,7 @@ impl Store {
     }
 
     /// Bytes of every file under the database directory (0 in an object store).
-    pub async fn disk_bytes(&self) -> u64 {
+    pub(crate) async fn disk_bytes(&self) -> u64 {
         let Some(dir) = self.location.local_dir().map(Path::to_path_buf) else {
             return 0;
         };
@@ -501,7 +503,7 @@ impl Store {
 
     /// The flag that says whether this process does the maintenance (shared with the writer,
     /// the pruner and the index builder; a [`lease::Lease`] sets it).
-    pub fn maintainer(&self) -> &std::sync::Arc<std::sync::atomic::AtomicBool> {
+    pub(crate) fn maintainer(&self) -> &std::sync::Arc<std::sync::atomic::AtomicBool> {
         &self.maintainer
     }
 
@@ -512,7 +514,7 @@ impl Store {
 
     /// Start pruning old versions in the background (routine retention: by age and count),
     /// beside the writer. Stopped by [`Store::shutdown`].
-    pub fn start_pruner(&self, limits: maintenance::pruning::VersionLimits) {
+    pub(crate) fn start_pruner(&self, limits: maintenance::pruning::VersionLimits) {
         tokio::spawn(maintenance::pruning::run_pruner(
             self.table.clone(),
             limits,

@@ -195,3 +195,59 @@ impl LanceSearch {
         Ok(hits)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::testing::{open, row, vector};
+
+    #[tokio::test]
+    async fn prefilter_returns_k_rows_of_a_rare_scope() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(dir.path()).await;
+        // 500 rows of a common scope, 12 of a rare one: a post-filter over the top k would
+        // return almost none of the rare rows.
+        let mut rows: Vec<_> = (0..500).map(|i| row(i, "common")).collect();
+        rows.extend((500..512).map(|i| row(i, "rare")));
+        store.append(rows).await.unwrap();
+        let search = LanceSearch::new(store.table().clone(), usize::MAX, 0)
+            .await
+            .unwrap();
+        let hits = search
+            .nearest(&SearchRequest {
+                vector: vector(3),
+                rows: crate::store::RowFilter {
+                    scopes: Some(crate::store::ScopeSet {
+                        names: vec!["rare".into()],
+                        null: false,
+                    }),
+                    alive_at: None,
+                    created: None,
+                    tier: None,
+                },
+                k: 10,
+                rescale: None,
+            })
+            .await
+            .unwrap();
+        assert_eq!(hits.len(), 10);
+        assert!(hits
+            .iter()
+            .all(|h| h.record.memory_scope.as_deref() == Some("rare")));
+        assert!(
+            hits.windows(2).all(|w| w[0].distance <= w[1].distance),
+            "sorted by distance"
+        );
+        // The plan uses the scope bitmap index inside the scan, not a filter after it.
+        let plan = store
+            .table()
+            .query()
+            .nearest_to(vector(3).as_slice())
+            .unwrap()
+            .only_if("memory_scope = 'rare'")
+            .explain_plan(true)
+            .await
+            .unwrap();
+        assert!(!plan.contains("postfilter"), "{plan}");
+    }
+}

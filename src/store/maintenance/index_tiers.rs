@@ -65,11 +65,13 @@ pub struct TieredIndex {
 /// The segments of every tiered index of `table`. Rows are counted by fragment (physical
 /// rows, deleted ones included): the sizes only steer the merges. Lance never compacts
 /// fragments of different segments together, so each fragment belongs to one segment at most.
-pub async fn tiered_indexes(table: &Table) -> Result<Vec<TieredIndex>, StoreError> {
+/// The maintenance pass lists the indices itself ([`segments_of`]); the tests look here.
+#[cfg(test)]
+pub(crate) async fn tiered_indexes(table: &Table) -> Result<Vec<TieredIndex>, StoreError> {
     segments_of(table, table.list_indices().await?).await
 }
 
-/// [`tiered_indexes`] among `indices`, already listed.
+/// The segments of the tiered indexes among `indices`, already listed.
 async fn segments_of(
     table: &Table,
     indices: Vec<IndexConfig>,
@@ -164,6 +166,67 @@ pub(super) async fn optimize_retrying(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::testing::{open, row};
+    use crate::store::MemoryRecord;
+
+    /// A refresh writes new rows into a full-text segment of their own instead of rewriting the
+    /// whole index: the big first segment stays as it was through small refreshes, the segments
+    /// stay few, and a keyword search still finds rows of every segment and rows not indexed yet.
+    #[tokio::test]
+    async fn fulltext_refreshes_leave_the_big_segment_alone_and_find_every_row() {
+        use crate::store::maintenance::index_tiers::tiered_indexes;
+        use crate::store::{FulltextSearch, KeywordRequest, RowFilter};
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(dir.path()).await;
+        let table = store.table();
+        let batch = |from: usize, n: usize| -> Vec<(MemoryRecord, Vec<f32>)> {
+            (from..from + n)
+                .map(|i| {
+                    let (mut record, vector) = row(i, "public");
+                    record.content = format!("note q{i:04}z");
+                    (record, vector)
+                })
+                .collect()
+        };
+        store.append(batch(0, 400)).await.unwrap();
+        store.writer().maintain().await.unwrap();
+        let first = tiered_indexes(table).await.unwrap();
+        assert!(!first.is_empty());
+        for index in &first {
+            assert_eq!(
+                (index.segments.as_slice(), index.unindexed),
+                (&[400][..], 0)
+            );
+        }
+        let mut next = 400;
+        for _ in 0..10 {
+            store.append(batch(next, 20)).await.unwrap();
+            next += 20;
+            store.writer().maintain().await.unwrap();
+            for index in tiered_indexes(table).await.unwrap() {
+                assert_eq!(index.segments[0], 400, "{index:?}");
+                assert_eq!(index.unindexed, 0, "{index:?}");
+                assert!(index.segments.len() <= 5, "{index:?}");
+                assert_eq!(index.segments.iter().sum::<u64>(), next as u64);
+            }
+        }
+        // Five rows no refresh has seen.
+        store.append(batch(next, 5)).await.unwrap();
+        let search = FulltextSearch::new(table.clone());
+        for i in [7, 399, 455, 599, next + 2] {
+            let hits = search
+                .matching(&KeywordRequest {
+                    text: format!("q{i:04}z"),
+                    rows: RowFilter::ALL,
+                    k: 1,
+                })
+                .await
+                .unwrap();
+            let found: Vec<&str> = hits.iter().map(|h| h.record.id.as_str()).collect();
+            assert_eq!(found, [format!("id-{i}")], "row {i}");
+        }
+        store.shutdown().await;
+    }
 
     #[test]
     fn new_rows_become_a_segment_until_they_match_the_newest() {
