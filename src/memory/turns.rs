@@ -27,9 +27,12 @@
 //! in every fold) against 0.651 for 8 turns, with half the characters to embed; through the
 //! service, hybrid, 0.666 against 0.669 (R@1 0.314 against 0.304).
 //!
-//! Bounded: each turn cut to its last [`TURN_CHARS`] characters (the end of a long reply is
-//! what the next message answers), and a context to its last [`CONTEXT_CHARS`]; a request may
-//! send at most [`MAX_TURNS`] turns. The short context is embedded in the same batch as the
+//! Bounded: each turn cut to its last [`TURN_CHARS`] characters for the keyword search and
+//! [`EMBEDDED_TURN_CHARS`] for the vector (the end of a long reply is what the next message
+//! answers), and a context to its last [`CONTEXT_CHARS`]; a request may send at most
+//! [`MAX_TURNS`] turns. The embedded turns' bound is the cost's: a recall after a bot reply of
+//! 162 characters took 108 ms (release, 2 cores) against 42 ms after a 35-character one
+//! (docs/benchmarks.md); MADial's turns are at most 60 characters, so its figures hold. The short context is embedded in the same batch as the
 //! message. Both contexts are redacted before they are embedded or matched, like any query.
 
 use serde::{Deserialize, Serialize};
@@ -41,8 +44,12 @@ pub const TURNS_MATCHED: usize = 8;
 /// The most recent turns of the context that is embedded, beside the message: its cost is
 /// the cost of a recall with history.
 pub const TURNS_EMBEDDED: usize = 2;
-/// Characters of one turn in the context (its end).
+/// Characters of one turn in the keyword search's context (its end).
 pub const TURN_CHARS: usize = 300;
+/// Characters of one turn in the embedded context (its end): the longest turn of MADial-Bench,
+/// where the embedded context was chosen, so there it cuts nothing. A bot's reply is often
+/// longer, and each character costs the recall about half a millisecond to embed.
+pub const EMBEDDED_TURN_CHARS: usize = 60;
 /// Characters of the whole context (its end): about 400 tokens, one window of the model.
 pub const CONTEXT_CHARS: usize = 600;
 /// The message's share of the query vector; the short context has the rest (cross-validated
@@ -82,18 +89,20 @@ pub(crate) fn check(history: &[Turn]) -> Result<(), TooManyTurns> {
     }
 }
 
-/// The context of `message`: the `turns` most recent turns of `history` and the message, one
-/// per line, oldest first, bounded as the module header says. `None` when no turn has text.
+/// The context of `message`: the `turns` most recent turns of `history`, each cut to its last
+/// `turn_chars` characters, and the message, one per line, oldest first, bounded as the module
+/// header says. `None` when no turn has text.
 pub(crate) fn context(
     history: &[Turn],
     message: &str,
     turns: usize,
+    turn_chars: usize,
 ) -> Result<Option<String>, TooManyTurns> {
     check(history)?;
     let mut lines: Vec<&str> = history
         .iter()
         .rev()
-        .map(|t| tail(t.content.trim(), TURN_CHARS))
+        .map(|t| tail(t.content.trim(), turn_chars))
         .filter(|t| !t.is_empty())
         .take(turns)
         .collect();
@@ -157,14 +166,14 @@ mod tests {
             turn(TurnRole::User, "  "),
         ];
         assert_eq!(
-            context(&history, "那她后来呢", TURNS_MATCHED)
+            context(&history, "那她后来呢", TURNS_MATCHED, TURN_CHARS)
                 .unwrap()
                 .as_deref(),
             Some("奶奶最近身体怎么样\n她上周去医院复查了\n那她后来呢")
         );
-        assert_eq!(context(&[], "q", TURNS_MATCHED).unwrap(), None);
+        assert_eq!(context(&[], "q", TURNS_MATCHED, TURN_CHARS).unwrap(), None);
         assert_eq!(
-            context(&history[2..], "q", TURNS_MATCHED).unwrap(),
+            context(&history[2..], "q", TURNS_MATCHED, TURN_CHARS).unwrap(),
             None,
             "no turn has text"
         );
@@ -177,18 +186,28 @@ mod tests {
             .map(|i| turn(TurnRole::User, &format!("turn {i}")))
             .collect();
         for turns in [TURNS_MATCHED, TURNS_EMBEDDED] {
-            let got = context(&history, "now", turns).unwrap().unwrap();
+            let got = context(&history, "now", turns, TURN_CHARS)
+                .unwrap()
+                .unwrap();
             assert_eq!(got.lines().count(), turns + 1);
             assert!(got.starts_with(&format!("turn {}", 20 - turns)), "{got}");
         }
         history.push(turn(TurnRole::User, &long));
         history.push(turn(TurnRole::Assistant, &long));
-        let got = context(&history, "now", TURNS_MATCHED).unwrap().unwrap();
+        let got = context(&history, "now", TURNS_MATCHED, TURN_CHARS)
+            .unwrap()
+            .unwrap();
         assert_eq!(got.chars().count(), CONTEXT_CHARS);
         assert!(got.ends_with("结尾\nnow"), "{got}");
+        // The embedded context: each turn's last EMBEDDED_TURN_CHARS characters.
+        let got = context(&history, "now", TURNS_EMBEDDED, EMBEDDED_TURN_CHARS)
+            .unwrap()
+            .unwrap();
+        let ending = format!("{}结尾", "很".repeat(EMBEDDED_TURN_CHARS - 2));
+        assert_eq!(got, format!("{ending}\n{ending}\nnow"));
         let too_many: Vec<Turn> = (0..=MAX_TURNS).map(|_| turn(TurnRole::User, "x")).collect();
         assert_eq!(
-            context(&too_many, "q", TURNS_EMBEDDED),
+            context(&too_many, "q", TURNS_EMBEDDED, EMBEDDED_TURN_CHARS),
             Err(TooManyTurns(MAX_TURNS + 1))
         );
         assert_eq!(tail("abc", 5), "abc");

@@ -219,13 +219,16 @@ impl MemoryService {
         let redacted = redact(text);
         // The earlier turns and the message, for a follow-up (`memory::turns`): more of them
         // for the keyword search, fewer for the vector, whose embedding is the cost.
-        let context_of = |turns| {
-            crate::memory::turns::context(&req.history, text, turns)
+        use crate::memory::turns::{
+            EMBEDDED_TURN_CHARS, TURNS_EMBEDDED, TURNS_MATCHED, TURN_CHARS,
+        };
+        let context_of = |turns, turn_chars| {
+            crate::memory::turns::context(&req.history, text, turns, turn_chars)
                 .map_err(|e| invalid("history", e.to_string()))
                 .map(|c| c.map(|c| redact(&c)))
         };
-        let context = context_of(crate::memory::turns::TURNS_MATCHED)?;
-        let embedded_context = context_of(crate::memory::turns::TURNS_EMBEDDED)?;
+        let context = context_of(TURNS_MATCHED, TURN_CHARS)?;
+        let embedded_context = context_of(TURNS_EMBEDDED, EMBEDDED_TURN_CHARS)?;
         let search_in = |rows: RowFilter| CandidateQuery {
             text: &redacted,
             context: context.as_deref(),
