@@ -113,7 +113,7 @@ mod tests {
         let store = open(dir.path()).await;
         store.append(vec![row(1, "public")]).await.unwrap();
         store.shutdown().await;
-        let err = crate::migrate::open_store(
+        let err = open_store(
             dir.path(),
             "memories",
             &ModelInfo {
@@ -135,7 +135,7 @@ mod tests {
             ),
             "{err}"
         );
-        let err = crate::migrate::open_store(
+        let err = open_store(
             dir.path(),
             "memories",
             &ModelInfo {

@@ -69,7 +69,7 @@ pub(crate) async fn open_with(dir: &std::path::Path, settings: WriterSettings) -
         .expect("connect");
     let (table, created) = match conn.open_table("memories").execute().await {
         Ok(table) => (table, false),
-        Err(_) => {
+        Err(lancedb::Error::TableNotFound { .. }) => {
             let table = conn
                 .create_empty_table("memories", memories_schema(DIM))
                 .execute()
@@ -81,6 +81,7 @@ pub(crate) async fn open_with(dir: &std::path::Path, settings: WriterSettings) -
                 .expect("primary key");
             (table, true)
         }
+        Err(e) => panic!("open the table: {e}"),
     };
     Store::attach(table, &db, beside, &model(), settings, created)
         .await

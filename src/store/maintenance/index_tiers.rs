@@ -174,7 +174,6 @@ mod tests {
     /// stay few, and a keyword search still finds rows of every segment and rows not indexed yet.
     #[tokio::test]
     async fn fulltext_refreshes_leave_the_big_segment_alone_and_find_every_row() {
-        use crate::store::maintenance::index_tiers::tiered_indexes;
         use crate::store::{FulltextSearch, KeywordRequest, RowFilter};
         let dir = tempfile::tempdir().unwrap();
         let store = open(dir.path()).await;

@@ -319,9 +319,7 @@ mod tests {
             .append((0..1000).map(|i| row(i, "public")).collect())
             .await
             .unwrap();
-        crate::store::maintenance::indexes::build_vector_index(store.table())
-            .await
-            .unwrap();
+        build_vector_index(store.table()).await.unwrap();
         let counters = store.writer().counters();
         // Growth under half: refreshed incrementally.
         store
@@ -360,9 +358,6 @@ mod tests {
     #[tokio::test]
     async fn a_fulltext_index_built_with_other_parameters_is_rebuilt() {
         use crate::store::fulltext::FULLTEXT_COLUMNS;
-        use crate::store::maintenance::indexes::{
-            ensure_fulltext_indexes, recorded_fulltext_params,
-        };
         use crate::store::schema::META_FULLTEXT_PARAMS;
         use crate::store::{FulltextSearch, KeywordRequest, RowFilter};
         use lancedb::index::scalar::FtsIndexBuilder;
@@ -444,7 +439,6 @@ mod tests {
     #[tokio::test]
     async fn refreshes_of_a_vector_index_keep_its_segments_and_the_fragments_few() {
         use crate::store::maintenance::index_tiers::tiered_indexes;
-        use crate::store::maintenance::indexes::build_vector_index;
         let dir = tempfile::tempdir().unwrap();
         let store = open(dir.path()).await;
         let table = store.table().clone();

@@ -466,7 +466,6 @@ mod tests {
     /// `keep_versions_minutes`.
     #[tokio::test]
     async fn versions_past_the_count_limit_are_pruned_to_half_and_the_disk_shrinks() {
-        use crate::store::maintenance::pruning::{prune_to_count, VersionLimits};
         use std::time::Duration;
         let dir = tempfile::tempdir().unwrap();
         let store = open(dir.path()).await;
@@ -515,7 +514,6 @@ mod tests {
     /// least 10 s, which this test only waited out).
     #[tokio::test]
     async fn the_pruner_keeps_the_version_count_bounded() {
-        use crate::store::maintenance::pruning::VersionLimits;
         use std::time::{Duration, Instant};
         let dir = tempfile::tempdir().unwrap();
         let store = open(dir.path()).await;
@@ -554,10 +552,7 @@ mod tests {
     /// Compacting a burst of small appends: the compaction leaves the files it rewrote to the
     /// older versions, as much again as the live table, in fewer versions than any count limit.
     /// Returns the bytes right after it.
-    async fn old_bytes_past_the_share(
-        store: &Store,
-    ) -> crate::store::maintenance::pruning::TableBytes {
-        use crate::store::maintenance::pruning::{table_bytes, MIN_OLD_BYTES};
+    async fn old_bytes_past_the_share(store: &Store) -> TableBytes {
         // Text that does not compress, so the files are as large as the rows. It goes in
         // `reasoning`, which no index holds: the rows' data files are what the test weighs, not
         // a full-text index of random letters (three grams a letter, nearly all distinct).
@@ -596,15 +591,10 @@ mod tests {
     }
 
     /// Wait up to `limit` for the old bytes to fall to half the live ones.
-    async fn old_bytes_within_the_share(
-        store: &Store,
-        limit: std::time::Duration,
-    ) -> crate::store::maintenance::pruning::TableBytes {
+    async fn old_bytes_within_the_share(store: &Store, limit: std::time::Duration) -> TableBytes {
         let started = std::time::Instant::now();
         loop {
-            let b = crate::store::maintenance::pruning::table_bytes(store.table())
-                .await
-                .unwrap();
+            let b = table_bytes(store.table()).await.unwrap();
             if b.old() as f64 <= 0.5 * b.live as f64 {
                 return b;
             }
@@ -617,10 +607,8 @@ mod tests {
     }
 
     /// Only the bytes limit can act: no count limit, an hour of age.
-    fn bytes_limit_only(
-        grace: std::time::Duration,
-    ) -> crate::store::maintenance::pruning::VersionLimits {
-        crate::store::maintenance::pruning::VersionLimits {
+    fn bytes_limit_only(grace: std::time::Duration) -> VersionLimits {
+        VersionLimits {
             max_age: std::time::Duration::from_secs(3600),
             max_count: 0,
             max_old_bytes_factor: 0.5,
