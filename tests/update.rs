@@ -7,7 +7,7 @@ use crate::common;
 
 use std::time::{Duration, Instant};
 
-use common::serve::{post, recalled, spawn_serve};
+use common::serve::{post, post_retrying_busy, recalled, spawn_serve};
 use common::{family_map, files_containing, host, FAMILY, WORK};
 use scopemem::host::CallContext;
 use serde_json::{json, Value};
@@ -256,14 +256,16 @@ async fn concurrent_updates_and_a_racing_forget_across_two_processes() {
     tokio::time::sleep(Duration::from_millis(700)).await; // b reads it (read_consistency 500 ms)
 
     let body = |text: &str| json!({"conversation_id": FAMILY, "memory_id": id, "content": text});
+    // A 503 `store_busy` (the other process is erasing the replaced text) is tried again, as
+    // a client does: the product promises that answer under contention, not a 200 at once.
     let (ra, rb) = tokio::join!(
-        post(
+        post_retrying_busy(
             &client,
             &a,
             "/v1/memories/update",
             body("周五晚上家庭聚餐在西贝 zqfromaaa1")
         ),
-        post(
+        post_retrying_busy(
             &client,
             &b,
             "/v1/memories/update",
@@ -289,13 +291,13 @@ async fn concurrent_updates_and_a_racing_forget_across_two_processes() {
     // A forget (from a) racing an update (from b): the memory is gone either way, and so is
     // every text it ever had.
     let (f, u) = tokio::join!(
-        post(
+        post_retrying_busy(
             &client,
             &a,
             "/v1/forget",
             json!({"conversation_id": FAMILY, "memory_ids": [id]})
         ),
-        post(
+        post_retrying_busy(
             &client,
             &b,
             "/v1/memories/update",
