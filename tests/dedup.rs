@@ -399,7 +399,7 @@ async fn feedback_new_memories_reinforce_the_fact_their_scope_holds() {
         "the public copy is a row of its own"
     );
 
-    // A job with a merge is applied alone (`feedback::apply`): its repetition folds too.
+    // A job with a merge (a batch of its own here, `intake::batch`): its repetition folds too.
     let a = common::remember(&host, FAMILY, "妹妹喜欢画画").await["memory"]["id"]
         .as_str()
         .unwrap()

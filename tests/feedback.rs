@@ -568,6 +568,80 @@ async fn queued_jobs_apply_as_one_batch_with_the_effect_of_one_at_a_time() {
     host.shutdown().await;
 }
 
+/// Jobs with merges join a batch (`intake::batch`), and a crash after the batch's writes but
+/// before its `finished` lines replays each job alone to the same rows: the merged members stay
+/// deleted, the new memories and the merged row exist once, the strengths are absolute.
+#[tokio::test]
+async fn a_batch_with_a_merge_applies_at_once_and_replays_after_a_crash_to_the_same_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let id = |v: Value| v["memory"]["id"].as_str().unwrap().to_string();
+    let (x, y, z, journal);
+    let mut jobs = Vec::new();
+    {
+        // The worker starts only after every job is queued, so they wait together.
+        let host = host(config(dir.path(), family_map())).await;
+        x = id(remember(&host, FAMILY, "Grandma's birthday is in May").await);
+        y = id(remember(&host, FAMILY, "Grandma likes lilies").await);
+        z = id(remember(&host, FAMILY, "The family car is blue").await);
+        for body in [
+            json!({"conversation_id": FAMILY, "useful_memory_ids": [z],
+                   "new_memories": [{"content": "The car needs new tyres"}]}),
+            json!({"conversation_id": FAMILY, "useful_memory_ids": [z], "merge_groups": [[x, y]]}),
+            json!({"conversation_id": FAMILY, "useful_memory_ids": [z],
+                   "new_memories": [{"content": "The car is parked at the station"}]}),
+        ] {
+            jobs.push(submit(&host, body).await);
+        }
+        host.start_background();
+        for job in &jobs {
+            finish(&host, job).await;
+        }
+        assert_eq!(
+            host.memory().feedback().batches(),
+            1,
+            "one batch, merge and all"
+        );
+        merged_batch_rows_hold(&host, &x, &y, &z).await;
+        journal = dir.path().join(format!(
+            "lancedb/memories.feedback.{}.journal",
+            host.memory().feedback().instance()
+        ));
+        // Die without a shutdown, so the journal stays for adoption.
+        host.memory().feedback().abort().await;
+    }
+    // A crash after the batch's writes, before its "finished" lines.
+    let text = std::fs::read_to_string(&journal).unwrap();
+    assert_eq!(text.matches("\"op\":\"finished\"").count(), 3, "{text}");
+    let without_done: String = text
+        .lines()
+        .filter(|l| !l.contains("\"op\":\"finished\""))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(&journal, without_done).unwrap();
+    let host = started(dir.path()).await;
+    for job in &jobs {
+        finish(&host, job).await;
+    }
+    merged_batch_rows_hold(&host, &x, &y, &z).await;
+    host.shutdown().await;
+}
+
+/// What the batch above leaves: `x` and `y` merged into one row, `z` reinforced by each job,
+/// the two new memories.
+async fn merged_batch_rows_hold(host: &PluginHost, x: &str, y: &str, z: &str) {
+    assert!(by_id(host, x).await.is_none() && by_id(host, y).await.is_none());
+    assert_eq!(by_id(host, z).await.unwrap().strength, 50 + 3 * 3);
+    assert_eq!(
+        rows(host).await,
+        4,
+        "z, the merged row and the two new memories"
+    );
+    let (_, hits) = recall(host, FAMILY, "Grandma birthday lilies").await;
+    let merged: Vec<_> = hits.iter().filter(|(_, c)| c.contains("lilies")).collect();
+    assert_eq!(merged.len(), 1, "{hits:?}");
+    assert!(merged[0].1.contains("May"), "{hits:?}");
+}
+
 /// A journal the release binary of 6301a3e wrote (tests/fixtures/journal-6301a3e.journal: a
 /// `serve` told one feedback and two chat messages, cut where a crash after the feedback's
 /// `finished` line leaves it) is adopted by this version unchanged: the feedback's outcome is

@@ -194,7 +194,7 @@ pub(crate) fn new_memory_record(job: &FeedbackJob, m: &NewMemoryJob) -> MemoryRe
     }
 }
 
-fn merged_record(job: &FeedbackJob, m: &MergePlan) -> MemoryRecord {
+pub(crate) fn merged_record(job: &FeedbackJob, m: &MergePlan) -> MemoryRecord {
     MemoryRecord {
         id: m.new_id.clone(),
         content: m.content.clone(),

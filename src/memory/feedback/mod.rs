@@ -23,7 +23,7 @@ use crate::scope::{ConversationId, ScopeName, ScopeSource};
 use crate::store::Store;
 
 pub(crate) use accept::validate;
-pub(crate) use apply::{apply, new_memory_record, set_strengths};
+pub(crate) use apply::{apply, merged_record, new_memory_record, set_strengths};
 pub(crate) use plan::{ids_read, make_plan, plan_from};
 
 /// What a reflection's stages read and write through: the store, the embedder, the migration

@@ -4,10 +4,17 @@
 //! Jobs are planned in acceptance order against the rows as the earlier jobs of the batch leave
 //! them, so the net effect is the one applying them one by one would have had. Every plan is
 //! journaled before anything is written: after a crash each job replays alone from its plan,
-//! and replays are idempotent (insert-if-missing by id, compare-and-set strengths). A new
-//! memory whose fact the scope already holds reinforces that memory instead
-//! (`memory::repetition`), in the batch as in a job applied alone. A batch
-//! whose writes fail is not replayed: each of its jobs is planned again and applied alone.
+//! and replays are idempotent (insert-if-missing by id, compare-and-set strengths, a merge
+//! whose merged row exists only deletes). A new memory whose fact the scope already holds
+//! reinforces that memory instead (`memory::repetition`), in the batch as in a job applied
+//! alone. A batch whose writes fail is not replayed: each of its jobs is planned again and
+//! applied alone.
+//!
+//! Merges join a batch too, with one bound ([`conflicts`]): no row a merge of the batch
+//! deletes may be one a job of the batch creates. Replayed alone after a crash, that job would
+//! insert its row again (insert-if-missing cannot tell "deleted" from "never written"), and the
+//! merged-away row would come back. The first job that would break the bound ends the batch;
+//! it and the jobs behind it make the next one.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -18,11 +25,13 @@ use super::journal::{PendingJob, Record};
 use super::shared::Shared;
 use super::worker::{finish, run_job, Run};
 use super::*;
-use crate::memory::feedback::{ids_read, new_memory_record, plan_from, set_strengths};
+use crate::memory::feedback::{
+    ids_read, merged_record, new_memory_record, plan_from, set_strengths,
+};
 use crate::memory::model::Remembered;
 use crate::memory::repetition::derived_id;
 use crate::memory::working::StoredMessage;
-use crate::store::{MemoryRecord, StrengthChange};
+use crate::store::{MemoryRecord, Selection, StrengthChange};
 
 /// Most jobs in one batch.
 pub(super) const MAX_JOBS: usize = 64;
@@ -31,26 +40,24 @@ pub(super) const MAX_NEW: usize = 256;
 /// Journal size past which a batch compacts it (finished jobs' text leaves the file).
 const JOURNAL_COMPACT_BYTES: u64 = 32 << 20;
 
-/// Whether a job may join a batch. A merge deletes rows that an earlier job of the same batch
-/// may have created; replaying that earlier job after a crash would bring them back. Merges
-/// are rare, so a job with merges runs alone.
-pub(super) fn batchable(job: &Job) -> bool {
-    match job {
-        Job::Reflection(j) => j.merge_groups.is_empty(),
-        Job::Message(_) => true,
-    }
-}
-
-/// Apply a batch of batchable jobs. If any step fails, nothing is lost: the jobs are applied
-/// one by one from their journaled plans, each with its own retries and dead-lettering.
-pub(super) async fn run_batch(shared: &Shared, jobs: Vec<Job>, stop: &Notify) -> Run {
+/// Apply the jobs as one batch, or as many of them from the first as [`conflicts`] allows;
+/// returns the jobs left for the next batch. If any step fails, nothing is lost: the batch's
+/// jobs are applied one by one from their journaled plans, each with its own retries and
+/// dead-lettering.
+pub(super) async fn run_batch(shared: &Shared, jobs: Vec<Job>, stop: &Notify) -> (Run, Vec<Job>) {
     let applying = shared.apply.lock().await;
-    let jobs = skip_dropped(shared, jobs);
+    let mut jobs = skip_dropped(shared, jobs);
     if jobs.is_empty() {
-        return Run::Next;
+        return (Run::Next, jobs);
     }
     let started = std::time::Instant::now();
-    let error = match apply_batch(shared, &jobs).await {
+    let result = apply_batch(shared, &jobs).await;
+    let taken = match &result {
+        Ok(outcomes) => outcomes.len(),
+        Err(e) => e.plans.len(),
+    };
+    let rest = jobs.split_off(taken.min(jobs.len()));
+    let error = match result {
         Ok(outcomes) => {
             shared
                 .batches
@@ -74,7 +81,7 @@ pub(super) async fn run_batch(shared: &Shared, jobs: Vec<Job>, stop: &Notify) ->
             {
                 tracing::warn!(error = %e, "could not compact the feedback journal");
             }
-            return Run::Next;
+            return (Run::Next, rest);
         }
         Err(e) => e,
     };
@@ -111,14 +118,15 @@ pub(super) async fn run_batch(shared: &Shared, jobs: Vec<Job>, stop: &Notify) ->
             attempts: 1,
         };
         if run_job(shared, pending, stop).await == Run::Stopped {
-            return Run::Stopped;
+            return (Run::Stopped, rest);
         }
     }
-    Run::Next
+    (Run::Next, rest)
 }
 
-/// A failed batch: the error, and each job's plan if the batch's writes were all done (the
-/// one-by-one replay of those changes nothing); `None` plans the job again.
+/// A failed batch: the error, and each of its jobs' plan if the batch's writes were all done
+/// (the one-by-one replay of those changes nothing); `None` plans the job again. One entry per
+/// job of the batch: the jobs after the last are the next batch's.
 struct BatchError {
     error: MemoryError,
     plans: Vec<Option<FeedbackPlan>>,
@@ -173,6 +181,12 @@ async fn apply_batch(shared: &Shared, jobs: &[Job]) -> Result<Vec<JobOutcome>, B
         .await
         .map_err(|e| unplanned(e.into()))?;
     let net = plan_batch(jobs, rows, shared.writes.gate.is_on());
+    // The jobs this batch planned; the others wait for the next.
+    let jobs = &jobs[..net.plans.len()];
+    let unplanned = |error: MemoryError| BatchError {
+        error,
+        plans: vec![None; jobs.len()],
+    };
     let planned: Vec<Record> = jobs
         .iter()
         .zip(&net.plans)
@@ -196,6 +210,10 @@ async fn apply_batch(shared: &Shared, jobs: &[Job]) -> Result<Vec<JobOutcome>, B
     };
     let mut created = vec![Vec::new(); jobs.len()];
     let mut deduplicated = vec![Vec::new(); jobs.len()];
+    let mut merged = vec![Vec::new(); jobs.len()];
+    for (job, record) in net.merge_jobs.iter().zip(&net.merged) {
+        merged[*job].push(record.id.clone());
+    }
     for (job, record) in net.message_jobs.iter().zip(&net.messages) {
         created[*job].push(record.id.clone());
     }
@@ -209,15 +227,15 @@ async fn apply_batch(shared: &Shared, jobs: &[Job]) -> Result<Vec<JobOutcome>, B
         .iter()
         .zip(&net.plans)
         .zip(&net.reinforced)
-        .zip(created.into_iter().zip(deduplicated))
+        .zip(created.into_iter().zip(deduplicated).zip(merged))
         .map(
-            |(((job, plan), reinforced), (created, deduplicated))| JobOutcome {
+            |(((job, plan), reinforced), ((created, deduplicated), merged))| JobOutcome {
                 job_id: job.job_id().to_string(),
                 state: JobState::Done,
                 reinforced: *reinforced,
                 created,
                 deduplicated,
-                merged: Vec::new(),
+                merged,
                 refused: plan.refused.clone(),
                 error: None,
                 attempts: 1,
@@ -256,25 +274,54 @@ struct NetEffect {
     messages: Vec<MemoryRecord>,
     message_jobs: Vec<usize>,
     message_passages: Vec<String>,
+    /// The rows merges make, and the job each comes from.
+    merged: Vec<MemoryRecord>,
+    merge_jobs: Vec<usize>,
+    /// The rows merges replace, deleted last.
+    deletes: Vec<String>,
 }
 
-/// Plan every job in order against `rows` as the earlier jobs leave them, and sum up the
-/// writes: new memories inserted once, each row's strength set once to its final value.
+/// Plan the jobs in order against `rows` as the earlier jobs leave them, up to the first that
+/// [`conflicts`] with the ones before it (never the first: a job alone is planned as it would
+/// be outside a batch), and sum up the writes: new memories inserted once, each row's strength
+/// set once to its final value, merged rows inserted and their members deleted. `plans` holds
+/// one plan per job planned.
 fn plan_batch(jobs: &[Job], rows: Vec<MemoryRecord>, null_visible: bool) -> NetEffect {
     let mut state: HashMap<String, MemoryRecord> =
         rows.into_iter().map(|r| (r.id.clone(), r)).collect();
     // The strength each changed row has in the table (or is inserted with).
     let mut before: BTreeMap<String, i32> = BTreeMap::new();
     let mut net = NetEffect::default();
+    let mut created: BTreeSet<String> = BTreeSet::new();
     for (index, job) in jobs.iter().enumerate() {
         let job = match job {
             Job::Reflection(job) => job,
             Job::Message(told) => {
+                let id = told.message.id.clone();
+                if index > 0 && net.deletes.contains(&id) {
+                    break;
+                }
+                created.insert(id);
                 plan_message(told, index, &mut state, &mut net);
                 continue;
             }
         };
         let plan = plan_from(job, &state, null_visible);
+        let creates = created_ids(job);
+        if index > 0 && conflicts(&plan, &creates, &created, &net.deletes) {
+            break;
+        }
+        created.extend(creates);
+        for m in &plan.merges {
+            for id in &m.delete_ids {
+                state.remove(id);
+            }
+            let record = merged_record(job, m);
+            state.insert(record.id.clone(), record.clone());
+            net.merged.push(record);
+            net.merge_jobs.push(index);
+            net.deletes.extend(m.delete_ids.iter().cloned());
+        }
         for m in &plan.new_memories {
             if !state.contains_key(&m.id) {
                 let record = new_memory_record(job, m);
@@ -316,6 +363,38 @@ fn plan_batch(jobs: &[Job], rows: Vec<MemoryRecord>, null_visible: bool) -> NetE
     net
 }
 
+/// The ids a job's new memories may be written under: the one assigned at acceptance and
+/// the fact's own (`memory::repetition`).
+fn created_ids(job: &crate::memory::feedback::FeedbackJob) -> Vec<String> {
+    job.new_memories
+        .iter()
+        .flat_map(|m| {
+            [
+                Some(m.id.clone()),
+                derived_id(job.scope.as_str(), &m.content),
+            ]
+        })
+        .flatten()
+        .collect()
+}
+
+/// Whether a job's plan may not join the batch so far: a row one of its merges deletes is one
+/// this batch creates (the job's own new memories included), or a row it creates is one an
+/// earlier merge of the batch deleted. Replayed alone after a crash, the creating job would
+/// write that row back.
+fn conflicts(
+    plan: &FeedbackPlan,
+    creates: &[String],
+    created: &BTreeSet<String>,
+    deleted: &[String],
+) -> bool {
+    let deletes = plan.merges.iter().flat_map(|m| &m.delete_ids);
+    creates.iter().any(|id| deleted.contains(id))
+        || deletes
+            .clone()
+            .any(|id| created.contains(id) || creates.contains(id))
+}
+
 /// A message in a batch: stored as it is, once (insert-if-missing by its id), embedded with
 /// the message it answers (`working::replies`); it plans nothing and reinforces nothing.
 fn plan_message(
@@ -338,9 +417,9 @@ fn plan_message(
 }
 
 /// Embed first (the step most likely to fail leaves nothing behind), add the new rows or
-/// reinforce the stored copies of their facts (`memory::repetition`), then set the strengths
-/// (after the insert: a row created and reinforced in one batch exists). Returns what became
-/// of each insert, in order.
+/// reinforce the stored copies of their facts (`memory::repetition`) and insert the merged
+/// rows, then set the strengths (after the inserts: a row created and reinforced in one batch
+/// exists), then delete what merges replaced. Returns what became of each insert, in order.
 async fn write_net(shared: &Shared, net: &NetEffect) -> Result<Vec<Remembered>, MemoryError> {
     let mut written = Vec::new();
     let texts: Vec<String> = net
@@ -348,6 +427,7 @@ async fn write_net(shared: &Shared, net: &NetEffect) -> Result<Vec<Remembered>, 
         .iter()
         .map(|r| r.content.clone())
         .chain(net.message_passages.iter().cloned())
+        .chain(net.merged.iter().map(|r| r.content.clone()))
         .collect();
     let mut vectors = match texts.is_empty() {
         true => Vec::new(),
@@ -359,7 +439,9 @@ async fn write_net(shared: &Shared, net: &NetEffect) -> Result<Vec<Remembered>, 
                 .await?
         }
     };
-    let message_vectors = vectors.split_off(net.inserts.len().min(vectors.len()));
+    let mut message_vectors = vectors.split_off(net.inserts.len().min(vectors.len()));
+    let merged_vectors =
+        message_vectors.split_off(net.message_passages.len().min(message_vectors.len()));
     if !net.messages.is_empty() {
         let rows: Vec<(MemoryRecord, Vec<f32>)> =
             net.messages.iter().cloned().zip(message_vectors).collect();
@@ -390,6 +472,10 @@ async fn write_net(shared: &Shared, net: &NetEffect) -> Result<Vec<Remembered>, 
             .collect();
         written = shared.writes.repetitions.add_or_reinforce_all(rows).await?;
     }
+    if !net.merged.is_empty() {
+        let rows = net.merged.iter().cloned().zip(merged_vectors).collect();
+        shared.writes.store.writer().insert_missing(rows).await?;
+    }
     let changed = set_strengths(&shared.writes, &net.strengths).await?;
     if changed as usize != net.strengths.len() {
         // Another process changed some of these rows since they were read: its write stands.
@@ -398,6 +484,11 @@ async fn write_net(shared: &Shared, net: &NetEffect) -> Result<Vec<Remembered>, 
             changed,
             "some reinforcements found a strength changed by another writer"
         );
+    }
+    // Last: a crash before this replays each merge alone, which then only deletes.
+    if !net.deletes.is_empty() {
+        let members = Selection::ids(net.deletes.iter().cloned()).rows_sql();
+        shared.writes.store.writer().delete(members).await?;
     }
     Ok(written)
 }
@@ -486,6 +577,69 @@ mod tests {
                 change("n1", PASSIVE_STRENGTH, PASSIVE_STRENGTH + REINFORCE)
             ]
         );
+    }
+
+    fn merging(mut j: Job, new_id: &str, ids: &[&str]) -> Job {
+        if let Job::Reflection(f) = &mut j {
+            f.merge_groups.push(crate::memory::feedback::MergeGroupJob {
+                new_id: new_id.into(),
+                ids: ids.iter().map(|s| s.to_string()).collect(),
+            });
+        }
+        j
+    }
+
+    #[test]
+    fn merges_join_a_batch_and_later_jobs_see_the_merged_row() {
+        let rows = vec![
+            row("a", "family", 50),
+            row("b", "family", 70),
+            row("c", "family", 20),
+        ];
+        let jobs = [
+            job("j1", &["a"], &["n1"]),
+            merging(job("j2", &[], &[]), "m", &["a", "b"]),
+            job("j3", &["a", "m", "c"], &[]),
+        ];
+        let net = plan_batch(&jobs, rows, false);
+        assert_eq!(net.plans.len(), 3, "one batch");
+        assert_eq!(net.merge_jobs, vec![1]);
+        // The merge saw j1's reinforcement of `a` (56) beside `b` (70).
+        assert_eq!(net.merged[0].id, "m");
+        assert_eq!(net.merged[0].strength, 70);
+        assert_eq!(net.deletes, vec!["a".to_string(), "b".to_string()]);
+        // j3: `a` is gone (refused, as it would be after j2 alone), `m` and `c` reinforced.
+        assert_eq!(net.reinforced, vec![1, 0, 2]);
+        assert!(net.plans[2].refused.iter().any(|(id, _)| id == "a"));
+        let ids: Vec<&str> = net.strengths.iter().map(|c| c.id.as_str()).collect();
+        assert_eq!(ids, vec!["c", "m"], "no write to a row the batch deletes");
+        assert_eq!(
+            net.strengths[1].expected,
+            Some(70),
+            "as the merge inserts it"
+        );
+    }
+
+    #[test]
+    fn a_merge_of_a_row_the_batch_creates_waits_for_the_next_batch() {
+        let rows = vec![row("a", "family", 50), row("b", "family", 50)];
+        // j2 merges the row j1 creates: replayed alone after a crash, j1 would write it back.
+        let jobs = [
+            job("j1", &[], &["n1"]),
+            merging(job("j2", &[], &[]), "m", &["n1", "a"]),
+        ];
+        assert_eq!(plan_batch(&jobs, rows.clone(), false).plans.len(), 1);
+        // And a row an earlier merge deleted is never created again in the same batch.
+        let jobs = [
+            merging(job("j1", &[], &[]), "m", &["a", "b"]),
+            job("j2", &["m"], &["a"]),
+            job("j3", &["m"], &[]),
+        ];
+        let net = plan_batch(&jobs, rows.clone(), false);
+        assert_eq!(net.plans.len(), 1);
+        // Alone, a job is planned as it would be outside a batch.
+        let net = plan_batch(&jobs[1..], rows, false);
+        assert_eq!(net.plans.len(), 2);
     }
 
     #[test]

@@ -97,10 +97,10 @@ impl Job {
         matches!(self, Job::Reflection(_))
     }
 
-    /// Texts its application embeds: its new memories, or its message.
+    /// Texts its application embeds: its new memories and merged rows, or its message.
     pub(crate) fn texts(&self) -> usize {
         match self {
-            Job::Reflection(j) => j.new_memories.len(),
+            Job::Reflection(j) => j.new_memories.len() + j.merge_groups.len(),
             Job::Message(_) => 1,
         }
     }

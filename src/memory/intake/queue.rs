@@ -352,47 +352,29 @@ impl FeedbackQueue {
     }
 }
 
-/// Apply `first` and the batchable jobs queued behind it as one batch; a job with merges
-/// (and the rest of the queue after it) waits for the next turn, so order is kept.
+/// Apply `first` and the jobs queued behind it in batches (up to [`batch::MAX_JOBS`] jobs
+/// and [`batch::MAX_NEW`] texts each), in order: a batch that ends early
+/// (`batch::conflicts`) leaves its remaining jobs to the next.
 async fn serve(shared: &Shared, first: Job, rx: &mut mpsc::Receiver<Job>, stop: &Notify) -> Run {
-    if !batch::batchable(&first) {
-        let pending = PendingJob {
-            job: first,
-            plan: None,
-            attempts: 0,
-        };
-        return run_job(shared, pending, stop).await;
-    }
     let mut texts = first.texts();
     let mut jobs = vec![first];
-    let mut held = None;
     while jobs.len() < batch::MAX_JOBS && texts < batch::MAX_NEW {
         match rx.try_recv() {
-            Ok(job) if batch::batchable(&job) => {
+            Ok(job) => {
                 texts += job.texts();
                 jobs.push(job);
-            }
-            Ok(job) => {
-                held = Some(job);
-                break;
             }
             Err(_) => break,
         }
     }
-    if batch::run_batch(shared, jobs, stop).await == Run::Stopped {
-        return Run::Stopped;
-    }
-    match held {
-        Some(job) => {
-            let pending = PendingJob {
-                job,
-                plan: None,
-                attempts: 0,
-            };
-            run_job(shared, pending, stop).await
+    while !jobs.is_empty() {
+        let (run, rest) = batch::run_batch(shared, jobs, stop).await;
+        if run == Run::Stopped {
+            return Run::Stopped;
         }
-        None => Run::Next,
+        jobs = rest;
     }
+    Run::Next
 }
 
 /// Proof that the feedback worker is paused (see [`FeedbackQueue::pause`]).
