@@ -215,14 +215,7 @@ async fn accepted_feedback_survives_a_crash_and_applies_exactly_once() {
         host.memory().feedback().abort().await;
     }
     // Simulate a crash after applying but before "done" was written: drop the done line.
-    let text = std::fs::read_to_string(&journal).unwrap();
-    assert!(text.contains("\"op\":\"finished\""), "{text}");
-    let without_done: String = text
-        .lines()
-        .filter(|l| !l.contains("\"op\":\"finished\""))
-        .map(|l| format!("{l}\n"))
-        .collect();
-    std::fs::write(&journal, without_done).unwrap();
+    assert_eq!(cut_finished_lines(&journal), 1);
     {
         let host = started(dir.path()).await;
         finish(&host, &job).await;
@@ -240,6 +233,20 @@ async fn accepted_feedback_survives_a_crash_and_applies_exactly_once() {
     let host = started(dir.path()).await;
     assert_eq!(host.memory().feedback().depth(), 0);
     host.shutdown().await;
+}
+
+/// Drop the journal's `finished` lines, as a crash after a job's writes leaves it; returns how
+/// many there were.
+fn cut_finished_lines(journal: &std::path::Path) -> usize {
+    const FINISHED: &str = "\"op\":\"finished\"";
+    let text = std::fs::read_to_string(journal).unwrap();
+    let kept: String = text
+        .lines()
+        .filter(|l| !l.contains(FINISHED))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(journal, kept).unwrap();
+    text.matches(FINISHED).count()
 }
 
 async fn serve(host: Arc<PluginHost>) -> String {
@@ -610,14 +617,7 @@ async fn a_batch_with_a_merge_applies_at_once_and_replays_after_a_crash_to_the_s
         host.memory().feedback().abort().await;
     }
     // A crash after the batch's writes, before its "finished" lines.
-    let text = std::fs::read_to_string(&journal).unwrap();
-    assert_eq!(text.matches("\"op\":\"finished\"").count(), 3, "{text}");
-    let without_done: String = text
-        .lines()
-        .filter(|l| !l.contains("\"op\":\"finished\""))
-        .map(|l| format!("{l}\n"))
-        .collect();
-    std::fs::write(&journal, without_done).unwrap();
+    assert_eq!(cut_finished_lines(&journal), 3);
     let host = started(dir.path()).await;
     for job in &jobs {
         finish(&host, job).await;
