@@ -103,14 +103,7 @@ async fn run() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(5);
-    let client = reqwest::Client::builder()
-        .timeout(Duration::from_secs(60))
-        .build()
-        .expect("an HTTP client");
-    let dir = tempfile::tempdir_in(common::bench_root()).expect("a bench dir");
-    let (_serve, base) = serve::start_serve(&client, dir.path(), json!({}))
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let (_client, dir, _serve, base) = serve::start_default_serve(Duration::from_secs(60)).await;
     println!("AstrBot 4.29.0, default rate limit; {rounds} rounds each way (45 lines, then the question)");
     println!(
         "{:<16} {:>10} {:>10} {:>10} {:>10} {:>8}",

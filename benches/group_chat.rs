@@ -282,15 +282,8 @@ async fn run() {
             .collect()
     };
 
-    let client = reqwest::Client::builder()
-        .timeout(Duration::from_secs(120))
-        .build()
-        .unwrap();
-    let dir = tempfile::tempdir_in(common::bench_root()).unwrap();
     // The default config: nothing mapped, no LLM for consolidation.
-    let (proc, base) = serve::start_serve(&client, dir.path(), json!({}))
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let (client, _dir, proc, base) = serve::start_default_serve(Duration::from_secs(120)).await;
     for _ in 0..600 {
         if !status(&client, &base).await["embedding_calibration"].is_null() {
             break;

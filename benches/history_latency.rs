@@ -43,14 +43,7 @@ fn history(reply: &str) -> Value {
 }
 
 async fn run() {
-    let client = reqwest::Client::builder()
-        .timeout(Duration::from_secs(120))
-        .build()
-        .expect("an HTTP client");
-    let dir = tempfile::tempdir_in(common::bench_root()).expect("a bench dir");
-    let (_serve, base) = serve::start_serve(&client, dir.path(), json!({}))
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let (client, _dir, _serve, base) = serve::start_default_serve(Duration::from_secs(120)).await;
     for m in MEMORIES {
         post(
             &client,

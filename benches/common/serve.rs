@@ -83,6 +83,23 @@ fn serve_log(dir: &Path, port: u16) -> PathBuf {
     }
 }
 
+/// A `serve` with the default config (nothing mapped, no LLM), as a new install runs it, in a
+/// new bench directory that lives as long as the returned guard; and a client whose requests
+/// are each capped at `timeout`.
+pub async fn start_default_serve(
+    timeout: Duration,
+) -> (reqwest::Client, tempfile::TempDir, Proc, String) {
+    let client = reqwest::Client::builder()
+        .timeout(timeout)
+        .build()
+        .expect("an HTTP client");
+    let dir = tempfile::tempdir_in(super::bench_root()).expect("a bench dir");
+    let (proc, base) = start_serve(&client, dir.path(), json!({}))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    (client, dir, proc, base)
+}
+
 pub async fn start_serve(
     client: &reqwest::Client,
     dir: &Path,
