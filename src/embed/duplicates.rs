@@ -130,10 +130,19 @@ impl DuplicateBound {
     /// The bound for two texts, `None` when they are never merged (different scripts, mixed
     /// text, or a script the model ranks poorly).
     pub(crate) fn between(&self, a: &str, b: &str) -> Option<f32> {
-        match (Script::of(a), Script::of(b)) {
-            (Script::Cjk, Script::Cjk) => self.cjk.map(|s| s.similarity),
-            (Script::Latin, Script::Latin) => self.latin.map(|s| s.similarity),
-            _ => None,
+        let script = Script::of(a);
+        if script != Script::of(b) {
+            return None;
+        }
+        self.of_script(script)
+    }
+
+    /// The bound for two texts both of `script`, `None` when such texts are never merged.
+    pub(crate) fn of_script(&self, script: Script) -> Option<f32> {
+        match script {
+            Script::Cjk => self.cjk.map(|s| s.similarity),
+            Script::Latin => self.latin.map(|s| s.similarity),
+            Script::Mixed => None,
         }
     }
 }

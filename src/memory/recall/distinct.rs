@@ -7,8 +7,8 @@
 //! *different* facts the model scores) and they name the same numbers. The newer of the two
 //! keeps the better slot, and the slot freed goes to the next distinct memory.
 
-use crate::embed::cosine;
 use crate::embed::duplicates::DuplicateBound;
+use crate::embed::{cosine, dot, Script};
 use crate::memory::model::ScoredMemory;
 
 /// A ranked hit with its vector (unit length), when the vector search read it.
@@ -26,34 +26,68 @@ pub(crate) fn keep_distinct(
     limit: usize,
 ) -> (Vec<ScoredMemory>, usize) {
     let mut merged = 0;
-    let mut kept: Vec<Ranked> = Vec::with_capacity(limit.min(ranked.len()));
+    let mut kept: Vec<Compared> = Vec::with_capacity(limit.min(ranked.len()));
     for candidate in ranked {
         if kept.len() >= limit {
             break;
         }
-        match kept.iter().position(|k| same_fact(k, &candidate, bound)) {
-            Some(slot) if newer(&candidate, &kept[slot]) => {
-                let score = kept[slot].hit.score;
+        let candidate = Compared::new(candidate, bound);
+        match kept.iter().position(|k| k.same_fact(&candidate)) {
+            Some(slot) if newer(&candidate.ranked, &kept[slot].ranked) => {
+                let score = kept[slot].ranked.hit.score;
                 kept[slot] = candidate;
-                kept[slot].hit.score = kept[slot].hit.score.max(score);
+                let hit = &mut kept[slot].ranked.hit;
+                hit.score = hit.score.max(score);
                 merged += 1;
             }
             Some(_) => merged += 1,
             None => kept.push(candidate),
         }
     }
-    (kept.into_iter().map(|k| k.hit).collect(), merged)
+    (kept.into_iter().map(|k| k.ranked.hit).collect(), merged)
 }
 
-fn same_fact(a: &Ranked, b: &Ranked, bound: &DuplicateBound) -> bool {
-    let (Some(va), Some(vb)) = (&a.vector, &b.vector) else {
-        return false;
-    };
-    same_fact_in_other_words(
-        (&a.hit.memory.content, va),
-        (&b.hit.memory.content, vb),
-        bound,
-    )
+/// A hit with what the pairwise test needs of it, worked out once per hit rather than once
+/// per pair: a recall of 100 compares up to ~5,000 pairs, and each pair used to scan both
+/// texts for their script and take both vectors' norms again.
+struct Compared {
+    ranked: Ranked,
+    script: Script,
+    /// The bound of the hit's script; `None`: never merged (no vector, or no bound).
+    bound: Option<f32>,
+    norm: f32,
+}
+
+impl Compared {
+    fn new(ranked: Ranked, bound: &DuplicateBound) -> Compared {
+        let script = Script::of(&ranked.hit.memory.content);
+        let norm = ranked.vector.as_deref().map_or(0.0, |v| dot(v, v).sqrt());
+        let bound = match ranked.vector {
+            Some(_) if norm > 0.0 => bound.of_script(script),
+            _ => None,
+        };
+        Compared {
+            ranked,
+            script,
+            bound,
+            norm,
+        }
+    }
+
+    /// [`same_fact_in_other_words`] on the facts worked out beforehand.
+    fn same_fact(&self, other: &Compared) -> bool {
+        let (Some(bound), Some(va), Some(vb)) = (
+            self.bound,
+            self.ranked.vector.as_deref(),
+            other.ranked.vector.as_deref(),
+        ) else {
+            return false;
+        };
+        self.script == other.script
+            && other.bound.is_some()
+            && dot(va, vb) / (self.norm * other.norm) >= bound
+            && numbers(&self.ranked.hit.memory.content) == numbers(&other.ranked.hit.memory.content)
+    }
 }
 
 /// Whether two texts with their (unit) vectors state one fact: at least the model's duplicate
