@@ -27,7 +27,10 @@ done
 # The lance-free core crate first: config, scope, redaction, fact folding, time words. After
 # an edit there it builds and runs in seconds, before the service crate relinks.
 cargo test -p scopemem-core
-# Both test binaries of the service crate in one build, so cargo compiles them side by side.
-cargo test -p scopemem --lib --test it --no-run
-cargo test -p scopemem --lib -- --test-threads=2
-cargo test -p scopemem --test it -- --test-threads=2 "${filters[@]}"
+# Both test binaries of the service crate in one build, so cargo compiles them side by side,
+# without the `cli` feature: cargo would otherwise build and link the `scopemem` binary before
+# tests/it.rs, and none of these tests runs it (Cargo.toml, `[[bin]]`).
+lean=(-p scopemem --no-default-features)
+cargo test "${lean[@]}" --lib --test it --no-run
+cargo test "${lean[@]}" --lib -- --test-threads=2
+cargo test "${lean[@]}" --test it -- --test-threads=2 "${filters[@]}"

@@ -41,7 +41,7 @@ async fn respawn(dir: &Path, name: &str, base: &str) -> Serve {
 /// Start `serve` with `config`, answering at `base`.
 async fn respawn_config(config: &Path, base: &str) -> Serve {
     let serve = Serve {
-        child: std::process::Command::new(env!("CARGO_BIN_EXE_scopemem"))
+        child: std::process::Command::new(crate::common::scopemem_bin())
             .args(["serve", "--config"])
             .arg(config)
             .stdout(Stdio::null())

@@ -139,7 +139,7 @@ async fn memory_page_in_astrbot_dashboard() {
     std::fs::write(&scopemem_config, serde_json::to_vec(&kept).unwrap()).unwrap();
     let plugin_config = json!({
         "scopemem_url": "",
-        "scopemem_binary": env!("CARGO_BIN_EXE_scopemem"),
+        "scopemem_binary": crate::common::scopemem_bin(),
         "scopemem_config": scopemem_config,
         "auth_token": token,
         "conversation_scope_map": {FAMILY: "家人", WORK: "工作", BROKEN: "家 人"},

@@ -160,7 +160,7 @@ async fn serve_shuts_down_cleanly_on_sigterm_and_keeps_what_it_accepted() {
     )
     .unwrap();
     let start = || {
-        Command::new(env!("CARGO_BIN_EXE_scopemem"))
+        Command::new(crate::common::scopemem_bin())
             .args(["serve", "--config", cfg.to_str().unwrap()])
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::piped())
@@ -247,7 +247,7 @@ async fn serve_exits_with_a_parent_killed_by_sigkill_only_when_asked() {
         .unwrap();
         // The parent: Python starting serve with a pipe as stdin, printing its pid, then idling.
         let mut args = vec![
-            env!("CARGO_BIN_EXE_scopemem").to_string(),
+            crate::common::scopemem_bin().to_string(),
             "serve".into(),
             "--config".into(),
             cfg.to_string_lossy().into_owned(),
@@ -326,7 +326,7 @@ async fn the_demo_shows_each_scope_where_it_belongs_and_small_talk_injects_nothi
     let serve = common::serve::spawn_serve(dir.path(), "demo", defaults).await;
     let base = serve.base.clone();
     let out = tokio::task::spawn_blocking(move || {
-        Command::new(env!("CARGO_BIN_EXE_scopemem"))
+        Command::new(crate::common::scopemem_bin())
             .args(["demo", "--url", &base])
             .output()
             .expect("demo runs")
@@ -384,7 +384,7 @@ fn make_run_talks_to_the_port_its_demo_config_names() {
     std::fs::write(data.join("demo-config.json"), config.to_string()).unwrap();
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/run-demo.sh");
     let out = Command::new("bash")
-        .args([script, env!("CARGO_BIN_EXE_scopemem"), &asked.to_string()])
+        .args([script, crate::common::scopemem_bin(), &asked.to_string()])
         .current_dir(dir.path())
         .output()
         .expect("run-demo.sh runs");

@@ -415,7 +415,7 @@ fn python_sdk_over_stdio() {
         &[
             "stdio",
             "--server",
-            env!("CARGO_BIN_EXE_scopemem"),
+            crate::common::scopemem_bin(),
             "--config",
             &cfg.to_string_lossy(),
             "--bench",

@@ -33,7 +33,7 @@ fn nonebot_plugin_suite_passes_against_a_real_serve() {
         .args(["-m", "pytest", "-q", "-p", "no:cacheprovider"])
         .arg(manifest.join("tests/nonebot"))
         .current_dir(manifest)
-        .env("SCOPEMEM_BIN", env!("CARGO_BIN_EXE_scopemem"))
+        .env("SCOPEMEM_BIN", crate::common::scopemem_bin())
         .env("PYTHONDONTWRITEBYTECODE", "1")
         // scopemem is on loopback; the bot's own settings come from the suite, not the shell.
         .env_remove("http_proxy")

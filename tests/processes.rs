@@ -141,13 +141,13 @@ async fn one_process_holds_the_maintenance_lease_and_the_next_takes_over() {
 
     // Admin commands beside the service say who holds it instead of fighting over the work.
     let cfg = dir.path().join("b.json");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_scopemem"))
+    let out = std::process::Command::new(crate::common::scopemem_bin())
         .args(["migrate", "status", "--config", cfg.to_str().unwrap()])
         .output()
         .unwrap();
     let s: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(s["maintenance_lease"]["pid"], a_pid, "{s}");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_scopemem"))
+    let out = std::process::Command::new(crate::common::scopemem_bin())
         .args(["migrate", "run", "--config", cfg.to_str().unwrap()])
         .output()
         .unwrap();

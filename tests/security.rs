@@ -567,7 +567,7 @@ fn serve_refuses_an_open_address_without_a_token() {
         let stderr_path = dir.path().join("stderr.log");
         let started = Instant::now();
         let mut child = Running(
-            Command::new(env!("CARGO_BIN_EXE_scopemem"))
+            Command::new(crate::common::scopemem_bin())
                 .args(["serve", "--config", cfg.to_str().unwrap()])
                 .env_remove(AUTH_TOKEN_ENV)
                 .stdin(Stdio::null())
@@ -618,7 +618,7 @@ async fn serve_on_an_open_address_with_a_token_requires_it() {
     let cfg = write_config(dir.path(), &format!("0.0.0.0:{port}"));
     let stderr_path = dir.path().join("stderr.log");
     let mut child = Running(
-        Command::new(env!("CARGO_BIN_EXE_scopemem"))
+        Command::new(crate::common::scopemem_bin())
             .args(["serve", "--config", cfg.to_str().unwrap()])
             .env(AUTH_TOKEN_ENV, TOKEN)
             .stdin(Stdio::null())

@@ -21,7 +21,7 @@ impl Drop for Mcp {
 impl Mcp {
     pub fn spawn(config: &std::path::Path) -> Mcp {
         use std::process::{Command, Stdio};
-        let mut child = Command::new(env!("CARGO_BIN_EXE_scopemem"))
+        let mut child = Command::new(crate::common::scopemem_bin())
             .args(["mcp", "--config", config.to_str().unwrap()])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

@@ -458,9 +458,23 @@ pub async fn wait_backfill_done(host: &PluginHost, timeout: Duration) -> bool {
     false
 }
 
+/// The real `scopemem` binary cargo built beside the tests (`make test` and CI: the default
+/// features). `make test-fast` builds without the `cli` feature, so without the binary: none of
+/// the modules it runs spawns one, and a test that does fails here, saying why.
+pub fn scopemem_bin() -> &'static str {
+    match option_env!("CARGO_BIN_EXE_scopemem") {
+        Some(bin) => bin,
+        None => panic!(
+            "this test runs the scopemem binary, which a build without the `cli` feature \
+             (make test-fast) leaves out: run it with make test, or move its module out of \
+             scripts/test-fast.sh's list"
+        ),
+    }
+}
+
 /// Run the real `scopemem` binary; returns (exit code, stdout, stderr).
 pub fn scopemem(args: &[&str]) -> (i32, String, String) {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_scopemem"))
+    let out = std::process::Command::new(scopemem_bin())
         .args(args)
         .output()
         .expect("run scopemem");

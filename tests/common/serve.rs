@@ -40,7 +40,7 @@ pub async fn spawn_serve(dir: &Path, name: &str, extra: Value) -> Serve {
         let log = std::fs::File::create(&log_path).unwrap();
         // Owned by `Serve` at once, so even a failed start is killed and reaped.
         let mut serve = Serve {
-            child: Command::new(env!("CARGO_BIN_EXE_scopemem"))
+            child: Command::new(crate::common::scopemem_bin())
                 .args(["serve", "--config", path.to_str().unwrap()])
                 .stdout(Stdio::null())
                 .stderr(log)

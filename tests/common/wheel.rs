@@ -55,7 +55,7 @@ fn pack(out: &Path) -> PathBuf {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/pack-wheel.py");
     let printed = run(Command::new("python3")
         .arg(script)
-        .arg(env!("CARGO_BIN_EXE_scopemem"))
+        .arg(crate::common::scopemem_bin())
         .arg(out)
         .arg(assets()));
     PathBuf::from(printed.trim())
