@@ -72,6 +72,16 @@ def _who(body: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _asking(body: dict[str, Any]) -> dict[str, Any]:
+    """The caller and its question, which must say something."""
+    call = _who(body)
+    query = body.get("query")
+    if not isinstance(query, str) or not query.strip():
+        raise BadInput("query is required")
+    call["query"] = query
+    return call
+
+
 def _limit(body: dict[str, Any], default: int) -> int:
     raw = body.get("limit", default)
     try:
@@ -231,22 +241,13 @@ class DashboardApi:
 
     async def search(self) -> Any:
         body = await self._body()
-        call = _who(body)
-        query = body.get("query")
-        if not isinstance(query, str) or not query.strip():
-            raise BadInput("query is required")
-        call["query"] = query
+        call = _asking(body)
         call["limit"] = _limit(body, 20)
         return self._answer(await self._call("POST", "/v1/recall", call))
 
     async def try_question(self) -> Any:
         """What `on_llm_request` would inject for this question in this conversation."""
-        body = await self._body()
-        call = _who(body)
-        query = body.get("query")
-        if not isinstance(query, str) or not query.strip():
-            raise BadInput("query is required")
-        call["query"] = query
+        call = _asking(await self._body())
         # A preview: the same block, not counted toward "recalled twice" (no prompt follows).
         call["preview"] = True
         return self._answer(await self._call("POST", "/v1/events/llm_request", call))
