@@ -183,13 +183,7 @@ impl MemoryService {
     ) -> Result<Searched, MemoryError> {
         let (req, query) = (asked.req, asked.query);
         let cfg = &self.settings.recall;
-        let k = match req.mode {
-            // Strength can lift a candidate past closer ones: rank a wider pool.
-            RecallMode::Comprehensive if self.ranking().weighs_strength() => limit * 4,
-            // Deeper (`extra`) after a fact said twice gave up a slot.
-            RecallMode::Comprehensive => limit + extra,
-            RecallMode::Chained => cfg.pool_size.max(1).max(limit),
-        };
+        let k = self.pool_size(req.mode, limit, extra);
         // Keyword-only while the table's vectors are another model's (a re-embed is under way).
         let degraded = (!self.reembed.vectors_current()).then_some("reembedding");
         let search = match degraded {
@@ -240,37 +234,9 @@ impl MemoryService {
             fit,
             rescale: measured.rescale_for(text),
         };
-        let mut time_window = None;
-        let mut found = match &time {
-            None => {
-                searchers
-                    .candidates(&search_in(visible.rows.clone()))
-                    .await?
-            }
-            Some(t) => {
-                let mut rows = visible.rows.clone();
-                rows.created = Some(t.window);
-                let within = searchers.candidates(&search_in(rows.clone())).await?;
-                // Empty when nothing visible was created then; candidates that the similarity
-                // cut left out of a window that holds memories are no reason to answer from
-                // other days.
-                let empty =
-                    within.candidates.is_empty() && self.store.count(rows.to_sql()).await? == 0;
-                time_window = Some(TimeWindow {
-                    words: t.words.clone(),
-                    from: t.window.from.to_rfc3339(),
-                    until: t.window.until.to_rfc3339(),
-                    timezone: zone.name().to_string(),
-                    empty,
-                });
-                within
-            }
-        };
-        if time_window.as_ref().is_some_and(|w| w.empty) {
-            found = searchers
-                .candidates(&search_in(visible.rows.clone()))
-                .await?;
-        }
+        let (found, time_window) = self
+            .search_in_time(&searchers, &search_in, visible, time.as_ref(), zone)
+            .await?;
         let degraded = degraded.or(found.degraded);
         let in_window = time_window.as_ref().is_some_and(|w| !w.empty);
         // The gate is for injection into every prompt; an explicit recall is never held back,
@@ -293,6 +259,53 @@ impl MemoryService {
             gated,
             time_window,
         })
+    }
+
+    /// How many candidates a recall's searches return for `limit` answers.
+    fn pool_size(&self, mode: RecallMode, limit: usize, extra: usize) -> usize {
+        match mode {
+            // Strength can lift a candidate past closer ones: rank a wider pool.
+            RecallMode::Comprehensive if self.ranking().weighs_strength() => limit * 4,
+            // Deeper (`extra`) after a fact said twice gave up a slot.
+            RecallMode::Comprehensive => limit + extra,
+            RecallMode::Chained => self.settings.recall.pool_size.max(1).max(limit),
+        }
+    }
+
+    /// The searches of a recall, within the window the question's time words name (`time`),
+    /// if any: the candidates, and the window as the answer reports it. When nothing visible
+    /// was created in the window, the search runs again over every visible row and the window
+    /// is reported `empty`; candidates that the similarity cut left out of a window that holds
+    /// memories are no reason to answer from other days.
+    async fn search_in_time<'q>(
+        &self,
+        searchers: &Searchers<'_>,
+        search_in: &(dyn Fn(RowFilter) -> CandidateQuery<'q> + Sync),
+        visible: &Visibility,
+        time: Option<&recall::time_words::TimeQuery>,
+        zone: chrono_tz::Tz,
+    ) -> Result<(recall::hybrid::Found, Option<TimeWindow>), MemoryError> {
+        let everywhere = || search_in(visible.rows.clone());
+        let Some(t) = time else {
+            return Ok((searchers.candidates(&everywhere()).await?, None));
+        };
+        let mut rows = visible.rows.clone();
+        rows.created = Some(t.window);
+        let within = searchers.candidates(&search_in(rows.clone())).await?;
+        let empty = within.candidates.is_empty() && self.store.count(rows.to_sql()).await? == 0;
+        let window = TimeWindow {
+            words: t.words.clone(),
+            from: t.window.from.to_rfc3339(),
+            until: t.window.until.to_rfc3339(),
+            timezone: zone.name().to_string(),
+            empty,
+        };
+        let found = if empty {
+            searchers.candidates(&everywhere()).await?
+        } else {
+            within
+        };
+        Ok((found, Some(window)))
     }
 
     /// The ranking stage of a recall: candidates scored by relevance (and strength), then the
