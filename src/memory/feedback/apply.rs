@@ -54,23 +54,7 @@ pub(crate) async fn apply(
             }
         }
     }
-    let mut merged_records = Vec::new();
-    let mut merges: Vec<&MergePlan> = Vec::new();
-    for m in &plan.merges {
-        if existing.contains_key(&m.new_id) {
-            merges.push(m); // applied before a crash: only the deletes may be left
-        } else if m.delete_ids.iter().all(|id| existing.contains_key(id)) {
-            merged_records.push(merged_record(job, m));
-            merges.push(m);
-        } else {
-            // A newer job merged or deleted a member since this plan was made: writing the
-            // merged text now would bring back what that job removed.
-            refused.push((
-                format!("merge[{}]", m.delete_ids.join(",")),
-                "superseded: a memory in the group changed since the job was planned".into(),
-            ));
-        }
-    }
+    let (merges, merged_records) = live_merges(job, plan, &existing, &mut refused);
     // Embed before writing anything: the step most likely to fail leaves no partial effect.
     let texts: Vec<String> = news
         .iter()
@@ -105,11 +89,16 @@ pub(crate) async fn apply(
             .insert_missing(merged_records.into_iter().zip(merged_vectors).collect())
             .await?;
     }
-    for m in &merges {
+    // Every merge's members in one commit, after the merged rows exist.
+    let members: Vec<String> = merges
+        .iter()
+        .flat_map(|m| m.delete_ids.iter().cloned())
+        .collect();
+    if !members.is_empty() {
         writes
             .store
             .writer()
-            .delete(Selection::ids(m.delete_ids.iter().cloned()).rows_sql())
+            .delete(Selection::ids(members).rows_sql())
             .await?;
     }
     Ok(JobOutcome {
@@ -124,6 +113,34 @@ pub(crate) async fn apply(
         attempts: 1,
         finished_at: Utc::now(),
     })
+}
+
+/// The merges of `plan` still to apply, with the merged rows to write (none for a merge whose
+/// row an earlier attempt already wrote: only its deletes may be left). A merge whose member a
+/// newer job merged or deleted since the plan was made is refused: writing its text now would
+/// bring back what that job removed.
+fn live_merges<'p>(
+    job: &FeedbackJob,
+    plan: &'p FeedbackPlan,
+    existing: &BTreeMap<String, MemoryRecord>,
+    refused: &mut Vec<(String, String)>,
+) -> (Vec<&'p MergePlan>, Vec<MemoryRecord>) {
+    let mut merged_records = Vec::new();
+    let mut merges: Vec<&MergePlan> = Vec::new();
+    for m in &plan.merges {
+        if existing.contains_key(&m.new_id) {
+            merges.push(m);
+        } else if m.delete_ids.iter().all(|id| existing.contains_key(id)) {
+            merged_records.push(merged_record(job, m));
+            merges.push(m);
+        } else {
+            refused.push((
+                format!("merge[{}]", m.delete_ids.join(",")),
+                "superseded: a memory in the group changed since the job was planned".into(),
+            ));
+        }
+    }
+    (merges, merged_records)
 }
 
 /// The id under which an earlier attempt of this job already wrote new memory `m`, if one did:

@@ -152,34 +152,10 @@ fn skip_dropped(shared: &Shared, jobs: Vec<Job>) -> Vec<Job> {
 }
 
 async fn apply_batch(shared: &Shared, jobs: &[Job]) -> Result<Vec<JobOutcome>, BatchError> {
-    let unplanned = |error: MemoryError| BatchError {
+    let rows = rows_read(shared, jobs).await.map_err(|error| BatchError {
         error,
         plans: vec![None; jobs.len()],
-    };
-    let mut wanted: BTreeSet<String> = BTreeSet::new();
-    for job in jobs {
-        match job {
-            Job::Reflection(job) => {
-                wanted.extend(ids_read(job));
-                wanted.extend(job.new_memories.iter().map(|m| m.id.clone()));
-            }
-            Job::Message(told) => {
-                wanted.insert(told.message.id.clone());
-            }
-        }
-    }
-    shared
-        .writes
-        .store
-        .refresh()
-        .await
-        .map_err(|e| unplanned(e.into()))?;
-    let rows = shared
-        .writes
-        .store
-        .get_by_ids(&wanted.into_iter().collect::<Vec<_>>(), None)
-        .await
-        .map_err(|e| unplanned(e.into()))?;
+    })?;
     let net = plan_batch(jobs, rows, shared.writes.gate.is_on());
     // The jobs this batch planned; the others wait for the next.
     let jobs = &jobs[..net.plans.len()];
@@ -204,10 +180,48 @@ async fn apply_batch(shared: &Shared, jobs: &[Job]) -> Result<Vec<JobOutcome>, B
     // again on its own (its new rows are inserted only if missing; the strengths are one
     // commit, so none of them was written).
     let written = write_net(shared, &net).await.map_err(unplanned)?;
-    let failed = |error: MemoryError| BatchError {
-        error,
-        plans: net.plans.iter().cloned().map(Some).collect(),
-    };
+    let outcomes = outcomes_of(jobs, &net, written);
+    let finished: Vec<Record> = outcomes
+        .iter()
+        .map(|o| Record::Finished { outcome: o.clone() })
+        .collect();
+    // The writes are done: a failure here replays the jobs one by one, which changes nothing.
+    shared
+        .files
+        .journal
+        .append_all(&finished)
+        .map_err(|e| BatchError {
+            error: MemoryError::Internal(e.to_string()),
+            plans: net.plans.iter().cloned().map(Some).collect(),
+        })?;
+    Ok(outcomes)
+}
+
+/// The rows the batch's plans read: the memories its reflections name (reinforced, merged or
+/// new, for deduplication) and its messages (already stored, after a crash), fresh from the
+/// store.
+async fn rows_read(shared: &Shared, jobs: &[Job]) -> Result<Vec<MemoryRecord>, MemoryError> {
+    let mut wanted: BTreeSet<String> = BTreeSet::new();
+    for job in jobs {
+        match job {
+            Job::Reflection(job) => {
+                wanted.extend(ids_read(job));
+                wanted.extend(job.new_memories.iter().map(|m| m.id.clone()));
+            }
+            Job::Message(told) => {
+                wanted.insert(told.message.id.clone());
+            }
+        }
+    }
+    let store = &shared.writes.store;
+    store.refresh().await?;
+    let wanted: Vec<String> = wanted.into_iter().collect();
+    Ok(store.get_by_ids(&wanted, None).await?)
+}
+
+/// What each job of an applied batch did: the rows it created, deduplicated into another,
+/// merged and reinforced, and what it refused.
+fn outcomes_of(jobs: &[Job], net: &NetEffect, written: Vec<Remembered>) -> Vec<JobOutcome> {
     let mut created = vec![Vec::new(); jobs.len()];
     let mut deduplicated = vec![Vec::new(); jobs.len()];
     let mut merged = vec![Vec::new(); jobs.len()];
@@ -223,8 +237,7 @@ async fn apply_batch(shared: &Shared, jobs: &[Job]) -> Result<Vec<JobOutcome>, B
             false => created[*job].push(memory.memory.id),
         }
     }
-    let outcomes: Vec<JobOutcome> = jobs
-        .iter()
+    jobs.iter()
         .zip(&net.plans)
         .zip(&net.reinforced)
         .zip(created.into_iter().zip(deduplicated).zip(merged))
@@ -242,18 +255,7 @@ async fn apply_batch(shared: &Shared, jobs: &[Job]) -> Result<Vec<JobOutcome>, B
                 finished_at: Utc::now(),
             },
         )
-        .collect();
-    let finished: Vec<Record> = outcomes
-        .iter()
-        .map(|o| Record::Finished { outcome: o.clone() })
-        .collect();
-    // The writes are done: a failure here replays the jobs one by one, which changes nothing.
-    shared
-        .files
-        .journal
-        .append_all(&finished)
-        .map_err(|e| failed(MemoryError::Internal(e.to_string())))?;
-    Ok(outcomes)
+        .collect()
 }
 
 /// What a batch writes, net of all its jobs, and what each job did.
