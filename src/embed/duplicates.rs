@@ -127,17 +127,9 @@ impl DuplicateBound {
         })
     }
 
-    /// The bound for two texts, `None` when they are never merged (different scripts, mixed
-    /// text, or a script the model ranks poorly).
-    pub(crate) fn between(&self, a: &str, b: &str) -> Option<f32> {
-        let script = Script::of(a);
-        if script != Script::of(b) {
-            return None;
-        }
-        self.of_script(script)
-    }
-
-    /// The bound for two texts both of `script`, `None` when such texts are never merged.
+    /// The bound for two texts both of `script`, `None` when such texts are never merged
+    /// (mixed text, or a script the model ranks poorly). Texts of two scripts are never merged
+    /// (`recall::distinct`).
     pub(crate) fn of_script(&self, script: Script) -> Option<f32> {
         match script {
             Script::Cjk => self.cjk.map(|s| s.similarity),
@@ -185,8 +177,11 @@ mod tests {
             cjk: None,
             latin: Some(bound),
         };
-        assert_eq!(b.between("Tom likes tea", "tom likes TEA"), Some(0.98));
-        assert_eq!(b.between("奶奶在学古筝", "奶奶在学古琴"), None);
-        assert_eq!(b.between("Tom likes tea", "汤姆喜欢茶"), None);
+        assert_eq!(b.of_script(Script::of("Tom likes tea")), Some(0.98));
+        assert_eq!(b.of_script(Script::of("奶奶在学古筝")), None);
+        assert_eq!(
+            b.of_script(Script::of("二婶说at the end of the month想去Cape Town")),
+            None
+        );
     }
 }

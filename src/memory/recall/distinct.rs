@@ -8,7 +8,7 @@
 //! keeps the better slot, and the slot freed goes to the next distinct memory.
 
 use crate::embed::duplicates::DuplicateBound;
-use crate::embed::{cosine, dot, Script};
+use crate::embed::{dot, Script};
 use crate::memory::model::ScoredMemory;
 
 /// A ranked hit with its vector (unit length), when the vector search read it.
@@ -47,61 +47,77 @@ pub(crate) fn keep_distinct(
     (kept.into_iter().map(|k| k.ranked.hit).collect(), merged)
 }
 
-/// A hit with what the pairwise test needs of it, worked out once per hit rather than once
-/// per pair: a recall of 100 compares up to ~5,000 pairs, and each pair used to scan both
-/// texts for their script and take both vectors' norms again.
+/// A hit with its [`FactKey`], worked out once per hit rather than once per pair: a recall of
+/// 100 compares up to ~5,000 pairs.
 struct Compared {
     ranked: Ranked,
-    script: Script,
-    /// The bound of the hit's script; `None`: never merged (no vector, or no bound).
-    bound: Option<f32>,
-    norm: f32,
+    key: Option<FactKey>,
 }
 
 impl Compared {
     fn new(ranked: Ranked, bound: &DuplicateBound) -> Compared {
-        let script = Script::of(&ranked.hit.memory.content);
-        let norm = ranked.vector.as_deref().map_or(0.0, |v| dot(v, v).sqrt());
-        let bound = match ranked.vector {
-            Some(_) if norm > 0.0 => bound.of_script(script),
-            _ => None,
-        };
-        Compared {
-            ranked,
-            script,
-            bound,
-            norm,
-        }
+        let key = ranked
+            .vector
+            .as_deref()
+            .and_then(|v| FactKey::of(&ranked.hit.memory.content, v, bound));
+        Compared { ranked, key }
     }
 
-    /// [`same_fact_in_other_words`] on the facts worked out beforehand.
     fn same_fact(&self, other: &Compared) -> bool {
-        let (Some(bound), Some(va), Some(vb)) = (
-            self.bound,
-            self.ranked.vector.as_deref(),
-            other.ranked.vector.as_deref(),
-        ) else {
-            return false;
-        };
-        self.script == other.script
-            && other.bound.is_some()
-            && dot(va, vb) / (self.norm * other.norm) >= bound
-            && numbers(&self.ranked.hit.memory.content) == numbers(&other.ranked.hit.memory.content)
+        match (
+            &self.key,
+            &other.key,
+            &self.ranked.vector,
+            &other.ranked.vector,
+        ) {
+            (Some(a), Some(b), Some(va), Some(vb)) => a.same_fact(va, b, vb),
+            _ => false,
+        }
     }
 }
 
-/// Whether two texts with their (unit) vectors state one fact: at least the model's duplicate
-/// bound for their script apart, and naming the same numbers. Also the working memory's test
-/// for a fact stated again by a second member (`working::restatement`).
+/// What the same-fact test needs of one text and its vector: its script, that script's bound
+/// and the vector's norm. `None` for a text that is never merged (no bound for its script, or
+/// a zero vector).
+struct FactKey {
+    script: Script,
+    bound: f32,
+    norm: f32,
+    numbers: Vec<String>,
+}
+
+impl FactKey {
+    fn of(text: &str, vector: &[f32], bound: &DuplicateBound) -> Option<FactKey> {
+        let script = Script::of(text);
+        let norm = dot(vector, vector).sqrt();
+        Some(FactKey {
+            script,
+            bound: bound.of_script(script).filter(|_| norm > 0.0)?,
+            norm,
+            numbers: numbers(text),
+        })
+    }
+
+    /// Both of one script, at least its bound apart, naming the same numbers.
+    fn same_fact(&self, vector: &[f32], other: &FactKey, other_vector: &[f32]) -> bool {
+        self.script == other.script
+            && dot(vector, other_vector) / (self.norm * other.norm) >= self.bound
+            && self.numbers == other.numbers
+    }
+}
+
+/// Whether two texts with their vectors state one fact: at least the model's duplicate bound
+/// for their script apart, and naming the same numbers. Also the working memory's test for a
+/// fact stated again by a second member (`working::restatement`).
 pub(crate) fn same_fact_in_other_words(
     (ta, va): (&str, &[f32]),
     (tb, vb): (&str, &[f32]),
     bound: &DuplicateBound,
 ) -> bool {
-    bound
-        .between(ta, tb)
-        .is_some_and(|bound| cosine(va, vb) >= bound)
-        && numbers(ta) == numbers(tb)
+    match (FactKey::of(ta, va, bound), FactKey::of(tb, vb, bound)) {
+        (Some(a), Some(b)) => a.same_fact(va, &b, vb),
+        _ => false,
+    }
 }
 
 /// Whether `a` was written after `b` (a row without a time is the older).
@@ -206,6 +222,27 @@ mod tests {
             (kept[0].score - 0.9).abs() < 1e-6,
             "the slot keeps its score"
         );
+    }
+
+    #[test]
+    fn texts_of_two_scripts_are_never_one_fact_however_close() {
+        let v = [1.0, 0.0];
+        let b = bound(0.98);
+        assert!(same_fact_in_other_words(
+            ("Tom likes tea", &v),
+            ("tom likes TEA", &v),
+            &b
+        ));
+        assert!(!same_fact_in_other_words(
+            ("Tom likes tea", &v),
+            ("汤姆喜欢茶", &v),
+            &b
+        ));
+        assert!(!same_fact_in_other_words(
+            ("Tom likes tea", &v),
+            ("Tom likes tea", &[0.0, 0.0]),
+            &b
+        ));
     }
 
     #[test]
