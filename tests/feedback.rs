@@ -207,12 +207,7 @@ async fn accepted_feedback_survives_a_crash_and_applies_exactly_once() {
         assert_eq!(o.created.len(), 1);
         assert_eq!(rows(&host).await, 2);
         assert_eq!(by_id(&host, &useful).await.unwrap().strength, 53);
-        journal = dir.path().join(format!(
-            "lancedb/memories.feedback.{}.journal",
-            host.memory().feedback().instance()
-        ));
-        // Die without a shutdown, so the journal (with its done line) stays for adoption.
-        host.memory().feedback().abort().await;
+        journal = die_keeping_journal(&host, dir.path()).await;
     }
     // Simulate a crash after applying but before "done" was written: drop the done line.
     assert_eq!(cut_finished_lines(&journal), 1);
@@ -233,6 +228,17 @@ async fn accepted_feedback_survives_a_crash_and_applies_exactly_once() {
     let host = started(dir.path()).await;
     assert_eq!(host.memory().feedback().depth(), 0);
     host.shutdown().await;
+}
+
+/// Stop `host`'s feedback worker without a shutdown, as a crash would, and return where its
+/// journal is: it stays for the next host on `dir` to adopt.
+async fn die_keeping_journal(host: &PluginHost, dir: &std::path::Path) -> std::path::PathBuf {
+    let journal = dir.join(format!(
+        "lancedb/memories.feedback.{}.journal",
+        host.memory().feedback().instance()
+    ));
+    host.memory().feedback().abort().await;
+    journal
 }
 
 /// Drop the journal's `finished` lines, as a crash after a job's writes leaves it; returns how
@@ -491,11 +497,7 @@ async fn a_journal_from_an_older_version_is_adopted() {
     {
         let host = host(config(dir.path(), family_map())).await;
         job = submit(&host, json!({"conversation_id": FAMILY, "new_memories": [{"content": "written by an older scopemem"}]})).await;
-        let own = dir.path().join(format!(
-            "lancedb/memories.feedback.{}.journal",
-            host.memory().feedback().instance()
-        ));
-        host.memory().feedback().abort().await;
+        let own = die_keeping_journal(&host, dir.path()).await;
         drop(host);
         // Older versions kept one shared journal under this name.
         std::fs::rename(&own, dir.path().join("lancedb/memories.feedback.journal")).unwrap();
@@ -609,12 +611,7 @@ async fn a_batch_with_a_merge_applies_at_once_and_replays_after_a_crash_to_the_s
             "one batch, merge and all"
         );
         merged_batch_rows_hold(&host, &x, &y, &z).await;
-        journal = dir.path().join(format!(
-            "lancedb/memories.feedback.{}.journal",
-            host.memory().feedback().instance()
-        ));
-        // Die without a shutdown, so the journal stays for adoption.
-        host.memory().feedback().abort().await;
+        journal = die_keeping_journal(&host, dir.path()).await;
     }
     // A crash after the batch's writes, before its "finished" lines.
     assert_eq!(cut_finished_lines(&journal), 3);
