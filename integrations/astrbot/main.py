@@ -515,6 +515,10 @@ class ScopememPlugin(Star):
         sent_at = _sent_at(getattr(message, "timestamp", None))
         if sent_at:
             body["sent_at"] = sent_at
+        if event.is_at_or_wake_command:
+            # A recall for it comes once AstrBot has built the prompt: scopemem embeds its
+            # question now, while the later stages run.
+            body["to_bot"] = True
         self._send_message(body, member=True)
 
     @filter.after_message_sent()

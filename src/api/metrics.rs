@@ -249,6 +249,7 @@ fn render_feedback(out: &mut String, host: &PluginHost) {
     let working = memory.working_status();
     let consolidation = memory.consolidation_status();
     let queries = memory.query_cost();
+    let ahead = memory.embedded_ahead();
     scalars(
         out,
         &[
@@ -341,6 +342,36 @@ fn render_feedback(out: &mut String, host: &PluginHost) {
                 Some("Query texts answered from the query cache without the model."),
                 "counter",
                 queries.hits.to_string(),
+            ),
+            (
+                "scopemem_query_joins_total",
+                Some("Query texts a recall took from a run already under way (a question embedded ahead)."),
+                "counter",
+                queries.joins.to_string(),
+            ),
+            (
+                "scopemem_questions_prefetched_total",
+                Some("Messages to the bot whose recall texts were embedded when they arrived."),
+                "counter",
+                ahead.prefetched.to_string(),
+            ),
+            (
+                "scopemem_prefetch_history_predicted_total",
+                Some("Recalls whose history was the one embedded ahead of them."),
+                "counter",
+                ahead.predicted.to_string(),
+            ),
+            (
+                "scopemem_prefetch_recalls_total",
+                Some("Injection events that followed a message to the bot."),
+                "counter",
+                ahead.followed.to_string(),
+            ),
+            (
+                "scopemem_prefetch_lead_seconds_total",
+                Some("Time from a message to the bot to its injection event, summed."),
+                "counter",
+                format!("{:.6}", ahead.lead_seconds),
             ),
             (
                 "scopemem_recall_degraded_total",

@@ -8,11 +8,19 @@
 //! beside the hits. A recall with the conversation's turns embeds the context as well as the
 //! message (`memory::turns`), and that time is most of what a bot turn costs scopemem; `/metrics`
 //! shows it, so an operator sees it next to the working memory's ingest on the same cores.
+//!
+//! A text being embedded is known while it runs: a second call for it waits for that run
+//! instead of starting its own. That is how a question's vectors, embedded when its message
+//! arrived (`memory::recall::prefetch`), serve the recall that comes while they are still
+//! being computed: the recall pays what is left of that run, not a second one. A run that fails
+//! or is cancelled hands nothing on; the calls that waited embed the text themselves.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
+
+use tokio::sync::watch;
 
 use super::{EmbedError, Embedder, TextRole};
 
@@ -22,10 +30,20 @@ pub const QUERY_CACHE_ENTRIES: usize = 256;
 /// (model id, query text).
 type Key = (String, String);
 
+/// A text the model is embedding now: its vector once that run is done. The sender dropped
+/// without a value means the run failed or was cancelled.
+type Running = watch::Receiver<Option<Arc<Vec<f32>>>>;
+/// The end of a [`Running`] that the call embedding the text holds.
+type Runner = watch::Sender<Option<Arc<Vec<f32>>>>;
+
 #[derive(Default)]
 struct Entries {
     /// Key → (last use, vector).
     map: HashMap<Key, (u64, Arc<Vec<f32>>)>,
+    /// Texts being embedded now, so a recall that asks for one waits for that run (a
+    /// question's texts embedded when its message arrived, `memory::recall::prefetch`)
+    /// instead of starting a second.
+    running: HashMap<Key, Running>,
     clock: u64,
 }
 
@@ -41,15 +59,41 @@ struct Counters {
     model_micros: AtomicU64,
     texts_embedded: AtomicU64,
     hits: AtomicU64,
+    joins: AtomicU64,
 }
 
-/// What the queries cost since start: the model's time for them, the texts it embedded, and
-/// the texts answered from the cache.
+/// What the queries cost since start: the model's time for them, the texts it embedded, the
+/// texts answered from the cache, and those answered by a run already under way.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct QueryCost {
     pub model_seconds: f64,
     pub texts_embedded: u64,
     pub hits: u64,
+    pub joins: u64,
+}
+
+/// Where each text of a call gets its vector.
+#[derive(Default)]
+struct Plan {
+    /// Texts this call embeds, with the senders that tell the others.
+    mine: Vec<(String, Runner)>,
+    /// Texts another call is embedding now.
+    waits: Vec<(String, Running)>,
+}
+
+/// Takes this call's texts out of `running` however it ends (done, failed or cancelled).
+struct Claimed<'a> {
+    cache: &'a QueryCache,
+    keys: Vec<Key>,
+}
+
+impl Drop for Claimed<'_> {
+    fn drop(&mut self) {
+        let mut entries = self.cache.lock();
+        for key in &self.keys {
+            entries.running.remove(key);
+        }
+    }
 }
 
 impl QueryCache {
@@ -59,59 +103,108 @@ impl QueryCache {
         embedder: &dyn Embedder,
         text: &str,
     ) -> Result<Arc<Vec<f32>>, EmbedError> {
-        let key = (embedder.model_id().to_string(), text.to_string());
-        if let Some(v) = self.get(&key) {
-            return Ok(v);
-        }
-        let vector = self
-            .run(embedder, vec![text.to_string()])
+        self.embed_all(embedder, &[text.to_string()])
             .await?
             .pop()
-            .ok_or_else(|| EmbedError::Model("embedder returned no vector".into()))?;
-        let vector = Arc::new(vector);
-        self.put(key, vector.clone());
-        Ok(vector)
+            .ok_or_else(|| EmbedError::Model("embedder returned no vector".into()))
     }
 
-    /// The vectors of `texts`, in order: the cached ones from the cache, the others from one
-    /// call to the model (a recall with the conversation's turns embeds what is new in one
-    /// batch; earlier turns were usually queries already).
+    /// The vectors of `texts`, in order: the cached ones from the cache, those another call is
+    /// embedding now from that run, the others from one call to the model (a recall with the
+    /// conversation's turns embeds what is new in one batch).
     pub(crate) async fn embed_all(
         &self,
         embedder: &dyn Embedder,
         texts: &[String],
     ) -> Result<Vec<Arc<Vec<f32>>>, EmbedError> {
         let model = embedder.model_id().to_string();
-        let mut found: Vec<Option<Arc<Vec<f32>>>> = texts
-            .iter()
-            .map(|t| self.get(&(model.clone(), t.clone())))
-            .collect();
-        let mut missing: Vec<String> = Vec::new();
-        for (text, hit) in texts.iter().zip(&found) {
-            if hit.is_none() && !missing.contains(text) {
-                missing.push(text.clone());
+        let mut found: Vec<Option<Arc<Vec<f32>>>> = vec![None; texts.len()];
+        let plan = self.plan(&model, texts, &mut found);
+        let claimed = Claimed {
+            cache: self,
+            keys: plan
+                .mine
+                .iter()
+                .map(|(t, _)| (model.clone(), t.clone()))
+                .collect(),
+        };
+        let mine: Vec<String> = plan.mine.iter().map(|(t, _)| t.clone()).collect();
+        let embedding = async {
+            match mine.is_empty() {
+                true => Ok(Vec::new()),
+                false => self.run(embedder, mine.clone()).await,
+            }
+        };
+        let joining =
+            futures::future::join_all(plan.waits.into_iter().map(|(text, mut rx)| async move {
+                let vector = rx
+                    .wait_for(Option::is_some)
+                    .await
+                    .ok()
+                    .and_then(|v| v.clone());
+                (text, vector)
+            }));
+        let (embedded, joined) = tokio::join!(embedding, joining);
+        let mut resolved: HashMap<String, Arc<Vec<f32>>> = HashMap::new();
+        for ((text, tx), vector) in plan.mine.into_iter().zip(checked(embedded?, mine.len())?) {
+            let vector = Arc::new(vector);
+            // Into the cache before the run is taken out of `running`: a call in between
+            // finds one or the other.
+            self.put((model.clone(), text.clone()), vector.clone());
+            let _ = tx.send(Some(vector.clone()));
+            resolved.insert(text, vector);
+        }
+        drop(claimed);
+        let mut again: Vec<String> = Vec::new();
+        for (text, vector) in joined {
+            match vector {
+                Some(v) => {
+                    self.cost.joins.fetch_add(1, Ordering::Relaxed);
+                    resolved.insert(text, v);
+                }
+                None => again.push(text),
             }
         }
-        if !missing.is_empty() {
-            let vectors = self.run(embedder, missing.clone()).await?;
-            if vectors.len() != missing.len() {
-                return Err(EmbedError::Model(format!(
-                    "embedder returned {} vectors for {} texts",
-                    vectors.len(),
-                    missing.len()
-                )));
-            }
-            for (text, vector) in missing.into_iter().zip(vectors) {
+        if !again.is_empty() {
+            // The run these waited for failed: embed them here, and fail as it would.
+            let vectors = checked(self.run(embedder, again.clone()).await?, again.len())?;
+            for (text, vector) in again.into_iter().zip(vectors) {
                 let vector = Arc::new(vector);
-                for (slot, t) in found.iter_mut().zip(texts) {
-                    if slot.is_none() && *t == text {
-                        *slot = Some(vector.clone());
-                    }
-                }
-                self.put((model.clone(), text), vector);
+                self.put((model.clone(), text.clone()), vector.clone());
+                resolved.insert(text, vector);
+            }
+        }
+        for (slot, text) in found.iter_mut().zip(texts) {
+            if slot.is_none() {
+                *slot = resolved.get(text).cloned();
             }
         }
         Ok(found.into_iter().flatten().collect())
+    }
+
+    /// Sorts `texts` into cached (filled into `found`), running elsewhere and this call's own,
+    /// which it claims in `running`; under one lock, so two calls never claim one text.
+    fn plan(&self, model: &str, texts: &[String], found: &mut [Option<Arc<Vec<f32>>>]) -> Plan {
+        let mut plan = Plan::default();
+        let mut entries = self.lock();
+        for (slot, text) in found.iter_mut().zip(texts) {
+            let key = (model.to_string(), text.clone());
+            if let Some(vector) = entries.touch(&key) {
+                self.cost.hits.fetch_add(1, Ordering::Relaxed);
+                *slot = Some(vector);
+            } else if plan.mine.iter().any(|(t, _)| t == text)
+                || plan.waits.iter().any(|(t, _)| t == text)
+            {
+                // The same text twice in one call: the first one's vector serves both.
+            } else if let Some(rx) = entries.running.get(&key) {
+                plan.waits.push((text.clone(), rx.clone()));
+            } else {
+                let (tx, rx) = watch::channel(None);
+                entries.running.insert(key, rx);
+                plan.mine.push((text.clone(), tx));
+            }
+        }
+        plan
     }
 
     /// The model on `texts` as queries, counted.
@@ -135,22 +228,13 @@ impl QueryCache {
             model_seconds: self.cost.model_micros.load(Ordering::Relaxed) as f64 / 1e6,
             texts_embedded: self.cost.texts_embedded.load(Ordering::Relaxed),
             hits: self.cost.hits.load(Ordering::Relaxed),
+            joins: self.cost.joins.load(Ordering::Relaxed),
         }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Entries> {
         // The map holds only finished entries: a panic elsewhere cannot leave one half-written.
         self.entries.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn get(&self, key: &Key) -> Option<Arc<Vec<f32>>> {
-        let mut entries = self.lock();
-        entries.clock += 1;
-        let now = entries.clock;
-        let (used, vector) = entries.map.get_mut(key)?;
-        *used = now;
-        self.cost.hits.fetch_add(1, Ordering::Relaxed);
-        Some(vector.clone())
     }
 
     fn put(&self, key: Key, vector: Arc<Vec<f32>>) {
@@ -170,9 +254,37 @@ impl QueryCache {
         entries.map.insert(key, (now, vector));
     }
 
+    /// Drop every cached vector (an erase: a question embedded ahead holds a message's text as
+    /// its key). Runs under way finish and are cached; they were asked before the erase.
+    pub(crate) fn forget_all(&self) {
+        self.lock().map.clear();
+    }
+
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.lock().map.len()
+    }
+}
+
+impl Entries {
+    /// The cached vector of `key`, marked as used now.
+    fn touch(&mut self, key: &Key) -> Option<Arc<Vec<f32>>> {
+        self.clock += 1;
+        let now = self.clock;
+        let (used, vector) = self.map.get_mut(key)?;
+        *used = now;
+        Some(vector.clone())
+    }
+}
+
+/// `vectors`, when the model returned one per text.
+fn checked(vectors: Vec<Vec<f32>>, texts: usize) -> Result<Vec<Vec<f32>>, EmbedError> {
+    match vectors.len() == texts {
+        true => Ok(vectors),
+        false => Err(EmbedError::Model(format!(
+            "embedder returned {} vectors for {texts} texts",
+            vectors.len()
+        ))),
     }
 }
 
@@ -201,6 +313,116 @@ mod tests {
             self.0.fetch_add(1, Ordering::Relaxed);
             let sign = if role == TextRole::Query { 1.0 } else { -1.0 };
             Box::pin(async move { Ok(texts.iter().map(|t| vec![sign * t.len() as f32]).collect()) })
+        }
+    }
+
+    /// Embeds only when let through (`release`), and fails its first run when told to.
+    struct Gated {
+        runs: AtomicUsize,
+        started: tokio::sync::Notify,
+        release: tokio::sync::Semaphore,
+        fail_first: bool,
+    }
+
+    impl Gated {
+        fn new(fail_first: bool) -> Gated {
+            Gated {
+                runs: AtomicUsize::new(0),
+                started: tokio::sync::Notify::new(),
+                release: tokio::sync::Semaphore::new(0),
+                fail_first,
+            }
+        }
+    }
+
+    impl Embedder for Gated {
+        fn model_id(&self) -> &str {
+            "gated"
+        }
+        fn dimension(&self) -> usize {
+            1
+        }
+        fn embed(
+            &self,
+            _role: TextRole,
+            texts: Vec<String>,
+        ) -> BoxFuture<'_, Result<Vec<Vec<f32>>, EmbedError>> {
+            Box::pin(async move {
+                let run = self.runs.fetch_add(1, Ordering::SeqCst);
+                self.started.notify_one();
+                let permit = self.release.acquire().await;
+                drop(permit);
+                if self.fail_first && run == 0 {
+                    return Err(EmbedError::Model("first run fails".into()));
+                }
+                Ok(texts.iter().map(|t| vec![t.len() as f32]).collect())
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn a_text_being_embedded_is_waited_for_not_embedded_twice() {
+        let model = Arc::new(Gated::new(false));
+        let cache = Arc::new(QueryCache::default());
+        let ahead = {
+            let (model, cache) = (model.clone(), cache.clone());
+            let texts = vec!["message".to_string(), "turns\nmessage".to_string()];
+            tokio::spawn(async move { cache.embed_all(model.as_ref(), &texts).await })
+        };
+        model.started.notified().await;
+        let texts = vec!["message".to_string(), "turns\nmessage".to_string()];
+        let asking = cache.embed_all(model.as_ref(), &texts);
+        let release = async {
+            model.release.add_permits(8);
+        };
+        let (asked, ()) = tokio::join!(asking, release);
+        let asked: Vec<f32> = asked.unwrap().iter().map(|v| v[0]).collect();
+        assert_eq!(asked, [7.0, 13.0]);
+        assert!(ahead.await.unwrap().is_ok());
+        assert_eq!(
+            model.runs.load(Ordering::SeqCst),
+            1,
+            "one run for both calls"
+        );
+        let cost = cache.cost();
+        assert_eq!((cost.joins, cost.texts_embedded), (2, 2), "{cost:?}");
+    }
+
+    /// On the current-thread runtime of `#[tokio::test]`: the spawned run is blocked in the
+    /// model when the second call plans (join! polls it first), and the abort takes effect
+    /// before the released run is polled again.
+    #[tokio::test]
+    async fn a_failed_or_cancelled_run_leaves_its_waiters_to_embed_it_themselves() {
+        for cancel in [false, true] {
+            let model = Arc::new(Gated::new(!cancel));
+            let cache = Arc::new(QueryCache::default());
+            let ahead = {
+                let (model, cache) = (model.clone(), cache.clone());
+                tokio::spawn(async move { cache.embed(model.as_ref(), "message").await })
+            };
+            model.started.notified().await;
+            let waiting = cache.embed(model.as_ref(), "message");
+            let end_the_run = async {
+                if cancel {
+                    ahead.abort();
+                }
+                model.release.add_permits(8);
+            };
+            let (got, ()) = tokio::join!(waiting, end_the_run);
+            match got {
+                Ok(v) => assert_eq!(*v, vec![7.0], "cancel {cancel}"),
+                Err(e) => panic!("cancel {cancel}: {e}"),
+            }
+            assert_eq!(
+                model.runs.load(Ordering::SeqCst),
+                2,
+                "cancel {cancel}: embedded again"
+            );
+            assert_eq!(cache.cost().joins, 0, "cancel {cancel}");
+            assert!(
+                cache.lock().running.is_empty(),
+                "cancel {cancel}: nothing left running"
+            );
         }
     }
 

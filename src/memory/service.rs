@@ -16,6 +16,7 @@ mod consolidation;
 mod erase;
 use erase::EraseJobs;
 mod host_consolidation;
+mod prefetch;
 mod recall;
 mod remember;
 mod restated;
@@ -239,6 +240,11 @@ pub struct MemoryService {
     speakers: super::speakers::SpeakerNames,
     /// The working memory's rules and state (`memory::working`).
     working: super::working::WorkingMemory,
+    /// Each conversation's last lines, and the history shape its host sends
+    /// (`recall::prefetch`).
+    foresight: super::recall::prefetch::Foresight,
+    /// Messages to the bot whose recall's texts the prefetch task embeds ahead.
+    prefetches: super::working::Handoff<super::recall::prefetch::Prefetch>,
     /// The LLM consolidation pass (`consolidation.*`).
     consolidator: super::consolidation::Consolidator,
 }
@@ -302,6 +308,12 @@ impl MemoryService {
     /// What recall queries cost the model since start (`embed::query_cache`).
     pub fn query_cost(&self) -> crate::embed::QueryCost {
         self.queries.cost()
+    }
+
+    /// Messages to the bot embedded ahead of their recalls, and how that served them
+    /// (`recall::prefetch`).
+    pub fn embedded_ahead(&self) -> super::recall::AheadCounts {
+        self.foresight.counts()
     }
 
     /// Recalls answered by keyword alone because the embedding provider failed.

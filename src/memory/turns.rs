@@ -38,6 +38,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::memory::redact::redact;
+
 /// Turns a request may send (more is a caller's error).
 pub const MAX_TURNS: usize = 50;
 /// The most recent turns of the context the keyword search asks with, beside the message.
@@ -100,6 +102,17 @@ pub(crate) fn context(
     turn_chars: usize,
 ) -> Result<Option<String>, TooManyTurns> {
     check(history)?;
+    let mut lines = recent_lines(history, turns, turn_chars);
+    if lines.is_empty() {
+        return Ok(None);
+    }
+    lines.push(message);
+    Ok(Some(tail(&lines.join("\n"), CONTEXT_CHARS).to_string()))
+}
+
+/// The last `turns` turns of `history` that have text, each cut to its last `turn_chars`
+/// characters, oldest first: the lines a context holds before its message.
+pub(crate) fn recent_lines(history: &[Turn], turns: usize, turn_chars: usize) -> Vec<&str> {
     let mut lines: Vec<&str> = history
         .iter()
         .rev()
@@ -107,16 +120,35 @@ pub(crate) fn context(
         .filter(|t| !t.is_empty())
         .take(turns)
         .collect();
-    if lines.is_empty() {
-        return Ok(None);
-    }
     lines.reverse();
-    lines.push(message);
-    Ok(Some(tail(&lines.join("\n"), CONTEXT_CHARS).to_string()))
+    lines
+}
+
+/// What a recall embeds for the searched `text` after `history`: the message and, when a turn
+/// has text, the short context, both redacted like any query.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Embedded {
+    pub(crate) message: String,
+    pub(crate) context: Option<String>,
+}
+
+impl Embedded {
+    pub(crate) fn of(history: &[Turn], text: &str) -> Result<Embedded, TooManyTurns> {
+        let context = context(history, text, TURNS_EMBEDDED, EMBEDDED_TURN_CHARS)?;
+        Ok(Embedded {
+            message: redact(text),
+            context: context.map(|c| redact(&c)),
+        })
+    }
+
+    /// The texts the model embeds, the message first.
+    pub(crate) fn texts(self) -> Vec<String> {
+        std::iter::once(self.message).chain(self.context).collect()
+    }
 }
 
 /// The last `chars` characters of `text`.
-fn tail(text: &str, chars: usize) -> &str {
+pub(crate) fn tail(text: &str, chars: usize) -> &str {
     if chars == 0 {
         return "";
     }

@@ -152,6 +152,18 @@ pub async fn recalled(
     r["memories"].as_array().cloned().unwrap_or_default()
 }
 
+/// `GET /metrics`, as its text.
+pub async fn metrics(client: &reqwest::Client, s: &Serve) -> String {
+    let r = client.get(format!("{}/metrics", s.base)).send().await;
+    r.unwrap().text().await.unwrap()
+}
+
+/// The value of the unlabelled metric `name` in `/metrics` text.
+pub fn metric(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
 /// `GET /v1/status`.
 pub async fn status(client: &reqwest::Client, s: &Serve) -> Value {
     client

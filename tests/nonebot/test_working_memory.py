@@ -162,6 +162,23 @@ async def test_the_bots_own_message_is_recorded_as_the_bots(
     )
     assert hit["speaker_id"] == BOT_ID, hit
     assert hit["memory_scope"] == "家人", hit
+    # The question was to the bot (`to_bot`): scopemem embedded it ahead of a recall.
+    assert prefetched(scopemem) >= 1
+
+
+def prefetched(server: Scopemem) -> float:
+    """`scopemem_questions_prefetched_total` from /metrics, once the background embedding ran."""
+    deadline = time.monotonic() + 60
+    while True:
+        text = server._http.get("/metrics").text
+        value = next(
+            (float(l.split()[-1]) for l in text.splitlines()
+             if l.startswith("scopemem_questions_prefetched_total ")),
+            0.0,
+        )
+        if value >= 1 or time.monotonic() > deadline:
+            return value
+        time.sleep(0.05)
 
 
 async def test_commands_and_messages_with_working_memory_off_are_not_stored(

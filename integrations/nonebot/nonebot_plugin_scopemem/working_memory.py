@@ -113,7 +113,18 @@ def message_body(event: Event) -> Optional[dict[str, Any]]:
     sent_at = _rfc3339(getattr(event, "time", None))
     if sent_at:
         body["sent_at"] = sent_at
+    if _to_me(event):
+        # The bot will likely recall for it: scopemem embeds its question ahead.
+        body["to_bot"] = True
     return body
+
+
+def _to_me(event: Event) -> bool:
+    """Whether the message addresses the bot (an @, its nickname, a private chat)."""
+    try:
+        return bool(event.is_tome())
+    except Exception:
+        return False
 
 
 def _sent_text(data: dict[str, Any]) -> str:

@@ -12,7 +12,9 @@
 //! - [`distinct`]: one fact per answer;
 //! - [`chained`]: by entity and type, for the injected block;
 //! - [`injection`]: that block, escaped and labelled as data;
-//! - [`touch`]: the returned ids recorded for the decay clock, off the request path.
+//! - [`touch`]: the returned ids recorded for the decay clock, off the request path;
+//! - [`prefetch`]: before all of them, a question's query texts embedded when its message
+//!   arrives, for the recall that follows.
 
 pub(crate) mod chained;
 pub(crate) mod distinct;
@@ -20,8 +22,10 @@ pub(crate) mod exact_terms;
 pub mod hybrid;
 pub(crate) mod injection;
 pub(crate) mod mentions;
+pub(crate) mod prefetch;
 pub(crate) mod ranking;
 pub mod read_filter;
 pub(crate) mod relevance;
+pub use prefetch::AheadCounts;
 pub(crate) use scopemem_core::time_words;
 pub(crate) mod touch;

@@ -86,8 +86,11 @@ impl MemoryService {
         let mut erased: HashSet<&str> = notice.ids.iter().map(String::as_str).collect();
         erased.extend(jobs.messages.iter().map(String::as_str));
         self.forget_statements(&erased);
-        // (The replies' recent lines know no row ids: all go, so none erased rides along.)
+        // (The replies' recent lines, the foresight's and the queries embedded ahead of their
+        // recalls know no row ids: all go, so none erased rides along.)
         self.working.last_said.forget_all();
+        self.foresight.forget_all();
+        self.queries.forget_all();
         let dropped = self.feedback.drop_pending(&paused, |job, plan| {
             notice.selects(job)
                 || jobs.drops_message(job)
@@ -190,8 +193,11 @@ impl MemoryService {
             .flat_map(|(_, n)| n.ids.iter().map(String::as_str))
             .collect();
         self.forget_statements(&erased);
-        // (The replies' recent lines know no row ids: all go, so none erased rides along.)
+        // (The replies' recent lines, the foresight's and the queries embedded ahead of their
+        // recalls know no row ids: all go, so none erased rides along.)
         self.working.last_said.forget_all();
+        self.foresight.forget_all();
+        self.queries.forget_all();
         let dropped = self.feedback.drop_pending(&paused, |job, plan| {
             notices.iter().any(|(_, n)| n.selects(job))
                 || plan.is_some_and(|p| {

@@ -20,6 +20,7 @@ use crate::memory::recall::{
 };
 use crate::memory::redact::redact;
 use crate::memory::speakers::Person;
+use crate::memory::turns::{Embedded, TooManyTurns, TURNS_MATCHED, TURN_CHARS};
 use crate::memory::MemoryError;
 use crate::store::{RowFilter, Tier};
 
@@ -51,7 +52,7 @@ const SPEAKER_BOOST: f32 = 2.0;
 
 /// The query without surrounding blanks and leading mentions (`recall::mentions`): not empty
 /// and at most [`MAX_QUERY_CHARS`] long.
-fn checked_query(query: &str) -> Result<&str, MemoryError> {
+pub(super) fn checked_query(query: &str) -> Result<&str, MemoryError> {
     let query = query.trim();
     if query.is_empty() {
         return Err(invalid("query", "query must not be empty"));
@@ -99,6 +100,11 @@ impl MemoryService {
         let query = checked_query(&req.query)?;
         let limit = recall_limit(&self.settings.recall, &req)?;
         crate::memory::turns::check(&req.history).map_err(|e| invalid("history", e.to_string()))?;
+        if req.for_prompt {
+            // What the host's history was, for the next question's texts embedded ahead.
+            self.foresight
+                .asked(conversation.as_str(), &req.query, &req.history);
+        }
         self.caught_up_with_erasures().await?;
         // A recall of a cached query over the resident copy finishes without waiting on
         // anything, so a caller recalling in a loop never gave its worker back: tasks woken on
@@ -210,23 +216,18 @@ impl MemoryService {
             (SimilarityCut::Calibrated, Some(_)) => fit.similarity_cut(),
             _ => cfg.similarity_threshold,
         };
-        let redacted = redact(text);
         // The earlier turns and the message, for a follow-up (`memory::turns`): more of them
         // for the keyword search, fewer for the vector, whose embedding is the cost.
-        use crate::memory::turns::{
-            EMBEDDED_TURN_CHARS, TURNS_EMBEDDED, TURNS_MATCHED, TURN_CHARS,
-        };
-        let context_of = |turns, turn_chars| {
-            crate::memory::turns::context(&req.history, text, turns, turn_chars)
-                .map_err(|e| invalid("history", e.to_string()))
-                .map(|c| c.map(|c| redact(&c)))
-        };
-        let context = context_of(TURNS_MATCHED, TURN_CHARS)?;
-        let embedded_context = context_of(TURNS_EMBEDDED, EMBEDDED_TURN_CHARS)?;
+        let history = &req.history;
+        let bad_history = |e: TooManyTurns| invalid("history", e.to_string());
+        let context = crate::memory::turns::context(history, text, TURNS_MATCHED, TURN_CHARS)
+            .map_err(bad_history)?
+            .map(|c| redact(&c));
+        let embedded = Embedded::of(history, text).map_err(bad_history)?;
         let search_in = |rows: RowFilter| CandidateQuery {
-            text: &redacted,
+            text: &embedded.message,
             context: context.as_deref(),
-            embedded_context: embedded_context.as_deref(),
+            embedded_context: embedded.context.as_deref(),
             rows,
             k,
             threshold,
@@ -402,7 +403,7 @@ impl MemoryService {
 
     /// The zone a request's time words are read in: its own (a plugin's), else
     /// `recall.timezone`, else the machine's.
-    fn zone(&self, requested: Option<&str>) -> Result<chrono_tz::Tz, MemoryError> {
+    pub(super) fn zone(&self, requested: Option<&str>) -> Result<chrono_tz::Tz, MemoryError> {
         let configured = self.settings.recall.timezone.as_str();
         match requested.map(str::trim).filter(|z| !z.is_empty()) {
             Some(z) => recall::time_words::parse_zone(z).map_err(|e| invalid("timezone", e)),

@@ -6,6 +6,10 @@
 
 use super::*;
 
+/// Messages to the bot waiting for the prefetch task (`service::prefetch`); more are skipped,
+/// and their recalls embed their texts as before.
+const PREFETCHES_WAITING: usize = 64;
+
 impl MemoryService {
     /// Open the store for this embedder and wire everything up.
     pub(crate) async fn open(
@@ -112,6 +116,8 @@ impl MemoryService {
             working: crate::memory::working::WorkingMemory::new(chrono::Duration::minutes(
                 i64::from(config.working_memory.reply_context_minutes),
             )),
+            foresight: Default::default(),
+            prefetches: crate::memory::working::Handoff::with_capacity(PREFETCHES_WAITING),
             consolidator,
         })
     }
@@ -127,6 +133,12 @@ impl MemoryService {
             tokio::spawn(working::consolidate_returned_again(
                 Arc::downgrade(self),
                 returned,
+            ));
+        }
+        if let Some(asked) = self.prefetches.take_receiver() {
+            tokio::spawn(super::prefetch::prefetch_queries(
+                Arc::downgrade(self),
+                asked,
             ));
         }
         if let Some(stored) = self.feedback.stored_messages().take_receiver() {

@@ -80,7 +80,27 @@ pub(super) async fn consolidate_returned_again(
 impl MemoryService {
     /// Check a chat message, derive its scope from the conversation id, redact it and journal it
     /// for the working memory. Incognito chats store nothing.
+    /// The line also tells the conversation's foresight what was said (`service::prefetch`),
+    /// but for an incognito chat's, of which nothing is kept.
     pub(crate) fn accept_message(&self, ev: MessageEvent) -> Result<MessageOutcome, AcceptError> {
+        let said = (
+            ev.text.clone(),
+            ev.is_bot == Some(true),
+            ev.to_bot == Some(true),
+        );
+        let conversation = ev.conversation_id.clone();
+        let outcome = self.store_message(ev)?;
+        let incognito = outcome == MessageOutcome::NotStored("incognito");
+        match ConversationId::parse(&conversation) {
+            Ok(conversation) if !incognito => {
+                self.foresee(conversation.as_str(), &said.0, said.1, said.2)
+            }
+            _ => {}
+        }
+        Ok(outcome)
+    }
+
+    fn store_message(&self, ev: MessageEvent) -> Result<MessageOutcome, AcceptError> {
         let settings = &self.settings.working;
         if !settings.enabled {
             ConversationId::parse(&ev.conversation_id).map_err(MemoryError::Scope)?;

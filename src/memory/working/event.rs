@@ -38,6 +38,10 @@ pub struct MessageEvent {
     /// The bot's own reply.
     #[serde(default)]
     pub is_bot: Option<bool>,
+    /// A member's message that addresses the bot (an @, a wake word, a private chat): a recall
+    /// for it is about to come, so its texts are embedded now (`recall::prefetch`).
+    #[serde(default)]
+    pub to_bot: Option<bool>,
 }
 
 /// A validated message as journaled: everything its row needs, decided once.
