@@ -103,7 +103,7 @@ async fn run() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(5);
-    let (_client, dir, _serve, base) = serve::start_default_serve(Duration::from_secs(60)).await;
+    let (client, dir, _serve, base) = serve::start_default_serve(Duration::from_secs(60)).await;
     println!("AstrBot 4.29.0, default rate limit; {rounds} rounds each way (45 lines, then the question)");
     println!(
         "{:<16} {:>10} {:>10} {:>10} {:>10} {:>8}",
@@ -120,4 +120,25 @@ async fn run() {
             report["rate_limited"]
         );
     }
+    // How far ahead of AstrBot's injection event the question came (`recall::prefetch`).
+    let metrics = client.get(format!("{base}/metrics")).send().await;
+    let metrics = metrics.map(|r| r.text());
+    let metrics = match metrics {
+        Ok(text) => text.await.unwrap_or_default(),
+        Err(e) => panic!("metrics: {e}"),
+    };
+    let value = |name: &str| {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.trim().parse::<f64>().ok())
+            .unwrap_or(f64::NAN)
+    };
+    let followed = value("scopemem_prefetch_recalls_total");
+    println!(
+        "questions embedded ahead {}, injection events after one {followed}, mean lead {:.1} ms, history foreseen {}, joined a run under way {}",
+        value("scopemem_questions_prefetched_total"),
+        1000.0 * value("scopemem_prefetch_lead_seconds_total") / followed.max(1.0),
+        value("scopemem_prefetch_history_predicted_total"),
+        value("scopemem_query_joins_total"),
+    );
 }

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use common::serve::{self, post};
+use common::serve::{self, get, post};
 
 const CONVERSATION: &str = "default:GroupMessage:777";
 
@@ -90,12 +90,13 @@ async fn run() {
     println!("the injection event in a dialogue (the previous question and reply as history):");
     let dialogues = [
         ("turns never seen", Ahead::Unseen),
+        ("seen, not marked to_bot, at once", Ahead::Unmarked),
         ("seen, asked at once", Ahead::AtOnce),
         ("seen, asked once embedded", Ahead::Embedded),
     ];
     for (c, (name, ahead)) in dialogues.into_iter().enumerate() {
         let conversation = format!("default:GroupMessage:{}", 900 + c);
-        let took = dialogue(&client, &base, &conversation, ahead, n).await;
+        let took = dialogue(&client, &base, (&conversation, c), ahead, n).await;
         let (p50, p95, _) = common::percentiles(took);
         println!("  {name:<36} p50 {p50:6.1} ms  p95 {p95:6.1} ms");
     }
@@ -114,6 +115,9 @@ async fn run() {
 enum Ahead {
     /// Never: no message was sent.
     Unseen,
+    /// Each line was sent as a message, the question not marked `to_bot` (the plugins before
+    /// `recall::prefetch`), and asked right after its 202.
+    Unmarked,
     /// Each line was sent as a message, and the question asked right after its 202.
     AtOnce,
     /// As `AtOnce`, asked once the question's texts were embedded.
@@ -121,27 +125,35 @@ enum Ahead {
 }
 
 /// `n` measured turns of a dialogue (after two that teach the service its shape): the time of
-/// each injection event.
+/// each injection event. Each dialogue's texts are its own (`case`), so none is in the query
+/// cache from another.
 async fn dialogue(
     client: &reqwest::Client,
     base: &str,
-    conversation: &str,
+    (conversation, case): (&str, usize),
     ahead: Ahead,
     n: usize,
 ) -> Vec<Duration> {
     let mut turns: Vec<Value> = Vec::new();
     let mut took = Vec::with_capacity(n);
     for i in 0..n + 2 {
-        let question = format!("{QUESTION}第{i}次");
-        let reply = format!("{SHORT_REPLY}，第{i}条");
+        let question = format!("{QUESTION}第{case}组第{i}次");
+        let reply = format!("{SHORT_REPLY}，第{case}组第{i}条");
         if ahead != Ahead::Unseen {
-            let embedded = metric(&metric_lines(client, base).await, QUERY_TEXTS);
-            said(client, base, conversation, &question, false).await;
-            // The message and, once the shape is known, its context.
-            let texts = if i < 2 { 1.0 } else { 2.0 };
+            // As in a chat, where turns are seconds apart: the earlier lines are embedded.
+            idle(client, base).await;
+            let before = metric(&metric_lines(client, base).await, PREFETCHED);
+            said(
+                client,
+                base,
+                conversation,
+                &question,
+                ahead != Ahead::Unmarked,
+            )
+            .await;
             if ahead == Ahead::Embedded {
                 let deadline = Instant::now() + Duration::from_secs(30);
-                while metric(&metric_lines(client, base).await, QUERY_TEXTS) < embedded + texts {
+                while metric(&metric_lines(client, base).await, PREFETCHED) < before + 1.0 {
                     assert!(
                         Instant::now() < deadline,
                         "the question was never embedded ahead"
@@ -161,7 +173,7 @@ async fn dialogue(
             took.push(started.elapsed());
         }
         if ahead != Ahead::Unseen {
-            said(client, base, conversation, &reply, true).await;
+            said(client, base, conversation, &reply, false).await;
         }
         turns.push(json!({"role": "user", "content": question}));
         turns.push(json!({"role": "assistant", "content": reply}));
@@ -169,16 +181,36 @@ async fn dialogue(
     took
 }
 
-const QUERY_TEXTS: &str = "scopemem_query_texts_embedded_total";
+const PREFETCHED: &str = "scopemem_questions_prefetched_total";
 
-/// A line to `/v1/events/message`, as the AstrBot plugin sends it.
-async fn said(client: &reqwest::Client, base: &str, conversation: &str, text: &str, bot: bool) {
+/// A line to `/v1/events/message` as the AstrBot plugin sends it: a member's question
+/// (`to_bot` when marked), or the bot's reply.
+async fn said(client: &reqwest::Client, base: &str, conversation: &str, text: &str, to_bot: bool) {
+    let bot = text.starts_with(SHORT_REPLY);
     let sender = if bot { "bot" } else { "u1" };
     let body = json!({"conversation_id": conversation, "sender_id": sender, "text": text,
-                      "is_bot": bot, "to_bot": !bot});
+                      "is_bot": bot, "to_bot": to_bot});
     post(client, &format!("{base}/v1/events/message"), &body)
         .await
         .unwrap_or_else(|e| panic!("message: {e}"));
+}
+
+/// Once the working memory has embedded every message it was sent.
+async fn idle(client: &reqwest::Client, base: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let status = get(client, &format!("{base}/v1/status"))
+            .await
+            .unwrap_or_else(|e| panic!("status: {e}"));
+        if status["working_memory"]["waiting"].as_u64() == Some(0) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "messages never embedded: {status}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
 }
 
 async fn metric_lines(client: &reqwest::Client, base: &str) -> String {

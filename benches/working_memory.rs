@@ -22,7 +22,10 @@
 //!    the size is a message's, the content does not matter), served, RSS once they are loaded.
 //!
 //! `SCOPEMEM_BENCH_PARTS=burst,recall,rss` picks parts; `SCOPEMEM_BENCH_LOG_DIR` keeps the
-//! servers' logs.
+//! servers' logs. `SCOPEMEM_BENCH_TO_BOT_EVERY=N` marks every Nth message of parts 1 and 2
+//! `to_bot`, as a question to the bot is: its recall's texts are embedded ahead
+//! (`recall::prefetch`) beside the ingest, with no recall after it to use them (their cost
+//! alone, on the same cores).
 
 #[path = "common/mod.rs"]
 mod common;
@@ -182,6 +185,14 @@ fn message(i: usize, sender: usize, text: &str, sent_at: Option<chrono::DateTime
     m
 }
 
+/// Every how many messages one is marked `to_bot` (`SCOPEMEM_BENCH_TO_BOT_EVERY`; 0, none).
+fn to_bot_every() -> usize {
+    std::env::var("SCOPEMEM_BENCH_TO_BOT_EVERY")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
 async fn status(client: &reqwest::Client, base: &str) -> Value {
     serve::get(client, &format!("{base}/v1/status"))
         .await
@@ -235,7 +246,10 @@ async fn ingest(
         } else {
             rng.pick(&CHATTER_EN).to_string()
         };
-        let body = message(i, n % 7, &text, None);
+        let mut body = message(i, n % 7, &text, None);
+        if to_bot_every() > 0 && n % to_bot_every() == 1 {
+            body["to_bot"] = json!(true);
+        }
         let (client, base) = (client.clone(), base.to_string());
         let (ok, client_err, server_err) = (ok.clone(), client_err.clone(), server_err.clone());
         let (latencies, probes) = (latencies.clone(), probes.clone());
@@ -371,6 +385,18 @@ async fn burst_and_steady(client: &reqwest::Client) {
     );
     let rss = serve::proc_status_mb(&proc.id().to_string(), "VmRSS");
     println!("serve RSS after the burst and the steady phase: {rss:.0} MB");
+    if to_bot_every() > 0 {
+        let metrics = client.get(format!("{base}/metrics")).send().await;
+        let metrics = metrics.unwrap().text().await.unwrap_or_default();
+        let line = metrics
+            .lines()
+            .find(|l| l.starts_with("scopemem_questions_prefetched_total "));
+        println!(
+            "every {}th message to the bot: {}",
+            to_bot_every(),
+            line.unwrap_or("scopemem_questions_prefetched_total missing")
+        );
+    }
     drop(proc);
 }
 
