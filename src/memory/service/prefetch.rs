@@ -6,14 +6,12 @@
 
 use std::sync::Weak;
 
-use chrono::Utc;
 use tokio::sync::mpsc;
 
-use super::recall::checked_query;
+use super::recall::{checked_query, in_time};
 use super::MemoryService;
 use crate::config::SearchKind;
 use crate::memory::recall::prefetch::Prefetch;
-use crate::memory::recall::time_words;
 use crate::memory::turns::Embedded;
 
 impl MemoryService {
@@ -38,10 +36,7 @@ impl MemoryService {
         let Ok(zone) = self.zone(None) else {
             return;
         };
-        let text = match time_words::find(query, Utc::now().with_timezone(&zone)) {
-            Some(t) => t.rest,
-            None => query.to_string(),
-        };
+        let (_, text) = in_time(query, None, zone);
         let Ok(embedded) = Embedded::of(&ahead.history(), &text) else {
             return;
         };

@@ -66,6 +66,23 @@ pub(super) fn checked_query(query: &str) -> Result<&str, MemoryError> {
     Ok(recall::mentions::without_mentions(query))
 }
 
+/// The time words `query` names (unless the request turns them off, `time_words: false`) and
+/// the text searched: time words name a window of the prefilter and are left out of it. One
+/// rule for a recall and for its texts embedded ahead (`service::prefetch`), whose cache
+/// entries are only of use when they are the recall's very texts.
+pub(super) fn in_time(
+    query: &str,
+    time_words: Option<bool>,
+    zone: chrono_tz::Tz,
+) -> (Option<recall::time_words::TimeQuery>, String) {
+    let time = match time_words {
+        Some(false) => None,
+        _ => recall::time_words::find(query, Utc::now().with_timezone(&zone)),
+    };
+    let text = time.as_ref().map_or(query, |t| t.rest.as_str()).to_string();
+    (time, text)
+}
+
 /// The request's limit, or the mode's default; within 1..=`recall.max_limit`.
 fn recall_limit(cfg: &RecallConfig, req: &RecallRequest) -> Result<usize, MemoryError> {
     let max = cfg.max_limit.max(1);
@@ -203,12 +220,8 @@ impl MemoryService {
             keywords: self.vectors.as_ref(),
         };
         let zone = self.zone(req.timezone.as_deref())?;
-        let time = match req.time_words {
-            Some(false) => None,
-            _ => recall::time_words::find(query, Utc::now().with_timezone(&zone)),
-        };
-        // Time words name a window of the prefilter and are left out of the searched text.
-        let text = time.as_ref().map_or(query, |t| t.rest.as_str());
+        let (time, text) = in_time(query, req.time_words, zone);
+        let text = text.as_str();
         let calibration = self.calibration();
         let measured = calibration.as_ref().unwrap_or(&Calibration::UNMEASURED);
         let fit = *measured.for_query(text);
