@@ -121,18 +121,8 @@ async fn run() {
         );
     }
     // How far ahead of AstrBot's injection event the question came (`recall::prefetch`).
-    let metrics = client.get(format!("{base}/metrics")).send().await;
-    let metrics = metrics.map(|r| r.text());
-    let metrics = match metrics {
-        Ok(text) => text.await.unwrap_or_default(),
-        Err(e) => panic!("metrics: {e}"),
-    };
-    let value = |name: &str| {
-        metrics
-            .lines()
-            .find_map(|l| l.strip_prefix(name)?.trim().parse::<f64>().ok())
-            .unwrap_or(f64::NAN)
-    };
+    let text = serve::metrics(&client, &base).await;
+    let value = |name: &str| serve::metric(&text, name);
     let followed = value("scopemem_prefetch_recalls_total");
     println!(
         "questions embedded ahead {}, injection events after one {followed}, mean lead {:.1} ms, history foreseen {}, joined a run under way {}",

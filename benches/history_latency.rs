@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use common::serve::{self, get, post};
+use common::serve::{self, get, metric, metrics, post};
 
 const CONVERSATION: &str = "default:GroupMessage:777";
 
@@ -100,13 +100,13 @@ async fn run() {
         let (p50, p95, _) = common::percentiles(took);
         println!("  {name:<36} p50 {p50:6.1} ms  p95 {p95:6.1} ms");
     }
-    let metrics = metric_lines(&client, &base).await;
+    let text = metrics(&client, &base).await;
     for name in [
         "scopemem_questions_prefetched_total",
         "scopemem_prefetch_history_predicted_total",
         "scopemem_query_joins_total",
     ] {
-        println!("  {name} {}", metric(&metrics, name));
+        println!("  {name} {}", metric(&text, name));
     }
 }
 
@@ -142,7 +142,7 @@ async fn dialogue(
         if ahead != Ahead::Unseen {
             // As in a chat, where turns are seconds apart: the earlier lines are embedded.
             idle(client, base).await;
-            let before = metric(&metric_lines(client, base).await, PREFETCHED);
+            let before = metric(&metrics(client, base).await, PREFETCHED);
             said(
                 client,
                 base,
@@ -153,7 +153,7 @@ async fn dialogue(
             .await;
             if ahead == Ahead::Embedded {
                 let deadline = Instant::now() + Duration::from_secs(30);
-                while metric(&metric_lines(client, base).await, PREFETCHED) < before + 1.0 {
+                while metric(&metrics(client, base).await, PREFETCHED) < before + 1.0 {
                     assert!(
                         Instant::now() < deadline,
                         "the question was never embedded ahead"
@@ -211,20 +211,4 @@ async fn idle(client: &reqwest::Client, base: &str) {
         );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-}
-
-async fn metric_lines(client: &reqwest::Client, base: &str) -> String {
-    let r = client
-        .get(format!("{base}/metrics"))
-        .send()
-        .await
-        .unwrap_or_else(|e| panic!("metrics: {e}"));
-    r.text().await.unwrap_or_else(|e| panic!("metrics: {e}"))
-}
-
-fn metric(lines: &str, name: &str) -> f64 {
-    lines
-        .lines()
-        .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
-        .unwrap_or_else(|| panic!("{name} not in /metrics"))
 }

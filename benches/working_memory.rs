@@ -386,15 +386,11 @@ async fn burst_and_steady(client: &reqwest::Client) {
     let rss = serve::proc_status_mb(&proc.id().to_string(), "VmRSS");
     println!("serve RSS after the burst and the steady phase: {rss:.0} MB");
     if to_bot_every() > 0 {
-        let metrics = client.get(format!("{base}/metrics")).send().await;
-        let metrics = metrics.unwrap().text().await.unwrap_or_default();
-        let line = metrics
-            .lines()
-            .find(|l| l.starts_with("scopemem_questions_prefetched_total "));
+        let text = serve::metrics(client, &base).await;
         println!(
-            "every {}th message to the bot: {}",
+            "every {}th message to the bot: {} embedded ahead",
             to_bot_every(),
-            line.unwrap_or("scopemem_questions_prefetched_total missing")
+            serve::metric(&text, "scopemem_questions_prefetched_total")
         );
     }
     drop(proc);

