@@ -4,6 +4,8 @@
 //! 复读 chains, long reactions several members say, questions and the bot's replies), replayed
 //! through a real `scopemem serve` with the default config (nothing mapped, rules without an
 //! LLM only), its `sent_at` times moved so that the last message was said ten minutes ago.
+//! Every question and line of small talk is sent to the chat before the bot is asked, as the
+//! plugins send every message (a member the set never names asks them all).
 //! `make bench-group-chat`; `SCOPEMEM_BENCH_SERVE_BIN` serves with that binary (the release one
 //! users get).
 //!
@@ -177,6 +179,12 @@ async fn settled(
     }
 }
 
+/// Who asks the bot in every chat: a member the set never names, so no question lifts them.
+const ASKER: (&str, &str) = ("u-bench-asker", "群友");
+
+/// Ask as the plugins do: the message reaches the chat first (`/v1/events/message`, marked
+/// `to_bot`), and the injection is asked for once it is embedded (a host whose own stages take
+/// longer than the embedding, as AstrBot's do; asked at once, it would still be waiting).
 async fn ask(
     client: &reqwest::Client,
     base: &str,
@@ -184,6 +192,21 @@ async fn ask(
     query: &str,
     history: &[Value],
 ) -> Value {
+    let said = json!({
+        "conversation_id": conversation, "sender_id": ASKER.0, "sender_name": ASKER.1,
+        "text": query, "sent_at": Utc::now().to_rfc3339(), "to_bot": true,
+    });
+    post(client, &format!("{base}/v1/events/message"), &said)
+        .await
+        .unwrap_or_else(|e| panic!("message to the bot: {e}"));
+    let started = Instant::now();
+    while status(client, base).await["working_memory"]["waiting"] != json!(0) {
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "the message to the bot was not embedded in 120 s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     post(
         client,
         &format!("{base}/v1/events/llm_request"),

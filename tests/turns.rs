@@ -141,23 +141,25 @@ async fn a_message_to_the_bot_is_embedded_before_its_recall_is_asked() {
 
     let start = embedded();
     say(q1, false).await;
-    settled(start + 1).await;
+    // 最近 names a window for the memories, searched without it; the recent messages are
+    // searched with the words as written (no window): two texts.
+    settled(start + 2).await;
     ask(q1, &[]).await;
     assert_eq!(
         embedded(),
-        start + 1,
-        "the message alone was embedded ahead"
+        start + 2,
+        "the message alone was embedded ahead, with and without its time word"
     );
     say(r1, true).await;
     // The service does not know the history's shape yet: the context is embedded when asked.
     say(q2, false).await;
-    settled(start + 2).await;
+    settled(start + 3).await;
     ask(q2, &[("user", q1), ("assistant", r1)]).await;
-    assert_eq!(embedded(), start + 3, "the unseen context, at the recall");
+    assert_eq!(embedded(), start + 4, "the unseen context, at the recall");
     say(r2, true).await;
     // Now it does: the next question and its turns are embedded before it is asked.
     say(q3, false).await;
-    settled(start + 5).await;
+    settled(start + 6).await;
     let (joins, hits) = (
         host.memory().query_cost().joins,
         host.memory().query_cost().hits,
@@ -174,7 +176,7 @@ async fn a_message_to_the_bot_is_embedded_before_its_recall_is_asked() {
     .await;
     assert_eq!(
         embedded(),
-        start + 5,
+        start + 6,
         "the recall ran the model for nothing"
     );
     let cost = host.memory().query_cost();

@@ -277,7 +277,7 @@ async fn a_recall_returning_the_bots_echo_and_a_question_twice_makes_neither_a_m
     embedded(&host).await;
     // Searched by hand (the operator page, the dashboard, `/v1/recall`): never counted.
     for _ in 0..2 {
-        let returned = recent(&host, FAMILY, "妈妈花生过敏").await;
+        let returned = recent(&host, FAMILY, "妈妈花生过敏吗？").await;
         let returned = texts(&returned);
         for text in [ALLERGY, question, echo] {
             assert!(returned.contains(&text), "{text} not in {returned:?}");
@@ -288,7 +288,7 @@ async fn a_recall_returning_the_bots_echo_and_a_question_twice_makes_neither_a_m
         let preview = host
             .invoke(
                 "on_llm_request",
-                json!({"conversation_id": FAMILY, "query": "妈妈花生过敏", "preview": true}),
+                json!({"conversation_id": FAMILY, "query": "妈妈花生过敏吗？", "preview": true}),
             )
             .await
             .unwrap();
@@ -299,7 +299,7 @@ async fn a_recall_returning_the_bots_echo_and_a_question_twice_makes_neither_a_m
     // Asked for a prompt twice: the member's statement is handed over, the bot's echo (shown
     // as the bot's) and the question are not.
     for _ in 0..2 {
-        let block = injected(&host, FAMILY, "妈妈花生过敏").await;
+        let block = injected(&host, FAMILY, "妈妈花生过敏吗？").await;
         for text in [ALLERGY, question, echo] {
             assert!(block.contains(text), "{text} not in {block}");
         }
@@ -883,5 +883,131 @@ async fn a_short_reply_is_found_by_the_question_it_answers() {
         .find(|r| r.content == "定了，粤香楼")
         .expect("the answer is stored");
     assert!(after.tags.is_empty(), "{:?}", after.tags);
+    host.shutdown().await;
+}
+
+/// What `on_llm_request` injects for `query` after `turns` (role, content), as the plugins ask.
+async fn injected_after(
+    host: &PluginHost,
+    conversation: &str,
+    query: &str,
+    turns: &[(&str, &str)],
+) -> String {
+    let history: Vec<Value> = turns
+        .iter()
+        .map(|(role, content)| json!({"role": role, "content": content}))
+        .collect();
+    let r = host
+        .invoke(
+            "on_llm_request",
+            json!({"conversation_id": conversation, "query": query, "history": history}),
+        )
+        .await
+        .unwrap();
+    r["injection"].as_str().unwrap_or_default().to_string()
+}
+
+/// The plugins send the message that asks the bot to the chat first, and raw chat holds the
+/// twins of every line of small talk. Neither the message nor its twins answer it
+/// (`recall::echo`), a remark asks the chat for nothing (`working::asks`), and the turns before
+/// a remark do not lift it past the gate: small talk injects nothing, a question still gets
+/// its answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn small_talk_sent_to_the_chat_first_injects_nothing_though_the_chat_holds_its_twins() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = calibrated_host(dir.path()).await;
+    const ASKER: (&str, &str) = ("u-wang", "王五");
+    const DINNER: &str = "周六晚上七点在外婆家吃饭，记得带上给外婆的寿桃";
+    common::remember(&host, FAMILY, DINNER).await;
+    common::remember(
+        &host,
+        FAMILY,
+        "外婆八十大寿，蛋糕订在好利来，周六下午五点去取",
+    )
+    .await;
+    say(&host, FAMILY, ZHANG, ALLERGY).await;
+    say(&host, FAMILY, LI, "早上好，今天好冷啊，大家多穿点衣服").await;
+    say(&host, FAMILY, ZHANG, "今天降温了，出门记得穿厚一点").await;
+    say(&host, FAMILY, LI, "你们吃饭了没？").await;
+    say(&host, FAMILY, ZHANG, "刚吃完，今天食堂的红烧肉不错").await;
+    embedded(&host).await;
+
+    // Asked as the plugins ask: the message reaches the chat, then the bot's prompt is built.
+    let ask = |text: &'static str, turns: &'static [(&'static str, &'static str)]| {
+        let host = &host;
+        async move {
+            say(host, FAMILY, ASKER, text).await;
+            embedded(host).await;
+            injected_after(host, FAMILY, text, turns).await
+        }
+    };
+    // A question whose own row and twin hold every word of it (it names itself).
+    let block = ask("你们吃饭了没？", &[]).await;
+    assert_eq!(block, "", "a question answered by its own echo");
+    // A remark whose twin (which names it) and near twin are in the chat.
+    let block = ask("今天好冷啊，大家多穿点衣服", &[]).await;
+    assert_eq!(block, "", "a remark answered by the chat's remarks");
+    // A remark after turns about the dinner: the turns are about memories, the remark is not.
+    const TURNS: &[(&str, &str)] = &[
+        ("user", "周六外婆过八十大寿，晚上七点在外婆家吃饭"),
+        (
+            "assistant",
+            "好的，记得带上寿桃，蛋糕周六下午五点去好利来取。",
+        ),
+    ];
+    let block = ask("周末愉快", TURNS).await;
+    assert_eq!(block, "", "a remark lifted by its turns");
+    // A question is answered, by the chat and by its turns.
+    let block = ask("妈妈有什么不能吃的？", &[]).await;
+    assert!(block.contains(ALLERGY), "{block}");
+    let block = ask("那蛋糕呢？", TURNS).await;
+    assert!(block.contains("好利来"), "{block}");
+    host.shutdown().await;
+}
+
+/// The recent messages take no window from a question's time words: they span the last few
+/// days, and there "今天" names the event more often than the saying. A line said yesterday
+/// about today answers "今天几点在哪打球？", though today's chat holds other lines.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_questions_time_words_name_no_window_for_the_recent_messages() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = calibrated_host(dir.path()).await;
+    const GAME: &str = "明天下午三点打球，体育中心三号馆五号场，别迟到";
+    let yesterday = (chrono::Utc::now() - chrono::Duration::hours(30)).to_rfc3339();
+    let said = host
+        .invoke(
+            "on_message",
+            json!({"conversation_id": FAMILY, "sender_id": ZHANG.0, "sender_name": ZHANG.1,
+                   "text": GAME, "sent_at": yesterday}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(said["accepted"], true, "{said}");
+    say(&host, FAMILY, LI, "早上好，今天好冷啊").await;
+    say(&host, FAMILY, ZHANG, "我中午吃的牛肉面").await;
+    embedded(&host).await;
+    let block = injected(&host, FAMILY, "今天几点在哪打球？").await;
+    assert!(block.contains(GAME), "{block}");
+    host.shutdown().await;
+}
+
+/// A line several members said word for word (复读, `working::chorus`) is a reaction, not a
+/// fact: a prompt's recall may show it, but the threshold rule never counts it, however often
+/// it is the best line a question finds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_line_several_members_said_word_for_word_is_never_made_a_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = calibrated_host(dir.path()).await;
+    const CHORUS: &str = "心疼阿杰一秒，阿杰好好养伤";
+    say(&host, FAMILY, ZHANG, CHORUS).await;
+    say(&host, FAMILY, LI, CHORUS).await;
+    say(&host, FAMILY, ("u-wang", "王五"), CHORUS).await;
+    embedded(&host).await;
+    for _ in 0..2 {
+        let block = injected(&host, FAMILY, "阿杰怎么了？").await;
+        assert!(block.contains(CHORUS), "{block}");
+    }
+    let status = host.memory().working_status();
+    assert_eq!(status.recalled_again, 0, "{status:?}");
     host.shutdown().await;
 }

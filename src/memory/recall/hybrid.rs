@@ -44,7 +44,7 @@ use crate::embed::calibration::{ScriptFit, MIN_LIST_WEIGHT};
 use crate::embed::{Embedder, QueryCache, ScriptRescale};
 use crate::store::shared_terms::QueryTerms;
 use crate::store::{
-    KeywordMatching, KeywordRequest, MemoryRecord, NearestVisible, RowFilter, SearchRequest,
+    Hit, KeywordMatching, KeywordRequest, MemoryRecord, NearestVisible, RowFilter, SearchRequest,
 };
 
 use crate::memory::turns::{combine, MESSAGE_WEIGHT};
@@ -91,6 +91,13 @@ pub struct CandidateQuery<'a> {
     pub fit: ScriptFit,
     /// How the vector search puts the query's other script on its scale.
     pub rescale: Option<ScriptRescale>,
+    /// Leave out the rows that say again what `text` says (`recall::echo`): for the working
+    /// memory's raw chat, which holds the asking message and its twins.
+    pub without_echoes: bool,
+    /// Also measure how close the message alone comes to a row (`VectorEvidence::message_best`):
+    /// the relevance gate's evidence for a message that asks nothing, which its context must
+    /// not lift. A second nearest-neighbour search, no second embedding.
+    pub message_evidence: bool,
 }
 
 /// Why a recall answered with less than it was asked for.
@@ -119,6 +126,10 @@ pub struct VectorEvidence {
     /// its context's ("收到" after six turns about a dinner is still an acknowledgement).
     pub message: Arc<Vec<f32>>,
     pub best_similarity: Option<f32>,
+    /// The best similarity of the message's own vector, when the search asked with a context
+    /// and was told to weigh the message alone too ([`CandidateQuery::message_evidence`]);
+    /// else `best_similarity`.
+    pub message_best: Option<f32>,
 }
 
 /// The keyword list, and whether one of its memories holds every term of the question.
@@ -228,7 +239,22 @@ impl Searchers<'_> {
                 rescale: q.rescale,
             })
             .await?;
-        let best_similarity = hits.iter().map(|h| h.similarity()).reduce(f32::max);
+        let (hits, best_similarity) = beyond_echoes(q, hits);
+        let message_best = match (q.embedded_context, q.message_evidence) {
+            (Some(_), true) => {
+                let alone = self
+                    .vectors
+                    .nearest(&SearchRequest {
+                        vector: message.as_ref().clone(),
+                        rows: q.rows.clone(),
+                        k: q.k,
+                        rescale: q.rescale,
+                    })
+                    .await?;
+                beyond_echoes(q, alone).1
+            }
+            _ => best_similarity,
+        };
         Ok(VectorList {
             candidates: hits
                 .into_iter()
@@ -243,6 +269,7 @@ impl Searchers<'_> {
                 query: vector,
                 message,
                 best_similarity,
+                message_best,
             },
         })
     }
@@ -263,6 +290,7 @@ impl Searchers<'_> {
             .into_iter()
             .filter(|h| terms.found_in(&h.record))
             .collect();
+        let hits = without_echoes(q, hits, |h| &h.record.content);
         let best = hits.first().map_or(0.0, |h| h.score);
         let candidates: Vec<Candidate> = hits
             .into_iter()
@@ -286,6 +314,32 @@ impl Searchers<'_> {
         let named = candidates.iter().any(|c| message.all_found_in(&c.record));
         Ok(KeywordList { candidates, named })
     }
+}
+
+/// Nearest-neighbour hits without the echoes of the query, and the best similarity among them:
+/// `None` when there were no hits at all (nothing to weigh), -1 (the lowest there is) when
+/// every hit was an echo (nothing answers).
+fn beyond_echoes(q: &CandidateQuery<'_>, hits: Vec<Hit>) -> (Vec<Hit>, Option<f32>) {
+    let searched_any = !hits.is_empty();
+    let hits = without_echoes(q, hits, |h| &h.record.content);
+    let best = hits
+        .iter()
+        .map(|h| h.similarity())
+        .reduce(f32::max)
+        .or(searched_any.then_some(-1.0));
+    (hits, best)
+}
+
+/// `hits` without the rows that repeat the query, when it asks for that
+/// ([`CandidateQuery::without_echoes`]).
+fn without_echoes<H>(q: &CandidateQuery<'_>, hits: Vec<H>, text: impl Fn(&H) -> &str) -> Vec<H> {
+    if !q.without_echoes {
+        return hits;
+    }
+    let asking = super::echo::Asking::new(q.text);
+    hits.into_iter()
+        .filter(|h| !asking.echoed_by(text(h)))
+        .collect()
 }
 
 /// The keyword list with the memories that hold every exact term of the question first

@@ -7,6 +7,8 @@
 //! - [`time_words`]: a window the question names ("昨天", "last week"), added to that filter;
 //! - [`hybrid`]: the vector and keyword candidates under the filter, fused; [`exact_terms`]: a
 //!   question's codes and names that only a verbatim holder answers;
+//! - [`echo`]: a chat line that says again what the asking message says, which the recent
+//!   messages' search leaves out;
 //! - [`relevance`]: the gate, whether the question asks for memory at all;
 //! - [`ranking`]: similarity, or with strength and decay;
 //! - [`distinct`]: one fact per answer;
@@ -18,6 +20,7 @@
 
 pub(crate) mod chained;
 pub(crate) mod distinct;
+pub(crate) mod echo;
 pub(crate) mod exact_terms;
 pub mod hybrid;
 pub(crate) mod injection;

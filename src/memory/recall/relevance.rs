@@ -100,6 +100,13 @@ impl Relevance {
         self.chat_z <= NAMED_MAX_CHAT_Z
     }
 
+    /// For a message whose every word is in a recent message: it asks for that message
+    /// unless it reads as chat by the working memory's bound ([`MESSAGES_MAX_CHAT_Z`]): raw
+    /// chat holds every remark's words in a longer line ("腿好酸啊" in "早上好，腿好酸啊").
+    pub(crate) fn names_a_message(&self) -> bool {
+        self.chat_z <= MESSAGES_MAX_CHAT_Z
+    }
+
     /// For a message whose time words name a window that holds memories (`memory_z` measured
     /// within it): the words already say it asks about that time.
     pub(crate) fn asks_about_a_time(&self) -> bool {

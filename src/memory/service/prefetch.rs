@@ -36,11 +36,18 @@ impl MemoryService {
         let Ok(zone) = self.zone(None) else {
             return;
         };
-        let (_, text) = in_time(query, None, zone);
-        let Ok(embedded) = Embedded::of(&ahead.history(), &text) else {
+        let history = ahead.history();
+        let (time, text) = in_time(query, None, zone);
+        let Ok(embedded) = Embedded::of(&history, &text) else {
             return;
         };
-        let texts = embedded.texts();
+        let mut texts = embedded.texts();
+        // The recent messages are searched with the time words as written (no window).
+        if time.is_some() {
+            if let Ok(as_written) = Embedded::of(&history, query) {
+                texts.extend(as_written.texts());
+            }
+        }
         match self.queries.embed_all(self.embedder.as_ref(), &texts).await {
             Ok(_) => self.foresight.embedded_ahead(),
             Err(e) => {

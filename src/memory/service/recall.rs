@@ -237,6 +237,11 @@ impl MemoryService {
             .map_err(bad_history)?
             .map(|c| redact(&c));
         let embedded = Embedded::of(history, text).map_err(bad_history)?;
+        // The turns before a message lift the gate's evidence only when the message asks
+        // ("那后来呢？"): a remark after six turns about badminton ("腿好酸啊") asks nothing of
+        // them, and is weighed on its own.
+        let gating = req.relevance_gate.unwrap_or(false);
+        let asks = crate::memory::working::asks(text);
         let search_in = |rows: RowFilter| CandidateQuery {
             text: &embedded.message,
             context: context.as_deref(),
@@ -247,6 +252,8 @@ impl MemoryService {
             kind: search,
             fit,
             rescale: measured.rescale_for(text),
+            without_echoes: req.for_prompt && visible.rows.tier == Some(Tier::Messages),
+            message_evidence: gating && !asks,
         };
         let (found, time_window) = self
             .search_in_time(&searchers, &search_in, visible, time.as_ref(), zone)
@@ -255,10 +262,15 @@ impl MemoryService {
         let in_window = time_window.as_ref().is_some_and(|w| !w.empty);
         // The gate is for injection into every prompt; an explicit recall is never held back,
         // and a message that names a visible memory's own words asks for it.
-        let gated = if req.relevance_gate.unwrap_or(false) {
+        let gated = if gating {
             let named = found.keyword_named;
             let tier = visible.rows.tier;
-            self.gate(text, &fit, found.vector.as_ref(), (in_window, named, tier))
+            self.gate(
+                text,
+                &fit,
+                found.vector.as_ref(),
+                (in_window, named, tier, asks),
+            )
         } else {
             None
         };
@@ -381,17 +393,22 @@ impl MemoryService {
     /// The relevance gate (`memory::relevance`): `Some` when the message asks for no memory.
     /// Open when the vector search did not run or the model is not measured yet: nothing to
     /// weigh the message with. `named`: a visible memory holds every word of the message, which
-    /// then passes unless it reads as chat.
+    /// then passes unless it reads as chat. `asking`: the message asks something
+    /// (`working::asks`), so its context's evidence counts and the recent messages may answer
+    /// it; else the message's own evidence does, and only the memories may.
     fn gate(
         &self,
         query: &str,
         fit: &crate::embed::calibration::ScriptFit,
         vector: Option<&recall::hybrid::VectorEvidence>,
-        (in_window, named, tier): (bool, bool, Option<Tier>),
+        (in_window, named, tier, asking): (bool, bool, Option<Tier>, bool),
     ) -> Option<&'static str> {
         let measured = self.calibration.get()?;
         let vector = vector?;
-        let best = vector.best_similarity?;
+        let best = match asking {
+            true => vector.best_similarity?,
+            false => vector.message_best?,
+        };
         let relevance = recall::relevance::Relevance::measure(
             fit,
             &measured.small_talk,
@@ -403,14 +420,22 @@ impl MemoryService {
             memory_z = relevance.memory_z,
             chat_z = relevance.chat_z,
             named,
+            in_window,
+            messages = tier == Some(Tier::Messages),
             "relevance gate"
         );
         let asks = match (in_window, tier) {
             (true, _) => relevance.asks_about_a_time(),
-            (false, Some(Tier::Messages)) => relevance.asks_for_messages(),
+            // The chat's words answer a question or a request, not a remark: raw chat holds
+            // the near twin of every remark ("今天降温了" for "今天好冷啊，大家多穿点衣服").
+            (false, Some(Tier::Messages)) => asking && relevance.asks_for_messages(),
             (false, _) => relevance.asks_for_memory(),
         };
-        let names_a_memory = named && relevance.names_a_memory();
+        let names_a_memory = named
+            && match tier {
+                Some(Tier::Messages) => relevance.names_a_message(),
+                _ => relevance.names_a_memory(),
+            };
         (!asks && !names_a_memory).then_some("no_relevant_memory")
     }
 

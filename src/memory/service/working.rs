@@ -143,8 +143,10 @@ impl MemoryService {
     }
 
     /// The recall's second tier: the visible recent messages that answer the query, searched
-    /// on their own (same scope filter, time window and relevance gate as the memories), plus
-    /// the messages still waiting for their vectors that hold its words.
+    /// on their own (the same scope filter and relevance gate as the memories, no time window,
+    /// and for a prompt neither the asking message nor its echoes), plus the messages still
+    /// waiting for their vectors that hold its words. A chorus (`working::chorus`) stands after
+    /// the statements and is never counted toward the threshold rule.
     pub(super) async fn recent_messages(
         &self,
         asked: &Asked<'_>,
@@ -158,6 +160,10 @@ impl MemoryService {
         let messages = visible.of_messages();
         let mut req = asked.req.clone();
         req.mode = RecallMode::Comprehensive;
+        // No window: the tier spans the last few days, and there a question's time words name
+        // the event more often than the saying ("乐乐周六为什么要提前走？" asked on Sunday, of a
+        // line said on Friday). They stay words of the question.
+        req.time_words = Some(false);
         let asked = Asked {
             req: &req,
             query: asked.query,
@@ -167,6 +173,13 @@ impl MemoryService {
         if searched.gated.is_some() {
             return Ok(Vec::new());
         }
+        let chorus = working::Chorus::among(
+            searched
+                .found
+                .candidates
+                .iter()
+                .map(|c| (c.record.content.as_str(), c.record.speaker_id.as_deref())),
+        );
         let mut hits = self
             .rank_and_select(&req, pool, searched.search, searched.found, person)
             .memories;
@@ -183,7 +196,7 @@ impl MemoryService {
                 });
             }
         }
-        let hits = working::shown(hits, asked.query, req.for_prompt, limit);
+        let hits = working::shown(hits, asked.query, req.for_prompt, limit, &chorus);
         if !req.counted || !self.consolidator.settings.rules.recalled_twice {
             return Ok(hits);
         }
@@ -194,6 +207,7 @@ impl MemoryService {
             .map(|h| &h.memory)
             .filter(|m| stored.contains(&m.id))
             .filter(|m| working::could_state_a_fact(&m.content, &m.tags, m.speaker_id.as_deref()))
+            .filter(|m| !chorus.sings(&m.content))
             .take(1)
             .map(|m| m.id.as_str());
         for id in self.working.recurrences.returned(returned) {

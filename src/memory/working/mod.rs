@@ -11,6 +11,7 @@
 //! - [`statement`]: which messages either rule may make a memory (no bot, chatter or question);
 //! - [`shown`]: which of a recall's candidates it shows (members' words first, never the
 //!   message that asks for a prompt);
+//! - [`chorus`]: a line several members said word for word (复读), a reaction, not a fact;
 //! - [`replies`]: what a message answers, embedded with it (the question before it);
 //! - [`handoff`]: how a path that must not wait (the worker, a recall) hands work to the
 //!   background task of a rule;
@@ -21,6 +22,7 @@
 //! code path. They reach the table through the intake (`memory::intake`: journaled before the
 //! 202, replayed after a crash, dropped by an erase that selects them, embedded in batches).
 
+mod chorus;
 mod event;
 mod handoff;
 mod pending;
@@ -33,6 +35,7 @@ mod statement;
 mod stored;
 
 pub use crate::store::schema::MESSAGE_TYPE;
+pub(crate) use chorus::Chorus;
 pub(crate) use event::accept;
 pub use event::{MessageAccepted, MessageEvent, MessageJob, BOT_TAG, REPLY_TAG};
 pub use handoff::Handoff;
@@ -42,7 +45,7 @@ pub use recurrence::{Recurrences, ReturnedAgain};
 pub use replies::{passage, LastSaid};
 pub(crate) use shown::{shown, CANDIDATES_PER_SHOWN};
 pub use state::{MessagesPresent, WorkingMemory};
-pub(crate) use statement::could_state_a_fact;
+pub(crate) use statement::{asks, could_state_a_fact};
 pub(crate) use stored::stored_messages;
 pub use stored::{StoredMessage, StoredMessages};
 

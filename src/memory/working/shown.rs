@@ -10,14 +10,17 @@
 //!   it answers, so it stands as a statement), then a member's questions (they share
 //!   the question's words, so they outscore the answer, but they answer nothing), then the bot's
 //!   own replies (they echo what it was told or, at worst, what it made up);
-//! - the message that asks is left out (it was sent to the chat too, and finds itself first).
+//! - the message that asks is left out (it was sent to the chat too, and finds itself first),
+//!   and so are its twins (`recall::echo`: "早上好，今天好冷啊" for "今天好冷啊"; the search
+//!   leaves them out too, but a message still waiting for its vector is matched here).
 //!
 //! A search by hand shows by score alone: it may look for any message, the bot's included, by
 //! its own words.
 
+use super::chorus::Chorus;
 use super::statement::{is_a_question, is_terse, says_something};
 use crate::memory::model::ScoredMemory;
-use crate::memory::recall::mentions::without_mentions;
+use crate::memory::recall::echo::Asking;
 use crate::memory::redact::redact;
 use crate::store::schema::{BOT_TAG, REPLY_TAG};
 
@@ -26,15 +29,16 @@ use crate::store::schema::{BOT_TAG, REPLY_TAG};
 /// up.
 pub const CANDIDATES_PER_SHOWN: usize = 4;
 
-/// Where a candidate stands for a prompt: a member's statement, a member's terse statement,
-/// a member's question, the bot.
-fn standing(h: &ScoredMemory) -> u8 {
+/// Where a candidate stands for a prompt: a member's statement, a member's terse statement or
+/// a line several members said (a chorus), a member's question, the bot.
+fn standing(h: &ScoredMemory, chorus: &Chorus) -> u8 {
     let tagged = |tag: &str| h.memory.tags.iter().any(|t| t == tag);
     if tagged(BOT_TAG) {
         3
     } else if is_a_question(&h.memory.content) {
         2
-    } else if is_terse(&h.memory.content) && !tagged(REPLY_TAG) {
+    } else if (is_terse(&h.memory.content) && !tagged(REPLY_TAG)) || chorus.sings(&h.memory.content)
+    {
         1
     } else {
         0
@@ -47,14 +51,13 @@ pub(crate) fn shown(
     query: &str,
     for_prompt: bool,
     limit: usize,
+    chorus: &Chorus,
 ) -> Vec<ScoredMemory> {
-    let standing = |h: &ScoredMemory| if for_prompt { standing(h) } else { 0 };
+    let standing = |h: &ScoredMemory| if for_prompt { standing(h, chorus) } else { 0 };
     if for_prompt {
-        let asking = redact(query);
-        let asking = without_mentions(&asking);
-        candidates.retain(|h| {
-            without_mentions(&h.memory.content) != asking && says_something(&h.memory.content)
-        });
+        let asking = Asking::new(&redact(query));
+        candidates
+            .retain(|h| !asking.echoed_by(&h.memory.content) && says_something(&h.memory.content));
     }
     candidates.sort_by(|a, b| {
         standing(a)
@@ -109,17 +112,31 @@ mod tests {
             said("好的，那我们点海南鸡饭吧", 0.80, false),
             said("妈妈对花生过敏，别点沙爹", 0.85, false),
         ];
-        let for_prompt = shown(candidates.clone(), "那妈妈有什么不能吃的呀", true, 3);
+        let for_prompt = shown(
+            candidates.clone(),
+            "那妈妈有什么不能吃的呀",
+            true,
+            3,
+            &Chorus::default(),
+        );
+        // "妈妈有什么不能吃的" is a twin of the asking message (`recall::echo`): it answers
+        // nothing. The bot's line says more than the question, and stands last.
         assert_eq!(
             texts(&for_prompt),
             [
                 "妈妈对花生过敏，别点沙爹",
                 "好的，那我们点海南鸡饭吧",
-                "妈妈有什么不能吃的"
+                "echo: 妈妈有什么不能吃的"
             ]
         );
         // A search by hand finds any message by its own words, by score alone.
-        let by_hand = shown(candidates, "那妈妈有什么不能吃的呀", false, 2);
+        let by_hand = shown(
+            candidates,
+            "那妈妈有什么不能吃的呀",
+            false,
+            2,
+            &Chorus::default(),
+        );
         assert_eq!(
             texts(&by_hand),
             ["那妈妈有什么不能吃的呀", "echo: 妈妈有什么不能吃的"]
@@ -138,12 +155,45 @@ mod tests {
                 false,
             ),
         ];
-        let for_prompt = shown(candidates.clone(), "这周末在哪个馆打？", true, 3);
+        let for_prompt = shown(
+            candidates.clone(),
+            "这周末在哪个馆打？",
+            true,
+            3,
+            &Chorus::default(),
+        );
         assert_eq!(
             texts(&for_prompt),
             ["这周六活动照常：下午两点到四点，体育中心三号馆"]
         );
-        assert_eq!(shown(candidates, "这周末在哪个馆打？", false, 3).len(), 3);
+        assert_eq!(
+            shown(
+                candidates,
+                "这周末在哪个馆打？",
+                false,
+                3,
+                &Chorus::default()
+            )
+            .len(),
+            3
+        );
+    }
+
+    #[test]
+    fn a_line_several_members_said_gives_its_place_to_a_statement() {
+        let chorus_line = "心疼阿杰一秒，好好养伤";
+        let candidates = vec![
+            tagged(chorus_line, 0.97, &[]),
+            tagged("上周三打球落地把脚踝扭了，至少歇两周", 0.90, &[]),
+        ];
+        let chorus = Chorus::among([(chorus_line, Some("u1")), (chorus_line, Some("u2"))]);
+        let for_prompt = shown(candidates.clone(), "阿杰怎么了？", true, 2, &chorus);
+        assert_eq!(
+            texts(&for_prompt),
+            ["上周三打球落地把脚踝扭了，至少歇两周", chorus_line]
+        );
+        let alone = shown(candidates, "阿杰怎么了？", true, 2, &Chorus::default());
+        assert_eq!(texts(&alone)[0], chorus_line, "said by one member");
     }
 
     #[test]
@@ -158,7 +208,13 @@ mod tests {
                 &[],
             ),
         ];
-        let for_prompt = shown(candidates.clone(), "这周末在哪个馆打？", true, 3);
+        let for_prompt = shown(
+            candidates.clone(),
+            "这周末在哪个馆打？",
+            true,
+            3,
+            &Chorus::default(),
+        );
         assert_eq!(
             texts(&for_prompt),
             [
@@ -167,7 +223,13 @@ mod tests {
                 "场地费记得转我"
             ]
         );
-        let by_hand = shown(candidates, "这周末在哪个馆打？", false, 1);
+        let by_hand = shown(
+            candidates,
+            "这周末在哪个馆打？",
+            false,
+            1,
+            &Chorus::default(),
+        );
         assert_eq!(texts(&by_hand), ["场地费记得转我"]);
     }
 }

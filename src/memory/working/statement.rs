@@ -172,9 +172,57 @@ pub(crate) fn is_a_question(content: &str) -> bool {
         || ASKING_STARTS.contains(&first_word.as_str())
 }
 
+/// Words that ask the bot to look something up without a question: "帮我查下乐乐的新地址",
+/// "tell me the December plan".
+const REQUESTS: [&str; 14] = [
+    "帮我",
+    "告诉我",
+    "提醒我",
+    "查一下",
+    "查下",
+    "找一下",
+    "找下",
+    "总结",
+    "回顾",
+    "tell me",
+    "remind me",
+    "look up",
+    "summar",
+    "recap",
+];
+
+/// Whether a message to the bot asks for something the chat said: a question
+/// ([`is_a_question`]) or a request to look it up ([`REQUESTS`]). A remark ("今天好冷啊，大家多
+/// 穿点衣服", "腿好酸啊") asks for nothing, however close its twins in the chat are.
+pub(crate) fn asks(content: &str) -> bool {
+    let lower = content.to_lowercase();
+    is_a_question(content) || REQUESTS.iter().any(|w| lower.contains(w))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_question_or_a_request_asks_and_a_remark_does_not() {
+        for asking in [
+            "这周的羽毛球谁负责带？",
+            "工作日晚上有没有固定的活动",
+            "帮我查下乐乐的新地址",
+            "Tell me the December plan",
+            "大家在干嘛呢",
+        ] {
+            assert!(asks(asking), "{asking}");
+        }
+        for remark in [
+            "今天好冷啊，大家多穿点衣服",
+            "腿好酸啊",
+            "周末愉快",
+            "good morning",
+        ] {
+            assert!(!asks(remark), "{remark}");
+        }
+    }
 
     fn member(text: &str) -> bool {
         could_state_a_fact(text, &[], Some("u1"))
