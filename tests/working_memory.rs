@@ -966,8 +966,8 @@ async fn small_talk_sent_to_the_chat_first_injects_nothing_though_the_chat_holds
 }
 
 /// The recent messages take no window from a question's time words: they span the last few
-/// days, and there "今天" names the event more often than the saying. A line said yesterday
-/// about today answers "今天几点在哪打球？", though today's chat holds other lines.
+/// days, and there "今天" names the event more often than the saying. Lines said yesterday
+/// about today answer "今天几点在哪打球？" and "今天谁带球？", though today's chat holds others.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_questions_time_words_name_no_window_for_the_recent_messages() {
     let dir = tempfile::tempdir().unwrap();
@@ -983,11 +983,25 @@ async fn a_questions_time_words_name_no_window_for_the_recent_messages() {
         .await
         .unwrap();
     assert_eq!(said["accepted"], true, "{said}");
+    const BALLS: &str = "明天的球我来带，家里还有两筒新的";
+    let said = host
+        .invoke(
+            "on_message",
+            json!({"conversation_id": FAMILY, "sender_id": LI.0, "sender_name": LI.1,
+                   "text": BALLS, "sent_at": yesterday}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(said["accepted"], true, "{said}");
     say(&host, FAMILY, LI, "早上好，今天好冷啊").await;
     say(&host, FAMILY, ZHANG, "我中午吃的牛肉面").await;
     embedded(&host).await;
     let block = injected(&host, FAMILY, "今天几点在哪打球？").await;
     assert!(block.contains(GAME), "{block}");
+    // Without its time word "今天谁带球？" is "谁带球", which asks by its question mark only: it
+    // is read as asked.
+    let block = injected(&host, FAMILY, "今天谁带球？").await;
+    assert!(block.contains(BALLS), "{block}");
     host.shutdown().await;
 }
 

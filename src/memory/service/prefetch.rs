@@ -12,6 +12,7 @@ use super::recall::{checked_query, in_time};
 use super::MemoryService;
 use crate::config::SearchKind;
 use crate::memory::recall::prefetch::Prefetch;
+use crate::memory::redact::redact;
 use crate::memory::turns::Embedded;
 
 impl MemoryService {
@@ -36,17 +37,14 @@ impl MemoryService {
         let Ok(zone) = self.zone(None) else {
             return;
         };
-        let history = ahead.history();
         let (time, text) = in_time(query, None, zone);
-        let Ok(embedded) = Embedded::of(&history, &text) else {
+        let Ok(embedded) = Embedded::of(&ahead.history(), &text) else {
             return;
         };
         let mut texts = embedded.texts();
-        // The recent messages are searched with the time words as written (no window).
+        // The recent messages are searched with the message as written (no window).
         if time.is_some() {
-            if let Ok(as_written) = Embedded::of(&history, query) {
-                texts.extend(as_written.texts());
-            }
+            texts.push(redact(query));
         }
         match self.queries.embed_all(self.embedder.as_ref(), &texts).await {
             Ok(_) => self.foresight.embedded_ahead(),

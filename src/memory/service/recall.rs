@@ -222,6 +222,13 @@ impl MemoryService {
         let zone = self.zone(req.timezone.as_deref())?;
         let (time, text) = in_time(query, req.time_words, zone);
         let text = text.as_str();
+        // The working memory's tier takes no window: it spans the last few days, and there a
+        // question's time words name the event more often than the saying ("乐乐周六为什么要提前
+        // 走？" asked on Sunday, of a line said on Friday). They stay words of its message (one
+        // short text more to embed when a question names a time); its context is the memories'.
+        let windowless = visible.rows.tier == Some(Tier::Messages);
+        let time = time.filter(|_| !windowless);
+        let words = if windowless { query } else { text };
         let calibration = self.calibration();
         let measured = calibration.as_ref().unwrap_or(&Calibration::UNMEASURED);
         let fit = *measured.for_query(text);
@@ -233,15 +240,19 @@ impl MemoryService {
         // for the keyword search, fewer for the vector, whose embedding is the cost.
         let history = &req.history;
         let bad_history = |e: TooManyTurns| invalid("history", e.to_string());
-        let context = crate::memory::turns::context(history, text, TURNS_MATCHED, TURN_CHARS)
+        let context = crate::memory::turns::context(history, words, TURNS_MATCHED, TURN_CHARS)
             .map_err(bad_history)?
             .map(|c| redact(&c));
-        let embedded = Embedded::of(history, text).map_err(bad_history)?;
+        let mut embedded = Embedded::of(history, text).map_err(bad_history)?;
+        if windowless {
+            embedded.message = redact(words);
+        }
         // The turns before a message lift the gate's evidence only when the message asks
         // ("那后来呢？"): a remark after six turns about badminton ("腿好酸啊") asks nothing of
         // them, and is weighed on its own.
         let gating = req.relevance_gate.unwrap_or(false);
-        let asks = crate::memory::working::asks(text);
+        // Asked as written: without its time words "今年春节在谁家过？" loses its question mark.
+        let asks = crate::memory::working::asks(query);
         let search_in = |rows: RowFilter| CandidateQuery {
             text: &embedded.message,
             context: context.as_deref(),

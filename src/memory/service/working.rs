@@ -160,10 +160,6 @@ impl MemoryService {
         let messages = visible.of_messages();
         let mut req = asked.req.clone();
         req.mode = RecallMode::Comprehensive;
-        // No window: the tier spans the last few days, and there a question's time words name
-        // the event more often than the saying ("乐乐周六为什么要提前走？" asked on Sunday, of a
-        // line said on Friday). They stay words of the question.
-        req.time_words = Some(false);
         let asked = Asked {
             req: &req,
             query: asked.query,
