@@ -974,25 +974,18 @@ async fn a_questions_time_words_name_no_window_for_the_recent_messages() {
     let host = calibrated_host(dir.path()).await;
     const GAME: &str = "明天下午三点打球，体育中心三号馆五号场，别迟到";
     let yesterday = (chrono::Utc::now() - chrono::Duration::hours(30)).to_rfc3339();
-    let said = host
-        .invoke(
-            "on_message",
-            json!({"conversation_id": FAMILY, "sender_id": ZHANG.0, "sender_name": ZHANG.1,
-                   "text": GAME, "sent_at": yesterday}),
-        )
-        .await
-        .unwrap();
-    assert_eq!(said["accepted"], true, "{said}");
     const BALLS: &str = "明天的球我来带，家里还有两筒新的";
-    let said = host
-        .invoke(
-            "on_message",
-            json!({"conversation_id": FAMILY, "sender_id": LI.0, "sender_name": LI.1,
-                   "text": BALLS, "sent_at": yesterday}),
-        )
-        .await
-        .unwrap();
-    assert_eq!(said["accepted"], true, "{said}");
+    for (sender, text) in [(ZHANG, GAME), (LI, BALLS)] {
+        let said = host
+            .invoke(
+                "on_message",
+                json!({"conversation_id": FAMILY, "sender_id": sender.0,
+                       "sender_name": sender.1, "text": text, "sent_at": yesterday}),
+            )
+            .await
+            .unwrap();
+        assert_eq!(said["accepted"], true, "{said}");
+    }
     say(&host, FAMILY, LI, "早上好，今天好冷啊").await;
     say(&host, FAMILY, ZHANG, "我中午吃的牛肉面").await;
     embedded(&host).await;

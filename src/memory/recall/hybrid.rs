@@ -230,29 +230,10 @@ impl Searchers<'_> {
     /// Nearest neighbours at or above the threshold, relevance = similarity.
     async fn by_vector(&self, q: &CandidateQuery<'_>) -> Result<VectorList, MemoryError> {
         let (vector, message) = self.query_vector(q).await?;
-        let hits = self
-            .vectors
-            .nearest(&SearchRequest {
-                vector: vector.as_ref().clone(),
-                rows: q.rows.clone(),
-                k: q.k,
-                rescale: q.rescale,
-            })
-            .await?;
+        let hits = self.nearest_to(q, &vector).await?;
         let (hits, best_similarity) = beyond_echoes(q, hits);
         let message_best = match (q.embedded_context, q.message_evidence) {
-            (Some(_), true) => {
-                let alone = self
-                    .vectors
-                    .nearest(&SearchRequest {
-                        vector: message.as_ref().clone(),
-                        rows: q.rows.clone(),
-                        k: q.k,
-                        rescale: q.rescale,
-                    })
-                    .await?;
-                beyond_echoes(q, alone).1
-            }
+            (Some(_), true) => beyond_echoes(q, self.nearest_to(q, &message).await?).1,
             _ => best_similarity,
         };
         Ok(VectorList {
@@ -272,6 +253,21 @@ impl Searchers<'_> {
                 message_best,
             },
         })
+    }
+
+    /// The `q.k` rows nearest to `vector` among those `q` may return.
+    async fn nearest_to(
+        &self,
+        q: &CandidateQuery<'_>,
+        vector: &[f32],
+    ) -> Result<Vec<Hit>, MemoryError> {
+        let req = SearchRequest {
+            vector: vector.to_vec(),
+            rows: q.rows.clone(),
+            k: q.k,
+            rescale: q.rescale,
+        };
+        Ok(self.vectors.nearest(&req).await?)
     }
 
     /// BM25 hits that hold a term of the question ([`QueryTerms`]: more than a shared
