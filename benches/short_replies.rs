@@ -2,9 +2,10 @@
 //! (`benches/short_replies/set.json`, Chinese and English) where each question a member asks
 //! is answered by another member's short reply ("订好了，在老地方", "I'll handle it") among
 //! chatter, replayed through a real `scopemem serve` with the default config; then each later
-//! question, in other words, is a `POST /v1/recall` in that chat. A hit: the reply among the
-//! recall's recent messages (3 by default). Measured twice the same way: with the default
-//! contextual passages (a short message embedded with the message before it,
+//! question, in other words, is asked in that chat twice: by hand (`POST /v1/recall`) and as
+//! the plugins ask before the bot answers (`/v1/events/llm_request`). A hit: the reply among
+//! the recall's recent messages, or among those the injection shows (3 by default). Measured
+//! with the default contextual passages (a short message embedded with the message before it,
 //! `working_memory.reply_context_minutes` 5) and with each message alone (0).
 //!
 //! `make bench-short-replies`; `SCOPEMEM_BENCH_SERVE_BIN` serves with that binary (the release
@@ -103,12 +104,22 @@ async fn replay(client: &reqwest::Client, base: &str, set: &Set) -> HashMap<Stri
     rows
 }
 
+/// How a question is asked: by hand (`POST /v1/recall`, its recent messages by score), or as
+/// the plugins ask before the bot answers (`/v1/events/llm_request`, the messages a prompt
+/// is shown: `working::shown`).
+#[derive(Clone, Copy)]
+enum Asked {
+    ByHand,
+    Injected,
+}
+
 /// Hits per language, and what each missed question got.
 async fn ask(
     client: &reqwest::Client,
     base: &str,
     set: &Set,
     rows: &HashMap<String, String>,
+    how: Asked,
 ) -> (HashMap<String, (usize, usize)>, Vec<String>) {
     let mut hits: HashMap<String, (usize, usize)> = HashMap::new();
     let mut missed = Vec::new();
@@ -118,25 +129,42 @@ async fn ask(
         .flat_map(|c| c.messages.iter())
         .map(|m| (m.message_id.as_str(), m.text.as_str()))
         .collect();
+    let text_of_row: HashMap<&str, &str> = rows
+        .iter()
+        .filter_map(|(message, row)| Some((row.as_str(), *text_of.get(message.as_str())?)))
+        .collect();
     for q in &set.questions {
         let body = json!({"conversation_id": q.conversation_id, "query": q.question});
-        let r = post(client, &format!("{base}/v1/recall"), &body)
+        // The rows shown, by id, in order: a search by hand's recent messages, or what the
+        // injection event shows a prompt (`recent_message_ids`).
+        let (url, field) = match how {
+            Asked::ByHand => (format!("{base}/v1/recall"), "recent_messages"),
+            Asked::Injected => (
+                format!("{base}/v1/events/llm_request"),
+                "recent_message_ids",
+            ),
+        };
+        let r = post(client, &url, &body)
             .await
-            .unwrap_or_else(|e| panic!("recall {:?}: {e}", q.question));
-        let recent: Vec<&Value> = r["recent_messages"]
+            .unwrap_or_else(|e| panic!("{url} {:?}: {e}", q.question));
+        let got: Vec<&str> = r[field]
             .as_array()
-            .map(|a| a.iter().collect())
+            .map(|a| {
+                a.iter()
+                    .filter_map(|m| m["id"].as_str().or(m.as_str()))
+                    .collect()
+            })
             .unwrap_or_default();
         let want = rows.get(&q.answer).map(String::as_str);
-        let hit = recent.iter().any(|m| m["id"].as_str() == want);
+        let hit = got.iter().any(|id| Some(*id) == want);
         let e = hits.entry(q.lang.clone()).or_default();
         e.1 += 1;
         if hit {
             e.0 += 1;
         } else {
-            let got: Vec<&str> = recent
+            let got: Vec<&str> = got
                 .iter()
-                .filter_map(|m| m["content"].as_str())
+                .map(|id| text_of_row.get(id).copied().unwrap_or("?"))
                 .collect();
             missed.push(format!(
                 "  {} → want {:?}, got {:?}",
@@ -157,10 +185,11 @@ async fn run() {
         .build()
         .expect("an HTTP client");
     println!(
-        "short replies: {} questions; a hit is the reply among the recall's recent messages",
+        "short replies: {} questions; a hit is the reply among the recent messages a search by \
+         hand returns, or an injection shows",
         set.questions.len()
     );
-    println!("{:<44} {:>8} {:>8} {:>8}", "", "zh", "en", "all");
+    println!("{:<56} {:>8} {:>8} {:>8}", "", "zh", "en", "all");
     for (name, minutes) in [
         ("contextual passages (default, 5 min)", None),
         ("each message alone (reply_context_minutes 0)", Some(0)),
@@ -174,21 +203,24 @@ async fn run() {
             .await
             .unwrap_or_else(|e| panic!("{e}"));
         let rows = replay(&client, &base, &set).await;
-        let (hits, missed) = ask(&client, &base, &set, &rows).await;
-        let cell = |lang: &str| {
-            hits.get(lang)
-                .map_or("-".to_string(), |(h, n)| format!("{h}/{n}"))
-        };
-        let (h, n) = hits.values().fold((0, 0), |(h, n), (a, b)| (h + a, n + b));
-        println!(
-            "{name:<44} {:>8} {:>8} {:>8}",
-            cell("zh"),
-            cell("en"),
-            format!("{h}/{n} {:.0}%", 100.0 * h as f64 / n.max(1) as f64)
-        );
-        if verbose {
-            for m in &missed {
-                println!("{m}");
+        for (how, label) in [(Asked::ByHand, "by hand"), (Asked::Injected, "injected")] {
+            let (hits, missed) = ask(&client, &base, &set, &rows, how).await;
+            let cell = |lang: &str| {
+                hits.get(lang)
+                    .map_or("-".to_string(), |(h, n)| format!("{h}/{n}"))
+            };
+            let (h, n) = hits.values().fold((0, 0), |(h, n), (a, b)| (h + a, n + b));
+            println!(
+                "{:<56} {:>8} {:>8} {:>8}",
+                format!("{name}, {label}"),
+                cell("zh"),
+                cell("en"),
+                format!("{h}/{n} {:.0}%", 100.0 * h as f64 / n.max(1) as f64)
+            );
+            if verbose {
+                for m in &missed {
+                    println!("{m}");
+                }
             }
         }
     }

@@ -868,6 +868,12 @@ async fn a_short_reply_is_found_by_the_question_it_answers() {
         .unwrap_or_else(|| panic!("the reply is not among {:?}", texts(&got)));
     assert_eq!(reply["tags"], json!(["reply"]), "{reply}");
     assert_eq!(reply["speaker_id"], "u-ming", "{reply}");
+    // In a prompt too, however short: "一百二" says nothing alone, but answers.
+    say(&host, FAMILY, mei, "家里网费多少钱一个月？").await;
+    say(&host, FAMILY, ming, "一百二").await;
+    embedded(&host).await;
+    let block = injected(&host, FAMILY, "网费每月交多少？").await;
+    assert!(block.contains(">一百二</message>"), "{block}");
 
     // A question forgotten before its answer came: the answer is embedded alone, so nothing
     // forgotten rides along in its passage.

@@ -80,6 +80,23 @@ pub(crate) fn says_something(content: &str) -> bool {
     long_and_varied(&fact::fold(content)) && !only_placeholders(content)
 }
 
+/// Whether a message may answer a question in a prompt: one that says something, or a reply
+/// embedded with the question it answers (`replies`), however short: "老王", "一百二" and
+/// "上周打过了" answer "谁来主持？", "网费多少？" and "疫苗打了没？", while alone they say
+/// nothing. Never a placeholder, and never one character said over ("哈哈哈", "嗯嗯").
+pub(crate) fn answers_something(content: &str, tags: &[String]) -> bool {
+    if says_something(content) {
+        return true;
+    }
+    let mut folded: Vec<char> = fact::fold(content)
+        .chars()
+        .filter(|c| c.is_alphanumeric())
+        .collect();
+    folded.sort_unstable();
+    folded.dedup();
+    tags.iter().any(|t| t == REPLY_TAG) && folded.len() >= 2 && !only_placeholders(content)
+}
+
 /// The longest placeholder a platform puts for media, in characters ("[动画表情]" is 4).
 const PLACEHOLDER_MAX_CHARS: usize = 12;
 
