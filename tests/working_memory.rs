@@ -1024,3 +1024,24 @@ async fn a_line_several_members_said_word_for_word_is_never_made_a_memory() {
     assert_eq!(status.recalled_again, 0, "{status:?}");
     host.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_short_line_that_shares_the_questions_words_stands_after_the_line_that_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = calibrated_host(dir.path()).await;
+    const ADDRESS: &str = "我新家在滨江花园7栋2单元1502，从北门进去右转第二栋就是，以后东西寄这里";
+    const ARRIVED: &str = "乐乐我到你们小区北门了";
+    say(&host, FAMILY, ("u-lele", "乐乐"), ADDRESS).await;
+    say(&host, FAMILY, ("u-dad", "老爸"), ARRIVED).await;
+    embedded(&host).await;
+    for _ in 0..2 {
+        let block = injected(&host, FAMILY, "乐乐搬家以后住哪儿，东西寄到哪里？").await;
+        let at = |line: &str| block.find(line).unwrap_or(usize::MAX);
+        assert!(at(ADDRESS) < at(ARRIVED), "{block}");
+    }
+    // Shown first twice, the line that answers is the one the recall rule makes a memory.
+    assert!(consolidated(&host, ADDRESS).await.is_some());
+    let status = host.memory().working_status();
+    assert_eq!(status.recalled_again, 1, "{status:?}");
+    host.shutdown().await;
+}

@@ -47,6 +47,7 @@ use crate::store::{
     Hit, KeywordMatching, KeywordRequest, MemoryRecord, NearestVisible, RowFilter, SearchRequest,
 };
 
+use super::brevity;
 use crate::memory::turns::{combine, MESSAGE_WEIGHT};
 use crate::memory::MemoryError;
 
@@ -98,6 +99,9 @@ pub struct CandidateQuery<'a> {
     /// the relevance gate's evidence for a message that asks nothing, which its context must
     /// not lift. A second nearest-neighbour search, no second embedding.
     pub message_evidence: bool,
+    /// Weigh a short row's similarity down in the vector list (`recall::brevity`): for the
+    /// working memory's raw chat, searched for a prompt.
+    pub brevity: bool,
 }
 
 /// Why a recall answered with less than it was asked for.
@@ -236,16 +240,23 @@ impl Searchers<'_> {
             (Some(_), true) => beyond_echoes(q, self.nearest_to(q, &message).await?).1,
             _ => best_similarity,
         };
+        let mut candidates: Vec<Candidate> = hits
+            .into_iter()
+            .filter(|h| h.similarity() >= q.threshold)
+            .map(|h| Candidate {
+                relevance: match q.brevity {
+                    true => h.similarity() - brevity::cost(&h.record.content),
+                    false => h.similarity(),
+                },
+                record: h.record,
+                vector: h.vector,
+            })
+            .collect();
+        if q.brevity {
+            candidates.sort_by(|a, b| b.relevance.total_cmp(&a.relevance));
+        }
         Ok(VectorList {
-            candidates: hits
-                .into_iter()
-                .filter(|h| h.similarity() >= q.threshold)
-                .map(|h| Candidate {
-                    relevance: h.similarity(),
-                    record: h.record,
-                    vector: h.vector,
-                })
-                .collect(),
+            candidates,
             evidence: VectorEvidence {
                 query: vector,
                 message,

@@ -7,6 +7,7 @@
 //! - [`time_words`]: a window the question names ("昨天", "last week"), added to that filter;
 //! - [`hybrid`]: the vector and keyword candidates under the filter, fused; [`exact_terms`]: a
 //!   question's codes and names that only a verbatim holder answers;
+//! - [`brevity`]: a short chat line weighs less in the recent messages' vector list;
 //! - [`echo`]: a chat line that says again what the asking message says, which the recent
 //!   messages' search leaves out;
 //! - [`relevance`]: the gate, whether the question asks for memory at all;
@@ -18,6 +19,7 @@
 //! - [`prefetch`]: before all of them, a question's query texts embedded when its message
 //!   arrives, for the recall that follows.
 
+pub(crate) mod brevity;
 pub(crate) mod chained;
 pub(crate) mod distinct;
 pub(crate) mod echo;

@@ -253,6 +253,9 @@ impl MemoryService {
         let gating = req.relevance_gate.unwrap_or(false);
         // Asked as written: without its time words "今年春节在谁家过？" loses its question mark.
         let asks = crate::memory::working::asks(query);
+        // The chat's raw lines, searched for a prompt: without the asking message's echoes,
+        // and a short line weighs less (`recall::brevity`).
+        let raw_chat_for_prompt = req.for_prompt && windowless;
         let search_in = |rows: RowFilter| CandidateQuery {
             text: &embedded.message,
             context: context.as_deref(),
@@ -263,8 +266,9 @@ impl MemoryService {
             kind: search,
             fit,
             rescale: measured.rescale_for(text),
-            without_echoes: req.for_prompt && visible.rows.tier == Some(Tier::Messages),
+            without_echoes: raw_chat_for_prompt,
             message_evidence: gating && !asks,
+            brevity: raw_chat_for_prompt,
         };
         let (found, time_window) = self
             .search_in_time(&searchers, &search_in, visible, time.as_ref(), zone)
