@@ -995,8 +995,12 @@ async fn a_questions_time_words_name_no_window_for_the_recent_messages() {
     say(&host, FAMILY, LI, "早上好，今天好冷啊").await;
     say(&host, FAMILY, ZHANG, "我中午吃的牛肉面").await;
     embedded(&host).await;
+    let runs = host.memory().query_cost().runs;
     let block = injected(&host, FAMILY, "今天几点在哪打球？").await;
     assert!(block.contains(GAME), "{block}");
+    // The memories search without the time word and the recent messages' with it: one call
+    // to the model embeds both texts.
+    assert_eq!(host.memory().query_cost().runs, runs + 1);
     // Without its time word "今天谁带球？" is "谁带球", which asks by its question mark only: it
     // is read as asked.
     let block = injected(&host, FAMILY, "今天谁带球？").await;

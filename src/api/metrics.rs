@@ -332,6 +332,12 @@ fn render_feedback(out: &mut String, host: &PluginHost) {
                 format!("{:.6}", queries.model_seconds),
             ),
             (
+                "scopemem_query_embedding_runs_total",
+                Some("Model calls for recall queries (each embeds one or more texts)."),
+                "counter",
+                queries.runs.to_string(),
+            ),
+            (
                 "scopemem_query_texts_embedded_total",
                 Some("Query texts the model embedded for recalls."),
                 "counter",

@@ -57,16 +57,19 @@ pub struct QueryCache {
 #[derive(Default)]
 struct Counters {
     model_micros: AtomicU64,
+    runs: AtomicU64,
     texts_embedded: AtomicU64,
     hits: AtomicU64,
     joins: AtomicU64,
 }
 
-/// What the queries cost since start: the model's time for them, the texts it embedded, the
-/// texts answered from the cache, and those answered by a run already under way.
+/// What the queries cost since start: the model's time for them, its calls (runs), the texts
+/// it embedded, the texts answered from the cache, and those answered by a run already under
+/// way.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct QueryCost {
     pub model_seconds: f64,
+    pub runs: u64,
     pub texts_embedded: u64,
     pub hits: u64,
     pub joins: u64,
@@ -218,6 +221,7 @@ impl QueryCache {
         let vectors = embedder.embed(TextRole::Query, texts).await;
         let micros = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
         self.cost.model_micros.fetch_add(micros, Ordering::Relaxed);
+        self.cost.runs.fetch_add(1, Ordering::Relaxed);
         self.cost.texts_embedded.fetch_add(n, Ordering::Relaxed);
         vectors
     }
@@ -226,6 +230,7 @@ impl QueryCache {
     pub(crate) fn cost(&self) -> QueryCost {
         QueryCost {
             model_seconds: self.cost.model_micros.load(Ordering::Relaxed) as f64 / 1e6,
+            runs: self.cost.runs.load(Ordering::Relaxed),
             texts_embedded: self.cost.texts_embedded.load(Ordering::Relaxed),
             hits: self.cost.hits.load(Ordering::Relaxed),
             joins: self.cost.joins.load(Ordering::Relaxed),

@@ -102,6 +102,9 @@ pub struct CandidateQuery<'a> {
     /// Weigh a short row's similarity down in the vector list (`recall::brevity`): for the
     /// working memory's raw chat, searched for a prompt.
     pub brevity: bool,
+    /// A text the recall's next search asks with, embedded in this one's model call into the
+    /// query cache: one call, not a second that waits behind whatever the model runs then.
+    pub embed_ahead: Option<&'a str>,
 }
 
 /// Why a recall answered with less than it was asked for.
@@ -204,22 +207,26 @@ impl Searchers<'_> {
         })
     }
 
-    /// The query's vector (the text's, or with a context the two combined, [`MESSAGE_WEIGHT`],
-    /// both embedded in one call) and the message's own.
+    /// The query's vector (the text's, or with a context the two combined, [`MESSAGE_WEIGHT`])
+    /// and the message's own, embedded in one call with [`CandidateQuery::embed_ahead`].
     async fn query_vector(
         &self,
         q: &CandidateQuery<'_>,
     ) -> Result<(Arc<Vec<f32>>, Arc<Vec<f32>>), MemoryError> {
-        let Some(context) = q.embedded_context else {
-            let message = self.queries.embed(self.embedder, q.text).await?;
-            return Ok((message.clone(), message));
-        };
-        let texts = [q.text.to_string(), context.to_string()];
+        let texts: Vec<String> = [Some(q.text), q.embedded_context, q.embed_ahead]
+            .into_iter()
+            .flatten()
+            .map(str::to_string)
+            .collect();
         let vectors = self.queries.embed_all(self.embedder, &texts).await?;
-        let [message, context] = vectors.as_slice() else {
-            return Err(MemoryError::Embed(crate::embed::EmbedError::Model(
-                format!("{} vectors for a message and its context", vectors.len()),
-            )));
+        let (message, context) = match (vectors.as_slice(), q.embedded_context) {
+            ([message, ..], None) => return Ok((message.clone(), message.clone())),
+            ([message, context, ..], Some(_)) => (message, context),
+            _ => {
+                return Err(MemoryError::Embed(crate::embed::EmbedError::Model(
+                    format!("{} vectors for {} texts", vectors.len(), texts.len()),
+                )))
+            }
         };
         let parts = [
             (message.as_slice(), MESSAGE_WEIGHT),

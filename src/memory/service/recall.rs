@@ -256,6 +256,15 @@ impl MemoryService {
         // The chat's raw lines, searched for a prompt: without the asking message's echoes,
         // and a short line weighs less (`recall::brevity`).
         let raw_chat_for_prompt = req.for_prompt && windowless;
+        // The recent messages ask with a question's time words as written (above): embedded in
+        // the memories' model call when the chat may hold messages to search.
+        let working = &self.settings.working;
+        let ahead = (!windowless
+            && text != query
+            && working.enabled
+            && working.recall_limit > 0
+            && self.working.present.seen.load(Ordering::Relaxed))
+        .then(|| redact(query));
         let search_in = |rows: RowFilter| CandidateQuery {
             text: &embedded.message,
             context: context.as_deref(),
@@ -269,6 +278,7 @@ impl MemoryService {
             without_echoes: raw_chat_for_prompt,
             message_evidence: gating && !asks,
             brevity: raw_chat_for_prompt,
+            embed_ahead: ahead.as_deref(),
         };
         let (found, time_window) = self
             .search_in_time(&searchers, &search_in, visible, time.as_ref(), zone)
