@@ -17,8 +17,8 @@
 //!
 //! Measured on the group-chat set with the prompt path (`make bench-group-chat`, facts found of
 //! 45 and chatter made memories): without it 34 and 4; with a weight from 0.03 to 0.1 and a
-//! sentence of 30 to 60 units, 36 and 1 at every point; the short-reply set as injected 27 of
-//! 30 with and without it. The figures are in docs/benchmarks.md.
+//! sentence of 30 to 60 units, 36 and 1 at every point; the short-reply set as injected 28 of
+//! 30 with and without it (release). The figures are in docs/benchmarks.md.
 
 /// How much of a line's similarity one unit of ln(length / [`SENTENCE_UNITS`]) costs.
 pub const BREVITY_WEIGHT: f32 = 0.05;

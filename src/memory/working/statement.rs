@@ -88,13 +88,17 @@ pub(crate) fn answers_something(content: &str, tags: &[String]) -> bool {
     if says_something(content) {
         return true;
     }
-    let mut folded: Vec<char> = fact::fold(content)
-        .chars()
-        .filter(|c| c.is_alphanumeric())
-        .collect();
-    folded.sort_unstable();
-    folded.dedup();
-    tags.iter().any(|t| t == REPLY_TAG) && folded.len() >= 2 && !only_placeholders(content)
+    let folded = fact::fold(content);
+    let letters = folded.chars().filter(|c| c.is_alphanumeric());
+    tags.iter().any(|t| t == REPLY_TAG) && distinct(letters) >= 2 && !only_placeholders(content)
+}
+
+/// How many different characters `chars` holds.
+fn distinct(chars: impl Iterator<Item = char>) -> usize {
+    let mut chars: Vec<char> = chars.collect();
+    chars.sort_unstable();
+    chars.dedup();
+    chars.len()
 }
 
 /// The longest placeholder a platform puts for media, in characters ("[动画表情]" is 4).
@@ -124,11 +128,7 @@ fn only_placeholders(content: &str) -> bool {
 
 /// At least [`MIN_CHARS`] characters, [`MIN_DISTINCT_CHARS`] of them different.
 fn long_and_varied(folded: &str) -> bool {
-    let mut chars: Vec<char> = folded.chars().collect();
-    let len = chars.len();
-    chars.sort_unstable();
-    chars.dedup();
-    len >= MIN_CHARS && chars.len() >= MIN_DISTINCT_CHARS
+    folded.chars().count() >= MIN_CHARS && distinct(folded.chars()) >= MIN_DISTINCT_CHARS
 }
 
 /// Words that make the clause they stand in a question.
