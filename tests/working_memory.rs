@@ -1049,3 +1049,43 @@ async fn a_short_line_that_shares_the_questions_words_stands_after_the_line_that
     assert_eq!(status.recalled_again, 1, "{status:?}");
     host.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_line_that_answers_is_shown_below_a_dozen_questions_that_share_its_words() {
+    let dir = tempfile::tempdir().unwrap();
+    // Each message embedded alone, so the order below is the model's for these texts.
+    let host = calibrated_host_with(
+        dir.path(),
+        json!({"working_memory": {"reply_context_minutes": 0}}),
+    )
+    .await;
+    const ANSWER: &str = "这周六下午两点到四点，体育中心三号馆，五号六号场";
+    say(&host, FAMILY, ("u-zhou", "老周"), ANSWER).await;
+    // Questions the search ranks above the answer: they share "周六" and "打球" with the one
+    // asked, and answer nothing.
+    let questions = [
+        "周六几点开始打球？",
+        "这周六谁带球？",
+        "周六打球要带拍子吗？",
+        "这周六打球的人多吗？",
+        "周六打完球去哪吃饭？",
+        "这周六打球能带朋友吗？",
+        "周六打球收多少钱？",
+        "这周六打球下雨怎么办？",
+        "周六打球要穿什么鞋？",
+        "这周六打球几点结束？",
+        "周六打球谁订的场？",
+        "这周六打球有人接龙吗？",
+        "周六打球可以晚点到吗？",
+        "这周六打球要热身吗？",
+        "这周六打球停车方便吗？",
+        "周六打球有新人来吗？",
+    ];
+    for (i, q) in questions.iter().enumerate() {
+        say(&host, FAMILY, (&format!("u-member-{i}"), "群友"), q).await;
+    }
+    embedded(&host).await;
+    let block = injected(&host, FAMILY, "这周六在哪儿打球？").await;
+    assert!(block.contains(ANSWER), "{block}");
+    host.shutdown().await;
+}
