@@ -1089,3 +1089,25 @@ async fn the_line_that_answers_is_shown_below_a_dozen_questions_that_share_its_w
     assert!(block.contains(ANSWER), "{block}");
     host.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_long_question_whose_words_sit_near_a_chat_line_is_answered_from_the_chat() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = calibrated_host(dir.path()).await;
+    const PLAN: &str = "I can host! Saturday the 28th at my place, 7pm. building 3, 12th floor, the flat with the blue door. the buzzer's broken";
+    const AGAIN: &str =
+        "so Sat the 28th, 7pm, Priya's, building 3 floor 12, blue door, text her from the lobby. got it";
+    say(&host, FAMILY, ("u-priya", "Priya"), PLAN).await;
+    say(&host, FAMILY, ("u-tom", "Tom"), AGAIN).await;
+    embedded(&host).await;
+    // "game night" and "how do I get in" sit near "good evening" and "hey there" (chat_z 2.5,
+    // above the 2.0 a short remark may reach); eleven words are not small talk.
+    let block = injected(
+        &host,
+        FAMILY,
+        "when and where is the next game night, and how do I get in?",
+    )
+    .await;
+    assert!(block.contains("blue door"), "{block}");
+    host.shutdown().await;
+}

@@ -49,7 +49,10 @@ pub const NAMED_MAX_CHAT_Z: f32 = 3.5;
 /// every greeting and reaction, so small talk always finds its twin there ("早上好" finds
 /// "早上好呀各位", "今天好冷啊" the member who said it first) and the margin alone lets it
 /// through. Real questions sit at 0 ± 1 by construction (`embed::small_talk`); content-free
-/// chat at 4 to 8. Measured on the group-chat bench: see docs/benchmarks.md.
+/// chat at 4 to 8. Measured on the group-chat bench: see docs/benchmarks.md. A message too
+/// long to be small talk is held to [`NAMED_MAX_CHAT_Z`] instead (`asks_for_messages`): on that
+/// bench the one fact this bound held back was an 11-word question at 2.5 ("game night" sits
+/// near "good evening"), and its small talk is all short.
 pub const MESSAGES_MAX_CHAT_Z: f32 = 2.0;
 
 /// One message's two measurements.
@@ -89,9 +92,15 @@ impl Relevance {
     }
 
     /// For the working memory's tier: asks for memory, and does not read as chat
-    /// ([`MESSAGES_MAX_CHAT_Z`]).
-    pub(crate) fn asks_for_messages(&self) -> bool {
-        self.asks_for_memory() && self.chat_z <= MESSAGES_MAX_CHAT_Z
+    /// ([`MESSAGES_MAX_CHAT_Z`], or [`NAMED_MAX_CHAT_Z`] for a `long` message: one too long to
+    /// be small talk, whose words may still sit near a chat line).
+    pub(crate) fn asks_for_messages(&self, long: bool) -> bool {
+        let bound = if long {
+            NAMED_MAX_CHAT_Z
+        } else {
+            MESSAGES_MAX_CHAT_Z
+        };
+        self.asks_for_memory() && self.chat_z <= bound
     }
 
     /// For a message whose every word is in a visible memory: it asks for that memory unless
@@ -119,6 +128,31 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_long_question_near_a_chat_line_still_asks_for_messages() {
+        // "when and where is the next game night, and how do I get in?" against
+        // "how's everyone doing?", as multilingual-e5 measures them on the group-chat bench.
+        let long_question = Relevance {
+            memory_z: 5.70,
+            chat_z: 2.47,
+        };
+        let small_talk = Relevance {
+            memory_z: 5.50,
+            chat_z: 2.65,
+        };
+        assert!(long_question.asks_for_messages(true));
+        assert!(
+            !long_question.asks_for_messages(false),
+            "short, it reads as chat"
+        );
+        assert!(!small_talk.asks_for_messages(false));
+        assert!(!Relevance {
+            memory_z: 9.0,
+            chat_z: 4.0
+        }
+        .asks_for_messages(true));
+    }
+
+    #[test]
     fn a_message_naming_a_memory_asks_for_it_unless_it_reads_as_chat() {
         let word = |chat_z| Relevance {
             memory_z: 0.0,
@@ -140,13 +174,17 @@ mod tests {
             memory_z: 6.0,
             chat_z: 0.8,
         };
-        assert!(question.asks_for_messages());
+        assert!(question.asks_for_messages(false));
         let greeting_with_its_twin = Relevance {
             memory_z: 9.0,
             chat_z: 4.5,
         };
         assert!(greeting_with_its_twin.asks_for_memory());
-        assert!(!greeting_with_its_twin.asks_for_messages());
+        assert!(!greeting_with_its_twin.asks_for_messages(false));
+        assert!(
+            !greeting_with_its_twin.asks_for_messages(true),
+            "even a long one"
+        );
     }
 
     #[test]

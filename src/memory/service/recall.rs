@@ -453,7 +453,9 @@ impl MemoryService {
             (true, _) => relevance.asks_about_a_time(),
             // The chat's words answer a question or a request, not a remark: raw chat holds
             // the near twin of every remark ("今天降温了" for "今天好冷啊，大家多穿点衣服").
-            (false, Some(Tier::Messages)) => asking && relevance.asks_for_messages(),
+            (false, Some(Tier::Messages)) => {
+                asking && relevance.asks_for_messages(!crate::memory::working::is_short(query))
+            }
             (false, _) => relevance.asks_for_memory(),
         };
         let names_a_memory = named

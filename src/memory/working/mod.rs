@@ -45,7 +45,7 @@ pub use recurrence::{Recurrences, ReturnedAgain};
 pub use replies::{passage, LastSaid};
 pub(crate) use shown::{shown, CANDIDATES_PER_SHOWN};
 pub use state::{MessagesPresent, WorkingMemory};
-pub(crate) use statement::{asks, could_state_a_fact};
+pub(crate) use statement::{asks, could_state_a_fact, is_short};
 pub(crate) use stored::stored_messages;
 pub use stored::{StoredMessage, StoredMessages};
 
