@@ -1111,3 +1111,20 @@ async fn a_long_question_whose_words_sit_near_a_chat_line_is_answered_from_the_c
     assert!(block.contains("blue door"), "{block}");
     host.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_guess_shown_twice_is_never_made_a_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = calibrated_host(dir.path()).await;
+    const GUESS: &str = "last I saw the dice bag it was on Mia's shelf after Catan";
+    say(&host, FAMILY, ("u-sofia", "Sofia"), GUESS).await;
+    embedded(&host).await;
+    for _ in 0..2 {
+        let block = injected(&host, FAMILY, "where is the dice bag kept these days?").await;
+        assert!(block.contains("shelf after Catan"), "{block}");
+    }
+    // Shown for a prompt twice, as a fact would be handed over; a guess is not.
+    let status = host.memory().working_status();
+    assert_eq!(status.recalled_again, 0, "{status:?}");
+    host.shutdown().await;
+}

@@ -16,7 +16,10 @@
 //!   something new". A recall returns questions twice as readily as answers, since they share
 //!   the answer's words, and two members asking the same thing agree on nothing. Chinese asks
 //!   with a word as often as with a question mark: on the group-chat bench the question mark and
-//!   the final 吗/么 caught 32 of 63 questions, these rules 62, and no fact.
+//!   the final 吗/么 caught 32 of 63 questions, these rules 62, and no fact;
+//! - a guess (`is_a_guess`: 好像, 可能, 估计, "I think", "maybe", "last I saw", …): on the
+//!   group-chat bench the one chatter memory left was "last I saw it was on Mia's shelf after
+//!   Catan", which a later line proved wrong; the set's 7 hedged lines are all chatter.
 //!
 //! Everything else is left to the rules' own evidence. Chatter that is long and phrased as a
 //! statement ("楼下新开了一家奶茶店") still passes: telling it from a fact needs more than the
@@ -38,7 +41,66 @@ pub(crate) fn could_state_a_fact(content: &str, tags: &[String], speaker_id: Opt
     if tags.iter().any(|t| t == BOT_TAG) || short_reply || speaker_id.is_none() {
         return false;
     }
-    says_something(content) && !is_a_question(content)
+    says_something(content) && !is_a_question(content) && !is_a_guess(content)
+}
+
+/// Words that make a statement a guess in Chinese. Not 大概 ("大概五十块" states a price) nor
+/// 我记得 (what a member recalls is usually so).
+const GUESSING_ZH: [&str; 9] = [
+    "好像",
+    "可能",
+    "应该是",
+    "估计",
+    "也许",
+    "说不定",
+    "似乎",
+    "不确定",
+    "不一定",
+];
+
+/// Words that make a statement a guess in English, as whole words.
+const GUESSING_EN: [&str; 11] = [
+    "i think",
+    "i guess",
+    "i suppose",
+    "i believe",
+    "maybe",
+    "probably",
+    "perhaps",
+    "might",
+    "not sure",
+    "last i saw",
+    "last i checked",
+];
+
+/// Whether `content` hedges what it says: "last I saw it was on Mia's shelf", "好像有一个黑色
+/// 的", "我下班赶过去，可能七点十分到". A guess is no fact to keep for good, and a rule without
+/// an LLM cannot tell whether a later line settled it ("found them, they were in my car"). 不可
+/// 能 is no guess.
+fn is_a_guess(content: &str) -> bool {
+    let zh = GUESSING_ZH.iter().any(|w| {
+        content
+            .match_indices(w)
+            .any(|(at, _)| !(*w == "可能" && content[..at].ends_with('不')))
+    });
+    let words: String = content
+        .to_lowercase()
+        .chars()
+        .map(|c| {
+            if c.is_alphanumeric() || c == '\'' {
+                c
+            } else {
+                ' '
+            }
+        })
+        .collect();
+    let words = format!(
+        " {} ",
+        words.split_whitespace().collect::<Vec<_>>().join(" ")
+    );
+    zh || GUESSING_EN
+        .iter()
+        .any(|w| words.contains(&format!(" {w} ")))
 }
 
 /// Characters a short message has at most when it is mostly CJK.
@@ -243,6 +305,28 @@ mod tests {
 
     fn member(text: &str) -> bool {
         could_state_a_fact(text, &[], Some("u1"))
+    }
+
+    #[test]
+    fn a_guess_never_states_a_fact() {
+        for guess in [
+            "last I saw it was on Mia's shelf after Catan",
+            "I think the booking is for Saturday at seven",
+            "probably at Tom's place this time, not sure yet",
+            "好像有一个黑色的，周三给你带",
+            "我下班赶过去，可能七点十分到",
+            "应该是周六下午两点开始吧",
+        ] {
+            assert!(!member(guess), "{guess}");
+        }
+        for fact in [
+            "这事不可能再拖了，周六下午两点三号馆",
+            "穿线大概三十块，东门旁边那家",
+            "Mighty Bean on 5th is where we meet on Sunday",
+            "the tank in Gloomhaven is Priya, we pause without her",
+        ] {
+            assert!(member(fact), "{fact}");
+        }
     }
 
     #[test]
