@@ -9,7 +9,9 @@
 //!   转我", "that last turn was brutal Ken"; said alone, they carry a name or a word of the
 //!   question and little else, and on the group-chat bench they held the places of the answers
 //!   and became chatter memories by the threshold rule; a reply is embedded with the question
-//!   it answers, so it stands as a statement), then a member's questions (they share
+//!   it answers, so it stands as a statement) and guesses (`statement::is_a_guess`: "last I saw
+//!   it was on Mia's shelf" stood above the line that said where the dice are now), then a
+//!   member's questions (they share
 //!   the question's words, so they outscore the answer, but they answer nothing), then the bot's
 //!   own replies (they echo what it was told or, at worst, what it made up);
 //! - the message that asks is left out (it was sent to the chat too, and finds itself first),
@@ -20,7 +22,7 @@
 //! its own words.
 
 use super::chorus::Chorus;
-use super::statement::{answers_something, is_a_question, is_terse};
+use super::statement::{answers_something, is_a_guess, is_a_question, is_terse};
 use crate::memory::model::ScoredMemory;
 use crate::memory::recall::echo::Asking;
 use crate::memory::redact::redact;
@@ -43,7 +45,9 @@ fn standing(h: &ScoredMemory, chorus: &Chorus) -> u8 {
         3
     } else if is_a_question(&h.memory.content) {
         2
-    } else if (is_terse(&h.memory.content) && !tagged(REPLY_TAG)) || chorus.sings(&h.memory.content)
+    } else if (is_terse(&h.memory.content) && !tagged(REPLY_TAG))
+        || chorus.sings(&h.memory.content)
+        || is_a_guess(&h.memory.content)
     {
         1
     } else {
@@ -252,5 +256,35 @@ mod tests {
             &Chorus::default(),
         );
         assert_eq!(texts(&by_hand), ["场地费记得转我"]);
+    }
+
+    #[test]
+    fn a_guess_gives_its_place_to_a_statement() {
+        let candidates = vec![
+            tagged(
+                "last I saw it was on Mia's shelf after Catan",
+                0.95,
+                &[REPLY_TAG],
+            ),
+            said(
+                "perfect, Tom's car is officially the dice vault",
+                0.90,
+                false,
+            ),
+        ];
+        let for_prompt = shown(
+            candidates.clone(),
+            "where are the dice kept?",
+            true,
+            2,
+            &Chorus::default(),
+        );
+        assert_eq!(
+            texts(&for_prompt),
+            [
+                "perfect, Tom's car is officially the dice vault",
+                "last I saw it was on Mia's shelf after Catan"
+            ]
+        );
     }
 }

@@ -77,7 +77,7 @@ const GUESSING_EN: [&str; 11] = [
 /// 的", "我下班赶过去，可能七点十分到". A guess is no fact to keep for good, and a rule without
 /// an LLM cannot tell whether a later line settled it ("found them, they were in my car"). 不可
 /// 能 is no guess.
-fn is_a_guess(content: &str) -> bool {
+pub(crate) fn is_a_guess(content: &str) -> bool {
     let zh = GUESSING_ZH.iter().any(|w| {
         content
             .match_indices(w)
