@@ -10,13 +10,14 @@
 //!   [`MIN_DISTINCT_CHARS`] different characters ("好的好的", "哈哈哈哈哈哈", "+1"), or only
 //!   a platform's placeholder for media ("[图片]", "[Sticker]"): [`says_something`];
 //! - a question: its last clause holds `?`/`？`, ends in a particle that asks (吗, 么, 呢, 不,
-//!   没, 啥), holds a word that asks (几点, 哪, 什么, 怎么, 多少, 是不是, 来着, …), or starts
+//!   没, 啥), holds a word that asks (几点, 哪, 什么, 怎么, 多少, 是不是, 来着, …) or a choice
+//!   (是 A 还是 B), or starts
 //!   as an English question does (who, what, is, do, can, …): "周末有人打球吗？", "妈妈能吃花生
 //!   吗", "对了，我拔牙是几号来着", "@小助手 内部赛报名截止是哪天", "what are we playing? I vote
 //!   something new". A recall returns questions twice as readily as answers, since they share
 //!   the answer's words, and two members asking the same thing agree on nothing. Chinese asks
 //!   with a word as often as with a question mark: on the group-chat bench the question mark and
-//!   the final 吗/么 caught 32 of 63 questions, these rules 62, and no fact;
+//!   the final 吗/么 caught 32 of 63 questions, these rules 61, and no fact;
 //! - a guess (`is_a_guess`: 好像, 可能, 估计, "I think", "maybe", "last I saw", …): on the
 //!   group-chat bench the one chatter memory left was "last I saw it was on Mia's shelf after
 //!   Catan", which a later line proved wrong; the set's 7 hedged lines are all chatter.
@@ -249,6 +250,16 @@ pub(crate) fn is_a_question(content: &str) -> bool {
         || last.contains(['?', '？'])
         || ASKING_WORDS.iter().any(|w| last.contains(w))
         || ASKING_STARTS.contains(&first_word.as_str())
+        || offers_a_choice(last)
+}
+
+/// Whether a clause asks to choose, "是 A 还是 B": "妈明天是我去接还是你去接", "我们是各买各的
+/// 还是一起买". Not 还是 alone, which also means "still" or "better": "还是三号馆", "你还是
+/// 老实歇满两周".
+fn offers_a_choice(clause: &str) -> bool {
+    clause
+        .find("还是")
+        .is_some_and(|at| at > 0 && clause[..at].contains('是'))
 }
 
 /// Words that ask the bot to look something up without a question: "帮我查下乐乐的新地址",
@@ -341,6 +352,10 @@ mod tests {
             "那支弓箭11一直放在老周车上的球包里，谁想试打周六找老周拿就行",
             "so with Priya away the 5th to the 19th, any December session has to be at someone else's",
             "Will is bringing the snacks on Friday",
+            // 还是 without a choice: "still", "better".
+            "从下周开始每周三晚上七点到九点加一场，还是三号馆",
+            "那你还是老实歇满两周，韧带拉伤别急着上场",
+            "没涨没涨，还是每人三十五，打完转王姐",
         ] {
             assert!(member(fact), "{fact}");
         }
@@ -383,6 +398,8 @@ mod tests {
             "对了，我拔牙是几号来着",
             "@小助手 内部赛报名截止是哪天",
             "老弟，妈明天是我去接还是你去接呢",
+            "老弟，妈明天是我去接还是你去接",
+            "那礼物呢？我们是各买各的还是一起买",
             "婷婷你明天几点到家？能早点回来帮忙不",
             "妈中午吃的啥",
             "what are we playing? I vote something new",
