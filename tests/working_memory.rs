@@ -1128,3 +1128,41 @@ async fn a_guess_shown_twice_is_never_made_a_memory() {
     assert_eq!(status.recalled_again, 0, "{status:?}");
     host.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_line_that_goes_on_from_a_question_and_its_answer_is_found_by_what_they_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = calibrated_host(dir.path()).await;
+    const PICK_UP: &str = "那我明天六点整到妈楼下接她，乐乐你跟我一起";
+    for (who, text) in [
+        (
+            ("u-uncle", "小舅"),
+            "跟大家说下，妈的八十大寿定了：明天周六晚上六点半，粤香楼二楼牡丹厅包厢",
+        ),
+        (
+            ("u-lele", "乐乐"),
+            "三点半就撤，五点多到家，你来小区北门接我就行",
+        ),
+        (
+            ("u-tingting", "婷婷"),
+            "收到，一家三千转我就行，我今晚就下单，让他们送奶奶家",
+        ),
+        (("u-tingting", "婷婷"), "要的，会提前打电话，奶奶在家就行"),
+        (("u-dad", "老爸"), "老弟，妈明天是我去接还是你去接"),
+        (("u-uncle", "小舅"), "你去吧，你那边过去顺路"),
+        (("u-dad", "老爸"), PICK_UP),
+        (
+            ("u-mom", "妈妈"),
+            "不对不对，是周一早上八点半，市一医院内分泌科，姐夫开车送",
+        ),
+        (("u-mom", "妈妈"), "在谁家都行，一家人在一起就好"),
+    ] {
+        say(&host, FAMILY, who, text).await;
+    }
+    embedded(&host).await;
+    // "妈" to the one who says it is "外婆" to the one who asks: alone, the line is found
+    // below the others; embedded with the question it goes on from, first.
+    let block = injected(&host, FAMILY, "寿宴那天谁去接外婆，几点？").await;
+    assert!(block.contains(PICK_UP), "{block}");
+    host.shutdown().await;
+}

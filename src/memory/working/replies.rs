@@ -16,6 +16,16 @@
 //! words otherwise) is never a memory by a rule without an LLM: its words alone say nothing
 //! (`statement::could_state_a_fact`).
 //!
+//! Or when it says it goes on from them: a message that opens with 那就, 那我, 那你, 那咱 or
+//! "and" ([`CONTINUING`]) is embedded with the lines said just before it, its own speaker's
+//! too, question or not: "那我明天六点整到妈楼下接她" closes "老弟，妈明天是我去接还是你去接" /
+//! "你去吧，你那边过去顺路", and "and I'll teach Spirit Island that day" goes on from the
+//! December plan two acknowledgements earlier. Alone, neither was found by its question ("寿宴
+//! 那天谁去接外婆？": 妈 to the one who says it is 外婆 to the one who asks). On the group-chat
+//! set, facts found 40 -> 41 of 45: those two found, one lost ("那就订好利来八寸的黑森林", now
+//! embedded beside the mango talk before it); chatter memories, small talk and the short-reply
+//! set unchanged.
+//!
 //! What was said before: the [`ANSWERED_MESSAGES`] latest messages of others that ask or say
 //! something (`statement::says_something`: not "+1", "👍" or "[图片]"; a question as short as
 //! "几点？" counts) among the conversation's last [`KEPT_PER_CONVERSATION`], one of them a
@@ -81,8 +91,9 @@ impl LastSaid {
 
     /// What the message `content` (redacted) of `speaker_id`, sent at `sent_at`, answers: the
     /// latest messages others said at most the window before it that ask or say something,
-    /// oldest first, one per line, when one of them is a question. Then this message joins the
-    /// conversation's last.
+    /// oldest first, one per line, when one of them is a question; for a message that goes on
+    /// from them ([`continues`]), the latest that ask or say something, its speaker's own
+    /// included. Then this message joins the conversation's last.
     pub(crate) fn follow(
         &self,
         conversation: &str,
@@ -94,20 +105,21 @@ impl LastSaid {
             return None;
         }
         let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        let continues = continues(content);
         let answers = match last.get(conversation) {
             Some(before) => {
                 let mut picked: Vec<&str> = before
                     .iter()
                     .rev()
                     .filter(|p| p.sent_at <= sent_at && sent_at - p.sent_at <= self.window)
-                    .filter(|p| p.speaker_id != speaker_id)
+                    .filter(|p| continues || p.speaker_id != speaker_id)
                     .filter(|p| is_a_question(&p.text) || says_something(&p.text))
                     .take(ANSWERED_MESSAGES)
                     .map(|p| p.text.as_str())
                     .collect();
                 picked.reverse();
                 let asked = picked.iter().any(|p| is_a_question(p));
-                Some(picked.join("\n")).filter(|_| asked)
+                Some(picked.join("\n")).filter(|p| (asked || continues) && !p.is_empty())
             }
             None => None,
         };
@@ -150,6 +162,16 @@ impl LastSaid {
     }
 }
 
+/// Words a message opens with when it goes on from what was just said ("那我明天六点到妈楼下接
+/// 她", "and I'll teach Spirit Island that day").
+const CONTINUING: [&str; 6] = ["那就", "那我", "那你", "那咱", "and ", "And "];
+
+/// Whether `content` opens as a continuation of the lines before it.
+fn continues(content: &str) -> bool {
+    let text = content.trim_start();
+    CONTINUING.iter().any(|w| text.starts_with(w))
+}
+
 /// The last `chars` characters of `text`.
 fn tail(text: &str, chars: usize) -> &str {
     match text.char_indices().rev().nth(chars.saturating_sub(1)) {
@@ -168,6 +190,44 @@ mod tests {
             .unwrap()
             .with_timezone(&Utc)
             + Duration::minutes(min)
+    }
+
+    #[test]
+    fn a_line_that_goes_on_from_the_ones_before_it_is_embedded_with_them() {
+        let last = LastSaid::new(Duration::minutes(5));
+        let q = "老弟，妈明天是我去接还是你去接";
+        let a = "你去吧，你那边过去顺路";
+        last.follow("c", "dad", q, at(0));
+        last.follow("c", "uncle", a, at(1));
+        // It goes on from its own question and the answer to it.
+        let on = "那我明天六点整到妈楼下接她，乐乐你跟我一起";
+        let both = format!("{q}\n{a}");
+        assert_eq!(
+            last.follow("c", "dad", on, at(2)).as_deref(),
+            Some(both.as_str())
+        );
+        // From a statement too, past the acknowledgements.
+        let plan = "ok so December plan: Saturday Dec 12 at my place, 3pm";
+        last.follow("d", "mia", plan, at(0));
+        last.follow("d", "sofia", "+1", at(1));
+        last.follow("d", "tom", "👌", at(1));
+        let teach = "and I'll teach Spirit Island that day";
+        assert_eq!(last.follow("d", "ken", teach, at(2)).as_deref(), Some(plan));
+        // A statement that does not go on from them is embedded alone.
+        assert_eq!(
+            last.follow(
+                "d",
+                "priya",
+                "I'm in Singapore for work Dec 5 to Dec 19",
+                at(3)
+            ),
+            None
+        );
+        // Nothing before it within the window: alone.
+        assert_eq!(
+            last.follow("e", "ken", "and the snacks are on me", at(0)),
+            None
+        );
     }
 
     #[test]
