@@ -17,6 +17,9 @@ pub const MAX_TAG_CHARS: usize = 64;
 pub const MAX_ID_BYTES: usize = 128;
 /// Strength a caller may give a memory: 1 to this.
 pub const MAX_STRENGTH: i64 = 100;
+/// Strength a memory gets when its writer names none (a caller, or a rule that consolidates
+/// chat messages).
+pub(crate) const DEFAULT_STRENGTH: i64 = 50;
 
 /// A memory as a caller proposes it. No scope: that is derived from the conversation.
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]

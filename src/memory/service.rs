@@ -46,7 +46,7 @@ use crate::store::maintenance::pruning::VersionLimits;
 use crate::store::{LanceSearch, RowFilter, ScopeSet, Selection, Store, WriterSettings};
 
 pub(crate) const MAX_QUERY_CHARS: usize = 2000;
-pub(crate) const DEFAULT_STRENGTH: i64 = 50;
+pub(crate) use super::new_memory::DEFAULT_STRENGTH;
 const MAX_FORGET_IDS: usize = 100;
 /// Memories per browse page when the request names no limit (capped by `recall.max_limit`).
 const BROWSE_DEFAULT_LIMIT: usize = 20;

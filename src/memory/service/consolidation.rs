@@ -9,11 +9,11 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
-use super::working::Consolidated;
 use super::{Asked, MemoryService};
 use crate::memory::consolidation::decisions::{self, ShownMemory, ShownMessage};
 use crate::memory::consolidation::{Counters, Decision, PreparedPass, Shown};
 use crate::memory::model::{RecallRequest, UpdateRequest};
+use crate::memory::working::Consolidated;
 use crate::memory::working::{self, MESSAGE_TYPE};
 use crate::memory::MemoryError;
 use crate::scope::ConversationId;
@@ -193,7 +193,8 @@ impl MemoryService {
                     .filter_map(|id| shown.message(id).map(|m| m.sent_at))
                     .max();
                 let written = self
-                    .write_consolidated(Consolidated {
+                    .facts()
+                    .write(Consolidated {
                         conversation_id: conversation.as_str().to_string(),
                         said_in: said_in.clone(),
                         content,

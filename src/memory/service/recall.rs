@@ -263,7 +263,7 @@ impl MemoryService {
             && text != query
             && working.enabled
             && working.recall_limit > 0
-            && self.working.present.seen.load(Ordering::Relaxed))
+            && self.working.present.known())
         .then(|| redact(query));
         let search_in = |rows: RowFilter| CandidateQuery {
             text: &embedded.message,

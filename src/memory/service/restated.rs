@@ -10,10 +10,10 @@ use std::sync::Weak;
 
 use tokio::sync::mpsc;
 
-use super::working::Consolidated;
 use super::MemoryService;
 use crate::memory::model::Remembered;
 use crate::memory::retention::RESTATED_REASONING;
+use crate::memory::working::Consolidated;
 use crate::memory::working::StoredMessage;
 use crate::memory::MemoryError;
 
@@ -64,7 +64,8 @@ impl MemoryService {
             return Ok(None);
         }
         let written = self
-            .write_consolidated(Consolidated {
+            .facts()
+            .write(Consolidated {
                 conversation_id,
                 said_in: first.memory_scope.clone(),
                 content: first.content,

@@ -4,26 +4,19 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::Weak;
-use std::time::{Duration, Instant};
 
 use chrono::Utc;
 use serde::Serialize;
 
 use super::erase::EraseJobs;
-use super::{Asked, MemoryService, Visibility, DEFAULT_STRENGTH};
+use super::{Asked, MemoryService, Visibility};
 use crate::memory::intake::AcceptError;
 use crate::memory::model::{RecallMode, Remembered, ScoredMemory};
-use crate::memory::redact::redact;
-use crate::memory::repetition::derived_id;
-use crate::memory::retention::{RECALLED_AGAIN_REASONING, RULE_MADE_REASONINGS};
-use crate::memory::working::{self, MessageEvent, MESSAGE_TYPE};
-use crate::memory::{embed_passage, MemoryError};
-use crate::scope::{derive_chat_scope, ConversationId};
+use crate::memory::working::{self, Consolidated, FactWriter, MessageEvent, MESSAGE_TYPE};
+use crate::memory::MemoryError;
+use crate::scope::ConversationId;
 use crate::store::schema::COL_MEMORY_TYPE;
-use crate::store::{sql_literal, MemoryRecord, Selection};
-
-/// The memory type a consolidated message becomes.
-const CONSOLIDATED_TYPE: &str = "knowledge";
+use crate::store::{sql_literal, Selection};
 
 /// What became of a message sent to the working memory.
 #[derive(Debug, Clone, PartialEq)]
@@ -33,10 +26,6 @@ pub enum MessageOutcome {
     /// Not stored: `"incognito"` or `"disabled"` (`working_memory.enabled` is off).
     NotStored(&'static str),
 }
-
-/// How often the table is counted again while no message was seen (`working::MessagesPresent`):
-/// a recall in a store nobody sends messages to skips the second tier's search.
-const RECHECK: Duration = Duration::from_secs(10);
 
 /// `working_memory` in `/v1/status`.
 #[derive(Debug, Clone, Serialize)]
@@ -106,15 +95,12 @@ impl MemoryService {
             ConversationId::parse(&ev.conversation_id).map_err(MemoryError::Scope)?;
             return Ok(MessageOutcome::NotStored("disabled"));
         }
-        match working::accept(ev, &self.scopes, settings.ttl, Utc::now())? {
+        let admitted = self
+            .working
+            .admit(ev, &self.scopes, settings.ttl, Utc::now())?;
+        match admitted {
             None => Ok(MessageOutcome::NotStored("incognito")),
-            Some(mut accepted) => {
-                accepted.job.answers = self.working.last_said.follow(
-                    accepted.conversation_id.as_str(),
-                    &accepted.job.speaker_id,
-                    &accepted.job.content,
-                    accepted.job.sent_at,
-                );
+            Some(accepted) => {
                 if let (false, Some(name)) = (accepted.job.is_bot, &accepted.job.speaker_name) {
                     self.speakers
                         .learn(accepted.scope.as_str(), &accepted.job.speaker_id, name);
@@ -122,7 +108,7 @@ impl MemoryService {
                 let memory_scope = accepted.scope.as_str().to_string();
                 let conversation = accepted.conversation_id.clone();
                 let id = self.feedback.accept_message(accepted)?;
-                self.working.present.seen.store(true, Ordering::Relaxed);
+                self.working.present.note();
                 self.consolidator.triggers.message(conversation.as_str());
                 Ok(MessageOutcome::Accepted { id, memory_scope })
             }
@@ -154,7 +140,10 @@ impl MemoryService {
         person: &crate::memory::speakers::Person,
     ) -> Result<Vec<ScoredMemory>, MemoryError> {
         let limit = self.settings.working.recall_limit;
-        if limit == 0 || !self.settings.working.enabled || !self.any_messages().await? {
+        if limit == 0
+            || !self.settings.working.enabled
+            || !self.working.present.any(&self.store).await?
+        {
             return Ok(Vec::new());
         }
         let messages = visible.of_messages();
@@ -212,29 +201,6 @@ impl MemoryService {
         Ok(hits)
     }
 
-    /// Whether the table may hold a message (`working::MessagesPresent`).
-    async fn any_messages(&self) -> Result<bool, MemoryError> {
-        let present = &self.working.present;
-        if present.seen.load(Ordering::Relaxed) {
-            return Ok(true);
-        }
-        {
-            let Ok(mut checked) = present.checked.lock() else {
-                return Ok(true);
-            };
-            if checked.is_some_and(|t| t.elapsed() < RECHECK) {
-                return Ok(false);
-            }
-            *checked = Some(Instant::now());
-        }
-        let messages = format!("{COL_MEMORY_TYPE} = {}", sql_literal(MESSAGE_TYPE));
-        let found = self.store.count(Some(messages)).await? > 0;
-        if found {
-            present.seen.store(true, Ordering::Relaxed);
-        }
-        Ok(found)
-    }
-
     /// Erase the oldest messages of every scope that holds more than
     /// `working_memory.max_per_scope` (the sweeper's pass), through the one erase path.
     pub(crate) async fn erase_messages_over_cap(&self) -> Result<usize, MemoryError> {
@@ -271,117 +237,25 @@ impl MemoryService {
     }
 
     /// Make the stored message `id` a long-term memory: its text, speaker and time, through
-    /// the one-copy-of-a-fact path (the threshold rule).
+    /// the consolidated-fact writer (the threshold rule).
     pub(crate) async fn consolidate_message(
         &self,
         id: &str,
     ) -> Result<Option<Remembered>, MemoryError> {
-        self.store.refresh().await?;
-        let rows = self.store.get_by_ids(&[id.to_string()], None).await?;
-        let Some(message) = rows.into_iter().find(|r| r.memory_type == MESSAGE_TYPE) else {
-            return Ok(None);
-        };
-        let Some(conversation_id) = message.conversation_id.clone() else {
-            return Ok(None);
-        };
-        self.write_consolidated(Consolidated {
-            conversation_id,
-            said_in: message.memory_scope.clone(),
-            content: message.content,
-            reasoning: RECALLED_AGAIN_REASONING,
-            speaker_id: message.speaker_id,
-            speaker_name: message.speaker_name,
-            said_at: message.created_at,
-            source_ids: vec![message.id],
-        })
-        .await
-    }
-
-    /// Write a fact consolidated from messages as a long-term memory of their conversation,
-    /// through the one-copy-of-a-fact path. The scope is the chat's, derived again from the
-    /// conversation id (design rule 11: an unmapped conversation's own private scope, never
-    /// `public` because nobody mapped it); when the map moved that conversation since the
-    /// messages were said (`said_in`), or made it incognito, nothing is written: a
-    /// consolidation never lands a fact in a scope its messages were not said in.
-    pub(crate) async fn write_consolidated(
-        &self,
-        fact: Consolidated,
-    ) -> Result<Option<Remembered>, MemoryError> {
-        let conversation = ConversationId::parse(&fact.conversation_id)?;
-        let map = self.scopes.snapshot();
-        let Some(scope) = derive_chat_scope(&map, &conversation) else {
-            return Ok(None);
-        };
-        if fact.said_in.as_deref() != Some(scope.scope.as_str()) {
-            tracing::info!(
-                conversation_id = conversation.as_str(),
-                "not consolidated: the conversation maps to another scope now"
-            );
-            return Ok(None);
-        }
-        let content = redact(&fact.content);
-        let vector = embed_passage(self.embedder.as_ref(), &content).await?;
-        let now = Utc::now();
-        let fresh_id = uuid::Uuid::now_v7().to_string();
-        let record = MemoryRecord {
-            id: derived_id(scope.scope.as_str(), &content).unwrap_or_else(|| fresh_id.clone()),
-            content,
-            reasoning: Some(fact.reasoning.to_string()),
-            tags: vec![],
-            memory_type: CONSOLIDATED_TYPE.into(),
-            strength: DEFAULT_STRENGTH as i32,
-            is_active: false,
-            conversation_id: Some(conversation.as_str().to_string()),
-            created_at: fact.said_at.or(Some(now)),
-            memory_scope: Some(scope.scope.as_str().to_string()),
-            scope_source: Some(scope.source.as_str().to_string()),
-            expires_at: self.consolidated_expiry(fact.reasoning, now),
-            last_recalled_at: None,
-            speaker_id: fact.speaker_id,
-            speaker_name: fact.speaker_name,
-            source_ids: fact.source_ids,
-        };
-        let written = self
-            .repetitions
-            .add_or_reinforce(record, vector, fresh_id)
-            .await?;
-        tracing::info!(
-            memory_scope = scope.scope.as_str(),
-            id = %written.memory.id,
-            deduplicated = written.deduplicated,
-            "messages consolidated into a long-term memory"
-        );
-        Ok(Some(written))
-    }
-}
-
-impl MemoryService {
-    /// When a consolidated fact expires: one a rule without an LLM made lives
-    /// `retention.rule_made_ttl_days` unless recalled again (`memory::retention`); the LLM
-    /// pass's keeps its type's TTL.
-    fn consolidated_expiry(
-        &self,
-        reasoning: &str,
-        now: chrono::DateTime<Utc>,
-    ) -> Option<chrono::DateTime<Utc>> {
-        let retention = &self.settings.retention;
-        let rule_made = RULE_MADE_REASONINGS.contains(&reasoning);
-        match retention.rule_made_ttl {
-            Some(ttl) if rule_made => Some(now + ttl),
-            _ => retention.expires_at(CONSOLIDATED_TYPE, now, None),
+        match Consolidated::recalled_again(&self.store, id).await? {
+            Some(fact) => self.facts().write(fact).await,
+            None => Ok(None),
         }
     }
-}
 
-/// A fact consolidated from chat messages, before it is written.
-pub(crate) struct Consolidated {
-    pub(crate) conversation_id: String,
-    /// The scope the messages were stored in.
-    pub(crate) said_in: Option<String>,
-    pub(crate) content: String,
-    pub(crate) reasoning: &'static str,
-    pub(crate) speaker_id: Option<String>,
-    pub(crate) speaker_name: Option<String>,
-    pub(crate) said_at: Option<chrono::DateTime<Utc>>,
-    pub(crate) source_ids: Vec<String>,
+    /// The writer every fact consolidated from messages goes through
+    /// (`working::consolidated`).
+    pub(crate) fn facts(&self) -> FactWriter<'_> {
+        FactWriter {
+            scopes: &self.scopes,
+            embedder: self.embedder.as_ref(),
+            repetitions: &self.repetitions,
+            retention: &self.settings.retention,
+        }
+    }
 }

@@ -12,6 +12,8 @@
 //! - [`shown`]: which of a recall's candidates it shows (members' words first, never the
 //!   message that asks for a prompt);
 //! - [`chorus`]: a line several members said word for word (复读), a reaction, not a fact;
+//! - [`consolidated`]: the one writer of a fact made of messages (scope derived again,
+//!   redaction, one copy of a fact, the rule-made TTL), for both rules and the LLM pass;
 //! - [`replies`]: what a message answers, embedded with it (the question before it);
 //! - [`handoff`]: how a path that must not wait (the worker, a recall) hands work to the
 //!   background task of a rule;
@@ -23,6 +25,7 @@
 //! 202, replayed after a crash, dropped by an erase that selects them, embedded in batches).
 
 mod chorus;
+mod consolidated;
 mod event;
 mod handoff;
 mod pending;
@@ -36,6 +39,7 @@ mod stored;
 
 pub use crate::store::schema::MESSAGE_TYPE;
 pub(crate) use chorus::Chorus;
+pub(crate) use consolidated::{Consolidated, FactWriter};
 pub(crate) use event::accept;
 pub use event::{MessageAccepted, MessageEvent, MessageJob, BOT_TAG, REPLY_TAG};
 pub use handoff::Handoff;

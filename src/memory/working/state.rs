@@ -4,12 +4,22 @@
 //! service owns (`MemoryService::working`), so a reader following a message finds its state in
 //! one place rather than among the service's other fields.
 
-use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
 
 use super::restatement::RecentStatements;
-use super::{LastSaid, Recurrences, ReturnedAgain};
+use super::{LastSaid, MessageAccepted, MessageEvent, Recurrences, ReturnedAgain, MESSAGE_TYPE};
+use crate::memory::MemoryError;
+use crate::scope::ScopeResolver;
+use crate::store::schema::COL_MEMORY_TYPE;
+use crate::store::{sql_literal, Store, StoreError};
+
+/// How often the table is counted again while no message was seen ([`MessagesPresent`]): a
+/// recall in a store nobody sends messages to skips the second tier's search.
+const RECHECK: Duration = Duration::from_secs(10);
 
 /// The working memory's state in one service.
 pub struct WorkingMemory {
@@ -39,13 +49,71 @@ impl WorkingMemory {
             present: MessagesPresent::default(),
         }
     }
+
+    /// A message's first stage: checked, its scope derived from the conversation id with the
+    /// current map and its text redacted (`event::accept`), then given the lines it answers or
+    /// goes on from (`replies`), which it joins as the conversation's last. `Ok(None)`: the
+    /// conversation is incognito, nothing of it is kept.
+    pub(crate) fn admit(
+        &self,
+        ev: MessageEvent,
+        scopes: &ScopeResolver,
+        ttl: chrono::Duration,
+        now: DateTime<Utc>,
+    ) -> Result<Option<MessageAccepted>, MemoryError> {
+        let Some(mut accepted) = super::accept(ev, scopes, ttl, now)? else {
+            return Ok(None);
+        };
+        accepted.job.answers = self.last_said.follow(
+            accepted.conversation_id.as_str(),
+            &accepted.job.speaker_id,
+            &accepted.job.content,
+            accepted.job.sent_at,
+        );
+        Ok(Some(accepted))
+    }
 }
 
 /// Whether the table may hold a message: once one is seen it is remembered for good; until
-/// then the table is counted again now and then (`service::working`), so messages another
-/// process writes are searched from then on.
+/// then the table is counted again now and then ([`RECHECK`]), so messages another process
+/// writes are searched from then on.
 #[derive(Default)]
 pub struct MessagesPresent {
-    pub(crate) seen: AtomicBool,
-    pub(crate) checked: Mutex<Option<Instant>>,
+    seen: AtomicBool,
+    checked: Mutex<Option<Instant>>,
+}
+
+impl MessagesPresent {
+    /// The intake took a message: the table holds one from now on.
+    pub(crate) fn note(&self) {
+        self.seen.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether a message is known to be in the table (no count).
+    pub(crate) fn known(&self) -> bool {
+        self.seen.load(Ordering::Relaxed)
+    }
+
+    /// Whether `store` may hold a message, counting its messages at most every [`RECHECK`]
+    /// until one is found.
+    pub(crate) async fn any(&self, store: &Store) -> Result<bool, StoreError> {
+        if self.known() {
+            return Ok(true);
+        }
+        {
+            let Ok(mut checked) = self.checked.lock() else {
+                return Ok(true);
+            };
+            if checked.is_some_and(|t| t.elapsed() < RECHECK) {
+                return Ok(false);
+            }
+            *checked = Some(Instant::now());
+        }
+        let messages = format!("{COL_MEMORY_TYPE} = {}", sql_literal(MESSAGE_TYPE));
+        let found = store.count(Some(messages)).await? > 0;
+        if found {
+            self.note();
+        }
+        Ok(found)
+    }
 }

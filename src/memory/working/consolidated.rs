@@ -1,0 +1,181 @@
+//! Writing a fact made of chat messages as a long-term memory: the one writer both rules without
+//! an LLM (`recurrence`, `restatement`) and the LLM pass (`memory::consolidation`) hand their
+//! facts to, so the rules a consolidated memory obeys cannot drift apart between them:
+//! - its scope is the chat's, derived again from the conversation id when it is written (design
+//!   rule 11: an unmapped conversation's own private scope, never `public` because nobody
+//!   mapped it), and when the map moved that conversation since the messages were said, or made
+//!   it incognito, nothing is written: a fact never lands in a scope its messages were not said
+//!   in;
+//! - its text is redacted again (the rules a message was redacted with may have grown);
+//! - one copy of a fact (`memory::repetition`): a fact already stored is reinforced;
+//! - a fact a rule without an LLM made lives `retention.rule_made_ttl_days` unless recalled
+//!   again (`memory::retention`); the LLM pass's keeps its type's TTL.
+
+use chrono::{DateTime, Utc};
+
+use super::MESSAGE_TYPE;
+use crate::embed::Embedder;
+use crate::memory::model::Remembered;
+use crate::memory::new_memory::DEFAULT_STRENGTH;
+use crate::memory::redact::redact;
+use crate::memory::repetition::{derived_id, Repetitions};
+use crate::memory::retention::{Retention, RECALLED_AGAIN_REASONING, RULE_MADE_REASONINGS};
+use crate::memory::{embed_passage, MemoryError};
+use crate::scope::{derive_chat_scope, ConversationId, ScopeResolver};
+use crate::store::{MemoryRecord, Store};
+
+/// The memory type a consolidated message becomes.
+const CONSOLIDATED_TYPE: &str = "knowledge";
+
+/// A fact consolidated from chat messages, before it is written.
+pub(crate) struct Consolidated {
+    pub(crate) conversation_id: String,
+    /// The scope the messages were stored in.
+    pub(crate) said_in: Option<String>,
+    pub(crate) content: String,
+    pub(crate) reasoning: &'static str,
+    pub(crate) speaker_id: Option<String>,
+    pub(crate) speaker_name: Option<String>,
+    pub(crate) said_at: Option<DateTime<Utc>>,
+    pub(crate) source_ids: Vec<String>,
+}
+
+impl Consolidated {
+    /// The stored message `id` as the fact the threshold rule makes of it (its text, speaker
+    /// and time), read from the table's latest version; `None` once it is gone (erased or
+    /// expired) or when `id` is not a message.
+    pub(crate) async fn recalled_again(
+        store: &Store,
+        id: &str,
+    ) -> Result<Option<Consolidated>, MemoryError> {
+        store.refresh().await?;
+        let rows = store.get_by_ids(&[id.to_string()], None).await?;
+        let Some(message) = rows.into_iter().find(|r| r.memory_type == MESSAGE_TYPE) else {
+            return Ok(None);
+        };
+        let Some(conversation_id) = message.conversation_id.clone() else {
+            return Ok(None);
+        };
+        Ok(Some(Consolidated {
+            conversation_id,
+            said_in: message.memory_scope.clone(),
+            content: message.content,
+            reasoning: RECALLED_AGAIN_REASONING,
+            speaker_id: message.speaker_id,
+            speaker_name: message.speaker_name,
+            said_at: message.created_at,
+            source_ids: vec![message.id],
+        }))
+    }
+}
+
+/// What writing a consolidated fact needs of the service: the scope map, the model, the
+/// one-copy-of-a-fact path and the TTLs.
+pub(crate) struct FactWriter<'a> {
+    pub(crate) scopes: &'a ScopeResolver,
+    pub(crate) embedder: &'a dyn Embedder,
+    pub(crate) repetitions: &'a Repetitions,
+    pub(crate) retention: &'a Retention,
+}
+
+impl FactWriter<'_> {
+    /// Write `fact` as a long-term memory of its conversation; `None` when the conversation's
+    /// scope is no longer the one its messages were said in (see the module header).
+    pub(crate) async fn write(
+        &self,
+        fact: Consolidated,
+    ) -> Result<Option<Remembered>, MemoryError> {
+        let conversation = ConversationId::parse(&fact.conversation_id)?;
+        let map = self.scopes.snapshot();
+        let Some(scope) = derive_chat_scope(&map, &conversation) else {
+            return Ok(None);
+        };
+        if fact.said_in.as_deref() != Some(scope.scope.as_str()) {
+            tracing::info!(
+                conversation_id = conversation.as_str(),
+                "not consolidated: the conversation maps to another scope now"
+            );
+            return Ok(None);
+        }
+        let content = redact(&fact.content);
+        let vector = embed_passage(self.embedder, &content).await?;
+        let now = Utc::now();
+        let fresh_id = uuid::Uuid::now_v7().to_string();
+        let record = MemoryRecord {
+            id: derived_id(scope.scope.as_str(), &content).unwrap_or_else(|| fresh_id.clone()),
+            content,
+            reasoning: Some(fact.reasoning.to_string()),
+            tags: vec![],
+            memory_type: CONSOLIDATED_TYPE.into(),
+            strength: DEFAULT_STRENGTH as i32,
+            is_active: false,
+            conversation_id: Some(conversation.as_str().to_string()),
+            created_at: fact.said_at.or(Some(now)),
+            memory_scope: Some(scope.scope.as_str().to_string()),
+            scope_source: Some(scope.source.as_str().to_string()),
+            expires_at: expiry(self.retention, fact.reasoning, now),
+            last_recalled_at: None,
+            speaker_id: fact.speaker_id,
+            speaker_name: fact.speaker_name,
+            source_ids: fact.source_ids,
+        };
+        let written = self
+            .repetitions
+            .add_or_reinforce(record, vector, fresh_id)
+            .await?;
+        tracing::info!(
+            memory_scope = scope.scope.as_str(),
+            id = %written.memory.id,
+            deduplicated = written.deduplicated,
+            "messages consolidated into a long-term memory"
+        );
+        Ok(Some(written))
+    }
+}
+
+/// When a consolidated fact expires: a rule-made one after the rule-made TTL, when set;
+/// otherwise (the LLM pass's, or with that TTL off) its type's TTL.
+fn expiry(retention: &Retention, reasoning: &str, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+    match retention.rule_made_ttl {
+        Some(ttl) if RULE_MADE_REASONINGS.contains(&reasoning) => Some(now + ttl),
+        _ => retention.expires_at(CONSOLIDATED_TYPE, now, None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::RetentionConfig;
+    use crate::memory::retention::RESTATED_REASONING;
+
+    fn retention(rule_made_days: u32, knowledge_days: u32) -> Retention {
+        Retention::from_config(&RetentionConfig {
+            ttl_days: [(CONSOLIDATED_TYPE.to_string(), knowledge_days)].into(),
+            sweep_interval_secs: 60,
+            refresh_on_recall: false,
+            rule_made_ttl_days: rule_made_days,
+        })
+    }
+
+    #[test]
+    fn a_fact_a_rule_made_lives_the_rule_made_ttl_and_the_llm_pass_keeps_its_types() {
+        let now = Utc::now();
+        let both = retention(30, 0);
+        for rule in [RECALLED_AGAIN_REASONING, RESTATED_REASONING] {
+            assert_eq!(
+                expiry(&both, rule, now),
+                Some(now + chrono::Duration::days(30))
+            );
+        }
+        assert_eq!(expiry(&both, "consolidated by the LLM pass", now), None);
+        let typed = retention(0, 90);
+        assert_eq!(
+            expiry(&typed, RESTATED_REASONING, now),
+            Some(now + chrono::Duration::days(90))
+        );
+        assert_eq!(
+            expiry(&retention(30, 90), "consolidated by the LLM pass", now),
+            Some(now + chrono::Duration::days(90))
+        );
+    }
+}
