@@ -1,6 +1,10 @@
-//! The working memory's part of the service (docs/design.md section 5.13): accept a chat
-//! message, search the recent messages as a recall's second tier, and make a message a
-//! long-term memory when recalls keep wanting it (the threshold rule, `working::recurrence`).
+//! The working memory wired into the service (docs/design.md section 5.13): a message's stages
+//! (`WorkingMemory::admit`) handed to the intake, the recent messages searched as a recall's
+//! second tier through the recall path's own stages, the oldest messages over a scope's cap
+//! erased through the one erase path, and a message recalls keep wanting handed to the one
+//! writer of a fact made of messages (`working::consolidated`, the threshold rule). What a
+//! message is and what the rules decide lives in `memory::working`; this file holds what needs
+//! the service's other parts.
 
 use std::sync::atomic::Ordering;
 use std::sync::Weak;
