@@ -14,7 +14,9 @@
 //!   question a `POST /v1/recall` with `limit: 20`. Asked three ways: the paper's query (the
 //!   whole dialogue as one text), the last message with the turns before it as `history` (what
 //!   the plugins send), and the last message alone; the second also with `search: vector` and
-//!   `search: keyword`, the legs of its fusion;
+//!   `search: keyword`, the legs of its fusion; and once more with history after the service
+//!   has seen the dialogue's turns as chat messages (the plugins send each line as it arrives),
+//!   the question's texts embedded ahead (issue 60), beside the row with unseen history;
 //! - multilingual-e5-small exact search (the model alone, on the paper's query) and jieba
 //!   BM25, as references.
 //!
@@ -456,19 +458,118 @@ async fn scopemem_run(
         .await
         .unwrap_or_else(|e| panic!("recall of dialogue {}: {e}", d.id));
         run.latencies.push(started.elapsed());
-        let mut top: Vec<i64> = Vec::new();
-        for m in v["memories"].as_array().into_iter().flatten() {
-            let found = m["id"].as_str().and_then(|id| ids.get(id));
-            for &id in found.into_iter().flatten() {
-                if !top.contains(&id) {
-                    top.push(id);
-                }
-            }
-        }
-        top.truncate(TOP);
-        run.top.insert(d.id, top);
+        run.top.insert(d.id, paper_ids(&v, ids));
     }
     run
+}
+
+/// A recall's long-term memories as the paper's ids, first 20.
+fn paper_ids(recalled: &Value, ids: &HashMap<String, Vec<i64>>) -> Vec<i64> {
+    let mut top: Vec<i64> = Vec::new();
+    for m in recalled["memories"].as_array().into_iter().flatten() {
+        let found = m["id"].as_str().and_then(|id| ids.get(id));
+        for &id in found.into_iter().flatten() {
+            if !top.contains(&id) {
+                top.push(id);
+            }
+        }
+    }
+    top.truncate(TOP);
+    top
+}
+
+const PREFETCHED: &str = "scopemem_questions_prefetched_total";
+
+/// Message + history as the plugins ask when the service has seen the turns (issue 60): each
+/// dialogue's turns sent to `/v1/events/message` in its user's conversation as they would
+/// arrive (the assistant's as the bot's), the last one marked `to_bot`, and the recall asked
+/// once that question's texts are embedded (`recall::prefetch`; a host whose own stages take
+/// longer than the embedding, as AstrBot's did). The first injection event of each conversation
+/// teaches the service where its history comes from. Timed: the injection event the plugins
+/// send (`/v1/events/llm_request`); scored: the same question's `/v1/recall`, as the rows above.
+async fn seen_run(
+    client: &reqwest::Client,
+    base: &str,
+    label: &str,
+    dialogues: &[Dialogue],
+    ids: &HashMap<String, Vec<i64>>,
+) -> Run {
+    let mut run = Run::new(label);
+    for d in dialogues {
+        let Some((question, earlier)) = d.turns.split_last() else {
+            continue;
+        };
+        for t in earlier {
+            said(client, base, d.user, t, false).await;
+        }
+        // As in a chat, where turns are seconds apart: the earlier lines are embedded.
+        idle(client, base).await;
+        let before = serve::metric(&serve::metrics(client, base).await, PREFETCHED);
+        said(client, base, d.user, question, true).await;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while serve::metric(&serve::metrics(client, base).await, PREFETCHED) < before + 1.0 {
+            assert!(
+                Instant::now() < deadline,
+                "dialogue {}: the question was never embedded ahead",
+                d.id
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        // The injection event, as the plugins ask (it teaches the service the history's shape),
+        // timed; then the same question's top 20 through `/v1/recall`, from the same texts.
+        let asked = request(d, Ask::WithHistory, None);
+        let injection = json!({"conversation_id": asked["conversation_id"],
+                               "query": asked["query"], "history": asked["history"]});
+        let started = Instant::now();
+        serve::post(client, &format!("{base}/v1/events/llm_request"), &injection)
+            .await
+            .unwrap_or_else(|e| panic!("injection of dialogue {}: {e}", d.id));
+        run.latencies.push(started.elapsed());
+        let v = serve::post(client, &format!("{base}/v1/recall"), &asked)
+            .await
+            .unwrap_or_else(|e| panic!("recall of dialogue {}: {e}", d.id));
+        run.top.insert(d.id, paper_ids(&v, ids));
+    }
+    let text = serve::metrics(client, base).await;
+    println!(
+        "seen history: {} questions embedded ahead, {} histories foreseen, {} recalls joined a run under way",
+        serve::metric(&text, PREFETCHED),
+        serve::metric(&text, "scopemem_prefetch_history_predicted_total"),
+        serve::metric(&text, "scopemem_query_joins_total")
+    );
+    run
+}
+
+/// A dialogue's turn to `/v1/events/message` in its user's conversation.
+async fn said(client: &reqwest::Client, base: &str, user: i64, turn: &Turn, to_bot: bool) {
+    let sender = if turn.assistant {
+        "bot".to_string()
+    } else {
+        format!("user_{user}")
+    };
+    let body = json!({"conversation_id": conversation(user), "sender_id": sender,
+                      "text": turn.text, "is_bot": turn.assistant, "to_bot": to_bot});
+    serve::post(client, &format!("{base}/v1/events/message"), &body)
+        .await
+        .unwrap_or_else(|e| panic!("message: {e}"));
+}
+
+/// Once the working memory has embedded every message it was sent.
+async fn idle(client: &reqwest::Client, base: &str) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let status = serve::get(client, &format!("{base}/v1/status"))
+            .await
+            .unwrap_or_else(|e| panic!("status: {e}"));
+        if status["working_memory"]["waiting"].as_u64() == Some(0) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "messages never embedded: {status}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
 }
 
 /// Wait (up to 5 minutes) until the served model is calibrated: the similarity cut recall uses
@@ -544,6 +645,17 @@ async fn scopemem_runs(
     ] {
         runs.push(scopemem_run(&client, &base, label, dialogues, &ids, ask, search).await);
     }
+    // Last: the turns it sends become the working memory's messages.
+    runs.push(
+        seen_run(
+            &client,
+            &base,
+            "scopemem default: message + history seen as messages (ms: the injection event)",
+            dialogues,
+            &ids,
+        )
+        .await,
+    );
     Ok(runs)
 }
 
