@@ -639,6 +639,22 @@ async fn merged_batch_rows_hold(host: &PluginHost, x: &str, y: &str, z: &str) {
     assert!(merged[0].1.contains("May"), "{hits:?}");
 }
 
+/// `text` with each time that starts with the whole second `written` or `expires` moved by the
+/// same amount, so that `written` becomes a minute ago. Sub-second digits are kept.
+fn shifted_to_a_minute_ago(text: &str, written: &str, expires: &str) -> String {
+    const SECOND: &str = "%Y-%m-%dT%H:%M:%S";
+    let parse = |t: &str| {
+        chrono::DateTime::parse_from_rfc3339(t)
+            .unwrap()
+            .with_timezone(&chrono::Utc)
+    };
+    let (written, expires) = (parse(written), parse(expires));
+    let shift = chrono::Utc::now() - chrono::Duration::minutes(1) - written;
+    let moved = |t: chrono::DateTime<chrono::Utc>| (t + shift).format(SECOND).to_string();
+    text.replace(&written.format(SECOND).to_string(), &moved(written))
+        .replace(&expires.format(SECOND).to_string(), &moved(expires))
+}
+
 /// A journal the release binary of 6301a3e wrote (tests/fixtures/journal-6301a3e.journal: a
 /// `serve` told one feedback and two chat messages, cut where a crash after the feedback's
 /// `finished` line leaves it) is adopted by this version unchanged: the feedback's outcome is
@@ -656,10 +672,11 @@ async fn a_journal_the_last_release_wrote_replays_its_feedback_and_messages() {
     ];
     let dir = tempfile::tempdir().unwrap();
     let text = include_str!("fixtures/journal-6301a3e.journal");
-    // The messages were sent on 2026-11-29 and live 72 hours: move their expiry past the test.
-    let later = (chrono::Utc::now() + chrono::Duration::hours(72)).to_rfc3339();
-    let text = text.replace("2026-12-02T14:00:58.275179537Z", &later);
-    let text = text.replace("2026-12-02T14:00:58.301779968Z", &later);
+    // The journal was written at 2026-11-29T14:00:58 and its messages live 72 hours. Finished
+    // outcomes are kept 25 hours and messages until they expire, so move every time in it to a
+    // minute ago, keeping their order and spacing; otherwise the test breaks a day after the
+    // fixture was made.
+    let text = shifted_to_a_minute_ago(text, "2026-11-29T14:00:58Z", "2026-12-02T14:00:58Z");
     // The dead instance's journal and its lock file (a process that is gone holds no lock).
     let lancedb = dir.path().join("lancedb");
     let dead = "memories.feedback.01a2279bdb1370b086a2dcd8035d0b4f";
