@@ -368,3 +368,47 @@ async fn a_failed_pass_is_not_handed_out_again_until_its_wait_is_over() {
     assert!(waiting.longest_wait_secs > 0 && waiting.longest_wait_secs <= 60);
     host.shutdown().await;
 }
+
+/// A forget between a pass handed to the host's LLM and its answer erases the messages the
+/// answer would consolidate: the answer's facts are refused, not written after the forget
+/// returned. Before, the host's answer (seconds or minutes later) wrote a fact made of the
+/// erased messages into the scope the forget had just emptied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_forget_while_the_hosts_llm_answers_leaves_no_fact_of_the_erased_messages() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = host_passes_host(dir.path(), json!({})).await;
+    two_messages_stored(&host, first_sent()).await;
+    let r = common::until_some(Duration::from_secs(120), || async {
+        let r = host
+            .invoke("consolidation_next", Value::Null)
+            .await
+            .unwrap();
+        (!r["pass"].is_null()).then_some(r)
+    })
+    .await
+    .expect("the conversation's pass is handed out");
+    let pass_id = r["pass"]["pass_id"].as_str().unwrap().to_string();
+    let shown: Value = serde_json::from_str(r["pass"]["prompt"].as_str().unwrap()).unwrap();
+    let first = shown["messages"][0]["id"].clone();
+
+    let r = host
+        .invoke("forget", json!({"conversation_id": FAMILY}))
+        .await
+        .unwrap();
+    assert_eq!(r["deleted"], 2, "{r}");
+    let decisions = json!({"decisions": [
+        {"action": "ADD", "content": "张三的妈妈对花生过敏", "source_ids": [first]},
+    ]});
+    let r = host
+        .invoke(
+            "consolidation_answer",
+            json!({"pass_id": pass_id, "answer": decisions.to_string()}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r["added"], 0, "{r}");
+    assert_eq!(r["refused"], 1, "{r}");
+    let rows = common::all_rows(&host).await;
+    assert!(rows.is_empty(), "{rows:?}");
+    host.shutdown().await;
+}

@@ -2,6 +2,7 @@
 
 pub mod consolidation;
 pub(crate) mod erase_generation;
+pub(crate) mod erase_lock;
 pub(crate) mod erase_notices;
 pub(crate) use scopemem_core::fact;
 pub mod feedback;

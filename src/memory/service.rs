@@ -19,7 +19,6 @@ mod host_consolidation;
 mod prefetch;
 mod recall;
 mod remember;
-mod restated;
 pub mod sweeper;
 mod update;
 mod wiring;

@@ -45,7 +45,7 @@ const JOURNAL_COMPACT_BYTES: u64 = 32 << 20;
 /// jobs are applied one by one from their journaled plans, each with its own retries and
 /// dead-lettering.
 pub(super) async fn run_batch(shared: &Shared, jobs: Vec<Job>, stop: &Notify) -> (Run, Vec<Job>) {
-    let applying = shared.apply.lock().await;
+    let applying = shared.apply.hold().await;
     let mut jobs = skip_dropped(shared, jobs);
     if jobs.is_empty() {
         return (Run::Next, jobs);

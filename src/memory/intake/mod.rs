@@ -29,7 +29,7 @@ use crate::memory::feedback::{FeedbackPlan, JobOutcome, JobState};
 use crate::memory::MemoryError;
 
 pub use job::{Job, MessageTold};
-pub use queue::{FeedbackPause, FeedbackQueue};
+pub use queue::FeedbackQueue;
 
 /// Queue size and retry policy (the `feedback` config section).
 #[derive(Debug, Clone)]

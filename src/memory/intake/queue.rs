@@ -13,6 +13,7 @@ use super::journal_files::InstanceJournal;
 use super::shared::Shared;
 use super::worker::{run_job, Run};
 use super::*;
+use crate::memory::erase_lock::{EraseHeld, EraseLock};
 use crate::memory::feedback::{FeedbackRequest, Writes};
 use crate::scope::ScopeResolver;
 
@@ -66,7 +67,7 @@ impl FeedbackQueue {
             shared: Arc::new(Shared {
                 writes,
                 files,
-                apply: tokio::sync::Mutex::new(()),
+                apply: Default::default(),
                 dropped: Mutex::new(Default::default()),
                 outcomes: Mutex::new(VecDeque::new()),
                 written: Mutex::new(VecDeque::new()),
@@ -228,10 +229,10 @@ impl FeedbackQueue {
         });
     }
 
-    /// Wait for the job in flight, then hold the worker off until the guard is dropped. An
-    /// erase holds it while it deletes rows and drops pending jobs.
-    pub(crate) async fn pause(&self) -> FeedbackPause<'_> {
-        FeedbackPause(self.shared.apply.lock().await)
+    /// The lock the worker holds while it applies a job: an erase holds it while it deletes
+    /// rows and drops pending jobs, a rule while it writes a fact made of messages.
+    pub(crate) fn erase_lock(&self) -> &EraseLock {
+        &self.shared.apply
     }
 
     /// Drop the unfinished jobs that `select` picks (while paused): they are removed from the
@@ -239,7 +240,7 @@ impl FeedbackQueue {
     /// skip them. Returns how many were dropped.
     pub(crate) fn drop_pending(
         &self,
-        _paused: &FeedbackPause<'_>,
+        _held: &EraseHeld<'_>,
         select: impl Fn(&Job, Option<&FeedbackPlan>) -> bool,
     ) -> Result<usize, MemoryError> {
         let ids = self
@@ -376,6 +377,3 @@ async fn serve(shared: &Shared, first: Job, rx: &mut mpsc::Receiver<Job>, stop: 
     }
     Run::Next
 }
-
-/// Proof that the feedback worker is paused (see [`FeedbackQueue::pause`]).
-pub struct FeedbackPause<'a>(#[allow(dead_code)] tokio::sync::MutexGuard<'a, ()>);

@@ -20,8 +20,8 @@ pub(super) struct Shared {
     /// This process's journal (and the lock that marks it alive).
     pub(super) files: InstanceJournal,
     /// Held by the worker while it applies a job, and by an erase for its whole duration, so an
-    /// erase never races a job that would write back what it erases.
-    pub(super) apply: tokio::sync::Mutex<()>,
+    /// erase never races a job that would write back what it erases (`memory::erase_lock`).
+    pub(super) apply: crate::memory::erase_lock::EraseLock,
     /// Jobs an erase dropped from the journal; the worker skips them when they come up.
     pub(super) dropped: Mutex<std::collections::HashSet<String>>,
     pub(super) outcomes: Mutex<VecDeque<JobOutcome>>,

@@ -19,7 +19,7 @@ pub(super) enum Run {
 pub(super) async fn run_job(shared: &Shared, mut pending: PendingJob, stop: &Notify) -> Run {
     let job_id = pending.job.job_id().to_string();
     loop {
-        let applying = shared.apply.lock().await;
+        let applying = shared.apply.hold().await;
         let was_dropped = shared
             .dropped
             .lock()

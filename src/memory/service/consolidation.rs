@@ -13,8 +13,8 @@ use super::{Asked, MemoryService};
 use crate::memory::consolidation::decisions::{self, ShownMemory, ShownMessage};
 use crate::memory::consolidation::{Counters, Decision, PreparedPass, Shown};
 use crate::memory::model::{RecallRequest, UpdateRequest};
-use crate::memory::working::Consolidated;
 use crate::memory::working::{self, MESSAGE_TYPE};
+use crate::memory::working::{Consolidated, Written};
 use crate::memory::MemoryError;
 use crate::scope::ConversationId;
 use crate::store::filter::alive_clause;
@@ -206,8 +206,8 @@ impl MemoryService {
                     })
                     .await?;
                 match written {
-                    Some(_) => outcome.added += 1,
-                    None => outcome.refused += 1,
+                    Written::Fact(_) => outcome.added += 1,
+                    Written::ScopeMoved | Written::SourcesGone => outcome.refused += 1,
                 }
             }
             Decision::Update { id, content, .. } => {

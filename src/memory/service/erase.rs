@@ -75,7 +75,7 @@ impl MemoryService {
         jobs: EraseJobs,
     ) -> Result<ForgetOutcome, MemoryError> {
         let began = Utc::now();
-        let paused = self.feedback.pause().await;
+        let paused = self.feedback.erase_lock().hold().await;
         // `ids_where` reads the latest version, and the writer deletes on it.
         let erased_ids = self.store.ids_where(&predicate).await?;
         let report = self.store.writer().erase(predicate.clone()).await?;
@@ -85,7 +85,7 @@ impl MemoryService {
         let notice = EraseNotice::new(began, predicate, conversation_id, scope, erased_ids);
         let mut erased: HashSet<&str> = notice.ids.iter().map(String::as_str).collect();
         erased.extend(jobs.messages.iter().map(String::as_str));
-        self.forget_statements(&erased);
+        self.working.forget_statements(&erased);
         // (The replies' recent lines, the foresight's and the queries embedded ahead of their
         // recalls know no row ids: all go, so none erased rides along.)
         self.working.last_said.forget_all();
@@ -129,7 +129,7 @@ impl MemoryService {
     ) -> Result<(), MemoryError> {
         let none = Selection::ids(Vec::<String>::new()).rows_sql();
         let notice = EraseNotice::new(began, none, None, None, vec![id.to_owned()]);
-        let paused = self.feedback.pause().await;
+        let paused = self.feedback.erase_lock().hold().await;
         self.feedback.drop_pending(&paused, |_, plan| {
             plan.is_some_and(|p| {
                 p.merges
@@ -187,12 +187,12 @@ impl MemoryService {
         if notices.is_empty() {
             return Ok(0);
         }
-        let paused = self.feedback.pause().await;
+        let paused = self.feedback.erase_lock().hold().await;
         let erased: HashSet<&str> = notices
             .iter()
             .flat_map(|(_, n)| n.ids.iter().map(String::as_str))
             .collect();
-        self.forget_statements(&erased);
+        self.working.forget_statements(&erased);
         // (The replies' recent lines, the foresight's and the queries embedded ahead of their
         // recalls know no row ids: all go, so none erased rides along.)
         self.working.last_said.forget_all();

@@ -142,7 +142,7 @@ impl MemoryService {
             ));
         }
         if let Some(stored) = self.feedback.stored_messages().take_receiver() {
-            tokio::spawn(super::restated::follow_stored_messages(
+            tokio::spawn(working::follow_stored_messages(
                 Arc::downgrade(self),
                 stored,
             ));

@@ -1,10 +1,11 @@
 //! The working memory wired into the service (docs/design.md section 5.13): a message's stages
 //! (`WorkingMemory::admit`) handed to the intake, the recent messages searched as a recall's
 //! second tier through the recall path's own stages, the oldest messages over a scope's cap
-//! erased through the one erase path, and a message recalls keep wanting handed to the one
-//! writer of a fact made of messages (`working::consolidated`, the threshold rule). What a
-//! message is and what the rules decide lives in `memory::working`; this file holds what needs
-//! the service's other parts.
+//! erased through the one erase path, and the two rules' background tasks (the threshold rule
+//! for a message recalls keep wanting, the restatement rule for each message the worker
+//! stores), which hand their facts to the one writer of a fact made of messages
+//! (`working::consolidated`). What a message is and what the rules decide lives in
+//! `memory::working`; this file holds what needs the service's other parts.
 
 use std::sync::atomic::Ordering;
 use std::sync::Weak;
@@ -15,8 +16,8 @@ use serde::Serialize;
 use super::erase::EraseJobs;
 use super::{Asked, MemoryService, Visibility};
 use crate::memory::intake::AcceptError;
-use crate::memory::model::{RecallMode, Remembered, ScoredMemory};
-use crate::memory::working::{self, Consolidated, FactWriter, MessageEvent, MESSAGE_TYPE};
+use crate::memory::model::{RecallMode, ScoredMemory};
+use crate::memory::working::{self, FactWriter, MessageEvent, StoredMessage, MESSAGE_TYPE};
 use crate::memory::MemoryError;
 use crate::scope::ConversationId;
 use crate::store::schema::COL_MEMORY_TYPE;
@@ -60,12 +61,32 @@ pub(super) async fn consolidate_returned_again(
         let Some(service) = service.upgrade() else {
             return;
         };
-        // Under the erase's own guard: a forget waits for a write in flight (and erases what it
-        // wrote), or this runs after it and finds the message gone. Without it a forget of the
-        // conversation could return before a memory consolidated from it was written.
-        let _paused = service.feedback().pause().await;
-        if let Err(e) = service.consolidate_message(&id).await {
+        if let Err(e) = service.facts().recalled_again(&id).await {
             tracing::warn!(id = %id, error = %e, "could not consolidate a recent message");
+        }
+    }
+}
+
+/// Check every message the worker stores for a fact another member stated before it (the
+/// restatement rule), until the service is gone.
+pub(super) async fn follow_stored_messages(
+    service: Weak<MemoryService>,
+    mut stored: tokio::sync::mpsc::Receiver<StoredMessage>,
+) {
+    while let Some(message) = stored.recv().await {
+        let Some(service) = service.upgrade() else {
+            return;
+        };
+        if !service.consolidator.settings.rules.restated {
+            continue;
+        }
+        let bound = service.calibration.get().map(|fit| fit.duplicates);
+        let checked = service
+            .working
+            .consolidate_if_restated(&message, bound.as_ref(), &service.facts())
+            .await;
+        if let Err(e) = checked {
+            tracing::warn!(id = %message.record.id, error = %e, "could not check a message for a restated fact");
         }
     }
 }
@@ -240,22 +261,12 @@ impl MemoryService {
         Ok(erased)
     }
 
-    /// Make the stored message `id` a long-term memory: its text, speaker and time, through
-    /// the consolidated-fact writer (the threshold rule).
-    pub(crate) async fn consolidate_message(
-        &self,
-        id: &str,
-    ) -> Result<Option<Remembered>, MemoryError> {
-        match Consolidated::recalled_again(&self.store, id).await? {
-            Some(fact) => self.facts().write(fact).await,
-            None => Ok(None),
-        }
-    }
-
     /// The writer every fact consolidated from messages goes through
     /// (`working::consolidated`).
     pub(crate) fn facts(&self) -> FactWriter<'_> {
         FactWriter {
+            store: &self.store,
+            erase: self.feedback.erase_lock(),
             scopes: &self.scopes,
             embedder: self.embedder.as_ref(),
             repetitions: &self.repetitions,

@@ -6,6 +6,10 @@
 //!   mapped it), and when the map moved that conversation since the messages were said, or made
 //!   it incognito, nothing is written: a fact never lands in a scope its messages were not said
 //!   in;
+//! - it is written under the erase lock (`memory::erase_lock`) and only while every message it
+//!   was made of is still stored: a forget that ran while a rule or an LLM (the host's answers
+//!   minutes later) worked on the messages erased them, and the fact with them; a forget that
+//!   comes during the write waits for it and erases what it wrote;
 //! - its text is redacted again (the rules a message was redacted with may have grown);
 //! - one copy of a fact (`memory::repetition`): a fact already stored is reinforced;
 //! - a fact a rule without an LLM made lives `retention.rule_made_ttl_days` unless recalled
@@ -15,6 +19,7 @@ use chrono::{DateTime, Utc};
 
 use super::MESSAGE_TYPE;
 use crate::embed::Embedder;
+use crate::memory::erase_lock::EraseLock;
 use crate::memory::model::Remembered;
 use crate::memory::new_memory::DEFAULT_STRENGTH;
 use crate::memory::redact::redact;
@@ -44,10 +49,7 @@ impl Consolidated {
     /// The stored message `id` as the fact the threshold rule makes of it (its text, speaker
     /// and time), read from the table's latest version; `None` once it is gone (erased or
     /// expired) or when `id` is not a message.
-    pub(crate) async fn recalled_again(
-        store: &Store,
-        id: &str,
-    ) -> Result<Option<Consolidated>, MemoryError> {
+    async fn recalled_again(store: &Store, id: &str) -> Result<Option<Consolidated>, MemoryError> {
         store.refresh().await?;
         let rows = store.get_by_ids(&[id.to_string()], None).await?;
         let Some(message) = rows.into_iter().find(|r| r.memory_type == MESSAGE_TYPE) else {
@@ -69,9 +71,32 @@ impl Consolidated {
     }
 }
 
-/// What writing a consolidated fact needs of the service: the scope map, the model, the
-/// one-copy-of-a-fact path and the TTLs.
+/// What became of a consolidated fact handed to [`FactWriter::write`].
+#[derive(Debug)]
+pub(crate) enum Written {
+    /// Written, or an equal fact of the scope reinforced.
+    Fact(Box<Remembered>),
+    /// Not written: the conversation maps to another scope now, or is incognito.
+    ScopeMoved,
+    /// Not written: a message it was made of is no longer stored (erased or expired).
+    SourcesGone,
+}
+
+impl Written {
+    /// The memory written, if any.
+    pub(crate) fn fact(self) -> Option<Remembered> {
+        match self {
+            Written::Fact(m) => Some(*m),
+            Written::ScopeMoved | Written::SourcesGone => None,
+        }
+    }
+}
+
+/// What writing a consolidated fact needs of the service: the table, the erase lock, the scope
+/// map, the model, the one-copy-of-a-fact path and the TTLs.
 pub(crate) struct FactWriter<'a> {
+    pub(crate) store: &'a Store,
+    pub(crate) erase: &'a EraseLock,
     pub(crate) scopes: &'a ScopeResolver,
     pub(crate) embedder: &'a dyn Embedder,
     pub(crate) repetitions: &'a Repetitions,
@@ -79,23 +104,28 @@ pub(crate) struct FactWriter<'a> {
 }
 
 impl FactWriter<'_> {
-    /// Write `fact` as a long-term memory of its conversation; `None` when the conversation's
-    /// scope is no longer the one its messages were said in (see the module header).
-    pub(crate) async fn write(
-        &self,
-        fact: Consolidated,
-    ) -> Result<Option<Remembered>, MemoryError> {
+    /// Write `fact` as a long-term memory of its conversation, unless its conversation's scope
+    /// moved or one of its messages is gone (see the module header).
+    pub(crate) async fn write(&self, fact: Consolidated) -> Result<Written, MemoryError> {
         let conversation = ConversationId::parse(&fact.conversation_id)?;
         let map = self.scopes.snapshot();
         let Some(scope) = derive_chat_scope(&map, &conversation) else {
-            return Ok(None);
+            return Ok(Written::ScopeMoved);
         };
         if fact.said_in.as_deref() != Some(scope.scope.as_str()) {
             tracing::info!(
                 conversation_id = conversation.as_str(),
                 "not consolidated: the conversation maps to another scope now"
             );
-            return Ok(None);
+            return Ok(Written::ScopeMoved);
+        }
+        let _held = self.erase.hold().await;
+        if !self.all_stored(&fact.source_ids).await? {
+            tracing::info!(
+                conversation_id = conversation.as_str(),
+                "not consolidated: a message it was made of is no longer stored"
+            );
+            return Ok(Written::SourcesGone);
         }
         let content = redact(&fact.content);
         let vector = embed_passage(self.embedder, &content).await?;
@@ -129,7 +159,23 @@ impl FactWriter<'_> {
             deduplicated = written.deduplicated,
             "messages consolidated into a long-term memory"
         );
-        Ok(Some(written))
+        Ok(Written::Fact(Box::new(written)))
+    }
+
+    /// Whether every row of `ids` is on the latest version of the table.
+    async fn all_stored(&self, ids: &[String]) -> Result<bool, MemoryError> {
+        self.store.refresh().await?;
+        let rows = self.store.get_by_ids(ids, None).await?;
+        Ok(ids.iter().all(|id| rows.iter().any(|r| &r.id == id)))
+    }
+
+    /// The threshold rule: make the stored message `id`, which recalls returned a second time,
+    /// a long-term memory of its text, speaker and time. `None` when it is gone or moved.
+    pub(crate) async fn recalled_again(&self, id: &str) -> Result<Option<Remembered>, MemoryError> {
+        match Consolidated::recalled_again(self.store, id).await? {
+            Some(fact) => Ok(self.write(fact).await?.fact()),
+            None => Ok(None),
+        }
     }
 }
 

@@ -7,7 +7,8 @@
 //! - [`recurrence`]: the threshold rule that makes a message a long-term memory (recalled a
 //!   second time);
 //! - [`stored`]: what the worker has just stored, with vectors, handed to the second rule;
-//! - [`restatement`]: that rule (a fact stated again by a second member);
+//! - [`restatement`]: that rule (a fact stated again by a second member), and [`restated`]:
+//!   the rule applied to each message the worker stores;
 //! - [`statement`]: which messages either rule may make a memory (no bot, chatter or question);
 //! - [`shown`]: which of a recall's candidates it shows (members' words first, never the
 //!   message that asks for a prompt);
@@ -31,6 +32,7 @@ mod handoff;
 mod pending;
 mod recurrence;
 mod replies;
+mod restated;
 pub mod restatement;
 mod shown;
 mod state;
@@ -39,7 +41,7 @@ mod stored;
 
 pub use crate::store::schema::MESSAGE_TYPE;
 pub(crate) use chorus::Chorus;
-pub(crate) use consolidated::{Consolidated, FactWriter};
+pub(crate) use consolidated::{Consolidated, FactWriter, Written};
 pub(crate) use event::accept;
 pub use event::{MessageAccepted, MessageEvent, MessageJob, BOT_TAG, REPLY_TAG};
 pub use handoff::Handoff;
