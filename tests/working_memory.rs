@@ -1166,3 +1166,54 @@ async fn a_line_that_goes_on_from_a_question_and_its_answer_is_found_by_what_the
     assert!(block.contains(PICK_UP), "{block}");
     host.shutdown().await;
 }
+
+/// `working_memory.max_per_scope`: the sweeper erases a scope's oldest messages past the cap,
+/// through the one erase path, and leaves the newest `cap` and other scopes' messages alone. No
+/// test pinned the cap before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_sweeper_erases_a_scopes_oldest_messages_past_its_cap() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = PluginHost::start_with(
+        // The sweeper's own timer never fires here: the test sweeps once itself.
+        config(
+            dir.path(),
+            json!({"working_memory": {"max_per_scope": 3},
+                   "retention": {"sweep_interval_secs": 3600}}),
+        ),
+        None,
+        common::e5(),
+    )
+    .await
+    .expect("host starts");
+    host.start_background();
+    let minutes_ago = |m: i64| (chrono::Utc::now() - chrono::Duration::minutes(m)).to_rfc3339();
+    let family = ["第一句", "第二句", "第三句", "第四句", "第五句"];
+    for (i, text) in family.iter().enumerate() {
+        let body = json!({"conversation_id": FAMILY, "sender_id": "u-zhang",
+                          "sender_name": "张三", "text": text,
+                          "sent_at": minutes_ago(10 - i as i64)});
+        let r = host.invoke("on_message", body).await.unwrap();
+        assert_eq!(r["accepted"], true, "{r}");
+    }
+    say(&host, WORK, ("u-wang", "王五"), "周一开会").await;
+    embedded(&host).await;
+
+    let swept = scopemem::memory::service::sweeper::sweep_once(host.memory())
+        .await
+        .unwrap();
+    assert_eq!(swept, 2);
+    let rows = common::all_rows(&host).await;
+    let mut left: Vec<&str> = rows.iter().map(|r| r.content.as_str()).collect();
+    left.sort();
+    let mut kept = vec!["第三句", "第四句", "第五句", "周一开会"];
+    kept.sort();
+    assert_eq!(left, kept);
+    assert_eq!(
+        scopemem::memory::service::sweeper::sweep_once(host.memory())
+            .await
+            .unwrap(),
+        0,
+        "nothing more over the cap"
+    );
+    host.shutdown().await;
+}

@@ -13,13 +13,11 @@ use super::{Asked, MemoryService};
 use crate::memory::consolidation::decisions::{self, ShownMemory, ShownMessage};
 use crate::memory::consolidation::{Counters, Decision, PreparedPass, Shown};
 use crate::memory::model::{RecallRequest, UpdateRequest};
-use crate::memory::working::{self, MESSAGE_TYPE};
+use crate::memory::working;
 use crate::memory::working::{Consolidated, Written};
 use crate::memory::MemoryError;
 use crate::scope::ConversationId;
-use crate::store::filter::alive_clause;
-use crate::store::schema::{COL_CREATED_AT, COL_MEMORY_TYPE};
-use crate::store::{sql_literal, timestamp_literal, Selection};
+use crate::store::schema::BOT_TAG;
 
 /// Stored memories shown beside the messages, nearest first.
 const MEMORIES_SHOWN: usize = 10;
@@ -111,11 +109,10 @@ impl MemoryService {
         since: Option<DateTime<Utc>>,
     ) -> Result<Option<PreparedPass>, MemoryError> {
         let conversation = ConversationId::parse(conversation_id)?;
-        let messages = self.messages_since(&conversation, since).await?;
+        let (messages, said_in) = self.messages_since(&conversation, since).await?;
         let Some(newest) = messages.iter().map(|m| m.sent_at).max() else {
             return Ok(None);
         };
-        let said_in = self.message_scope(&messages).await?;
         let shown = Shown {
             memories: self.nearest_memories(&conversation, &messages).await?,
             messages,
@@ -231,58 +228,37 @@ impl MemoryService {
         Ok(())
     }
 
-    /// The conversation's live messages sent after `since`, oldest first, at most
-    /// `consolidation.max_messages` (the newest ones).
+    /// The conversation's live messages sent after `since` as the pass shows them (at most
+    /// `consolidation.max_messages`, the newest, oldest first), and the scope they were stored
+    /// in (one conversation's messages share it).
     async fn messages_since(
         &self,
         conversation: &ConversationId,
         since: Option<DateTime<Utc>>,
-    ) -> Result<Vec<ShownMessage>, MemoryError> {
-        let mut predicate = format!(
-            "{COL_MEMORY_TYPE} = {} AND {}",
-            sql_literal(MESSAGE_TYPE),
-            alive_clause(Utc::now())
-        );
-        if let Some(t) = since {
-            predicate.push_str(&format!(" AND {COL_CREATED_AT} > {}", timestamp_literal(t)));
-        }
-        let rows = Selection::conversation(conversation.as_str()).and_sql(&predicate);
-        self.store.refresh().await?;
-        let max = self.consolidator.settings.max_messages.max(1);
-        let mut page = self.store.page_newest(Some(&rows), 0, max).await?.rows;
-        page.reverse();
-        Ok(page
+    ) -> Result<(Vec<ShownMessage>, Option<String>), MemoryError> {
+        let max = self.consolidator.settings.max_messages;
+        let rows = working::said_since(&self.store, conversation, since, max).await?;
+        let mut said_in = None;
+        let shown = rows
             .into_iter()
             .filter_map(|r| {
-                let role = match r.tags.iter().any(|t| t == working::BOT_TAG) {
+                let role = match r.tags.iter().any(|t| t == BOT_TAG) {
                     true => decisions::BOT,
                     false => decisions::MEMBER,
                 };
+                let sent_at = r.created_at?;
+                said_in = said_in.take().or(r.memory_scope);
                 Some(ShownMessage {
                     role,
-                    sent_at: r.created_at?,
+                    sent_at,
                     speaker: r.speaker_name.unwrap_or_default(),
                     speaker_id: r.speaker_id.unwrap_or_default(),
                     id: r.id,
                     text: r.content,
                 })
             })
-            .collect())
-    }
-
-    /// The scope the messages were stored in (one conversation's messages share it).
-    async fn message_scope(
-        &self,
-        messages: &[ShownMessage],
-    ) -> Result<Option<String>, MemoryError> {
-        let Some(first) = messages.first() else {
-            return Ok(None);
-        };
-        let rows = self
-            .store
-            .get_by_ids(std::slice::from_ref(&first.id), None)
-            .await?;
-        Ok(rows.into_iter().next().and_then(|r| r.memory_scope))
+            .collect();
+        Ok((shown, said_in))
     }
 
     /// The long-term memories the conversation may recall that are nearest to the messages.

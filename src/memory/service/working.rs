@@ -17,11 +17,10 @@ use super::erase::EraseJobs;
 use super::{Asked, MemoryService, Visibility};
 use crate::memory::intake::AcceptError;
 use crate::memory::model::{RecallMode, ScoredMemory};
-use crate::memory::working::{self, FactWriter, MessageEvent, StoredMessage, MESSAGE_TYPE};
+use crate::memory::working::{self, FactWriter, MessageEvent, StoredMessage};
 use crate::memory::MemoryError;
 use crate::scope::ConversationId;
-use crate::store::schema::COL_MEMORY_TYPE;
-use crate::store::{sql_literal, Selection};
+use crate::store::Selection;
 
 /// What became of a message sent to the working memory.
 #[derive(Debug, Clone, PartialEq)]
@@ -154,10 +153,9 @@ impl MemoryService {
     }
 
     /// The recall's second tier: the visible recent messages that answer the query, searched
-    /// on their own (the same scope filter and relevance gate as the memories, no time window,
-    /// and for a prompt neither the asking message nor its echoes), plus the messages still
-    /// waiting for their vectors that hold its words. A chorus (`working::chorus`) stands after
-    /// the statements and is never counted toward the threshold rule.
+    /// on their own through the recall path's stages (the same scope filter and relevance gate
+    /// as the memories, no time window); what it shows and counts is the working memory's
+    /// (`working::second_tier`).
     pub(super) async fn recent_messages(
         &self,
         asked: &Asked<'_>,
@@ -190,64 +188,31 @@ impl MemoryService {
                 .iter()
                 .map(|c| (c.record.content.as_str(), c.record.speaker_id.as_deref())),
         );
-        let mut hits = self
-            .rank_and_select(&req, pool, searched.search, searched.found, person)
-            .memories;
-        let stored: Vec<String> = hits.iter().map(|h| h.memory.id.clone()).collect();
-        let waiting = self
-            .feedback
-            .pending()
-            .matching(&messages.rows, asked.query, pool);
-        for (record, score) in waiting {
-            if !hits.iter().any(|h| h.memory.id == record.id) {
-                hits.push(ScoredMemory {
-                    memory: record.into(),
-                    score,
-                });
-            }
-        }
-        let hits = working::shown(hits, asked.query, req.for_prompt, limit, &chorus);
-        if !req.counted || !self.consolidator.settings.rules.recalled_twice {
-            return Ok(hits);
-        }
-        // Only the statement that answers best counts: the others a recall shows beside it
-        // share the question's words, and on the group-chat bench two in three were chatter.
-        let returned = hits
-            .iter()
-            .map(|h| &h.memory)
-            .filter(|m| stored.contains(&m.id))
-            .filter(|m| working::could_state_a_fact(&m.content, &m.tags, m.speaker_id.as_deref()))
-            .filter(|m| !chorus.sings(&m.content))
-            .take(1)
-            .map(|m| m.id.as_str());
-        for id in self.working.recurrences.returned(returned) {
-            self.working.returned_again.offer(id);
-        }
-        Ok(hits)
+        let found = working::Found {
+            ranked: self
+                .rank_and_select(&req, pool, searched.search, searched.found, person)
+                .memories,
+            waiting: self
+                .feedback
+                .pending()
+                .matching(&messages.rows, asked.query, pool),
+            chorus,
+        };
+        let shown = working::TierAsked {
+            query: asked.query,
+            for_prompt: req.for_prompt,
+            limit,
+            counts: req.counted && self.consolidator.settings.rules.recalled_twice,
+        };
+        Ok(self.working.second_tier(found, &shown))
     }
 
     /// Erase the oldest messages of every scope that holds more than
     /// `working_memory.max_per_scope` (the sweeper's pass), through the one erase path.
     pub(crate) async fn erase_messages_over_cap(&self) -> Result<usize, MemoryError> {
         let cap = self.settings.working.max_per_scope;
-        let stats = self.store.stats().await?;
         let mut erased = 0;
-        for (scope, rows) in stats.rows_by_scope {
-            if rows <= cap {
-                continue;
-            }
-            let messages = Selection::scope(&scope).and_sql(&format!(
-                "{COL_MEMORY_TYPE} = {}",
-                sql_literal(MESSAGE_TYPE)
-            ));
-            let oldest = self
-                .store
-                .page_newest(Some(&messages), cap, usize::MAX)
-                .await?;
-            if oldest.rows.is_empty() {
-                continue;
-            }
-            let ids = oldest.rows.into_iter().map(|r| r.id);
+        for (scope, ids) in working::oldest_over_cap(&self.store, cap).await? {
             let outcome = self
                 .erase_where(Selection::ids(ids).rows_sql(), EraseJobs::default())
                 .await?;

@@ -13,6 +13,10 @@
 //! - [`shown`]: which of a recall's candidates it shows (members' words first, never the
 //!   message that asks for a prompt);
 //! - [`chorus`]: a line several members said word for word (复读), a reaction, not a fact;
+//! - [`second_tier`]: what a recall's second tier shows of what its search found, and which
+//!   message it counts toward the threshold rule;
+//! - [`over_cap`]: which messages the per-scope cap lets go (the sweeper erases them);
+//! - [`said_since`]: a conversation's messages since the last LLM consolidation pass;
 //! - [`consolidated`]: the one writer of a fact made of messages (scope derived again,
 //!   redaction, one copy of a fact, the rule-made TTL), for both rules and the LLM pass;
 //! - [`replies`]: what a message answers, embedded with it (the question before it);
@@ -29,11 +33,14 @@ mod chorus;
 mod consolidated;
 mod event;
 mod handoff;
+mod over_cap;
 mod pending;
 mod recurrence;
 mod replies;
 mod restated;
 pub mod restatement;
+mod said_since;
+mod second_tier;
 mod shown;
 mod state;
 mod statement;
@@ -45,10 +52,13 @@ pub(crate) use consolidated::{Consolidated, FactWriter, Written};
 pub(crate) use event::accept;
 pub use event::{MessageAccepted, MessageEvent, MessageJob, BOT_TAG, REPLY_TAG};
 pub use handoff::Handoff;
+pub(crate) use over_cap::oldest_over_cap;
 pub use pending::PendingMessages;
 pub(crate) use recurrence::returned_again;
 pub use recurrence::{Recurrences, ReturnedAgain};
 pub use replies::{passage, LastSaid};
+pub(crate) use said_since::said_since;
+pub(crate) use second_tier::{Asked as TierAsked, Found};
 pub(crate) use shown::{shown, CANDIDATES_PER_SHOWN};
 pub use state::{MessagesPresent, WorkingMemory};
 pub(crate) use statement::{asks, could_state_a_fact, is_short};
