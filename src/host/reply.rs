@@ -7,7 +7,8 @@ use serde::Serialize;
 
 use crate::memory::consolidation::HostPass;
 use crate::memory::feedback::JobOutcome;
-use crate::memory::service::{HostPassOutcome, MessageOutcome};
+use crate::memory::service::HostPassOutcome;
+use crate::memory::working::MessageOutcome;
 use crate::memory::{
     BrowseResponse, ForgetOutcome, Memory, RecallResponse, Remembered, Status, Updated,
 };

@@ -28,7 +28,6 @@ use recall::Asked;
 
 pub use consolidation::PassOutcome;
 pub use host_consolidation::HostPassOutcome;
-pub use working::MessageOutcome;
 
 use super::model::*;
 use super::recall::read_filter::{memories_filter, messages_filter};
@@ -126,7 +125,7 @@ pub struct Status {
     pub feedback_queue_depth: usize,
     /// The working memory: messages waiting for their vectors (keyword-searchable meanwhile)
     /// and how long the oldest has waited.
-    pub working_memory: working::WorkingStatus,
+    pub working_memory: super::working::WorkingStatus,
     /// The LLM consolidation passes: whether one is configured, and what they did.
     pub consolidation: crate::memory::consolidation::ConsolidationStatus,
     /// Whether this process's feedback journal takes writes (false: feedback is refused).

@@ -11,44 +11,17 @@ use std::sync::atomic::Ordering;
 use std::sync::Weak;
 
 use chrono::Utc;
-use serde::Serialize;
 
 use super::erase::EraseJobs;
 use super::{Asked, MemoryService, Visibility};
 use crate::memory::intake::AcceptError;
 use crate::memory::model::{RecallMode, ScoredMemory};
-use crate::memory::working::{self, FactWriter, MessageEvent, StoredMessage};
+use crate::memory::working::{
+    self, FactWriter, MessageEvent, MessageOutcome, StoredMessage, WorkingStatus,
+};
 use crate::memory::MemoryError;
 use crate::scope::ConversationId;
 use crate::store::Selection;
-
-/// What became of a message sent to the working memory.
-#[derive(Debug, Clone, PartialEq)]
-pub enum MessageOutcome {
-    /// Journaled and queued for embedding; searchable by keyword already.
-    Accepted { id: String, memory_scope: String },
-    /// Not stored: `"incognito"` or `"disabled"` (`working_memory.enabled` is off).
-    NotStored(&'static str),
-}
-
-/// `working_memory` in `/v1/status`.
-#[derive(Debug, Clone, Serialize)]
-pub struct WorkingStatus {
-    pub enabled: bool,
-    /// Messages accepted and not yet embedded (keyword-searchable meanwhile).
-    pub waiting: usize,
-    /// How long the oldest waiting message has waited for its vector (milliseconds).
-    pub vector_lag_ms: u64,
-    /// Facts made long-term memories because a second member stated them again.
-    pub restated: u64,
-    /// Stored messages not compared with earlier ones because the check was behind.
-    pub restatement_skipped: u64,
-    /// Messages that could state a fact and that recalls returned a second time: each handed
-    /// to the threshold rule's consolidation, but for the `recurrence_skipped` of them.
-    pub recalled_again: u64,
-    /// Messages returned a second time and not consolidated because that task was behind.
-    pub recurrence_skipped: u64,
-}
 
 /// Make each message a recall returned a second time a long-term memory (the threshold rule),
 /// until the service is gone. Off the recall's path: see `working::handoff`.

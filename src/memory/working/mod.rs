@@ -22,7 +22,8 @@
 //! - [`replies`]: what a message answers, embedded with it (the question before it);
 //! - [`handoff`]: how a path that must not wait (the worker, a recall) hands work to the
 //!   background task of a rule;
-//! - [`state`]: what the service keeps of all this between calls, as one value.
+//! - [`state`]: what the service keeps of all this between calls, as one value;
+//! - [`status`]: what it reports (`/v1/status`) and what became of one message.
 //!
 //! Messages are rows of the `memories` table with `memory_type` [`MESSAGE_TYPE`]: the scope
 //! filter, expiry, every forget, erasure from disk and the export hold for them with no second
@@ -44,6 +45,7 @@ mod second_tier;
 mod shown;
 mod state;
 mod statement;
+mod status;
 mod stored;
 
 pub use crate::store::schema::MESSAGE_TYPE;
@@ -62,6 +64,7 @@ pub(crate) use second_tier::{Asked as TierAsked, Found};
 pub(crate) use shown::{shown, CANDIDATES_PER_SHOWN};
 pub use state::{MessagesPresent, WorkingMemory};
 pub(crate) use statement::{asks, could_state_a_fact, is_short};
+pub use status::{MessageOutcome, WorkingStatus};
 pub(crate) use stored::stored_messages;
 pub use stored::{StoredMessage, StoredMessages};
 
