@@ -238,7 +238,10 @@ impl MemoryService {
     ) -> Result<(Vec<ShownMessage>, Option<String>), MemoryError> {
         let max = self.consolidator.settings.max_messages;
         let rows = working::said_since(&self.store, conversation, since, max).await?;
-        let mut said_in = None;
+        let said_in = rows
+            .iter()
+            .find(|r| r.created_at.is_some())
+            .and_then(|r| r.memory_scope.clone());
         let shown = rows
             .into_iter()
             .filter_map(|r| {
@@ -246,11 +249,9 @@ impl MemoryService {
                     true => decisions::BOT,
                     false => decisions::MEMBER,
                 };
-                let sent_at = r.created_at?;
-                said_in = said_in.take().or(r.memory_scope);
                 Some(ShownMessage {
                     role,
-                    sent_at,
+                    sent_at: r.created_at?,
                     speaker: r.speaker_name.unwrap_or_default(),
                     speaker_id: r.speaker_id.unwrap_or_default(),
                     id: r.id,

@@ -104,9 +104,33 @@ pub(crate) struct FactWriter<'a> {
 }
 
 impl FactWriter<'_> {
-    /// Write `fact` as a long-term memory of its conversation, unless its conversation's scope
-    /// moved or one of its messages is gone (see the module header).
+    /// Write `fact` as a long-term memory of its conversation, unless one of its messages is
+    /// gone or its conversation's scope moved (see the module header).
     pub(crate) async fn write(&self, fact: Consolidated) -> Result<Written, MemoryError> {
+        let _held = self.erase.hold().await;
+        if !self.all_stored(&fact.source_ids).await? {
+            tracing::info!(
+                conversation_id = fact.conversation_id.as_str(),
+                "not consolidated: a message it was made of is no longer stored"
+            );
+            return Ok(Written::SourcesGone);
+        }
+        self.write_held(fact).await
+    }
+
+    /// The threshold rule: make the stored message `id`, which recalls returned a second time,
+    /// a long-term memory of its text, speaker and time. `None` when it is gone or moved. The
+    /// message is read under the erase lock, so that read is the check that it is stored.
+    pub(crate) async fn recalled_again(&self, id: &str) -> Result<Option<Remembered>, MemoryError> {
+        let _held = self.erase.hold().await;
+        match Consolidated::recalled_again(self.store, id).await? {
+            Some(fact) => Ok(self.write_held(fact).await?.fact()),
+            None => Ok(None),
+        }
+    }
+
+    /// [`write`](Self::write) once the erase lock is held and the sources are known stored.
+    async fn write_held(&self, fact: Consolidated) -> Result<Written, MemoryError> {
         let conversation = ConversationId::parse(&fact.conversation_id)?;
         let map = self.scopes.snapshot();
         let Some(scope) = derive_chat_scope(&map, &conversation) else {
@@ -118,14 +142,6 @@ impl FactWriter<'_> {
                 "not consolidated: the conversation maps to another scope now"
             );
             return Ok(Written::ScopeMoved);
-        }
-        let _held = self.erase.hold().await;
-        if !self.all_stored(&fact.source_ids).await? {
-            tracing::info!(
-                conversation_id = conversation.as_str(),
-                "not consolidated: a message it was made of is no longer stored"
-            );
-            return Ok(Written::SourcesGone);
         }
         let content = redact(&fact.content);
         let vector = embed_passage(self.embedder, &content).await?;
@@ -167,15 +183,6 @@ impl FactWriter<'_> {
         self.store.refresh().await?;
         let rows = self.store.get_by_ids(ids, None).await?;
         Ok(ids.iter().all(|id| rows.iter().any(|r| &r.id == id)))
-    }
-
-    /// The threshold rule: make the stored message `id`, which recalls returned a second time,
-    /// a long-term memory of its text, speaker and time. `None` when it is gone or moved.
-    pub(crate) async fn recalled_again(&self, id: &str) -> Result<Option<Remembered>, MemoryError> {
-        match Consolidated::recalled_again(self.store, id).await? {
-            Some(fact) => Ok(self.write(fact).await?.fact()),
-            None => Ok(None),
-        }
     }
 }
 
