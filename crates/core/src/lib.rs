@@ -5,7 +5,7 @@
 //! here depends on no store, model or network: the configuration and its validation
 //! (`config`), the conversation-to-scope map and its hot reload (`scope`), redaction of personal
 //! data and secrets (`redact`), the folding that tells two texts are one fact and names its row
-//! (`fact`), and the time words of a question with the window they name (`time_words`,
+//! (`fact`), whether a line means something without the line it answers (`standalone`), and the time words of a question with the window they name (`time_words`,
 //! `time_range`). Its tests build and run in seconds (`cargo test -p scopemem-core`).
 //!
 //! The service crate re-exports `config` and `scope` at its root, so `scopemem::config::Config`
@@ -16,6 +16,7 @@ pub mod config;
 pub mod fact;
 pub mod redact;
 pub mod scope;
+pub mod standalone;
 #[cfg(test)]
 mod test_logs;
 pub mod time_range;

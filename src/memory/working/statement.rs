@@ -20,7 +20,12 @@
 //!   the final 吗/么 caught 32 of 63 questions, these rules 61, and no fact;
 //! - a guess (`is_a_guess`: 好像, 可能, 估计, "I think", "maybe", "last I saw", …): on the
 //!   group-chat bench the one chatter memory left was "last I saw it was on Mia's shelf after
-//!   Catan", which a later line proved wrong; the set's 7 hedged lines are all chatter.
+//!   Catan", which a later line proved wrong; the set's 7 hedged lines are all chatter;
+//! - a line that means nothing without the one it answers (`scopemem_core::standalone`: "me
+//!   too", "same here", "同上", "我也是", "sounds good to me"): made a memory alone, "same
+//!   here" no longer says what it agreed with (issue 76). The door refuses such a text from
+//!   every writer of facts (`memory::door::fact`); here the rules pass over it before a
+//!   recall counts it.
 //!
 //! Everything else is left to the rules' own evidence. Chatter that is long and phrased as a
 //! statement ("楼下新开了一家奶茶店") still passes: telling it from a fact needs more than the
@@ -28,6 +33,7 @@
 
 use super::{BOT_TAG, REPLY_TAG};
 use crate::memory::fact;
+use scopemem_core::standalone::means_nothing_alone;
 
 /// Characters a message needs (folded: no punctuation or spaces) to be a fact at all.
 pub const MIN_CHARS: usize = 6;
@@ -42,7 +48,10 @@ pub(crate) fn could_state_a_fact(content: &str, tags: &[String], speaker_id: Opt
     if tags.iter().any(|t| t == BOT_TAG) || short_reply || speaker_id.is_none() {
         return false;
     }
-    says_something(content) && !is_a_question(content) && !is_a_guess(content)
+    says_something(content)
+        && !is_a_question(content)
+        && !is_a_guess(content)
+        && !means_nothing_alone(content)
 }
 
 /// Words that make a statement a guess in Chinese. Not 大概 ("大概五十块" states a price) nor
@@ -385,6 +394,15 @@ mod tests {
         }
         // A placeholder beside words is a message with a picture: the words still count.
         assert!(member("[图片] 这是新球馆的场地图，五号六号场"));
+        // Long enough and varied, but nothing without the line it answers (issue 76).
+        for reply in [
+            "same here",
+            "sounds good to me",
+            "我也是这么想的",
+            "count me in too",
+        ] {
+            assert!(!member(reply), "{reply}");
+        }
         for question in [
             "周末有人打球吗？",
             "妈妈能吃花生吗",
