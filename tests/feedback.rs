@@ -112,6 +112,8 @@ async fn useful_ids_are_reinforced_only_when_visible() {
     );
 }
 
+/// A merge takes only memories of the scope the conversation writes (design section 2, rule
+/// 12): never two scopes, never a memory it may only read.
 #[tokio::test]
 async fn merges_follow_the_scope_rule() {
     let dir = tempfile::tempdir().unwrap();
@@ -134,7 +136,9 @@ async fn merges_follow_the_scope_rule() {
     assert!(o.merged.is_empty() && o.refused.len() == 1, "{o:?}");
     assert!(by_id(&host, &fam).await.is_some() && by_id(&host, &work).await.is_some());
 
-    // public + private gives private, and the originals are replaced.
+    // A public memory with the family's: refused whole (issue 76). The family may read the
+    // public memory, never change or delete it: a merge deletes its members, and would have
+    // taken a memory every chat reads away from all of them.
     let o = finish(
         &host,
         &submit(
@@ -144,15 +148,45 @@ async fn merges_follow_the_scope_rule() {
         .await,
     )
     .await;
+    assert!(o.merged.is_empty() && o.refused.len() == 1, "{o:?}");
+    assert!(by_id(&host, &fam).await.is_some() && by_id(&host, &public).await.is_some());
+
+    // Two of the family's own: one memory of the family's scope, the originals replaced.
+    let fam2 = id(remember(&host, FAMILY, "Mom drinks green tea every morning").await);
+    let o = finish(
+        &host,
+        &submit(
+            &host,
+            json!({"conversation_id": FAMILY, "merge_groups": [[fam, fam2]]}),
+        )
+        .await,
+    )
+    .await;
     assert_eq!(o.merged.len(), 1, "{o:?}");
     let merged = by_id(&host, &o.merged[0]).await.unwrap();
     assert_eq!(merged.memory_scope.as_deref(), Some("家人"));
     assert!(
         merged.content.contains("Mom likes green tea")
-            && merged.content.contains("Green tea is popular")
+            && merged
+                .content
+                .contains("Mom drinks green tea every morning")
     );
-    assert!(by_id(&host, &fam).await.is_none() && by_id(&host, &public).await.is_none());
-    assert_eq!(rows(&host).await, 2);
+    assert!(by_id(&host, &fam).await.is_none() && by_id(&host, &fam2).await.is_none());
+    // Public, by the public conversation, merges as before.
+    let public2 = id(remember(&host, PRIVATE, "Green tea is cheap here").await);
+    let o = finish(
+        &host,
+        &submit(
+            &host,
+            json!({"conversation_id": PRIVATE, "merge_groups": [[public, public2]]}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(o.merged.len(), 1, "{o:?}");
+    let merged = by_id(&host, &o.merged[0]).await.unwrap();
+    assert_eq!(merged.memory_scope.as_deref(), Some("public"));
+    assert_eq!(rows(&host).await, 3);
 }
 
 /// A clean shutdown applies every job already accepted before the worker stops, so an

@@ -11,6 +11,9 @@
 //! - no SQL predicate on `memory_scope` or `conversation_id` is formatted outside
 //!   `src/store/filter.rs` (the `RowFilter` and `Selection` every read, delete and export
 //!   uses), in either crate;
+//! - no code outside the store, the schema migrations and `src/memory/door/` hands rows to the
+//!   table's writer (issue 76): every memory row goes through the write door, which applies the
+//!   table of writers in design section 2;
 //! - a `pub fn` of the service crate is one that `main.rs`, a bench or an integration test
 //!   names: everything else is `pub(crate)` (issue 61; 369 `pub fn`s were 148 once the
 //!   compiler said which were needed), and those are the list in docs/public-surface.md.
@@ -118,6 +121,65 @@ fn no_scope_or_conversation_predicate_is_formatted_outside_the_filter() {
     assert!(
         found.is_empty(),
         "build these predicates with store::filter (RowFilter, Selection, ScopeSet):\n{}",
+        found.join("\n")
+    );
+}
+
+/// The calls that add or replace rows of the table, as the store's writer is called.
+const ROW_WRITES: [&str; 6] = [
+    ".insert_missing(",
+    ".replace_erasing(",
+    ".append_once(",
+    "store.append(",
+    ".store().append(",
+    "writer().append(",
+];
+
+/// `path:line: text` for each line of non-test code in `file` that hands rows to the writer.
+fn row_writes(file: &Path, shown: &str) -> Vec<String> {
+    let text = std::fs::read_to_string(file).unwrap_or_default();
+    let mut found = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        if line.trim_start().starts_with("#[cfg(test)]") {
+            break;
+        }
+        if line.trim_start().starts_with("//") {
+            continue;
+        }
+        if ROW_WRITES.iter().any(|w| line.contains(w)) {
+            found.push(format!("{shown}:{}: {}", n + 1, line.trim()));
+        }
+    }
+    found
+}
+
+#[test]
+fn memory_rows_reach_the_table_only_through_the_write_door() {
+    let src = repo().join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let door = src.join("memory").join("door");
+    let below = [src.join("store"), src.join("migrate"), door.clone()];
+    let in_door: Vec<String> = files
+        .iter()
+        .filter(|f| f.starts_with(&door))
+        .flat_map(|f| row_writes(f, "door"))
+        .collect();
+    assert!(
+        in_door.len() >= 3,
+        "the check finds no write even in src/memory/door: it is broken ({in_door:?})"
+    );
+    let found: Vec<String> = files
+        .iter()
+        .filter(|f| !below.iter().any(|b| f.starts_with(b)))
+        .flat_map(|f| {
+            let shown = f.strip_prefix(repo()).unwrap_or(f).display().to_string();
+            row_writes(f, &shown)
+        })
+        .collect();
+    assert!(
+        found.is_empty(),
+        "write memory rows through memory::door (an Admitted row), not the store's writer:\n{}",
         found.join("\n")
     );
 }

@@ -144,15 +144,29 @@ async fn an_update_reaches_only_what_the_conversation_may_recall() {
     let row = rows.iter().find(|r| r.id == family_id).unwrap();
     assert_eq!(row.content, "奶奶住在杭州");
 
-    // A public memory, which the family reads, is corrected in place: its scope stays public.
+    // A public memory, which the family reads but may not change (issue 76): the family's
+    // words would be read by every chat. Refused `read_only`, the row as it was.
+    let e = update(
+        &host,
+        json!({"conversation_id": FAMILY, "memory_id": public_id, "content": "群规：每周六分享一本书（家里说的）"}),
+    )
+    .await
+    .unwrap_err();
+    assert!(e.starts_with("read_only"), "{e}");
+    let rows = common::all_rows(&host).await;
+    assert_eq!(
+        rows.iter().find(|r| r.id == public_id).unwrap().content,
+        "群规：每周五分享一本书"
+    );
+    // A public conversation writes public: it corrects it in place, its scope stays public.
     let u = update(
         &host,
-        json!({"conversation_id": FAMILY, "memory_id": public_id, "content": "群规：每周六分享一本书"}),
+        json!({"conversation_id": PUBLIC, "memory_id": public_id, "content": "群规：每周六分享一本书"}),
     )
     .await
     .unwrap();
     assert_eq!(u["memory"]["memory_scope"], "public", "{u}");
-    assert_eq!(u["memory_scope"], "家人", "{u}");
+    assert_eq!(u["memory_scope"], "public", "{u}");
 
     // A deleted memory: not found.
     let f = host

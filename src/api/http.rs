@@ -51,6 +51,7 @@ impl From<PluginError> for ApiError {
             Fault::Invalid => StatusCode::BAD_REQUEST,
             Fault::NotFound => StatusCode::NOT_FOUND,
             Fault::Conflict => StatusCode::CONFLICT,
+            Fault::Forbidden => StatusCode::FORBIDDEN,
             Fault::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
             Fault::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         };

@@ -92,6 +92,7 @@ pub async fn render(metrics: &Metrics, host: &PluginHost) -> String {
     render_latency(&mut out, metrics);
     render_store(&mut out, host).await;
     render_feedback(&mut out, host);
+    render_door(&mut out, host);
     render_backfill(&mut out, host);
     render_writer(&mut out, host);
     out
@@ -297,7 +298,7 @@ fn render_feedback(out: &mut String, host: &PluginHost) {
             ),
             (
                 "scopemem_consolidation_refused_total",
-                Some("Consolidation decisions refused (a scope, an id not shown, no text)."),
+                Some("Consolidation decisions refused (a scope, an id not shown, no text, or by the write door)."),
                 "counter",
                 consolidation.refused.to_string(),
             ),
@@ -396,6 +397,34 @@ fn render_feedback(out: &mut String, host: &PluginHost) {
 }
 
 /// The legacy-row backfill's progress and state, and whether migration mode is on.
+/// `scopemem_writes_refused_total`: what the write door refused, by reason (every writer: the
+/// rules, the LLM pass, corrections), and the pass's UPDATEs of read-only memories written as
+/// ADDs.
+fn render_door(out: &mut String, host: &PluginHost) {
+    let memory = host.memory();
+    header(
+        out,
+        "scopemem_writes_refused_total",
+        Some("Memory writes the write door refused, by reason (read_only, sources_gone, forgotten, ...)."),
+        "counter",
+    );
+    for (reason, n) in memory.writes_refused() {
+        let _ = writeln!(
+            out,
+            "scopemem_writes_refused_total{{reason=\"{reason}\"}} {n}"
+        );
+    }
+    scalars(
+        out,
+        &[(
+            "scopemem_consolidation_updates_added_total",
+            Some("UPDATEs of a memory the pass may only read, written as an ADD of the chat's scope."),
+            "counter",
+            memory.consolidation_status().updates_added.to_string(),
+        )],
+    );
+}
+
 fn render_backfill(out: &mut String, host: &PluginHost) {
     let memory = host.memory();
     let p = memory.backfill().progress();

@@ -44,6 +44,8 @@ pub enum Fault {
     NotFound,
     /// The request contradicts the current state, e.g. a pass already answered (409).
     Conflict,
+    /// The conversation may read what it names but not change it (403).
+    Forbidden,
     /// Temporarily full or busy, nothing written: retry after this many seconds (503).
     Unavailable { retry_after_secs: u64 },
     /// The service failed (500).
@@ -132,6 +134,7 @@ impl From<MemoryError> for PluginError {
         let fault = match &e {
             MemoryError::NotFound(_) => Fault::NotFound,
             MemoryError::Conflict(_) => Fault::Conflict,
+            MemoryError::ReadOnly => Fault::Forbidden,
             e if e.is_client_error() => Fault::Invalid,
             _ => Fault::Internal,
         };

@@ -1,6 +1,7 @@
 //! The memory layer: remember, recall, redaction, and the one place scopes are derived.
 
 pub mod consolidation;
+pub(crate) mod door;
 pub(crate) mod erase_generation;
 pub(crate) mod erase_lock;
 pub(crate) mod erase_notices;
@@ -12,7 +13,6 @@ pub mod model_choice;
 pub(crate) mod new_memory;
 pub mod recall;
 pub(crate) use scopemem_core::redact;
-pub(crate) mod repetition;
 pub(crate) mod retention;
 pub mod service;
 pub(crate) mod speakers;
@@ -44,6 +44,10 @@ pub enum MemoryError {
     /// elsewhere).
     #[error("no such memory for this conversation ({0})")]
     NotFound(&'static str),
+    /// A memory the conversation may read but not change: another scope's (`public` from a
+    /// mapped chat). Says nothing a recall would not show.
+    #[error("this memory belongs to a scope this conversation may read but not change; remember a corrected memory instead")]
+    ReadOnly,
     /// Another write kept changing the row; the caller may try again.
     #[error("{0}")]
     Conflict(String),
@@ -60,6 +64,7 @@ impl MemoryError {
             MemoryError::Embed(_) => "embedding_unavailable",
             MemoryError::Store(_) => "store_failed",
             MemoryError::NotFound(_) => "not_found",
+            MemoryError::ReadOnly => "read_only",
             MemoryError::Conflict(_) => "conflict",
             MemoryError::Internal(_) => "internal",
         }
@@ -72,6 +77,7 @@ impl MemoryError {
             MemoryError::Scope(_)
                 | MemoryError::InvalidInput { .. }
                 | MemoryError::NotFound(_)
+                | MemoryError::ReadOnly
                 | MemoryError::Conflict(_)
         )
     }

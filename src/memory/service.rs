@@ -29,6 +29,7 @@ use recall::Asked;
 pub use consolidation::PassOutcome;
 pub use host_consolidation::HostPassOutcome;
 
+use super::door;
 use super::model::*;
 use super::recall::read_filter::{memories_filter, messages_filter};
 use super::MemoryError;
@@ -41,7 +42,7 @@ use crate::scope::{ConversationId, MapSummary, ScopeResolver, ScopeSource};
 use crate::store::beside::Beside;
 use crate::store::lease::{self, Lease};
 use crate::store::maintenance::pruning::VersionLimits;
-use crate::store::{LanceSearch, RowFilter, ScopeSet, Selection, Store, WriterSettings};
+use crate::store::{LanceSearch, RowFilter, Selection, Store, WriterSettings};
 
 pub(crate) const MAX_QUERY_CHARS: usize = 2000;
 pub(crate) use super::new_memory::DEFAULT_STRENGTH;
@@ -208,7 +209,11 @@ pub struct MemoryService {
     /// The vector search recalls use: resident in memory, LanceDB when it cannot answer.
     vectors: Arc<crate::store::resident::ResidentSearch>,
     /// Finds and reinforces the stored copy of a repeated fact (shared with feedback).
-    repetitions: super::repetition::Repetitions,
+    repetitions: super::door::Repetitions,
+    /// Facts a forget by id erased, beside the table: no rule writes them again (`door`).
+    forgotten: super::door::Forgotten,
+    /// What the door refused, by reason (`/metrics`).
+    refusals: super::door::Refusals,
     /// Embeddings of recent recall queries.
     queries: crate::embed::QueryCache,
     embedder: Arc<dyn Embedder>,
@@ -314,6 +319,11 @@ impl MemoryService {
         self.foresight.counts()
     }
 
+    /// What the write door refused since start, by reason (`memory::door`).
+    pub fn writes_refused(&self) -> Vec<(&'static str, u64)> {
+        self.refusals.counts()
+    }
+
     /// Recalls answered by keyword alone because the embedding provider failed.
     pub fn degraded_recalls(&self) -> u64 {
         self.degraded_recalls.load(Ordering::Relaxed)
@@ -416,7 +426,7 @@ impl MemoryService {
         let outcome = match req.memory_ids {
             None => {
                 let c = conversation.as_str().to_owned();
-                let predicate = Selection::conversation(&c).rows_sql();
+                let predicate = Selection::words_of(&c).rows_sql();
                 self.erase_where(predicate, EraseJobs::of_conversation(c))
                     .await?
             }
@@ -453,20 +463,17 @@ impl MemoryService {
                 wanted.push(id);
             }
         }
-        let map = self.scopes.snapshot();
-        let scope = map.resolve(conversation, persona).scope;
-        let chat = map.resolve_chat(conversation).scope;
-        // What this conversation may erase, inside every query: its own scope and its chat's
-        // (and NULL-scope rows from a public conversation while migration mode is on). A
-        // legacy table may hold an id twice; the copy in another scope is neither counted nor
-        // deleted.
-        let mut own = ScopeSet {
-            names: vec![scope.as_str().to_owned()],
-            null: scope.is_public() && self.migration_active(),
-        };
-        if chat != scope {
-            own.names.push(chat.as_str().to_owned());
-        }
+        // What this conversation may erase, inside every query: what it may change (its own
+        // scope and its chat's, and NULL-scope rows from a public conversation while migration
+        // mode is on; `door::writable`). A legacy table may hold an id twice; the copy in
+        // another scope is neither counted nor deleted.
+        let own = door::writable(
+            door::Writer::Correction,
+            &self.scopes.snapshot(),
+            conversation,
+            persona,
+            self.migration_active(),
+        );
         let asked = Selection::ids(wanted.iter().cloned()).within(own.clone());
         let deletable = self.store.ids_where(&asked.rows_sql()).await?;
         // A message still waiting for its vector is not in the table yet: its job is dropped
@@ -486,9 +493,9 @@ impl MemoryService {
         // before the erase reads the table.
         let erasable =
             Selection::ids(deletable.into_iter().chain(waiting.iter().cloned())).within(own);
-        let mut outcome = self
-            .erase_where(erasable.rows_sql(), EraseJobs::of_messages(waiting))
-            .await?;
+        let mut jobs = EraseJobs::of_messages(waiting);
+        jobs.forgets_facts = true;
+        let mut outcome = self.erase_where(erasable.rows_sql(), jobs).await?;
         outcome.refused = refused;
         Ok(outcome)
     }

@@ -9,7 +9,7 @@ use serde::Deserialize;
 use super::MigrateError;
 use crate::store::schema::{item_field, timestamp_type, vector_type};
 
-const FILES: [(&str, &str); 4] = [
+const FILES: [(&str, &str); 5] = [
     (
         "0001_memories.json",
         include_str!("../../migrations/0001_memories.json"),
@@ -25,6 +25,10 @@ const FILES: [(&str, &str); 4] = [
     (
         "0004_speakers.json",
         include_str!("../../migrations/0004_speakers.json"),
+    ),
+    (
+        "0005_source_conversations.json",
+        include_str!("../../migrations/0005_source_conversations.json"),
     ),
 ];
 

@@ -160,6 +160,7 @@ async fn has_primary_key(table: &Table) -> Result<bool, MigrateError> {
 #[cfg(test)]
 mod tests {
     use crate::migrate::tests::open;
+    use crate::store::schema::SCHEMA_VERSION;
     use crate::store::testing::{model, row};
     use crate::store::WriterSettings;
 
@@ -212,7 +213,7 @@ mod tests {
                     .await
                     .unwrap()
                     .unwrap_or_else(|e| panic!("round {round}: an opener failed: {e}"));
-                assert_eq!(outcome.to, 4, "round {round}: {outcome:?}");
+                assert_eq!(outcome.to, SCHEMA_VERSION, "round {round}: {outcome:?}");
                 created += usize::from(outcome.created);
                 stores.push(store);
             }

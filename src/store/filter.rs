@@ -20,7 +20,7 @@ use chrono::{DateTime, SecondsFormat, Utc};
 
 use super::schema::{
     COL_CONTENT, COL_CONVERSATION_ID, COL_CREATED_AT, COL_EXPIRES_AT, COL_ID, COL_MEMORY_SCOPE,
-    COL_MEMORY_TYPE, MESSAGE_TYPE,
+    COL_MEMORY_TYPE, COL_SOURCE_CONVERSATIONS, MESSAGE_TYPE,
 };
 
 /// Which rows a read may return.
@@ -71,6 +71,14 @@ impl ScopeSet {
             null: false,
         }
     }
+
+    /// Whether a row of `scope` (`None`: a legacy row) is in the set.
+    pub(crate) fn admits(&self, scope: Option<&str>) -> bool {
+        match scope {
+            None => self.null,
+            Some(s) => self.names.iter().any(|n| n == s),
+        }
+    }
 }
 
 /// The rows a delete, an erase, an update or an export names: every part given must hold
@@ -81,6 +89,9 @@ pub struct Selection {
     pub ids: Option<Vec<String>>,
     /// Rows this conversation wrote.
     pub conversation: Option<String>,
+    /// Rows whose text holds this conversation's words: those it wrote, and those that name it
+    /// among their `source_conversations` (what a forget of it erases).
+    pub words_of: Option<String>,
     /// Rows in these scopes (with legacy NULL rows when the set says so).
     pub scopes: Option<ScopeSet>,
 }
@@ -102,6 +113,16 @@ impl Selection {
     pub(crate) fn conversation(conversation: &str) -> Selection {
         Selection {
             conversation: Some(conversation.to_owned()),
+            ..Selection::default()
+        }
+    }
+
+    /// The rows whose text holds `conversation`'s words: every row it wrote, and every row
+    /// another writer made of its messages or memories (a pass's UPDATE, a restatement, a
+    /// merge). What a forget of the conversation erases.
+    pub(crate) fn words_of(conversation: &str) -> Selection {
+        Selection {
+            words_of: Some(conversation.to_owned()),
             ..Selection::default()
         }
     }
@@ -128,6 +149,12 @@ impl Selection {
         }
         if let Some(c) = &self.conversation {
             parts.push(format!("{COL_CONVERSATION_ID} = {}", sql_literal(c)));
+        }
+        if let Some(c) = &self.words_of {
+            let c = sql_literal(c);
+            parts.push(format!(
+                "({COL_CONVERSATION_ID} = {c} OR array_has_any({COL_SOURCE_CONVERSATIONS}, make_array({c})))"
+            ));
         }
         if let Some(set) = &self.scopes {
             parts.push(scope_set_sql(set));
@@ -186,11 +213,7 @@ impl RowFilter {
     }
 
     pub fn admits_scope(&self, scope: Option<&str>) -> bool {
-        match (&self.scopes, scope) {
-            (None, _) => true,
-            (Some(set), None) => set.null,
-            (Some(set), Some(s)) => set.names.iter().any(|n| n == s),
-        }
+        self.scopes.as_ref().is_none_or(|set| set.admits(scope))
     }
 
     /// `expires_at` in microseconds since the epoch, as stored; NULL never expires.
@@ -332,6 +355,10 @@ mod tests {
         assert_eq!(
             Selection::conversation("it's:1").to_sql().as_deref(),
             Some("conversation_id = 'it''s:1'")
+        );
+        assert_eq!(
+            Selection::words_of("it's:1").to_sql().as_deref(),
+            Some("(conversation_id = 'it''s:1' OR array_has_any(source_conversations, make_array('it''s:1')))")
         );
         assert_eq!(
             Selection::scope("家人").to_sql().as_deref(),

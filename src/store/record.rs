@@ -54,6 +54,11 @@ pub struct MemoryRecord {
     /// The working-memory messages a consolidated memory came from (they may have expired).
     #[serde(default)]
     pub source_ids: Vec<String>,
+    /// The conversations whose words the text holds besides `conversation_id` (a pass's UPDATE,
+    /// a restatement heard in another chat of the scope, a merge): a forget of any of them
+    /// erases the row. Empty: only the writer's words. Never shown to a caller.
+    #[serde(default)]
+    pub source_conversations: Vec<String>,
 }
 
 #[cfg(test)]
@@ -77,6 +82,7 @@ impl MemoryRecord {
             speaker_id: None,
             speaker_name: None,
             source_ids: vec![],
+            source_conversations: vec![],
         }
     }
 }
@@ -174,6 +180,7 @@ fn our_columns(
 ) -> Result<Vec<(&'static str, ArrayRef)>, StoreError> {
     let mut tags = ListBuilder::new(StringBuilder::new());
     let mut sources = ListBuilder::new(StringBuilder::new());
+    let mut conversations = ListBuilder::new(StringBuilder::new());
     let mut flat = Vec::with_capacity(rows.len() * dimension);
     let mut created = Vec::with_capacity(rows.len());
     for (r, v) in rows {
@@ -192,6 +199,10 @@ fn our_columns(
             sources.values().append_value(id);
         }
         sources.append(!r.source_ids.is_empty());
+        for c in &r.source_conversations {
+            conversations.values().append_value(c);
+        }
+        conversations.append(!r.source_conversations.is_empty());
         created.push(r.created_at.unwrap_or_else(Utc::now).timestamp_micros());
     }
     let vectors = FixedSizeListArray::try_new(
@@ -240,6 +251,7 @@ fn our_columns(
         (COL_SPEAKER_ID, strings(|r| r.speaker_id.as_deref())),
         (COL_SPEAKER_NAME, strings(|r| r.speaker_name.as_deref())),
         (COL_SOURCE_IDS, Arc::new(sources.finish())),
+        (COL_SOURCE_CONVERSATIONS, Arc::new(conversations.finish())),
     ])
 }
 
@@ -356,6 +368,8 @@ pub fn from_batch(batch: &RecordBatch) -> Vec<MemoryRecord> {
     let tags = tags.as_ref();
     let sources = string_list_col(batch, COL_SOURCE_IDS);
     let sources = sources.as_ref();
+    let conversations = string_list_col(batch, COL_SOURCE_CONVERSATIONS);
+    let conversations = conversations.as_ref();
     let speaker_id = string_col(batch, COL_SPEAKER_ID);
     let speaker_name = string_col(batch, COL_SPEAKER_NAME);
     let (speaker_id, speaker_name) = (speaker_id.as_ref(), speaker_name.as_ref());
@@ -396,6 +410,7 @@ pub fn from_batch(batch: &RecordBatch) -> Vec<MemoryRecord> {
             speaker_id: opt_str(speaker_id, i),
             speaker_name: opt_str(speaker_name, i),
             source_ids: list_value(sources, i),
+            source_conversations: list_value(conversations, i),
         })
         .collect()
 }
@@ -481,6 +496,7 @@ mod tests {
             speaker_id: None,
             speaker_name: None,
             source_ids: vec![],
+            source_conversations: vec![],
         }
     }
 

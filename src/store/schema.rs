@@ -5,8 +5,9 @@ use std::sync::Arc;
 use lancedb::arrow::arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
 
 /// Schema version written by this build; v1 is the legacy table without scope columns, v2 added
-/// the scope columns, v3 the life-cycle columns, v4 the speaker and provenance columns.
-pub const SCHEMA_VERSION: u32 = 4;
+/// the scope columns, v3 the life-cycle columns, v4 the speaker and provenance columns, v5 the
+/// conversations whose words a memory holds.
+pub const SCHEMA_VERSION: u32 = 5;
 
 /// Table-config keys (Lance manifest config) where we record what the table holds, so a
 /// restart with another embedding model fails loudly instead of mixing vector spaces.
@@ -44,6 +45,10 @@ pub const COL_SPEAKER_ID: &str = "speaker_id";
 pub const COL_SPEAKER_NAME: &str = "speaker_name";
 /// The working-memory messages a consolidated memory came from (design 5.13).
 pub const COL_SOURCE_IDS: &str = "source_ids";
+/// The conversations whose words a memory's text was made from, beside the one that wrote it
+/// (`conversation_id`): a pass's UPDATE, a restatement heard in two chats of a scope, a merge.
+/// A forget of any of them erases the memory (design 5.13, section 9).
+pub const COL_SOURCE_CONVERSATIONS: &str = "source_conversations";
 
 /// The `memory_type` of a working-memory message (design 5.13): a row of the same table, so
 /// scope, expiry, erasure and export hold for it as for any memory, but never a type a caller
@@ -57,7 +62,7 @@ pub const BOT_TAG: &str = "bot";
 pub const REPLY_TAG: &str = "reply";
 
 /// Every column except the vector: what recall reads back (vectors are never shipped out).
-pub const RECORD_COLUMNS: [&str; 16] = [
+pub const RECORD_COLUMNS: [&str; 17] = [
     COL_ID,
     COL_CONTENT,
     COL_REASONING,
@@ -74,6 +79,7 @@ pub const RECORD_COLUMNS: [&str; 16] = [
     COL_SPEAKER_ID,
     COL_SPEAKER_NAME,
     COL_SOURCE_IDS,
+    COL_SOURCE_CONVERSATIONS,
 ];
 
 /// The list item field lancedb uses for tags and vectors.
@@ -89,7 +95,7 @@ pub(crate) fn timestamp_type() -> DataType {
     DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()))
 }
 
-/// The current (v4) schema for a model of `dimension`.
+/// The current (v5) schema for a model of `dimension`.
 pub fn memories_schema(dimension: usize) -> SchemaRef {
     Arc::new(Schema::new(vec![
         Field::new(COL_ID, DataType::Utf8, false),
@@ -110,6 +116,11 @@ pub fn memories_schema(dimension: usize) -> SchemaRef {
         Field::new(COL_SPEAKER_NAME, DataType::Utf8, true),
         Field::new(
             COL_SOURCE_IDS,
+            DataType::List(item_field(DataType::Utf8)),
+            true,
+        ),
+        Field::new(
+            COL_SOURCE_CONVERSATIONS,
             DataType::List(item_field(DataType::Utf8)),
             true,
         ),

@@ -2,14 +2,17 @@
 //!
 //! This is the operator's restore path, not a conversation write path: scopes come from the
 //! file, not from the scope map, and the incognito list does not apply. Every row is still
-//! validated and redacted like a live write. Rows go in with `insert_missing` (a merge on `id`
-//! that only inserts), so a re-run inserts nothing and an existing row is never overwritten.
+//! validated and redacted like a live write, and goes through the door every write goes through
+//! as the operator's restore (`door::Admitted::restored`). Rows go in with `insert_missing` (a
+//! merge on `id` that only inserts), so a re-run inserts nothing and an existing row is never
+//! overwritten.
 
 use std::collections::HashMap;
 use std::io::{BufRead, Read};
 use std::time::Instant;
 
 use crate::embed::Embedder;
+use crate::memory::door::{self, Admitted};
 use crate::store::Selection;
 use crate::store::{MemoryRecord, Store};
 
@@ -215,7 +218,11 @@ impl Importer<'_> {
         report.already_present += present.len() as u64;
         let rows = self.vectors_for(fresh, report).await?;
         let offered = rows.len() as u64;
-        let inserted = self.store.writer().insert_missing(rows).await?;
+        let rows = rows
+            .into_iter()
+            .map(|(record, vector)| (Admitted::restored(record), vector))
+            .collect();
+        let inserted = door::insert_missing(self.store, rows).await?;
         report.imported += inserted;
         // Another process may have inserted the same id between the check and the commit.
         report.already_present += offered.saturating_sub(inserted);

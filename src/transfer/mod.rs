@@ -44,6 +44,8 @@ pub enum TransferError {
     Embed(#[from] EmbedError),
     #[error(transparent)]
     Scope(#[from] ScopeError),
+    #[error(transparent)]
+    Memory(#[from] crate::memory::MemoryError),
     #[error("the embedding model returned fewer vectors than texts (batch ending at line {line})")]
     Embedding { line: u64 },
     #[error("there is no table '{table}' under {db_dir}; nothing to export")]

@@ -2,10 +2,12 @@
 //!
 //! The answer is untrusted text from a model that read untrusted messages. It is accepted only
 //! as `{"decisions": [...]}` where each decision is exactly `{"action": "ADD", "content",
-//! "source_ids"}`, `{"action": "UPDATE", "id", "content", "source_ids"?}` or `{"action":
+//! "source_ids"}`, `{"action": "UPDATE", "id", "content", "source_ids"}` or `{"action":
 //! "NONE"}`: a decision with any other field (a `scope`, a `memory_scope`, a `conversation_id`)
-//! is refused whole, an UPDATE may only name a memory the pass showed, and an ADD's sources
-//! only messages it showed. Nothing here can say where a memory goes.
+//! is refused whole, an UPDATE may only name a memory the pass showed, and its sources only
+//! messages it showed. Nothing here can say where a memory goes: what a decision may write is
+//! the door's to decide (`memory::door`), and the prompt only tells the model which shown
+//! memories it may change (`may_change`) and which it may only read.
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::{Deserialize, Serialize};
@@ -27,13 +29,18 @@ Rules:\n\
 - ADD a fact worth remembering for weeks (people, preferences, allergies, plans, dates, \
 decisions). Skip greetings, jokes and chatter: answer {\"decisions\": [{\"action\": \"NONE\"}]} \
 when nothing is worth keeping.\n\
-- UPDATE a stored memory (by its id) that a message corrects or makes more precise; never ADD \
-a fact a memory already states.\n\
+- UPDATE a stored memory (by its id) that a message corrects or makes more precise, only when \
+it is marked \"may_change\": true; never ADD a fact a memory already states.\n\
+- A memory marked \"may_change\": false belongs to other chats too: read it, never change it. \
+When a message corrects or adds to it, ADD the corrected fact as a new memory of this chat \
+instead (an UPDATE of it is stored as such an ADD, and the memory stays as it was).\n\
 - Write each fact as one sentence in the third person, naming whom it is about and, when it \
-matters, who said it (for example \"张三的妈妈对花生过敏\"), in the language of the messages.\n\
+matters, who said it (for example \"张三的妈妈对花生过敏\"), in the language of the messages. \
+Each fact must stand on its own: a reply such as \"me too\" or \"同上\" becomes the fact it \
+agrees with, naming who said it (\"李四也吃素\"), never the reply's own words.\n\
 - Resolve relative dates and times (today, 明天, next Friday, 下周三) to absolute dates from \
 the message's sent_at, e.g. \"明天\" said on 2026-11-27 becomes 2026-11-28.\n\
-- source_ids lists the ids of the messages the fact comes from.\n\
+- source_ids lists the ids of the messages the fact comes from; every ADD and UPDATE needs it.\n\
 - A message with \"role\": \"bot\" is the bot's own earlier reply: it may be wrong or made up. \
 Never ADD or UPDATE a fact that only the bot said; a fact's source_ids must include a member's \
 message.\n\
@@ -63,6 +70,9 @@ pub const BOT: &str = "bot";
 pub struct ShownMemory {
     pub id: String,
     pub content: String,
+    /// Whether the pass may UPDATE it: a memory of the chat's own scope. `false`: one it may
+    /// only read (`public`, another chat's, a legacy row); an UPDATE of it becomes an ADD.
+    pub may_change: bool,
 }
 
 /// Everything one pass shows: what the answer's ids are checked against.
@@ -229,6 +239,7 @@ mod tests {
             memories: vec![ShownMemory {
                 id: "k1".into(),
                 content: "妈妈对海鲜过敏".into(),
+                may_change: true,
             }],
         }
     }

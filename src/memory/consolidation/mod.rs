@@ -9,9 +9,10 @@
 //!
 //! The messages and the answer are untrusted. The answer cannot name a scope (a decision with
 //! any field beyond its own is refused), an UPDATE may only name a memory the pass showed it,
-//! an ADD's sources only messages the pass showed it, and every decision is applied through
-//! the remember and update paths as the conversation itself, so scope, redaction, dedup and
-//! erasure hold. Malformed answers are dropped and counted.
+//! an ADD's sources only messages the pass showed it, and every decision goes through the door
+//! every other writer goes through (`memory::door`), as the conversation itself: its chat
+//! scope, member sources still stored, redaction, one copy of a fact, and a forget that
+//! reaches what it wrote. Malformed answers are dropped and counted.
 
 pub mod chat;
 pub mod decisions;
@@ -55,6 +56,9 @@ pub struct Counters {
     pub passes: AtomicU64,
     pub added: AtomicU64,
     pub updated: AtomicU64,
+    /// UPDATEs of a memory the pass may only read, written as an ADD of the chat's scope
+    /// instead (counted in `added` too).
+    pub updates_added: AtomicU64,
     /// Decisions refused: unknown fields (a scope), ids the pass did not show, empty text.
     pub refused: AtomicU64,
     /// Answers that were not the JSON asked for.
@@ -70,6 +74,8 @@ pub struct ConsolidationStatus {
     pub passes: u64,
     pub added: u64,
     pub updated: u64,
+    /// UPDATEs of a memory the pass may only read, written as ADDs (counted in `added` too).
+    pub updates_added: u64,
     pub refused: u64,
     pub malformed: u64,
     pub failed: u64,
@@ -93,6 +99,7 @@ impl Counters {
             passes: get(&self.passes),
             added: get(&self.added),
             updated: get(&self.updated),
+            updates_added: get(&self.updates_added),
             refused: get(&self.refused),
             malformed: get(&self.malformed),
             failed: get(&self.failed),

@@ -1,38 +1,48 @@
-//! Writing a fact made of chat messages as a long-term memory: the one writer both rules without
-//! an LLM (`recurrence`, `restatement`) and the LLM pass (`memory::consolidation`) hand their
-//! facts to, so the rules a consolidated memory obeys cannot drift apart between them:
+//! A fact made of chat messages, written as a long-term memory: the door's row for the rules
+//! without an LLM (`working::recurrence`, `working::restatement`) and the LLM pass's ADD
+//! (`memory::consolidation`), so the rules a consolidated memory obeys cannot drift apart
+//! between them:
 //! - its scope is the chat's, derived again from the conversation id when it is written (design
 //!   rule 11: an unmapped conversation's own private scope, never `public` because nobody
 //!   mapped it), and when the map moved that conversation since the messages were said, or made
 //!   it incognito, nothing is written: a fact never lands in a scope its messages were not said
 //!   in;
-//! - it is written under the erase lock (`memory::erase_lock`) and only while every message it
-//!   was made of is still stored: a forget that ran while a rule or an LLM (the host's answers
-//!   minutes later) worked on the messages erased them, and the fact with them; a forget that
-//!   comes during the write waits for it and erases what it wrote;
+//! - it stands on its own: words that mean nothing without the line they answer ("me too",
+//!   "同上", `scopemem_core::standalone`) are never a memory;
+//! - it is written under the erase lock (`memory::erase_lock`) and only while its sources hold
+//!   (`door::sources`): every message it was made of is still stored, is a message of its
+//!   scope, at least one a member's, and none belongs to a fact a forget by id erased; nor is
+//!   the fact itself such a fact (`door::forgotten`). A forget that ran while a rule or an LLM
+//!   (the host's answers minutes later) worked on the messages erased them, and the fact with
+//!   them; a forget that comes during the write waits for it and erases what it wrote;
+//! - it records the conversations its messages were said in besides its own
+//!   (`source_conversations`), so a forget of any of them erases it;
 //! - its text is redacted again (the rules a message was redacted with may have grown);
-//! - one copy of a fact (`memory::repetition`): a fact already stored is reinforced;
+//! - one copy of a fact (`door::repetition`): a fact already stored is reinforced;
 //! - a fact a rule without an LLM made lives `retention.rule_made_ttl_days` unless recalled
 //!   again (`memory::retention`); the LLM pass's keeps its type's TTL.
 
 use chrono::{DateTime, Utc};
 
-use super::MESSAGE_TYPE;
+use super::admitted::Admitted;
+use super::{derived_id, sources, Forgotten, Refusal, Refusals, Repetitions, Writer};
 use crate::embed::Embedder;
 use crate::memory::erase_lock::EraseLock;
 use crate::memory::model::Remembered;
 use crate::memory::new_memory::DEFAULT_STRENGTH;
 use crate::memory::redact::redact;
-use crate::memory::repetition::{derived_id, Repetitions};
 use crate::memory::retention::{Retention, RECALLED_AGAIN_REASONING, RULE_MADE_REASONINGS};
 use crate::memory::{embed_passage, MemoryError};
 use crate::scope::{derive_chat_scope, ConversationId, ScopeResolver};
+use crate::store::schema::MESSAGE_TYPE;
 use crate::store::{MemoryRecord, Store};
+use scopemem_core::standalone::means_nothing_alone;
 
 /// The memory type a consolidated message becomes.
 const CONSOLIDATED_TYPE: &str = "knowledge";
 
 /// A fact consolidated from chat messages, before it is written.
+#[derive(Debug, Clone)]
 pub(crate) struct Consolidated {
     pub(crate) conversation_id: String,
     /// The scope the messages were stored in.
@@ -76,10 +86,8 @@ impl Consolidated {
 pub(crate) enum Written {
     /// Written, or an equal fact of the scope reinforced.
     Fact(Box<Remembered>),
-    /// Not written: the conversation maps to another scope now, or is incognito.
-    ScopeMoved,
-    /// Not written: a message it was made of is no longer stored (erased or expired).
-    SourcesGone,
+    /// Not written, and why (counted in the door's refusals).
+    Refused(Refusal),
 }
 
 impl Written {
@@ -87,13 +95,14 @@ impl Written {
     pub(crate) fn fact(self) -> Option<Remembered> {
         match self {
             Written::Fact(m) => Some(*m),
-            Written::ScopeMoved | Written::SourcesGone => None,
+            Written::Refused(_) => None,
         }
     }
 }
 
 /// What writing a consolidated fact needs of the service: the table, the erase lock, the scope
-/// map, the model, the one-copy-of-a-fact path and the TTLs.
+/// map, the model, the one-copy-of-a-fact path, the TTLs, the forgotten facts and the door's
+/// count of refusals.
 pub(crate) struct FactWriter<'a> {
     pub(crate) store: &'a Store,
     pub(crate) erase: &'a EraseLock,
@@ -101,54 +110,99 @@ pub(crate) struct FactWriter<'a> {
     pub(crate) embedder: &'a dyn Embedder,
     pub(crate) repetitions: &'a Repetitions,
     pub(crate) retention: &'a Retention,
+    pub(crate) forgotten: &'a Forgotten,
+    pub(crate) refusals: &'a Refusals,
 }
 
 impl FactWriter<'_> {
-    /// Write `fact` as a long-term memory of its conversation, unless one of its messages is
-    /// gone or its conversation's scope moved (see the module header).
-    pub(crate) async fn write(&self, fact: Consolidated) -> Result<Written, MemoryError> {
+    /// Write `fact` as a long-term memory of its conversation, unless the door refuses it (see
+    /// the module header). `writer`: the rule or the pass that made it.
+    pub(crate) async fn write(
+        &self,
+        writer: Writer,
+        fact: Consolidated,
+    ) -> Result<Written, MemoryError> {
         let _held = self.erase.hold().await;
-        if !self.all_stored(&fact.source_ids).await? {
-            tracing::info!(
-                conversation_id = fact.conversation_id.as_str(),
-                "not consolidated: a message it was made of is no longer stored"
-            );
-            return Ok(Written::SourcesGone);
-        }
-        self.write_held(fact).await
+        self.write_held(writer, fact).await
     }
 
     /// The threshold rule: make the stored message `id`, which recalls returned a second time,
-    /// a long-term memory of its text, speaker and time. `None` when it is gone or moved. The
-    /// message is read under the erase lock, so that read is the check that it is stored.
+    /// a long-term memory of its text, speaker and time. `None` when it is gone, moved or
+    /// refused. The message is read under the erase lock.
     pub(crate) async fn recalled_again(&self, id: &str) -> Result<Option<Remembered>, MemoryError> {
         let _held = self.erase.hold().await;
         match Consolidated::recalled_again(self.store, id).await? {
-            Some(fact) => Ok(self.write_held(fact).await?.fact()),
+            Some(fact) => Ok(self.write_held(Writer::Rule, fact).await?.fact()),
             None => Ok(None),
         }
     }
 
-    /// [`write`](Self::write) once the erase lock is held and the sources are known stored.
-    async fn write_held(&self, fact: Consolidated) -> Result<Written, MemoryError> {
+    /// [`write`](Self::write) once the erase lock is held.
+    async fn write_held(&self, writer: Writer, fact: Consolidated) -> Result<Written, MemoryError> {
+        match self.admit(writer, fact).await? {
+            Ok((admitted, vector)) => {
+                let fresh_id = uuid::Uuid::now_v7().to_string();
+                let written = self
+                    .repetitions
+                    .add_or_reinforce(admitted, vector, fresh_id)
+                    .await?;
+                tracing::info!(
+                    writer = writer.as_str(),
+                    memory_scope = written.memory.memory_scope.as_deref().unwrap_or_default(),
+                    id = %written.memory.id,
+                    deduplicated = written.deduplicated,
+                    "messages consolidated into a long-term memory"
+                );
+                Ok(Written::Fact(Box::new(written)))
+            }
+            Err(why) => {
+                self.refusals.count(why);
+                tracing::info!(
+                    writer = writer.as_str(),
+                    reason = why.as_str(),
+                    "not consolidated"
+                );
+                Ok(Written::Refused(why))
+            }
+        }
+    }
+
+    /// The row `fact` becomes and its vector, once the door's checks hold (the erase lock is
+    /// held); or why not.
+    pub(super) async fn admit(
+        &self,
+        writer: Writer,
+        fact: Consolidated,
+    ) -> Result<Result<(Admitted, Vec<f32>), Refusal>, MemoryError> {
         let conversation = ConversationId::parse(&fact.conversation_id)?;
         let map = self.scopes.snapshot();
         let Some(scope) = derive_chat_scope(&map, &conversation) else {
-            return Ok(Written::ScopeMoved);
+            return Ok(Err(Refusal::ScopeMoved));
         };
         if fact.said_in.as_deref() != Some(scope.scope.as_str()) {
-            tracing::info!(
-                conversation_id = conversation.as_str(),
-                "not consolidated: the conversation maps to another scope now"
-            );
-            return Ok(Written::ScopeMoved);
+            return Ok(Err(Refusal::ScopeMoved));
         }
         let content = redact(&fact.content);
+        if means_nothing_alone(&content) {
+            return Ok(Err(Refusal::NotAlone));
+        }
+        let fact_id = derived_id(scope.scope.as_str(), &content);
+        let said_in = match sources::check(
+            self.store,
+            self.forgotten,
+            &fact.source_ids,
+            scope.scope.as_str(),
+            fact_id.as_deref(),
+        )
+        .await?
+        {
+            Ok(said_in) => said_in,
+            Err(why) => return Ok(Err(why)),
+        };
         let vector = embed_passage(self.embedder, &content).await?;
         let now = Utc::now();
-        let fresh_id = uuid::Uuid::now_v7().to_string();
         let record = MemoryRecord {
-            id: derived_id(scope.scope.as_str(), &content).unwrap_or_else(|| fresh_id.clone()),
+            id: fact_id.unwrap_or_else(|| uuid::Uuid::now_v7().to_string()),
             content,
             reasoning: Some(fact.reasoning.to_string()),
             tags: vec![],
@@ -164,25 +218,9 @@ impl FactWriter<'_> {
             speaker_id: fact.speaker_id,
             speaker_name: fact.speaker_name,
             source_ids: fact.source_ids,
+            source_conversations: said_in.besides(conversation.as_str()),
         };
-        let written = self
-            .repetitions
-            .add_or_reinforce(record, vector, fresh_id)
-            .await?;
-        tracing::info!(
-            memory_scope = scope.scope.as_str(),
-            id = %written.memory.id,
-            deduplicated = written.deduplicated,
-            "messages consolidated into a long-term memory"
-        );
-        Ok(Written::Fact(Box::new(written)))
-    }
-
-    /// Whether every row of `ids` is on the latest version of the table.
-    async fn all_stored(&self, ids: &[String]) -> Result<bool, MemoryError> {
-        self.store.refresh().await?;
-        let rows = self.store.get_by_ids(ids, None).await?;
-        Ok(ids.iter().all(|id| rows.iter().any(|r| &r.id == id)))
+        Ok(Ok((Admitted::new(writer, record), vector)))
     }
 }
 

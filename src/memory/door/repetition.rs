@@ -1,7 +1,7 @@
 //! A repeated fact: find the row of a scope that already states it (`memory::fact`), and
 //! reinforce that row instead of adding a second copy. Every path that adds memories from
-//! text goes through here (the remember tool in `service::remember`, a feedback job's new
-//! memories in `feedback::apply`), so a fact said twice is one row whichever way it came.
+//! text goes through here with a row the door admitted (the remember tool, a reflection's new
+//! memories, the rules and the LLM pass), so a fact said twice is one row whichever way it came.
 //!
 //! Reinforcing means: strength raised ([`REINFORCE_STEP`] above the higher of the two, at most
 //! 100), `last_recalled_at` (the decay clock, "last seen") set to now, tags unioned, and the
@@ -21,6 +21,7 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 
+use super::Admitted;
 use crate::memory::fact;
 use crate::memory::model::{Memory, Remembered};
 use crate::memory::MemoryError;
@@ -81,10 +82,12 @@ impl Repetitions {
     /// when the text is no fact.
     pub(crate) async fn add_or_reinforce(
         &self,
-        mut record: MemoryRecord,
+        admitted: Admitted,
         vector: Vec<f32>,
         fallback_id: String,
     ) -> Result<Remembered, MemoryError> {
+        tracing::debug!(writer = admitted.writer().as_str(), "adding a memory");
+        let mut record = admitted.into_record();
         let scope = record.memory_scope.clone().unwrap_or_default();
         let is_fact = derived_id(&scope, &record.content).as_deref() == Some(record.id.as_str());
         let repetition = Repetition {
@@ -167,10 +170,10 @@ impl Repetitions {
 
     /// [`Self::add_or_reinforce`] for many records (a feedback batch), with one commit for
     /// every fact whose copy is not stored yet instead of one per record. `rows` are
-    /// `(record, vector, fallback id)`; the answer is in their order.
+    /// `(admitted row, vector, fallback id)`; the answer is in their order.
     pub(crate) async fn add_or_reinforce_all(
         &self,
-        rows: Vec<(MemoryRecord, Vec<f32>, String)>,
+        rows: Vec<(Admitted, Vec<f32>, String)>,
     ) -> Result<Vec<Remembered>, MemoryError> {
         let mut done: Vec<Option<Remembered>> = vec![None; rows.len()];
         if self.reembed.vectors_current() {
@@ -179,7 +182,8 @@ impl Repetitions {
             // reinforces the first below).
             let mut fresh: Vec<usize> = Vec::new();
             let mut ids = std::collections::HashSet::new();
-            for (i, (record, vector, _)) in rows.iter().enumerate() {
+            for (i, (admitted, vector, _)) in rows.iter().enumerate() {
+                let record = admitted.record();
                 let scope = record.memory_scope.as_deref().unwrap_or_default();
                 let is_fact = derived_id(scope, &record.content).as_deref() == Some(&record.id);
                 if is_fact
@@ -192,13 +196,13 @@ impl Repetitions {
             }
             let batch = fresh
                 .iter()
-                .map(|&i| (rows[i].0.clone(), rows[i].1.clone()))
+                .map(|&i| (rows[i].0.record().clone(), rows[i].1.clone()))
                 .collect();
             let present = self.store.writer().append_once(batch).await?;
             for i in fresh {
-                if !present.contains(&rows[i].0.id) {
+                if !present.contains(&rows[i].0.record().id) {
                     done[i] = Some(Remembered {
-                        memory: rows[i].0.clone().into(),
+                        memory: rows[i].0.record().clone().into(),
                         deduplicated: false,
                     });
                 }
@@ -207,10 +211,10 @@ impl Repetitions {
         // The rest one by one: a copy was found, another process wrote the id first, the text
         // is no fact, or a re-embed is under way.
         let mut answers = Vec::with_capacity(rows.len());
-        for ((record, vector, fallback), done) in rows.into_iter().zip(done) {
+        for ((admitted, vector, fallback), done) in rows.into_iter().zip(done) {
             answers.push(match done {
                 Some(written) => written,
-                None => self.add_or_reinforce(record, vector, fallback).await?,
+                None => self.add_or_reinforce(admitted, vector, fallback).await?,
             });
         }
         Ok(answers)

@@ -1,14 +1,15 @@
 //! Applying a plan: embed first (the step most likely to fail leaves nothing behind), then
 //! compare-and-set strengths, add each new memory or reinforce the stored copy of its fact
-//! (`memory::repetition`, as a remember does), insert what merges make, and delete what they
-//! replace.
+//! (`door::repetition`, as a remember does), insert what merges make, and delete what they
+//! replace. Every row is one the door admitted (`door::Admitted`): a new memory in the scope
+//! the job was accepted with, a merge only of memories of that scope, into it.
 
 use std::collections::BTreeMap;
 
 use chrono::Utc;
 
 use super::*;
-use crate::memory::repetition::derived_id;
+use crate::memory::door::{self, derived_id, Admitted, Refusal};
 use crate::store::Selection;
 use crate::store::{MemoryRecord, StrengthChange, StrengthSet};
 
@@ -42,15 +43,15 @@ pub(crate) async fn apply(
         .into_iter()
         .map(|r| (r.id.clone(), r))
         .collect();
-    let mut news: Vec<(MemoryRecord, String)> = Vec::new(); // (record, id assigned at acceptance)
+    let mut news: Vec<(Admitted, String)> = Vec::new(); // (row, id assigned at acceptance)
     let mut created: Vec<String> = Vec::new();
     for (m, derived) in plan.new_memories.iter().zip(&derived) {
         match written_before(job, m, derived.as_deref(), &existing) {
             Some(id) => created.push(id),
             None => {
-                let mut record = new_memory_record(job, m);
-                record.id = derived.clone().unwrap_or_else(|| m.id.clone());
-                news.push((record, m.id.clone()));
+                let mut admitted = new_memory_record(job, m);
+                admitted.set_id(derived.clone().unwrap_or_else(|| m.id.clone()));
+                news.push((admitted, m.id.clone()));
             }
         }
     }
@@ -58,8 +59,8 @@ pub(crate) async fn apply(
     // Embed before writing anything: the step most likely to fail leaves no partial effect.
     let texts: Vec<String> = news
         .iter()
-        .map(|(r, _)| r.content.clone())
-        .chain(merged_records.iter().map(|r| r.content.clone()))
+        .map(|(r, _)| r.record().content.clone())
+        .chain(merged_records.iter().map(|r| r.record().content.clone()))
         .collect();
     let mut vectors = if texts.is_empty() {
         Vec::new()
@@ -72,10 +73,10 @@ pub(crate) async fn apply(
     let merged_vectors = vectors.split_off(news.len().min(vectors.len()));
     let reinforced = reinforce(writes, plan).await?;
     let mut deduplicated = Vec::new();
-    for ((record, accepted_id), vector) in news.into_iter().zip(vectors) {
+    for ((admitted, accepted_id), vector) in news.into_iter().zip(vectors) {
         let written = writes
             .repetitions
-            .add_or_reinforce(record, vector, accepted_id)
+            .add_or_reinforce(admitted, vector, accepted_id)
             .await?;
         match written.deduplicated {
             true => deduplicated.push(written.memory.id),
@@ -83,11 +84,8 @@ pub(crate) async fn apply(
         }
     }
     if !merged_records.is_empty() {
-        writes
-            .store
-            .writer()
-            .insert_missing(merged_records.into_iter().zip(merged_vectors).collect())
-            .await?;
+        let rows = merged_records.into_iter().zip(merged_vectors).collect();
+        door::insert_missing(&writes.store, rows).await?;
     }
     // Every merge's members in one commit, after the merged rows exist.
     let members: Vec<String> = merges
@@ -124,15 +122,23 @@ fn live_merges<'p>(
     plan: &'p FeedbackPlan,
     existing: &BTreeMap<String, MemoryRecord>,
     refused: &mut Vec<(String, String)>,
-) -> (Vec<&'p MergePlan>, Vec<MemoryRecord>) {
+) -> (Vec<&'p MergePlan>, Vec<Admitted>) {
     let mut merged_records = Vec::new();
     let mut merges: Vec<&MergePlan> = Vec::new();
     for m in &plan.merges {
         if existing.contains_key(&m.new_id) {
             merges.push(m);
         } else if m.delete_ids.iter().all(|id| existing.contains_key(id)) {
-            merged_records.push(merged_record(job, m));
-            merges.push(m);
+            match merged_record(job, m) {
+                Ok(admitted) => {
+                    merged_records.push(admitted);
+                    merges.push(m);
+                }
+                Err(why) => refused.push((
+                    format!("merge[{}]", m.delete_ids.join(",")),
+                    why.as_str().to_string(),
+                )),
+            }
         } else {
             refused.push((
                 format!("merge[{}]", m.delete_ids.join(",")),
@@ -190,8 +196,9 @@ pub(crate) async fn set_strengths(
     Ok(writes.store.writer().set_strengths(set).await?)
 }
 
-pub(crate) fn new_memory_record(job: &FeedbackJob, m: &NewMemoryJob) -> MemoryRecord {
-    MemoryRecord {
+/// A new memory of `job`, in the scope the job was accepted with.
+pub(crate) fn new_memory_record(job: &FeedbackJob, m: &NewMemoryJob) -> Admitted {
+    let draft = MemoryRecord {
         id: m.id.clone(),
         content: m.content.clone(),
         reasoning: m.reasoning.clone(),
@@ -208,11 +215,15 @@ pub(crate) fn new_memory_record(job: &FeedbackJob, m: &NewMemoryJob) -> MemoryRe
         speaker_id: None,
         speaker_name: None,
         source_ids: vec![],
-    }
+        source_conversations: vec![],
+    };
+    Admitted::reflected(&job.conversation_id, &job.scope, job.scope_source, draft)
 }
 
-pub(crate) fn merged_record(job: &FeedbackJob, m: &MergePlan) -> MemoryRecord {
-    MemoryRecord {
+/// The memory merge `m` of `job` makes, when its plan merges into the job's own scope (a plan
+/// journaled by an older release may not: it is refused).
+pub(crate) fn merged_record(job: &FeedbackJob, m: &MergePlan) -> Result<Admitted, Refusal> {
+    let draft = MemoryRecord {
         id: m.new_id.clone(),
         content: m.content.clone(),
         reasoning: Some(format!("merged from {} memories", m.delete_ids.len())),
@@ -229,5 +240,7 @@ pub(crate) fn merged_record(job: &FeedbackJob, m: &MergePlan) -> MemoryRecord {
         speaker_id: None,
         speaker_name: None,
         source_ids: vec![],
-    }
+        source_conversations: m.source_conversations.clone(),
+    };
+    Admitted::merged(&job.conversation_id, &job.scope, job.scope_source, draft)
 }

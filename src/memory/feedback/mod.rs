@@ -32,7 +32,7 @@ pub(crate) struct Writes {
     pub(crate) store: Store,
     pub(crate) embedder: Arc<dyn Embedder>,
     pub(crate) gate: MigrationGate,
-    pub(crate) repetitions: crate::memory::repetition::Repetitions,
+    pub(crate) repetitions: crate::memory::door::Repetitions,
 }
 
 const MAX_IDS: usize = 100;
@@ -108,6 +108,10 @@ pub struct MergePlan {
     /// a merge never shortens or extends what its members had.
     #[serde(default)]
     pub expires_at: Option<DateTime<Utc>>,
+    /// The conversations whose words the members held, besides the merging one: a forget of
+    /// any of them erases the merged memory. (Absent in plans of older versions.)
+    #[serde(default)]
+    pub source_conversations: Vec<String>,
 }
 
 /// Absolute changes: replaying a plan gives the same result as applying it once.

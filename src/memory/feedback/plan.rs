@@ -4,6 +4,7 @@
 use std::collections::{BTreeSet, HashMap};
 
 use super::*;
+use crate::memory::door;
 use crate::memory::redact::redact;
 use crate::store::MemoryRecord;
 
@@ -71,7 +72,10 @@ pub(crate) fn plan_from(
 }
 
 /// Merge stage: the merged memory replacing group `g`, or `(label, why)` when the group is
-/// refused (a member missing or invisible, or members from two private scopes).
+/// refused: a member missing or invisible, or one the conversation may read but not change (a
+/// `public` memory from a mapped chat, another scope's: `door::may_merge`). A merge deletes its
+/// members, so a conversation merges only memories of the scope its own new memories go to,
+/// into that scope.
 fn plan_merge(
     job: &FeedbackJob,
     g: &MergeGroupJob,
@@ -90,20 +94,26 @@ fn plan_merge(
             "a memory in the group does not exist or is not visible to this conversation".into(),
         ));
     }
-    let private: BTreeSet<&str> = members
-        .iter()
-        .filter_map(|r| r.memory_scope.as_deref())
-        .filter(|s| *s != "public")
-        .collect();
-    if private.len() > 1 {
+    let scopes: Vec<Option<&str>> = members.iter().map(|r| r.memory_scope.as_deref()).collect();
+    let null_writable = null_visible && job.scope.is_public();
+    if door::may_merge(job.scope.as_str(), &scopes, null_writable).is_err() {
         return Err((
             label,
-            "memories from two different non-public scopes are never merged".into(),
+            "a memory in the group belongs to a scope this conversation may read but not change"
+                .into(),
         ));
     }
-    let (scope, source) = merged_scope(job, &members, &private);
     let tags = merged_tags(&members);
     let strongest = members.iter().max_by_key(|r| r.strength).copied();
+    let mut source_conversations: Vec<String> = Vec::new();
+    for r in &members {
+        let own = r.conversation_id.iter().chain(&r.source_conversations);
+        for c in own {
+            if c != job.conversation_id.as_str() && !source_conversations.contains(c) {
+                source_conversations.push(c.clone());
+            }
+        }
+    }
     Ok(MergePlan {
         new_id: g.new_id.clone(),
         content: merged_content(&members),
@@ -118,44 +128,16 @@ fn plan_merge(
             .unwrap_or(PASSIVE_STRENGTH)
             .clamp(1, 100),
         is_active: members.iter().any(|r| r.is_active),
-        memory_scope: scope,
-        scope_source: source,
+        memory_scope: job.scope.as_str().to_string(),
+        scope_source: job.scope_source.as_str().to_string(),
         delete_ids: g.ids.clone(),
         expires_at: members
             .iter()
             .map(|r| r.expires_at)
             .collect::<Option<Vec<_>>>()
             .and_then(|all| all.into_iter().max()),
+        source_conversations,
     })
-}
-
-/// The `(scope, scope_source)` of a merge: public + private gives private; all public (or
-/// legacy NULL) gives public.
-fn merged_scope(
-    job: &FeedbackJob,
-    members: &[&MemoryRecord],
-    private: &BTreeSet<&str>,
-) -> (String, String) {
-    match private.iter().next() {
-        Some(s) => {
-            let src = members
-                .iter()
-                .find(|r| r.memory_scope.as_deref() == Some(*s))
-                .and_then(|r| r.scope_source.clone());
-            (
-                s.to_string(),
-                src.unwrap_or_else(|| job.scope_source.as_str().to_string()),
-            )
-        }
-        None => (
-            "public".to_string(),
-            members
-                .iter()
-                .find(|r| r.memory_scope.is_some())
-                .and_then(|r| r.scope_source.clone())
-                .unwrap_or_else(|| "unmapped".into()),
-        ),
-    }
 }
 
 /// The members' distinct contents joined, redacted: legacy rows (written before redaction, or

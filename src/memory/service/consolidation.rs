@@ -1,7 +1,9 @@
 //! The LLM consolidation pass of the service (docs/design.md section 5.13,
 //! `memory::consolidation`): a due conversation's recent messages and its scope's nearest
 //! memories go to the chat endpoint; the checked decisions are applied as the conversation,
-//! through the consolidated-fact writer (ADD) and the correction path (UPDATE).
+//! through the door (`memory::door`): an ADD as a fact made of messages, an UPDATE as a change
+//! of a memory of the chat's own scope, and an UPDATE of a memory the pass may only read as an
+//! ADD of the chat's scope, the memory left as it was.
 
 use std::sync::Weak;
 use std::time::Duration;
@@ -12,9 +14,9 @@ use serde::Serialize;
 use super::{Asked, MemoryService};
 use crate::memory::consolidation::decisions::{self, ShownMemory, ShownMessage};
 use crate::memory::consolidation::{Counters, Decision, PreparedPass, Shown};
-use crate::memory::model::{RecallRequest, UpdateRequest};
+use crate::memory::door::{self, Change, Changed, Consolidated, Refusal, Writer, Written};
+use crate::memory::model::RecallRequest;
 use crate::memory::working;
-use crate::memory::working::{Consolidated, Written};
 use crate::memory::MemoryError;
 use crate::scope::ConversationId;
 use crate::store::schema::BOT_TAG;
@@ -184,44 +186,47 @@ impl MemoryService {
                 content,
                 source_ids,
             } => {
-                let first = source_ids.first().and_then(|id| shown.message(id));
-                let said_at = source_ids
-                    .iter()
-                    .filter_map(|id| shown.message(id).map(|m| m.sent_at))
-                    .max();
-                let written = self
-                    .facts()
-                    .write(Consolidated {
-                        conversation_id: conversation.as_str().to_string(),
-                        said_in: said_in.clone(),
-                        content,
-                        reasoning: "consolidated from the chat by the LLM pass",
-                        speaker_id: first.map(|m| m.speaker_id.clone()),
-                        speaker_name: first.map(|m| m.speaker.clone()).filter(|n| !n.is_empty()),
-                        said_at,
-                        source_ids,
-                    })
-                    .await?;
-                match written {
+                let fact = pass_fact(conversation, said_in, shown, content, source_ids);
+                match self.facts().write(Writer::Pass, fact).await? {
                     Written::Fact(_) => outcome.added += 1,
-                    Written::ScopeMoved | Written::SourcesGone => outcome.refused += 1,
+                    Written::Refused(_) => outcome.refused += 1,
                 }
             }
-            Decision::Update { id, content, .. } => {
-                let req = UpdateRequest {
-                    conversation_id: conversation.as_str().to_string(),
-                    persona: None,
+            Decision::Update {
+                id,
+                content,
+                source_ids,
+            } => {
+                let map = self.scopes.snapshot();
+                let change = Change {
+                    writer: Writer::Pass,
+                    writable: door::writable(Writer::Pass, &map, conversation, None, false),
+                    conversation: conversation.clone(),
                     memory_id: id,
-                    content: Some(content),
+                    content: Some(content.clone()),
                     tags: None,
                     expires_at: None,
+                    visible: self.visibility(conversation, None).to_sql(),
+                    source_ids: source_ids.clone(),
                 };
-                match self.update(req).await {
-                    Ok(_) => outcome.updated += 1,
-                    Err(MemoryError::NotFound(_) | MemoryError::InvalidInput { .. }) => {
-                        outcome.refused += 1
+                match self.changer().change(change).await? {
+                    Changed::Done { memory, began } => {
+                        self.tell_others_update_erased(began, &memory.id).await?;
+                        outcome.updated += 1;
                     }
-                    Err(e) => return Err(e),
+                    // A memory the pass may only read stays as it was; the new text becomes a
+                    // fact of the chat's own scope, under an ADD's rules (design section 2).
+                    Changed::Refused(Refusal::ReadOnly) => {
+                        let fact = pass_fact(conversation, said_in, shown, content, source_ids);
+                        match self.facts().write(Writer::Pass, fact).await? {
+                            Written::Fact(_) => {
+                                Counters::bump(&self.consolidator.counters.updates_added, 1);
+                                outcome.added += 1;
+                            }
+                            Written::Refused(_) => outcome.refused += 1,
+                        }
+                    }
+                    Changed::Refused(_) | Changed::NotFound => outcome.refused += 1,
                 }
             }
         }
@@ -294,10 +299,18 @@ impl MemoryService {
             searched.found,
             &Default::default(),
         );
+        let writable = door::writable(
+            Writer::Pass,
+            &self.scopes.snapshot(),
+            conversation,
+            None,
+            false,
+        );
         Ok(ranked
             .memories
             .into_iter()
             .map(|m| ShownMemory {
+                may_change: writable.admits(m.memory.memory_scope.as_deref()),
                 id: m.memory.id,
                 content: m.memory.content,
             })
@@ -306,6 +319,32 @@ impl MemoryService {
 
     pub fn consolidation_status(&self) -> crate::memory::consolidation::ConsolidationStatus {
         self.consolidator.status()
+    }
+}
+
+/// The fact an ADD (or an UPDATE of a memory the pass may only read) says, as the conversation,
+/// with the speaker of its first source and the time of its newest.
+fn pass_fact(
+    conversation: &ConversationId,
+    said_in: &Option<String>,
+    shown: &Shown,
+    content: String,
+    source_ids: Vec<String>,
+) -> Consolidated {
+    let first = source_ids.first().and_then(|id| shown.message(id));
+    let said_at = source_ids
+        .iter()
+        .filter_map(|id| shown.message(id).map(|m| m.sent_at))
+        .max();
+    Consolidated {
+        conversation_id: conversation.as_str().to_string(),
+        said_in: said_in.clone(),
+        content,
+        reasoning: "consolidated from the chat by the LLM pass",
+        speaker_id: first.map(|m| m.speaker_id.clone()),
+        speaker_name: first.map(|m| m.speaker.clone()).filter(|n| !n.is_empty()),
+        said_at,
+        source_ids,
     }
 }
 

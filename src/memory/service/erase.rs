@@ -18,6 +18,8 @@ use super::super::erase_notices::EraseNotice;
 use super::super::model::ForgetOutcome;
 use super::super::MemoryError;
 use super::MemoryService;
+use crate::memory::door::derived_id;
+use crate::store::schema::MESSAGE_TYPE;
 use crate::store::Selection;
 use crate::store::StoreError;
 
@@ -35,6 +37,9 @@ pub(crate) struct EraseJobs {
     /// The jobs of these messages, still waiting for their vectors in this process: a forget
     /// by id of a message not in the table yet.
     pub(crate) messages: HashSet<String>,
+    /// A forget by id: the long-term memories it erases, and the messages they were made of,
+    /// are recorded as forgotten first (`door::forgotten`), so no rule writes them again.
+    pub(crate) forgets_facts: bool,
 }
 
 impl EraseJobs {
@@ -78,6 +83,9 @@ impl MemoryService {
         let paused = self.feedback.erase_lock().hold().await;
         // `ids_where` reads the latest version, and the writer deletes on it.
         let erased_ids = self.store.ids_where(&predicate).await?;
+        if jobs.forgets_facts {
+            self.record_forgotten(&erased_ids).await?;
+        }
         let report = self.store.writer().erase(predicate.clone()).await?;
         self.remove_orphans(erased_ids.iter().cloned().collect())
             .await?;
@@ -116,6 +124,29 @@ impl MemoryService {
             refused: Vec::new(),
             pending_feedback_dropped: dropped,
         })
+    }
+
+    /// Record the long-term memories among `ids` (read on the latest version) as forgotten, with
+    /// the messages they were made of, before they are deleted: a failure leaves everything
+    /// in place and the forget fails.
+    async fn record_forgotten(&self, ids: &[String]) -> Result<(), MemoryError> {
+        let rows = self.store.get_by_ids(ids, None).await?;
+        let facts = rows.iter().filter(|r| r.memory_type != MESSAGE_TYPE);
+        let mut fact_ids = Vec::new();
+        let mut messages = Vec::new();
+        for r in facts {
+            let scope = r.memory_scope.as_deref().unwrap_or_default();
+            fact_ids.extend(derived_id(scope, &r.content));
+            messages.extend(r.source_ids.iter().cloned());
+        }
+        self.forgotten
+            .record(fact_ids, messages)
+            .await
+            .map_err(|e| {
+                MemoryError::Internal(format!(
+                    "nothing erased: the forgotten facts could not be recorded: {e}"
+                ))
+            })
     }
 
     /// After an update replaced the row `id` and erased its old copy here: drop this process's

@@ -1,17 +1,17 @@
-//! The remember path: validate, derive the scope (the one place, `derive_scope`), embed, and
-//! then either add the memory or, when its scope already holds the same fact, reinforce that
-//! memory instead of adding a second copy (`memory::repetition`, shared with feedback).
+//! The remember path: validate, let the door stamp the scope (`door::Admitted::remembered`,
+//! `derive_scope`: the one place), embed, and then either add the memory or, when its scope
+//! already holds the same fact, reinforce that memory instead of adding a second copy
+//! (`door::repetition`, shared with every writer).
 
 use std::time::Instant;
 
 use chrono::Utc;
 
 use super::{conversation, invalid, MemoryService, DEFAULT_STRENGTH};
+use crate::memory::door::{derived_id, Admitted};
 use crate::memory::model::{RememberRequest, Remembered};
 use crate::memory::new_memory::{NewMemory, ValidMemory, MAX_STRENGTH};
-use crate::memory::repetition::derived_id;
 use crate::memory::{embed_passage, MemoryError};
-use crate::scope::derive_scope;
 use crate::store::MemoryRecord;
 
 impl MemoryService {
@@ -54,41 +54,48 @@ impl MemoryService {
             .expires_at(&memory_type, now, explicit);
 
         let map = self.scopes.snapshot();
-        let Some(scope) = derive_scope(&map, &conversation, req.persona.as_deref()) else {
-            return Ok(None);
-        };
-        // Concurrent remembers share a commit: the writer waits for announced appends.
-        let _coming = self.store.announce_append();
-        let vector = embed_passage(self.embedder.as_ref(), &content).await?;
-        let fresh_id = uuid::Uuid::now_v7().to_string();
-        let id = derived_id(scope.scope.as_str(), &content).unwrap_or_else(|| fresh_id.clone());
-        let record = MemoryRecord {
-            id,
+        let draft = MemoryRecord {
+            id: String::new(),
             content,
             reasoning,
             tags,
             memory_type,
             strength: strength as i32,
             is_active: true,
-            conversation_id: Some(conversation.as_str().to_string()),
+            conversation_id: None,
             created_at: Some(now),
-            memory_scope: Some(scope.scope.as_str().to_string()),
-            scope_source: Some(scope.source.as_str().to_string()),
+            memory_scope: None,
+            scope_source: None,
             expires_at,
             last_recalled_at: None,
             speaker_id: None,
             speaker_name: None,
             source_ids: vec![],
+            source_conversations: vec![],
         };
+        let Some(mut admitted) =
+            Admitted::remembered(&map, &conversation, req.persona.as_deref(), draft)
+        else {
+            return Ok(None);
+        };
+        // Concurrent remembers share a commit: the writer waits for announced appends.
+        let _coming = self.store.announce_append();
+        let vector = embed_passage(self.embedder.as_ref(), &admitted.record().content).await?;
+        let fresh_id = uuid::Uuid::now_v7().to_string();
+        let scope = admitted.record().memory_scope.clone().unwrap_or_default();
+        let source = admitted.record().scope_source.clone().unwrap_or_default();
+        admitted.set_id(
+            derived_id(&scope, &admitted.record().content).unwrap_or_else(|| fresh_id.clone()),
+        );
         let outcome = self
             .repetitions
-            .add_or_reinforce(record, vector, fresh_id)
+            .add_or_reinforce(admitted, vector, fresh_id)
             .await?;
         self.latency.record(started.elapsed());
         tracing::info!(
             conversation_id = conversation.as_str(),
-            memory_scope = scope.scope.as_str(),
-            scope_source = scope.source.as_str(),
+            memory_scope = scope.as_str(),
+            scope_source = source.as_str(),
             deduplicated = outcome.deduplicated,
             ms = started.elapsed().as_millis() as u64,
             "remembered"

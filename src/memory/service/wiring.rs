@@ -61,11 +61,8 @@ impl MemoryService {
         }
         let reembed = Arc::new(reembed);
         let vectors = Arc::new(resident_search(config, &store, &search));
-        let repetitions = crate::memory::repetition::Repetitions::new(
-            store.clone(),
-            vectors.clone(),
-            reembed.clone(),
-        );
+        let repetitions =
+            crate::memory::door::Repetitions::new(store.clone(), vectors.clone(), reembed.clone());
         let feedback = open_feedback(
             config,
             &store,
@@ -90,6 +87,11 @@ impl MemoryService {
             &config.storage.table_name,
             feedback.instance(),
         );
+        let forgotten = crate::memory::door::Forgotten::new(
+            store.beside().clone(),
+            &config.storage.table_name,
+            feedback.instance(),
+        );
         // From the moment the service opens: a process that never runs the backfill still
         // closes its gate when another one finishes it.
         tokio::spawn(BackfillHandle::follow_checkpoint(Arc::downgrade(&backfill)));
@@ -105,6 +107,8 @@ impl MemoryService {
             backfill,
             reembed,
             repetitions,
+            forgotten,
+            refusals: Default::default(),
             latency,
             erase_notices,
             erase_generation,
@@ -249,7 +253,7 @@ fn open_feedback(
     embedder: &Arc<dyn Embedder>,
     scopes: &Arc<ScopeResolver>,
     backfill: &BackfillHandle,
-    repetitions: crate::memory::repetition::Repetitions,
+    repetitions: crate::memory::door::Repetitions,
 ) -> Result<crate::memory::intake::FeedbackQueue, MemoryError> {
     crate::memory::intake::FeedbackQueue::open(
         &config.storage.state_dir(),

@@ -3,8 +3,8 @@
 //! second tier through the recall path's own stages, the oldest messages over a scope's cap
 //! erased through the one erase path, and the two rules' background tasks (the threshold rule
 //! for a message recalls keep wanting, the restatement rule for each message the worker
-//! stores), which hand their facts to the one writer of a fact made of messages
-//! (`working::consolidated`). What a message is and what the rules decide lives in
+//! stores), which hand their facts to the door's writer of a fact made of messages
+//! (`door::fact`). What a message is and what the rules decide lives in
 //! `memory::working`; this file holds what needs the service's other parts.
 
 use std::sync::atomic::Ordering;
@@ -14,11 +14,10 @@ use chrono::Utc;
 
 use super::erase::EraseJobs;
 use super::{Asked, MemoryService, Visibility};
+use crate::memory::door::{Changer, FactWriter};
 use crate::memory::intake::AcceptError;
 use crate::memory::model::{RecallMode, ScoredMemory};
-use crate::memory::working::{
-    self, FactWriter, MessageEvent, MessageOutcome, StoredMessage, WorkingStatus,
-};
+use crate::memory::working::{self, MessageEvent, MessageOutcome, StoredMessage, WorkingStatus};
 use crate::memory::MemoryError;
 use crate::scope::ConversationId;
 use crate::store::Selection;
@@ -199,8 +198,7 @@ impl MemoryService {
         Ok(erased)
     }
 
-    /// The writer every fact consolidated from messages goes through
-    /// (`working::consolidated`).
+    /// The door's writer of a fact made of messages (`door::fact`): both rules and the pass.
     pub(crate) fn facts(&self) -> FactWriter<'_> {
         FactWriter {
             store: &self.store,
@@ -209,6 +207,20 @@ impl MemoryService {
             embedder: self.embedder.as_ref(),
             repetitions: &self.repetitions,
             retention: &self.settings.retention,
+            forgotten: &self.forgotten,
+            refusals: &self.refusals,
+        }
+    }
+
+    /// The door's change of a stored memory's text (`door::change`): a correction and the
+    /// pass's UPDATE.
+    pub(crate) fn changer(&self) -> Changer<'_> {
+        Changer {
+            store: &self.store,
+            erase: self.feedback.erase_lock(),
+            embedder: self.embedder.as_ref(),
+            forgotten: &self.forgotten,
+            refusals: &self.refusals,
         }
     }
 }

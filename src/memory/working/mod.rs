@@ -17,8 +17,8 @@
 //!   message it counts toward the threshold rule;
 //! - [`over_cap`]: which messages the per-scope cap lets go (the sweeper erases them);
 //! - [`said_since`]: a conversation's messages since the last LLM consolidation pass;
-//! - [`consolidated`]: the one writer of a fact made of messages (scope derived again,
-//!   redaction, one copy of a fact, the rule-made TTL), for both rules and the LLM pass;
+//! - the facts both rules make are written through the door's writer of a fact made of
+//!   messages (`memory::door::fact`), as the LLM pass's are;
 //! - [`replies`]: what a message answers, embedded with it (the question before it);
 //! - [`handoff`]: how a path that must not wait (the worker, a recall) hands work to the
 //!   background task of a rule;
@@ -31,7 +31,6 @@
 //! 202, replayed after a crash, dropped by an erase that selects them, embedded in batches).
 
 mod chorus;
-mod consolidated;
 mod event;
 mod handoff;
 mod over_cap;
@@ -50,7 +49,6 @@ mod stored;
 
 pub use crate::store::schema::MESSAGE_TYPE;
 pub(crate) use chorus::Chorus;
-pub(crate) use consolidated::{Consolidated, FactWriter, Written};
 pub(crate) use event::accept;
 pub use event::{MessageAccepted, MessageEvent, MessageJob, BOT_TAG, REPLY_TAG};
 pub use handoff::Handoff;

@@ -1,15 +1,16 @@
 //! The restatement rule applied (design 5.13): each message the worker stores is compared with
 //! the recent statements of its scope (`restatement`); when another member said the same fact
 //! shortly before, the earlier statement becomes a long-term memory, with its speaker and time
-//! and both messages as its sources, through the one consolidated-fact writer
-//! (`consolidated`: scope derived again, written only while both messages are stored, under
-//! the erase lock). A statement whose message is gone leaves the window.
+//! and both messages as its sources, through the door's writer of a fact made of messages
+//! (`door::fact`: scope derived again, written only while both messages are stored, under the
+//! erase lock). A statement whose message is gone leaves the window.
 
 use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 
-use super::{Consolidated, FactWriter, StoredMessage, WorkingMemory, Written};
+use super::{StoredMessage, WorkingMemory};
 use crate::embed::duplicates::DuplicateBound;
+use crate::memory::door::{Consolidated, FactWriter, Refusal, Writer, Written};
 use crate::memory::model::Remembered;
 use crate::memory::retention::RESTATED_REASONING;
 use crate::memory::MemoryError;
@@ -45,16 +46,16 @@ impl WorkingMemory {
             said_at: first.created_at,
             source_ids: sources.clone(),
         };
-        match facts.write(fact).await? {
+        match facts.write(Writer::Rule, fact).await? {
             Written::Fact(written) => {
                 self.restated.fetch_add(1, Ordering::Relaxed);
                 Ok(Some(*written))
             }
-            Written::SourcesGone => {
+            Written::Refused(Refusal::SourcesGone) => {
                 self.forget_statements(&sources.iter().map(String::as_str).collect());
                 Ok(None)
             }
-            Written::ScopeMoved => Ok(None),
+            Written::Refused(_) => Ok(None),
         }
     }
 
