@@ -47,6 +47,9 @@ mod feedback_failures;
 #[path = "filter_paths.rs"]
 mod filter_paths;
 
+#[path = "hostile_answers.rs"]
+mod hostile_answers;
+
 #[path = "http_api.rs"]
 mod http_api;
 
