@@ -50,6 +50,13 @@ EXTRA_REPLY = "_scopemem_bot_reply"
 EXTRA_REFLECTION = "_scopemem_reflection"
 # Set on a `/scopemem …` command's event: neither it nor its answer is chat worth keeping.
 EXTRA_WM_SKIP = "_scopemem_wm_skip"
+# Set from on_llm_request until the model's reply reaches on_llm_response, and again by an
+# error response there: while set, a plain (non-model) result AstrBot sends for the event is
+# its agent's error text, not the bot's words (see `record_reply`).
+EXTRA_AGENT_PENDING = "_scopemem_agent_pending"
+# Set by on_plugin_error: the plain result AstrBot sends next is its own error report about
+# another plugin's handler.
+EXTRA_PLUGIN_ERROR = "_scopemem_plugin_error"
 
 # Limits of POST /v1/events/message: longer text is cut (scopemem refuses it whole).
 WM_TEXT_CHARS = 4000
@@ -353,6 +360,9 @@ class ScopememPlugin(Star):
     @filter.on_llm_request()
     async def inject_memories(self, event: AstrMessageEvent, req: ProviderRequest) -> None:
         """Recall for this conversation and append the <memory_context> to the system prompt."""
+        # AstrBot's agent runs for this event from here (every agent sub-stage calls this hook
+        # just before it starts the agent).
+        event.set_extra(EXTRA_AGENT_PENDING, True)
         started = time.perf_counter()
         try:
             await self._inject(event, req)
@@ -419,6 +429,15 @@ class ScopememPlugin(Star):
         try:
             if resp is None:
                 return
+            if resp.role == "err":
+                # AstrBot's error reply, not the model's: its agent hands the hook an
+                # LLMResponse with role "err" when the run raised (astr_agent_run_util.run_agent:
+                # "Error occurred during AI execution. …") or a third-party runner failed. None of
+                # it is kept (nor given to the reflection path); the same text then goes out as
+                # a plain result, which record_reply leaves out too.
+                event.set_extra(EXTRA_AGENT_PENDING, True)
+                return
+            event.set_extra(EXTRA_AGENT_PENDING, None)
             text = resp.completion_text or ""
             if event.get_extra(EXTRA_RECALLED) is not None:
                 reflection = None
@@ -524,16 +543,53 @@ class ScopememPlugin(Star):
     @filter.after_message_sent()
     async def record_reply(self, event: AstrMessageEvent) -> None:
         """Send a reply the bot sent that is not the model's (another plugin's answer) to
-        working memory. The model's replies are recorded in on_llm_response."""
+        working memory. The model's replies are recorded in on_llm_response; AstrBot's own
+        error texts are not recorded at all.
+
+        AstrBot 4.29 sends two error texts as plain results (GENERAL_RESULT, like a plugin's
+        answer), each marked only by what came before it on the same event:
+        - its agent's: `run_agent` (astr_agent_run_util.py) sends every response of the
+          runner but the model's (`llm_result`) as GENERAL_RESULT, and outside streaming the
+          only other one that reaches a result is the runner's `err` ("LLM 响应错误: …" when
+          the provider failed, ToolLoopAgentRunner.step; "Error occurred during AI execution. …"
+          when the run raised, which on_llm_response sees with role "err" first). It comes
+          after on_llm_request and before (or instead of) the model's reply in on_llm_response:
+          EXTRA_AGENT_PENDING. (With streaming the error goes out in the stream, and AstrBot
+          calls no after_message_sent for a stream.)
+        - a plugin handler's exception: StarRequestSubStage.process reports it to the
+          on_plugin_error hooks, then answers ":( 在调用插件 … 时出现异常：…":
+          EXTRA_PLUGIN_ERROR.
+        A third-party runner's error result is AGENT_RUNNER_ERROR, a model result, skipped
+        below. AstrBot's other error texts (no provider, a failed agent set-up) go out through
+        `event.send` directly, which runs no after_message_sent hook."""
         if not self.working_memory or event.get_extra(EXTRA_WM_SKIP):
             return
         try:
             result = event.get_result()
             if result is None or result.is_model_result():
                 return
+            if event.get_extra(EXTRA_AGENT_PENDING) or event.get_extra(EXTRA_PLUGIN_ERROR):
+                # One error text; a plugin's own answer after it is recorded again.
+                event.set_extra(EXTRA_AGENT_PENDING, None)
+                event.set_extra(EXTRA_PLUGIN_ERROR, None)
+                return
             self._record_bot_reply(event, result.get_plain_text())
         except Exception as e:
             logger.warning("[scopemem] working memory skipped a reply: %s", e)
+
+    @filter.on_plugin_error()
+    async def note_plugin_error(
+        self,
+        event: AstrMessageEvent,
+        plugin_name: str,
+        handler_name: str,
+        error: BaseException,
+        traceback_text: str,
+    ) -> None:
+        """A plugin's handler raised: AstrBot answers the chat with its error report next
+        (unless a hook stops the event), which record_reply leaves out. Nothing else changes:
+        the report is AstrBot's to send."""
+        event.set_extra(EXTRA_PLUGIN_ERROR, True)
 
     @staticmethod
     def _is_own_command(event: AstrMessageEvent) -> bool:
