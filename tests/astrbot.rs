@@ -32,6 +32,8 @@ const BOB_UMO: &str = "webchat:FriendMessage:webchat!bob!bob-chat";
 /// through its webchat adapter, see `GroupChat` in scenario.py).
 const FAMILY_GROUP_UMO: &str = "webchat:GroupMessage:family-group";
 const WORK_GROUP_UMO: &str = "webchat:GroupMessage:work-group";
+/// The group of the errors scenario (`run_errors` in scenario.py).
+const ERRORS_GROUP_UMO: &str = "webchat:GroupMessage:errors-group";
 
 /// Start `serve` again with the config `spawn_serve` wrote, so it comes back on the same port.
 async fn respawn(dir: &Path, name: &str, base: &str) -> Serve {
@@ -614,6 +616,156 @@ async fn astrbot_group_chatter_reaches_the_prompt_through_working_memory() {
         value("scopemem_prefetch_history_predicted_total") >= 1.0,
         "{metrics}"
     );
+}
+
+/// Errors are not words (issue 76): AstrBot's own error texts, which it sends to the chat in the
+/// bot's place, never reach scopemem's working memory as the bot's replies, so they are neither
+/// injected into later prompts nor shown to a consolidation pass as things the bot said. In a
+/// group, with the plugin's defaults and a plugin whose command raises installed beside it, the
+/// real AstrBot answers with its error texts: the provider refuses a request ("LLM 响应错误: …",
+/// non-streaming and streaming), the agent's run raises ("Error occurred during AI execution.
+/// …", which on_llm_response gets as an LLMResponse with role "err"), another plugin's handler
+/// raises (":( 在调用插件 …"). The answered questions before and after them are recorded as the
+/// bot's; none of the error texts is stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn astrbot_error_replies_are_not_recorded_as_the_bots_words() {
+    let python = astrbot_python();
+    let dir = tempfile::tempdir().unwrap();
+    // A consolidation pass is due every 2 messages: the passes see the chat as stored.
+    let serve = spawn_serve(
+        dir.path(),
+        "astrbot-errors",
+        json!({
+            "conversation_scope_map": {ERRORS_GROUP_UMO: "家人"},
+            "consolidation": {"every_messages": 2},
+        }),
+    )
+    .await;
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let log_path = dir.path().join("astrbot.log");
+    let mut child = tokio::process::Command::new(&python)
+        .arg(manifest.join("tests/astrbot/scenario.py"))
+        .arg("--root")
+        .arg(dir.path().join("astrbot-root"))
+        .arg("--plugin-src")
+        .arg(manifest.join("integrations/astrbot"))
+        .args(["--scopemem", &serve.base, "--errors"])
+        .env("HOME", dir.path())
+        .env_remove("ASTRBOT_ROOT")
+        .env_remove("http_proxy")
+        .env_remove("https_proxy")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&log_path).unwrap())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut report = Value::Null;
+    let deadline = Instant::now() + Duration::from_secs(400);
+    while let Some(line) = scenario_line(&mut lines, deadline, &log_path).await {
+        if let Some(json) = line.strip_prefix("@@SCENARIO REPORT ") {
+            report = serde_json::from_str(json).unwrap();
+        } else if let Some(why) = line.strip_prefix("@@SCENARIO FAILED ") {
+            panic!(
+                "scenario failed: {why}\nAstrBot log tail:\n{}",
+                tail(&log_path, 80)
+            );
+        }
+    }
+    scenario_ended(&mut child, &report, &log_path).await;
+    assert_eq!(report["umo"], ERRORS_GROUP_UMO, "{report}");
+
+    // AstrBot did answer with each of its error texts (so each path was taken), and the two
+    // questions with the model's words.
+    let starts = [
+        ("ask", "echo: "),
+        ("provider_error", "LLM 响应错误: "),
+        ("agent_error", "Error occurred during AI execution."),
+        ("provider_error_streaming", "LLM 响应错误: "),
+        ("plugin_error", ":("),
+        ("ask_last", "echo: "),
+    ];
+    for (name, start) in starts {
+        let text = reply(&report, name);
+        assert!(text.starts_with(start), "{name}: {text:?}");
+    }
+    assert!(
+        reply(&report, "provider_error").contains("the stub provider refuses this request"),
+        "{report}"
+    );
+    assert!(
+        reply(&report, "plugin_error")
+            .contains("在调用插件 astrbot_plugin_failing 的处理函数 boom 时出现异常"),
+        "{report}"
+    );
+    let answers = [reply(&report, "ask"), reply(&report, "ask_last")];
+
+    // Every send ended before the next turn, so once the last answer is stored, everything the
+    // plugin sent is (the export reads the table; a message is stored in the background).
+    let client = reqwest::Client::new();
+    let started = Instant::now();
+    let rows = loop {
+        let rows: Vec<Value> = export(&client, &serve, ERRORS_GROUP_UMO)
+            .await
+            .into_iter()
+            .filter(|r| r["memory_type"] == "message")
+            .collect();
+        let stored = |text: &str| rows.iter().any(|r| r["content"] == text.trim());
+        if answers.iter().all(|a| stored(a)) {
+            break rows;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "the bot's answers were never both stored: {rows:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    // The bot's rows are its two answers, nothing else; no row holds an error text.
+    let mut bots: Vec<&str> = rows
+        .iter()
+        .filter(|r| r["speaker_id"] == "webchat")
+        .map(|r| r["content"].as_str().unwrap_or(""))
+        .collect();
+    bots.sort_unstable();
+    let mut want: Vec<&str> = answers.iter().map(|a| a.trim()).collect();
+    want.sort_unstable();
+    assert_eq!(bots, want, "{rows:?}");
+    let error_marks = [
+        "LLM 响应错误",
+        "the stub provider refuses this request",
+        "Error occurred during AI execution",
+        "ValidationError",
+        "在调用插件",
+        "the failing plugin failed on purpose",
+    ];
+    for row in &rows {
+        let content = row["content"].as_str().unwrap_or("");
+        for mark in error_marks {
+            assert!(!content.contains(mark), "an error text was stored: {row}");
+        }
+    }
+    // Nor did the last question's prompt or a consolidation pass show one (the scenario waited
+    // for a pass that showed the last question, so every line before it was shown).
+    println!(
+        "RESULT astrbot_error_replies consolidation_passes={}",
+        report["consolidation_prompts"]
+            .as_array()
+            .map_or(0, Vec::len)
+    );
+    let shown = [
+        prompts(&report, "ask_last").join("\n"),
+        report["consolidation_prompts"].to_string(),
+    ];
+    for text in shown {
+        for mark in error_marks {
+            assert!(
+                !text.contains(mark),
+                "{mark} was shown to the model: {text}"
+            );
+        }
+    }
+    assert_eq!(report["plugin_warnings"], json!([]), "{report}");
 }
 
 /// `GET /v1/export` as `umo`: the rows that conversation may recall (the header line left out).

@@ -38,6 +38,11 @@ from typing import Any
 CHECKOUT_PACKAGE = str(Path(__file__).resolve().parents[2] / "python")
 
 PLUGIN_DIR = "astrbot_plugin_scopemem"
+# A plugin whose command always raises (tests/astrbot/failing_plugin), for the errors scenario.
+FAILING_PLUGIN_SRC = str(Path(__file__).resolve().parent / "failing_plugin")
+FAILING_PLUGIN_DIR = "astrbot_plugin_failing"
+# What the stub LLM says when it refuses a request (HTTP 400); AstrBot quotes it in its reply.
+STUB_REFUSAL = "the stub provider refuses this request"
 
 
 def say(kind: str, payload: Any = "") -> None:
@@ -68,7 +73,10 @@ class StubLLM:
     """OpenAI chat-completions stub. The scripted behaviour is keyed on the user's message:
     "TOOL_REMEMBER: x" asks for core_memory_remember(content=x); "TOOL_SNEAKY: x" does the
     same but also passes a conversation_id naming another chat; "REFLECT: x" replies with an
-    inline <memory_reflection> holding x as a new memory; anything else gets "echo: <msg>"."""
+    inline <memory_reflection> holding x as a new memory; "FAIL_PROVIDER:" is refused with an
+    HTTP 400 (STUB_REFUSAL), as a provider refuses a request; "FAIL_AGENT:" asks for a tool
+    call without an id, on which AstrBot's agent run raises; anything else gets
+    "echo: <msg>"."""
 
     def __init__(self, family_umo: str) -> None:
         self.requests: list[dict[str, Any]] = []
@@ -119,6 +127,30 @@ class StubLLM:
         )
         msg: dict[str, Any]
         finish = "stop"
+        if "FAIL_PROVIDER:" in user:
+            # (400: the OpenAI client does not retry it.)
+            return web.json_response(
+                {"error": {"message": STUB_REFUSAL, "type": "invalid_request_error"}}, status=400
+            )
+        if "FAIL_AGENT:" in user and tool_result is None:
+            msg = {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {"type": "function", "function": {"name": "no_such_tool", "arguments": "{}"}}
+                ],
+            }
+            if stream:
+                return await self.stream(request, body, msg, "tool_calls")
+            return web.json_response(
+                {
+                    "id": f"chatcmpl-{uuid.uuid4().hex[:12]}",
+                    "object": "chat.completion",
+                    "created": int(time.time()),
+                    "model": body.get("model", "stub-model"),
+                    "choices": [{"index": 0, "message": msg, "finish_reason": "tool_calls"}],
+                }
+            )
         marker = None
         for m in ("TOOL_REMEMBER:", "TOOL_SNEAKY:", "REFLECT:"):
             if m in user:
@@ -959,6 +991,87 @@ async def run_working_memory(args: argparse.Namespace) -> dict[str, Any]:
     return report
 
 
+# The errors scenario: AstrBot's own error texts in a group, between two answered questions.
+ERR_GROUP = "errors-group"
+ERR_ASK = "今天晚饭吃什么"
+ERR_LAST = "明天早上几点出发"
+
+
+async def run_errors(args: argparse.Namespace) -> dict[str, Any]:
+    """AstrBot's own error texts are not the bot's words (issue 76): with the plugin's defaults
+    and the failing plugin installed beside it, a member asks the bot in a group and gets an
+    answer; then AstrBot answers with its error texts: the provider refuses a request ("LLM
+    响应错误: …", without and with streaming), the agent's run raises on a tool call without
+    an id ("Error occurred during AI execution. …", which on_llm_response gets first as an
+    LLMResponse with role "err"), and another plugin's command raises (":( 在调用插件 …");
+    then a last question is answered. Each turn's sends to scopemem have ended before the next
+    turn starts, so scopemem accepted them in order. The report holds the replies and what the
+    stub LLM was shown, up to a consolidation pass that showed the last question; the test
+    reads scopemem's table."""
+    root = os.path.realpath(args.root)
+    llm = StubLLM("")
+    await llm.start()
+    prepare_root(root, args.plugin_src, args.scopemem, llm.port, plugin_defaults=True)
+    shutil.copytree(
+        FAILING_PLUGIN_SRC,
+        os.path.join(root, "data", "plugins", FAILING_PLUGIN_DIR),
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
+    core = await start_core(root)
+    lifecycle, core_task = core.lifecycle, core.task
+    loaded = [s.name for s in lifecycle.plugin_manager.context.get_all_stars()]
+    if PLUGIN_DIR not in loaded or FAILING_PLUGIN_DIR not in loaded:
+        failed = getattr(lifecycle.plugin_manager, "failed_plugin_dict", {})
+        raise RuntimeError(f"AstrBot loaded {loaded}; failed: {failed}")
+    star = next(
+        s for s in lifecycle.plugin_manager.context.get_all_stars() if s.name == PLUGIN_DIR
+    ).star_cls
+    group = GroupChat(lifecycle)
+    report: dict[str, Any] = {"umo": GroupChat.umo(ERR_GROUP), "steps": {}}
+    steps = report["steps"]
+
+    async def sends_ended() -> None:
+        started = time.monotonic()
+        while star.wm_tasks:
+            if time.monotonic() - started > 120:
+                raise RuntimeError(f"{len(star.wm_tasks)} working-memory sends never ended")
+            await asyncio.sleep(0.05)
+
+    async def turn(name: str, text: str, streaming: bool = False) -> None:
+        before = len(llm.requests)
+        reply = await group.send(
+            WM_MEMBERS["mei"], ERR_GROUP, text, at_bot=True, streaming=streaming
+        )
+        got = llm.requests[before:]
+        steps[name] = {
+            "reply": reply,
+            "llm_calls": len(got),
+            "system_prompts": [r["system"] for r in got],
+        }
+        await sends_ended()
+
+    await turn("ask", ERR_ASK)
+    await turn("provider_error", "FAIL_PROVIDER: 帮我查一下明天的天气")
+    await turn("agent_error", "FAIL_AGENT: 帮我把这件事记下来")
+    await turn("provider_error_streaming", "FAIL_PROVIDER: 再查一下后天的", streaming=True)
+    await turn("plugin_error", "/boom")
+    await turn("ask_last", ERR_LAST)
+    # scopemem shows each stored message to one consolidation pass, in order: once a pass has
+    # shown the last question, every line before it has been shown.
+    started = time.monotonic()
+    while not any(ERR_LAST in c["prompt"] for c in llm.consolidations):
+        if time.monotonic() - started > 180:
+            raise RuntimeError(
+                f"no consolidation pass showed the last question: {llm.consolidations}"
+            )
+        await asyncio.sleep(0.2)
+    report["consolidation_prompts"] = [c["prompt"] for c in llm.consolidations]
+    report["plugin_warnings"] = [r for r in core.plugin_log.records if r.startswith("WARNING")]
+    await stop_astrbot(lifecycle, core_task)
+    await llm.stop()
+    return report
+
+
 async def run_busy_answer(args: argparse.Namespace) -> dict[str, Any]:
     """For `make bench-astrbot-busy`: how long a member's question to the bot waits in a busy
     group under AstrBot's default rate limit, with the plugin (working memory on, its defaults)
@@ -1017,6 +1130,11 @@ def main() -> None:
         help="the working-memory scenario (group chatter, the plugin's defaults)",
     )
     parser.add_argument(
+        "--errors",
+        action="store_true",
+        help="AstrBot's own error texts in a group (the plugin's defaults)",
+    )
+    parser.add_argument(
         "--busy-answer",
         action="store_true",
         help="time a question to the bot in a busy group (make bench-astrbot-busy)",
@@ -1038,6 +1156,8 @@ def main() -> None:
             scenario = run_supervised(args)
         elif args.working_memory:
             scenario = run_working_memory(args)
+        elif args.errors:
+            scenario = run_errors(args)
         elif args.busy_answer:
             scenario = run_busy_answer(args)
         else:
