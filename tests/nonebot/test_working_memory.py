@@ -2,7 +2,8 @@
 `scopemem serve` of conftest.py: group members' messages to each other, which address no bot,
 reach scopemem through the plugin's non-blocking matcher while a bot's own handler further
 down still runs; the bot's own sent message arrives through `Bot.on_called_api` as the bot's;
-a `/scopemem` command and a message sent with `scopemem_working_memory` off are not stored.
+a `/scopemem` command and a message sent with `scopemem_working_memory` off are not stored;
+neither is an error (a matcher that raises, a send the platform refused) as the bot's words.
 Arrival is polled (`/v1/recall`'s `recent_messages`, `/v1/export`) with a generous cap, never
 a fixed sleep: scopemem accepts a message with 202 and stores it in the background.
 """
@@ -19,7 +20,7 @@ import nonebot
 import pytest
 from nonebot import on_message
 from nonebot.adapters import Event
-from nonebot.adapters.onebot.v11 import Adapter, Bot, GroupMessageEvent, Message
+from nonebot.adapters.onebot.v11 import ActionFailed, Adapter, Bot, GroupMessageEvent, Message
 from nonebot.adapters.onebot.v11.event import Sender
 from nonebot.rule import to_me
 from nonebug import App
@@ -72,8 +73,17 @@ async def wait_recent(
     raise AssertionError(f"{what} never reached the working memory of {conv}: {got}")
 
 
-async def stored_messages(server: Scopemem, conv: str) -> list[str]:
-    """The texts of the message rows `conv` may see, as `GET /v1/export` has them."""
+async def sends_ended() -> None:
+    """Wait until every background send of the plugin has its answer from scopemem."""
+    background = plugin().runtime.get_runtime().background
+    deadline = time.monotonic() + WAIT_S
+    while background:
+        assert time.monotonic() < deadline, f"{len(background)} sends never ended"
+        await asyncio.sleep(0.05)
+
+
+async def stored_rows(server: Scopemem, conv: str) -> list[dict[str, Any]]:
+    """The message rows `conv` may see, as `GET /v1/export` has them."""
 
     def export() -> str:
         r = server._http.get("/v1/export", params={"conversation_id": conv})
@@ -81,7 +91,12 @@ async def stored_messages(server: Scopemem, conv: str) -> list[str]:
         return r.text
 
     rows = [json.loads(line) for line in (await asyncio.to_thread(export)).splitlines()[1:]]
-    return [r["content"] for r in rows if r.get("memory_type") == "message"]
+    return [r for r in rows if r.get("memory_type") == "message"]
+
+
+async def stored_messages(server: Scopemem, conv: str) -> list[str]:
+    """The texts of the message rows `conv` may see."""
+    return [r["content"] for r in await stored_rows(server, conv)]
 
 
 async def wait_stored(server: Scopemem, conv: str, texts: list[str]) -> list[str]:
@@ -164,6 +179,73 @@ async def test_the_bots_own_message_is_recorded_as_the_bots(
     assert hit["memory_scope"] == "家人", hit
     # The question was to the bot (`to_bot`): scopemem embedded it ahead of a recall.
     assert prefetched(scopemem) >= 1
+
+
+async def test_errors_are_not_recorded_as_the_bots_words(
+    app: App, scopemem: Scopemem, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """NoneBot2 sends no error text of its own: a matcher that raises is logged and handed to
+    the run_postprocessor hooks (nonebot/message.py, `_run_matcher`), never sent to the chat,
+    and a send the platform refused raises (OneBot v11: ActionFailed), which `Bot.call_api`
+    hands to the on_called_api hooks as the call's exception. Neither the exception nor the
+    message that was not delivered is recorded as the bot's; the bot's answer after them is."""
+    bot_id = "8899"  # this test's bot: its rows are told apart from the other tests' bots
+    failed_reply = "这条回复平台没有收下"
+    answer_text = "明天早上八点在楼下集合。"
+    handler_error = "the handler failed on purpose"
+    refusal = "the platform refused to send this message"
+    broken = on_message(rule=to_me(), priority=80, block=False)
+    answer = on_message(rule=to_me(), priority=90, block=True)
+
+    def first(event: GroupMessageEvent) -> bool:
+        return "天气" in event.get_plaintext()
+
+    @broken.handle()
+    async def _broken(event: GroupMessageEvent) -> None:
+        if first(event):
+            raise RuntimeError(handler_error)
+
+    @answer.handle()
+    async def _answer(bot: Bot, event: GroupMessageEvent) -> None:
+        text = failed_reply if first(event) else answer_text
+        await bot.send_group_msg(group_id=event.group_id, message=Message(text))
+
+    async def ask(text: str, reply: str, **outcome: Any) -> None:
+        async with app.test_matcher() as ctx:
+            adapter = nonebot.get_adapter(Adapter)
+            ctx.patch_adapter(monkeypatch, adapter)  # its API calls answer from the test
+            bot = ctx.create_bot(base=Bot, adapter=adapter, self_id=bot_id)
+            ctx.receive_event(bot, member_event(20001, "小红", text, to_me=True))
+            ctx.should_call_api(
+                "send_group_msg",
+                {"group_id": FAMILY_GROUP, "message": Message(reply)},
+                **outcome,
+            )
+        await sends_ended()
+
+    try:
+        # nonebug reports the two matchers' exceptions once NoneBot has handled the event
+        # (NoneBot itself logged them and went on): both failed as meant to.
+        with pytest.raises(pytest.fail.Exception) as failed:
+            await ask(
+                "明天天气怎么样",
+                failed_reply,
+                exception=ActionFailed(retcode=1200, msg=refusal, wording=refusal),
+            )
+        assert handler_error in str(failed.value) and refusal in str(failed.value), failed.value
+        await sends_ended()
+        await ask("明天几点集合", answer_text, result={"message_id": 4343})
+    finally:
+        broken.destroy()
+        answer.destroy()
+    # Whatever the plugin sent for the first question, scopemem accepted before the answer:
+    # once the answer is stored, that would be too.
+    await wait_stored(scopemem, FAMILY, [answer_text])
+    rows = await stored_rows(scopemem, FAMILY)
+    assert [r["content"] for r in rows if r.get("speaker_id") == bot_id] == [answer_text], rows
+    for row in rows:
+        for text in (failed_reply, handler_error, refusal, "ActionFailed"):
+            assert text not in row["content"], row
 
 
 def prefetched(server: Scopemem) -> float:

@@ -224,7 +224,9 @@ async def _record_sent(
     bot: Bot, exception: Optional[Exception], api: str, data: dict[str, Any], result: Any
 ) -> None:
     """The bot's own message, once the platform took it. Runs inside the send call, so it
-    only schedules. A `/scopemem` command's answer is left out."""
+    only schedules. A `/scopemem` command's answer is left out, and so is a call that raised
+    (`exception`; OneBot v11's ActionFailed when the platform refused it): nothing reached the
+    chat. NoneBot2 itself never sends an error to a chat, so no other error text comes here."""
     if exception is not None or api not in SEND_APIS or ANSWERING_COMMAND.get():
         return
     try:
