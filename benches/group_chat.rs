@@ -15,7 +15,8 @@
 //! 2. each question asked a second time, then the long-term memories by what they were in the
 //!    chat: facts, and chatter (target 0, listed; how many of them expire unless recalled
 //!    again, `retention.rule_made_ttl_days`), with the facts a second member restated that
-//!    became memories (target ≥ half);
+//!    became memories (target ≥ half), and the memories that do not stand on their own ("me
+//!    too", "同上": `scopemem_core::standalone`, target 0);
 //! 3. small talk to the bot that injects anything, without and with the chat's last 6 turns as
 //!    history (target ≤ 1 in 10), each with the memories (m) and recent messages (r) it got;
 //! 4. rows of one conversation in another's injection (target 0), and the bot's replies shown
@@ -157,28 +158,6 @@ async fn status(client: &reqwest::Client, base: &str) -> Value {
         .unwrap_or(Value::Null)
 }
 
-/// Until `read` gives the same value for `calm` in a row (background work settled), at most
-/// `cap`.
-async fn settled(
-    client: &reqwest::Client,
-    base: &str,
-    read: impl Fn(&Value) -> Value,
-    calm: Duration,
-    cap: Duration,
-) {
-    let started = Instant::now();
-    let (mut last, mut since) = (Value::Null, Instant::now());
-    while started.elapsed() < cap {
-        let now = read(&status(client, base).await);
-        if now != last {
-            (last, since) = (now, Instant::now());
-        } else if since.elapsed() >= calm {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-}
-
 /// Who asks the bot in every chat: a member the set never names, so no question lifts them.
 const ASKER: (&str, &str) = ("u-bench-asker", "群友");
 
@@ -225,15 +204,7 @@ async fn long_term(
 ) -> BTreeMap<String, (String, &'static str, bool)> {
     let mut all = BTreeMap::new();
     for chat in chats {
-        let r = client
-            .get(format!("{base}/v1/export"))
-            .query(&[("conversation_id", chat.as_str())])
-            .send()
-            .await
-            .expect("export");
-        let text = r.text().await.unwrap_or_default();
-        for line in text.lines().skip(1) {
-            let row: Value = serde_json::from_str(line).unwrap_or(Value::Null);
+        for row in serve::exported(client, base, chat).await {
             if row["memory_type"] != "message" && !row["id"].is_null() {
                 let id = row["id"].as_str().unwrap_or("").to_string();
                 let why = row["reasoning"].as_str().unwrap_or("");
@@ -332,7 +303,7 @@ async fn run() {
             row_of.insert(id.to_string(), m);
         }
     }
-    settled(
+    serve::settled(
         &client,
         &base,
         |s| {
@@ -417,7 +388,7 @@ async fn run() {
         let reply = ask(&client, &base, &f.conversation_id, &f.question, &[]).await;
         check(&f.conversation_id, &injected(&reply));
     }
-    settled(
+    serve::settled(
         &client,
         &base,
         |s| json!([s["rows"], s["working_memory"]["recalled_again"]]),
@@ -448,6 +419,21 @@ async fn run() {
         pct(restated_kept, restated.len()),
         s["working_memory"]["restated"],
         s["working_memory"]["recalled_again"],
+    );
+    // Issue 76: a memory that means nothing without the line it answered ("me too", "同上").
+    let not_alone: Vec<&String> = kept
+        .values()
+        .map(|(t, _, _)| t)
+        .filter(|t| scopemem_core::standalone::means_nothing_alone(t))
+        .collect();
+    println!(
+        "group-chat: long-term memories that do not stand on their own {} (target 0){}",
+        not_alone.len(),
+        if not_alone.is_empty() {
+            String::new()
+        } else {
+            format!(": {not_alone:?}")
+        }
     );
     for (t, rule, _) in &chatter {
         let kind: Vec<&str> = kinds

@@ -8,13 +8,19 @@
 //! with the default contextual passages (a short message embedded with the message before it,
 //! `working_memory.reply_context_minutes` 5) and with each message alone (0).
 //!
+//! Then replies that mean nothing without the statement they answer (issue 76,
+//! `tests/fixtures/replies_to_statements.json`: 24 "me too"s after a question and a member's
+//! statement, in Chinese and English): each later question about the statement is put to the
+//! bot twice, as the plugins ask, and the long-term memories are counted: replies kept alone
+//! (target 0) and statements kept.
+//!
 //! `make bench-short-replies`; `SCOPEMEM_BENCH_SERVE_BIN` serves with that binary (the release
 //! one users get); `SCOPEMEM_BENCH_VERBOSE=1` lists what each missed question got.
 
 #[path = "common/mod.rs"]
 mod common;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
@@ -177,6 +183,89 @@ async fn ask(
     (hits, missed)
 }
 
+/// One exchange of the replies-to-statements set: `[asker, stater, replier]` as
+/// `(speaker id, name, text)`, and the later question.
+#[derive(Deserialize)]
+struct Exchange {
+    chat: String,
+    ask: (String, String, String),
+    state: (String, String, String),
+    reply: (String, String, String),
+    later: String,
+}
+
+/// Replies to statements, asked about twice each through the injection event: the long-term
+/// memories made of a reply alone (target 0), and of the statement.
+async fn replies_to_statements(client: &reqwest::Client) {
+    #[derive(Deserialize)]
+    struct Statements {
+        exchanges: Vec<Exchange>,
+    }
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/replies_to_statements.json"
+    );
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let set: Statements = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let dir = tempfile::tempdir_in(common::bench_root()).expect("a bench dir");
+    let (_serve, base) = serve::start_serve(client, dir.path(), json!({}))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let start = Utc::now() - chrono::Duration::minutes(30);
+    for (i, e) in set.exchanges.iter().enumerate() {
+        for (j, (id, name, text)) in [&e.ask, &e.state, &e.reply].into_iter().enumerate() {
+            let at = start + chrono::Duration::seconds((i * 30 + j * 5) as i64);
+            let body = json!({"conversation_id": e.chat, "sender_id": id, "sender_name": name,
+                              "text": text, "sent_at": at.to_rfc3339()});
+            post(client, &format!("{base}/v1/events/message"), &body)
+                .await
+                .unwrap_or_else(|err| panic!("message: {err}"));
+        }
+    }
+    serve::messages_embedded(client, &base).await;
+    for e in &set.exchanges {
+        for _ in 0..2 {
+            let body = json!({"conversation_id": e.chat, "query": e.later});
+            post(client, &format!("{base}/v1/events/llm_request"), &body)
+                .await
+                .unwrap_or_else(|err| panic!("llm_request: {err}"));
+        }
+    }
+    // The threshold rule writes in the background: wait until the rows stop changing.
+    let read = |s: &Value| json!([s["rows"], s["working_memory"]["recalled_again"]]);
+    serve::settled(
+        client,
+        &base,
+        read,
+        Duration::from_secs(10),
+        Duration::from_secs(600),
+    )
+    .await;
+    let chats: HashSet<&str> = set.exchanges.iter().map(|e| e.chat.as_str()).collect();
+    let mut memories: Vec<String> = Vec::new();
+    for chat in chats {
+        let rows = serve::exported(client, &base, chat).await;
+        let kept = rows.iter().filter(|r| r["memory_type"] != "message");
+        memories.extend(kept.filter_map(|r| r["content"].as_str().map(str::to_string)));
+    }
+    let same = |a: &str, b: &str| scopemem_core::fact::same_fact(a, b);
+    let alone: Vec<&String> = memories
+        .iter()
+        .filter(|m| set.exchanges.iter().any(|e| same(m, &e.reply.2)))
+        .collect();
+    let stated = memories
+        .iter()
+        .filter(|m| set.exchanges.iter().any(|e| same(m, &e.state.2)))
+        .count();
+    println!(
+        "replies to statements: {} exchanges; long-term memories {}: replies kept alone {} (target 0), statements kept {stated}{}",
+        set.exchanges.len(),
+        memories.len(),
+        alone.len(),
+        if alone.is_empty() { String::new() } else { format!(": {alone:?}") }
+    );
+}
+
 async fn run() {
     let set = load();
     let verbose = std::env::var_os("SCOPEMEM_BENCH_VERBOSE").is_some_and(|v| v == "1");
@@ -224,4 +313,5 @@ async fn run() {
             }
         }
     }
+    replies_to_statements(&client).await;
 }

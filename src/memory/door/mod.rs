@@ -187,3 +187,70 @@ impl Refusals {
             .collect()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+
+    fn map() -> ScopeMap {
+        let config = Config::from_value(&serde_json::json!({
+            "conversation_scope_map": {"g:family": "家人"},
+        }))
+        .expect("a valid config")
+        .config;
+        ScopeMap::from_config(&config)
+    }
+
+    fn chat(id: &str) -> ConversationId {
+        ConversationId::parse(id).unwrap()
+    }
+
+    #[test]
+    fn the_pass_changes_only_its_chat_scope_and_a_correction_its_scope_and_chat_scope() {
+        let map = map();
+        let family = chat("g:family");
+        let pass = writable(Writer::Pass, &map, &family, None, true);
+        assert!(pass.admits(Some("家人")));
+        assert!(!pass.admits(Some("public")) && !pass.admits(None));
+        let correction = writable(Writer::Correction, &map, &family, None, true);
+        assert!(correction.admits(Some("家人")));
+        assert!(!correction.admits(Some("public")) && !correction.admits(None));
+
+        // An unmapped chat: the pass its private chat scope, never the public its remembers
+        // go to; a correction both, and legacy rows while migration mode is on.
+        let private = chat("g:private");
+        let own = map.resolve_chat(&private).scope;
+        let pass = writable(Writer::Pass, &map, &private, None, true);
+        assert!(pass.admits(Some(own.as_str())));
+        assert!(!pass.admits(Some("public")) && !pass.admits(None));
+        let correction = writable(Writer::Correction, &map, &private, None, true);
+        assert!(correction.admits(Some(own.as_str())) && correction.admits(Some("public")));
+        assert!(correction.admits(None));
+        assert!(!writable(Writer::Correction, &map, &private, None, false).admits(None));
+
+        // Every other writer changes no stored memory.
+        for w in [
+            Writer::Remember,
+            Writer::Rule,
+            Writer::Reflection,
+            Writer::Import,
+        ] {
+            assert!(!writable(w, &map, &family, None, true).admits(Some("家人")));
+        }
+    }
+
+    #[test]
+    fn every_refusal_is_counted_under_its_reason() {
+        let counts = Refusals::default();
+        counts.count(Refusal::ReadOnly);
+        counts.count(Refusal::ReadOnly);
+        counts.count(Refusal::NotAlone);
+        let all: std::collections::HashMap<_, _> = counts.counts().into_iter().collect();
+        assert_eq!(all.len(), Refusal::ALL.len());
+        assert_eq!(
+            (all["read_only"], all["not_alone"], all["forgotten"]),
+            (2, 1, 0)
+        );
+    }
+}
