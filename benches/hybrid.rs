@@ -235,6 +235,7 @@ async fn appends(
             speaker_id: None,
             speaker_name: None,
             source_ids: vec![],
+            about_ids: vec![],
             source_conversations: vec![],
         };
         let t = Instant::now();

@@ -104,6 +104,7 @@ async fn seed(db: &Path, model: &ModelInfo, n: usize) {
                     speaker_id: None,
                     speaker_name: None,
                     source_ids: vec![],
+                    about_ids: vec![],
                     source_conversations: vec![],
                 };
                 (record, old_vector.clone())

@@ -456,6 +456,7 @@ async fn seed(host: &PluginHost, seeded: &[Seeded]) {
                 speaker_id: None,
                 speaker_name: None,
                 source_ids: vec![],
+                about_ids: vec![],
                 source_conversations: vec![],
             };
             (record, vector)

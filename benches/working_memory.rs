@@ -657,6 +657,7 @@ async fn rss_with_live_messages(client: &reqwest::Client) {
                 speaker_id: Some(format!("u{}", k % 7)),
                 speaker_name: Some(format!("成员{}", k % 7)),
                 source_ids: vec![],
+                about_ids: vec![],
                 source_conversations: vec![],
             };
             (record, rng.unit(model.dimension))

@@ -80,6 +80,7 @@ fn record(i: usize, scope: &str) -> MemoryRecord {
         speaker_id: None,
         speaker_name: None,
         source_ids: vec![],
+        about_ids: vec![],
         source_conversations: vec![],
     }
 }

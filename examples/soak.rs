@@ -150,6 +150,7 @@ async fn legacy_table(db: &Path, embedder: &Arc<dyn Embedder>) {
                     speaker_id: None,
                     speaker_name: None,
                     source_ids: vec![],
+                    about_ids: vec![],
                     source_conversations: vec![],
                 };
                 (record, v)

@@ -42,10 +42,16 @@ enum Command {
         #[arg(long, default_value = "http://127.0.0.1:8787")]
         url: String,
     },
-    /// Delete every memory of a scope (operator only).
+    /// Delete every memory of a scope, or everything one person said or that is about them
+    /// (operator only).
     Forget {
+        /// Every memory of this scope.
+        #[arg(long, conflicts_with = "person", required_unless_present = "person")]
+        scope: Option<String>,
+        /// PLATFORM:SENDER_ID: every message the person sent in any chat of the platform, every
+        /// memory they said, that is about them or that was made of their words.
         #[arg(long)]
-        scope: String,
+        person: Option<String>,
         #[arg(long)]
         config: Option<PathBuf>,
         /// Do not ask for confirmation.
@@ -247,7 +253,16 @@ async fn run() -> anyhow::Result<()> {
             init_logging("warn");
             Ok(scopemem::api::demo::run(&url).await?)
         }
-        Command::Forget { scope, config, yes } => forget_scope(&scope, config, yes).await,
+        Command::Forget {
+            scope,
+            person,
+            config,
+            yes,
+        } => match (scope, person) {
+            (Some(scope), _) => forget_scope(&scope, config, yes).await,
+            (None, Some(person)) => forget_person(&person, config, yes).await,
+            (None, None) => anyhow::bail!("give --scope or --person"),
+        },
         Command::Export {
             config,
             scope,
@@ -356,6 +371,32 @@ async fn forget_scope(scope: &str, config: Option<PathBuf>, yes: bool) -> anyhow
         outcome.deleted,
         scope.as_str(),
         outcome.pending_feedback_dropped
+    );
+    Ok(())
+}
+
+/// `scopemem forget --person PLATFORM:ID`: forget one person everywhere on their platform,
+/// after a confirmation unless `--yes`.
+async fn forget_person(person: &str, config: Option<PathBuf>, yes: bool) -> anyhow::Result<()> {
+    init_logging(&level_of(config.as_ref()));
+    let person = scopemem::memory::person::PersonKey::parse(person).context("--person")?;
+    if !yes
+        && !confirm(&format!(
+            "Delete everything {} said on {}, and every memory about them?",
+            person.sender_id, person.platform
+        ))?
+    {
+        anyhow::bail!("not confirmed; nothing deleted");
+    }
+    let host = PluginHost::start(config.as_deref())
+        .await
+        .context("starting scopemem")?;
+    let outcome = host.memory().forget_person_everywhere(&person).await;
+    host.shutdown().await;
+    let outcome = outcome?;
+    println!(
+        "deleted {} rows of {} on {}; older table versions pruned; {} unapplied jobs dropped",
+        outcome.deleted, person.sender_id, person.platform, outcome.pending_feedback_dropped
     );
     Ok(())
 }

@@ -32,7 +32,7 @@ async fn migrate_status_run_and_revert_on_a_legacy_table() {
     assert_eq!(code, 0, "{err}");
     let s: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(s["schema_version"], 1, "status is read-only: {s}");
-    assert_eq!(s["pending_migrations"].as_array().unwrap().len(), 4);
+    assert_eq!(s["pending_migrations"].as_array().unwrap().len(), 5);
     assert_eq!(s["unscoped_rows"], 90);
 
     let (code, out, err) = scopemem(&["migrate", "run", "--config", cfg]);
@@ -45,7 +45,7 @@ async fn migrate_status_run_and_revert_on_a_legacy_table() {
 
     let (_, out, _) = scopemem(&["migrate", "status", "--config", cfg]);
     let s: Value = serde_json::from_str(&out).unwrap();
-    assert_eq!(s["schema_version"], 5);
+    assert_eq!(s["schema_version"], 6);
     assert_eq!(s["backfill"]["state"], "done");
     assert_eq!(
         s["unscoped_rows"], 1,

@@ -169,6 +169,7 @@ async fn a_fact_stored_under_an_older_id_is_found_by_its_text() {
         speaker_id: None,
         speaker_name: None,
         source_ids: vec![],
+        about_ids: vec![],
         source_conversations: vec![],
     };
     host.memory()

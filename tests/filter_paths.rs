@@ -91,6 +91,7 @@ fn table(rng: &mut Rng, clocks: &[DateTime<Utc>]) -> Vec<(MemoryRecord, Vec<f32>
                 speaker_id: None,
                 speaker_name: None,
                 source_ids: vec![],
+                about_ids: vec![],
                 source_conversations: vec![],
             };
             (record, vector)

@@ -30,6 +30,7 @@ fn work_record(id: String, content: String) -> MemoryRecord {
         speaker_id: None,
         speaker_name: None,
         source_ids: vec![],
+        about_ids: vec![],
         source_conversations: vec![],
     }
 }

@@ -80,6 +80,9 @@ mod nonebot;
 #[path = "openai_provider.rs"]
 mod openai_provider;
 
+#[path = "people.rs"]
+mod people;
+
 #[path = "privacy.rs"]
 mod privacy;
 

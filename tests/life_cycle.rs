@@ -208,7 +208,7 @@ async fn an_older_table_gains_the_life_cycle_columns_as_all_null() {
     let status = scopemem::migrate::runner::status(host.memory().store().table())
         .await
         .unwrap();
-    assert_eq!((status.version, status.pending.len()), (5, 0));
+    assert_eq!((status.version, status.pending.len()), (6, 0));
     let schema = host.memory().store().table().schema().await.unwrap();
     assert!(schema.field_with_name("expires_at").unwrap().is_nullable());
     assert!(schema.field_with_name("last_recalled_at").is_ok());

@@ -66,6 +66,7 @@ fn row(
             speaker_id: None,
             speaker_name: None,
             source_ids: vec![],
+            about_ids: vec![],
             source_conversations: vec![],
         },
         vector,

@@ -309,6 +309,7 @@ async fn duplicate_ids_in_a_legacy_table_never_cross_scopes() {
                 speaker_id: None,
                 speaker_name: None,
                 source_ids: vec![],
+                about_ids: vec![],
                 source_conversations: vec![],
             };
             (record, v)

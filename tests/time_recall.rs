@@ -112,6 +112,7 @@ async fn seed(host: &PluginHost) {
                 speaker_id: None,
                 speaker_name: None,
                 source_ids: vec![],
+                about_ids: vec![],
                 source_conversations: vec![],
             };
             (record, vector)

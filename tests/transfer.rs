@@ -121,6 +121,7 @@ async fn source(dir: &Path) -> scopemem::host::PluginHost {
         speaker_id: None,
         speaker_name: None,
         source_ids: vec![],
+        about_ids: vec![],
         source_conversations: vec![],
     };
     let v = embedder()
@@ -223,6 +224,7 @@ async fn a_10k_row_round_trip_keeps_every_row_and_scope() {
                 speaker_id: (i % 5 == 0).then(|| format!("u-{}", i % 13)),
                 speaker_name: (i % 10 == 0).then(|| format!("成员{}", i % 13)),
                 source_ids: (0..i % 3).map(|s| format!("msg-{i}-{s}")).collect(),
+                about_ids: vec![],
                 source_conversations: vec![],
             };
             let vector: Vec<f32> = (0..384)

@@ -302,6 +302,7 @@ pub async fn dataset(e: &Arc<dyn Embedder>, n: usize) -> (PathBuf, Store) {
                         speaker_id: None,
                         speaker_name: None,
                         source_ids: vec![],
+                        about_ids: vec![],
                         source_conversations: vec![],
                     },
                     v,

@@ -20,7 +20,9 @@ use crate::host::{Fault, PluginError, PluginHost, Reply, Request};
 use crate::memory::consolidation::HostAnswer;
 use crate::memory::feedback::FeedbackRequest;
 use crate::memory::working::MessageEvent;
-use crate::memory::{BrowseRequest, ForgetRequest, RecallRequest, RememberRequest, UpdateRequest};
+use crate::memory::{
+    BrowseRequest, ForgetRequest, PersonRequest, RecallRequest, RememberRequest, UpdateRequest,
+};
 
 /// A JSON error response.
 pub struct ApiError {
@@ -135,6 +137,8 @@ pub fn router(host: Arc<PluginHost>) -> Router {
         .route("/v1/forget", post(forget))
         .route("/v1/memories/browse", post(browse))
         .route("/v1/memories/update", post(update))
+        .route("/v1/people/browse", post(people_browse))
+        .route("/v1/people/forget", post(people_forget))
         .route("/v1/scope_map", get(scope_map))
         .route("/v1/export", get(export))
         .route("/v1/events/llm_request", post(llm_request))
@@ -185,6 +189,18 @@ async fn forget(State(host): State<AppState>, Body(req): Body<ForgetRequest>) ->
 /// `{conversation_id, persona?, offset?, limit?}`: what that conversation can see, newest first.
 async fn browse(State(host): State<AppState>, Body(req): Body<BrowseRequest>) -> Answered {
     answer(&host, Request::Browse(req)).await
+}
+
+/// `POST /v1/people/browse` `{conversation_id, sender_id, offset?, limit?}`: what that chat
+/// may recall that the member said or that is about them, newest first.
+async fn people_browse(State(host): State<AppState>, Body(req): Body<PersonRequest>) -> Answered {
+    answer(&host, Request::PeopleBrowse(req)).await
+}
+
+/// `POST /v1/people/forget` `{conversation_id, sender_id}`: forget the member everywhere on
+/// the chat's platform.
+async fn people_forget(State(host): State<AppState>, Body(req): Body<PersonRequest>) -> Answered {
+    answer(&host, Request::PeopleForget(req)).await
 }
 
 /// `POST /v1/memories/update`: correct a memory the conversation may recall.

@@ -42,6 +42,7 @@ impl MemoryPlugin {
                 history: ev.history,
                 for_prompt: true,
                 counted: !ev.preview,
+                sender_id: ev.sender_id,
             })
             .await?;
         Ok(Injection {
@@ -113,6 +114,8 @@ impl Plugin for MemoryPlugin {
                 Request::Recall(req) => Reply::Recalled(Box::new(service.recall(req).await?)),
                 Request::Status => Reply::Status(Box::new(service.status().await?)),
                 Request::Browse(req) => Reply::Browsed(service.browse(req).await?),
+                Request::PeopleBrowse(req) => Reply::Browsed(service.browse_person(req).await?),
+                Request::PeopleForget(req) => Reply::Forgot(service.forget_person(req).await?),
                 Request::Update(req) => Reply::Updated(service.update(req).await?),
                 Request::ScopeMap => Reply::ScopeMap(service.scope_map()),
                 Request::Feedback(req) => Reply::Feedback(accept(service, req)?),

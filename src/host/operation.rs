@@ -16,7 +16,9 @@ use super::PluginError;
 use crate::memory::consolidation::HostAnswer;
 use crate::memory::feedback::{FeedbackRequest, NewMemory};
 use crate::memory::working::MessageEvent;
-use crate::memory::{BrowseRequest, ForgetRequest, RecallRequest, RememberRequest, UpdateRequest};
+use crate::memory::{
+    BrowseRequest, ForgetRequest, PersonRequest, RecallRequest, RememberRequest, UpdateRequest,
+};
 
 /// Declares [`Operation`], its name for each variant, and [`Operation::ALL`] from one list, so
 /// an operation cannot be left out of `ALL` (the host's route table and the memory plugin's
@@ -58,6 +60,8 @@ operations! {
     Browse => "browse",
     Update => "update",
     ScopeMap => "scope_map",
+    PeopleBrowse => "people_browse",
+    PeopleForget => "people_forget",
 }
 
 impl Operation {
@@ -87,6 +91,10 @@ pub enum Request {
     Browse(BrowseRequest),
     Update(UpdateRequest),
     ScopeMap,
+    /// What a chat may recall that one member said or that is about them.
+    PeopleBrowse(PersonRequest),
+    /// Forget one member everywhere on their platform.
+    PeopleForget(PersonRequest),
 }
 
 impl Request {
@@ -106,6 +114,8 @@ impl Request {
             Request::Browse(_) => Operation::Browse,
             Request::Update(_) => Operation::Update,
             Request::ScopeMap => Operation::ScopeMap,
+            Request::PeopleBrowse(_) => Operation::PeopleBrowse,
+            Request::PeopleForget(_) => Operation::PeopleForget,
         }
     }
 
@@ -133,6 +143,8 @@ impl Request {
             Operation::Browse => Request::Browse(body(payload)?),
             Operation::Update => Request::Update(body(payload)?),
             Operation::ScopeMap => Request::ScopeMap,
+            Operation::PeopleBrowse => Request::PeopleBrowse(body(payload)?),
+            Operation::PeopleForget => Request::PeopleForget(body(payload)?),
         })
     }
 }
@@ -171,6 +183,10 @@ pub struct LlmRequestEvent {
     /// but no prompt follows, so it does not count toward the threshold rule.
     #[serde(default)]
     pub preview: bool,
+    /// The asking member's sender id: a question in the first person lifts what they said and
+    /// what is about them (`memory::asker`).
+    #[serde(default)]
+    pub sender_id: Option<String>,
 }
 
 /// The reflection result: the feedback body without conversation or persona, which come

@@ -208,6 +208,7 @@ pub(crate) fn recall_request(ctx: CallContext, args: Value) -> Result<RecallRequ
         history: Vec::new(),
         for_prompt: false,
         counted: false,
+        sender_id: None,
     })
 }
 

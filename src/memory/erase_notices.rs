@@ -19,6 +19,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use super::intake::Job;
+use super::person::PersonKey;
 use crate::store::beside::{Beside, BesideError};
 
 /// How long a notice stays beside the table: as long as finished feedback outcomes stay, and
@@ -46,6 +47,9 @@ pub struct EraseNotice {
     /// The ids it deleted (at most [`MAX_NOTICE_IDS`]): planned merges that read one are void.
     #[serde(default)]
     pub ids: Vec<String>,
+    /// Set when the erase was a person's (their message jobs go too).
+    #[serde(default)]
+    pub person: Option<PersonKey>,
 }
 
 impl EraseNotice {
@@ -63,6 +67,7 @@ impl EraseNotice {
             conversation_id,
             scope,
             ids,
+            person: None,
         }
     }
 
@@ -71,6 +76,10 @@ impl EraseNotice {
     pub(crate) fn selects(&self, job: &Job) -> bool {
         self.conversation_id.as_deref() == Some(job.conversation_id())
             || self.scope.as_deref() == Some(job.scope())
+            || self.person.as_ref().is_some_and(|p| {
+                job.speaker_id()
+                    .is_some_and(|s| p.said(job.conversation_id(), s))
+            })
     }
 }
 

@@ -1,5 +1,6 @@
 //! The memory layer: remember, recall, redaction, and the one place scopes are derived.
 
+pub(crate) mod asker;
 pub mod consolidation;
 pub(crate) mod door;
 pub(crate) mod erase_generation;
@@ -11,6 +12,7 @@ pub mod intake;
 pub(crate) mod model;
 pub mod model_choice;
 pub(crate) mod new_memory;
+pub mod person;
 pub mod recall;
 pub(crate) use scopemem_core::redact;
 pub(crate) mod retention;

@@ -29,6 +29,9 @@ pub struct Memory {
     /// The working-memory messages a consolidated memory came from; absent when none.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub source_ids: Vec<String>,
+    /// The members it is about, by sender id; absent when none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub about_ids: Vec<String>,
 }
 
 impl From<MemoryRecord> for Memory {
@@ -52,6 +55,7 @@ impl From<MemoryRecord> for Memory {
             speaker_id: r.speaker_id,
             speaker_name: r.speaker_name,
             source_ids: r.source_ids,
+            about_ids: r.about_ids,
         }
     }
 }
@@ -94,6 +98,20 @@ pub enum RecallMode {
     Chained,
 }
 
+/// `POST /v1/people/browse` and `/v1/people/forget`: a member of the platform the conversation
+/// is on (`memory::person`), as the plugins send them; the conversation decides what a browse
+/// may read and names the platform, nothing else.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PersonRequest {
+    pub conversation_id: String,
+    pub sender_id: String,
+    #[serde(default)]
+    pub offset: Option<i64>,
+    #[serde(default)]
+    pub limit: Option<i64>,
+}
+
 /// `POST /v1/recall`.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -129,6 +147,10 @@ pub struct RecallRequest {
     /// query, which weighs most (`memory::turns`). At most `turns::MAX_TURNS`.
     #[serde(default)]
     pub history: Vec<super::turns::Turn>,
+    /// The asking member's sender id, as the plugins send it: a question in the first person
+    /// ("我对什么过敏？") lifts what they said and what is about them (`memory::asker`).
+    #[serde(default)]
+    pub sender_id: Option<String>,
     /// Set by the injection path (`on_llm_request`) only, never by a caller: the recent
     /// messages are chosen for a prompt (`working::shown`).
     #[serde(skip)]

@@ -16,6 +16,7 @@ mod consolidation;
 mod erase;
 use erase::EraseJobs;
 mod host_consolidation;
+mod people;
 mod prefetch;
 mod recall;
 mod remember;
@@ -183,13 +184,26 @@ impl Visibility {
         speakers: &super::speakers::SpeakerNames,
         query: &str,
     ) -> super::speakers::Person {
-        let scopes: Option<Vec<String>> = match (&self.rows.scopes, &self.messages.scopes) {
+        speakers.named_in(self.read_scopes().as_deref(), query)
+    }
+
+    /// The names the speaker `id` went by in the scopes this visibility reads.
+    pub(crate) fn names_of(
+        &self,
+        speakers: &super::speakers::SpeakerNames,
+        id: &str,
+    ) -> Vec<String> {
+        speakers.names_of(self.read_scopes().as_deref(), id)
+    }
+
+    /// Every scope this visibility reads in either tier (`None`: all, the rollback switch).
+    fn read_scopes(&self) -> Option<Vec<String>> {
+        match (&self.rows.scopes, &self.messages.scopes) {
             (Some(rows), Some(messages)) => {
                 Some(rows.names.iter().chain(&messages.names).cloned().collect())
             }
             _ => None,
-        };
-        speakers.named_in(scopes.as_deref(), query)
+        }
     }
 
     /// This visibility searching the message tier.

@@ -8,14 +8,17 @@
 //! A recall lifts a memory for that person (`service::recall`, `SPEAKER_BOOST`) when
 //! - it was said by one of the ids (the rename case), or under a name the question holds (what
 //!   the row itself says, so this holds after a restart too, before anyone spoke again);
-//! - or it is *about* the person: its text names one of their names ("张三的妈妈对花生过敏").
+//! - or it is *about* the person: its `about_ids` hold one of the ids (`door::about`), or its
+//!   text names one of their names ("张三的妈妈对花生过敏").
 //!
 //! A name counts from two characters; a Latin name only as a whole word ("Tom" is not in
 //! "Tomorrow"). Names are learned per scope and looked up only in the scopes the asking
 //! conversation may read, so a nickname in one group never resolves to a member of another.
 //! Bounded: [`PER_SCOPE`] (id, name) pairs per scope, the least recently said dropped first,
-//! and [`MAX_SCOPES`] scopes, the one heard from least recently dropped first. Kept in memory
-//! only: ids and names are what rows already hold, never message text.
+//! and [`MAX_SCOPES`] scopes, the one heard from least recently dropped first. Kept in memory:
+//! ids and names are what rows already hold, never message text, and at start-up the index is
+//! learned again from the table's rows ([`SpeakerNames::learn_rows`]), so a member renamed
+//! before a restart keeps both names.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Mutex;
@@ -80,6 +83,52 @@ impl SpeakerNames {
         pairs.push_back((id.to_owned(), name.to_owned()));
     }
 
+    /// Learn every (scope, id, name) the table's rows hold (`Store::speakers`); a pair this
+    /// process heard already keeps its place.
+    pub(crate) fn learn_rows(&self, rows: impl IntoIterator<Item = (String, String, String)>) {
+        for (scope, id, name) in rows {
+            let Ok(names) = self.scopes.lock() else {
+                return;
+            };
+            let known = names
+                .by_scope
+                .get(&scope)
+                .is_some_and(|(pairs, _)| pairs.iter().any(|(i, n)| *i == id && *n == name));
+            if known {
+                continue;
+            }
+            drop(names);
+            self.learn(&scope, &id, &name);
+        }
+    }
+
+    /// Forget every name `id` went by, in every scope (the person was forgotten).
+    pub(crate) fn forget_id(&self, id: &str) {
+        if let Ok(mut names) = self.scopes.lock() {
+            for (pairs, _) in names.by_scope.values_mut() {
+                pairs.retain(|(i, _)| i != id);
+            }
+        }
+    }
+
+    /// The names `id` went by in `scopes` (`None`: every scope), sorted.
+    pub(crate) fn names_of(&self, scopes: Option<&[String]>, id: &str) -> Vec<String> {
+        let Ok(names) = self.scopes.lock() else {
+            return Vec::new();
+        };
+        let mut all: Vec<String> = names
+            .by_scope
+            .iter()
+            .filter(|(s, _)| scopes.is_none_or(|set| set.iter().any(|x| x == *s)))
+            .flat_map(|(_, (pairs, _))| pairs.iter())
+            .filter(|(i, _)| i == id)
+            .map(|(_, name)| name.clone())
+            .collect();
+        all.sort();
+        all.dedup();
+        all
+    }
+
     /// The person `query` names, looked up in `scopes` (`None`: every scope, the rollback
     /// switch). Empty when it names nobody this process heard.
     pub(crate) fn named_in(&self, scopes: Option<&[String]>, query: &str) -> Person {
@@ -109,6 +158,18 @@ impl SpeakerNames {
 }
 
 impl Person {
+    /// This person and the member who asks a question in the first person (`memory::asker`):
+    /// their id and the names they went by.
+    pub(crate) fn with_asker(mut self, id: &str, names: Vec<String>) -> Person {
+        self.ids.insert(id.to_owned());
+        for name in names {
+            if !self.names.contains(&name) {
+                self.names.push(name);
+            }
+        }
+        self
+    }
+
     /// Whether a recall for a question naming this person (`query`) lifts `record`: said by
     /// them (by id, or under a name the question holds), or about them (a name of theirs in
     /// its text).
@@ -121,11 +182,12 @@ impl Person {
             .speaker_name
             .as_deref()
             .is_some_and(|name| name.chars().count() >= 2 && mentions(query, name));
+        let about_by_id = record.about_ids.iter().any(|id| self.ids.contains(id));
         let about = self
             .names
             .iter()
             .any(|name| mentions(&record.content, name));
-        said_by_id || said_as_named || about
+        said_by_id || said_as_named || about_by_id || about
     }
 }
 
@@ -188,6 +250,21 @@ mod tests {
         assert!(person.lifts(q, &row(None, "张三的妈妈对花生过敏")));
         // Someone else, about someone else: not.
         assert!(!person.lifts(q, &row(Some(("u-li", "李四")), "周日去钓鱼")));
+    }
+
+    #[test]
+    fn the_asker_of_a_first_person_question_is_lifted_by_id_and_by_name() {
+        let names = SpeakerNames::default();
+        names.learn("家人", "u-zhang", "张三");
+        names.learn("家人", "u-li", "李四");
+        let scopes = ["家人".to_string()];
+        assert_eq!(names.names_of(Some(&scopes), "u-zhang"), ["张三"]);
+        let q = "我对什么过敏来着？";
+        let asker = names.named_in(Some(&scopes), q);
+        let asker = asker.with_asker("u-zhang", names.names_of(Some(&scopes), "u-zhang"));
+        assert!(asker.lifts(q, &row(Some(("u-zhang", "张三")), "我对花生过敏")));
+        assert!(asker.lifts(q, &row(None, "张三对花生过敏")));
+        assert!(!asker.lifts(q, &row(Some(("u-li", "李四")), "我对海鲜过敏")));
     }
 
     #[test]

@@ -9,7 +9,7 @@ use serde::Deserialize;
 use super::MigrateError;
 use crate::store::schema::{item_field, timestamp_type, vector_type};
 
-const FILES: [(&str, &str); 5] = [
+const FILES: [(&str, &str); 6] = [
     (
         "0001_memories.json",
         include_str!("../../migrations/0001_memories.json"),
@@ -29,6 +29,10 @@ const FILES: [(&str, &str); 5] = [
     (
         "0005_source_conversations.json",
         include_str!("../../migrations/0005_source_conversations.json"),
+    ),
+    (
+        "0006_about.json",
+        include_str!("../../migrations/0006_about.json"),
     ),
 ];
 

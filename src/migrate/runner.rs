@@ -8,7 +8,7 @@ use serde::Serialize;
 use super::files::{self, schema_of, Op};
 use super::MigrateError;
 use crate::store::schema::{
-    COL_EXPIRES_AT, COL_LAST_RECALLED_AT, COL_MEMORY_SCOPE, COL_SCOPE_SOURCE,
+    COL_ABOUT_IDS, COL_EXPIRES_AT, COL_LAST_RECALLED_AT, COL_MEMORY_SCOPE, COL_SCOPE_SOURCE,
     COL_SOURCE_CONVERSATIONS, COL_SOURCE_IDS, COL_SPEAKER_ID, META_SCHEMA_VERSION,
 };
 
@@ -92,13 +92,15 @@ pub(crate) async fn current_version(table: &Table) -> Result<u32, MigrateError> 
             has(COL_MEMORY_SCOPE) && has(COL_SCOPE_SOURCE),
             has(COL_EXPIRES_AT) && has(COL_LAST_RECALLED_AT),
             has(COL_SPEAKER_ID) && has(COL_SOURCE_IDS),
+            has(COL_SOURCE_CONVERSATIONS) && has(COL_ABOUT_IDS),
             has(COL_SOURCE_CONVERSATIONS),
         ) {
-            (true, true, true, true) => 5,
-            (true, true, true, false) => 4,
-            (true, true, false, _) => 3,
-            (true, false, _, _) => 2,
-            (false, _, _, _) => 1,
+            (true, true, true, true, _) => 6,
+            (true, true, true, false, true) => 5,
+            (true, true, true, false, false) => 4,
+            (true, true, false, _, _) => 3,
+            (true, false, _, _, _) => 2,
+            (false, _, _, _, _) => 1,
         },
     )
 }

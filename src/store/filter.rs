@@ -19,8 +19,9 @@
 use chrono::{DateTime, SecondsFormat, Utc};
 
 use super::schema::{
-    COL_CONTENT, COL_CONVERSATION_ID, COL_CREATED_AT, COL_EXPIRES_AT, COL_ID, COL_MEMORY_SCOPE,
-    COL_MEMORY_TYPE, COL_SOURCE_CONVERSATIONS, MESSAGE_TYPE,
+    COL_ABOUT_IDS, COL_CONTENT, COL_CONVERSATION_ID, COL_CREATED_AT, COL_EXPIRES_AT, COL_ID,
+    COL_MEMORY_SCOPE, COL_MEMORY_TYPE, COL_SOURCE_CONVERSATIONS, COL_SOURCE_IDS, COL_SPEAKER_ID,
+    MESSAGE_TYPE,
 };
 
 /// Which rows a read may return.
@@ -92,6 +93,9 @@ pub struct Selection {
     /// Rows whose text holds this conversation's words: those it wrote, and those that name it
     /// among their `source_conversations` (what a forget of it erases).
     pub words_of: Option<String>,
+    /// Rows a person said or that are about them: `(platform, sender id)`, on conversations of
+    /// that platform (what their browse lists and their forget erases, issue 77).
+    pub person: Option<(String, String)>,
     /// Rows in these scopes (with legacy NULL rows when the set says so).
     pub scopes: Option<ScopeSet>,
 }
@@ -127,6 +131,15 @@ impl Selection {
         }
     }
 
+    /// The rows the member `sender_id` of `platform` said, or that are about them (their
+    /// `about_ids`), written in a conversation of that platform.
+    pub(crate) fn person(platform: &str, sender_id: &str) -> Selection {
+        Selection {
+            person: Some((platform.to_owned(), sender_id.to_owned())),
+            ..Selection::default()
+        }
+    }
+
     /// The rows of one scope.
     pub(crate) fn scope(scope: &str) -> Selection {
         Selection {
@@ -149,6 +162,12 @@ impl Selection {
         }
         if let Some(c) = &self.conversation {
             parts.push(format!("{COL_CONVERSATION_ID} = {}", sql_literal(c)));
+        }
+        if let Some((platform, id)) = &self.person {
+            let (prefix, id) = (sql_literal(&format!("{platform}:")), sql_literal(id));
+            parts.push(format!(
+                "({COL_SPEAKER_ID} = {id} OR array_has_any({COL_ABOUT_IDS}, make_array({id}))) AND starts_with({COL_CONVERSATION_ID}, {prefix})"
+            ));
         }
         if let Some(c) = &self.words_of {
             let c = sql_literal(c);
@@ -183,6 +202,21 @@ fn id_list_sql(ids: &[String]) -> String {
     }
     let listed: Vec<String> = ids.iter().map(|id| sql_literal(id)).collect();
     format!("{COL_ID} IN ({})", listed.join(", "))
+}
+
+/// The long-term memories made of any of `messages` (their `source_ids`), in chunks of at most
+/// 500 ids, each chunk one predicate.
+pub(crate) fn made_of(messages: &[String]) -> Vec<String> {
+    messages
+        .chunks(500)
+        .map(|chunk| {
+            let listed: Vec<String> = chunk.iter().map(|id| sql_literal(id)).collect();
+            format!(
+                "array_has_any({COL_SOURCE_IDS}, make_array({}))",
+                listed.join(", ")
+            )
+        })
+        .collect()
 }
 
 /// Rows the legacy backfill still has to scope: no scope, or a blank one.
@@ -355,6 +389,14 @@ mod tests {
         assert_eq!(
             Selection::conversation("it's:1").to_sql().as_deref(),
             Some("conversation_id = 'it''s:1'")
+        );
+        assert_eq!(
+            Selection::person("qq", "o'k").to_sql().as_deref(),
+            Some("(speaker_id = 'o''k' OR array_has_any(about_ids, make_array('o''k'))) AND starts_with(conversation_id, 'qq:')")
+        );
+        assert_eq!(
+            made_of(&["m1".into(), "m'2".into()]),
+            ["array_has_any(source_ids, make_array('m1', 'm''2'))"]
         );
         assert_eq!(
             Selection::words_of("it's:1").to_sql().as_deref(),

@@ -23,6 +23,7 @@ pub mod schema;
 pub(crate) mod scope_counts;
 pub mod search;
 pub(crate) mod shared_terms;
+pub(crate) mod speakers;
 pub(crate) mod strengths;
 #[cfg(test)]
 pub(crate) mod testing;
@@ -41,7 +42,7 @@ use crate::embed::ModelInfo;
 use commit::read_retrying;
 
 pub use commit::WriterSettings;
-pub(crate) use filter::target_still;
+pub(crate) use filter::{made_of, target_still};
 pub use filter::{sql_literal, timestamp_literal, RowFilter, ScopeSet, Selection, Tier, TimeRange};
 pub use fulltext::{FulltextSearch, KeywordHit, KeywordMatching, KeywordRequest};
 pub use index_state::IndexState;

@@ -59,6 +59,10 @@ pub struct MemoryRecord {
     /// erases the row. Empty: only the writer's words. Never shown to a caller.
     #[serde(default)]
     pub source_conversations: Vec<String>,
+    /// The members it is about, by sender id: its speaker for a first-person statement, and
+    /// the members its text names (design 5.13). Empty: nobody by id.
+    #[serde(default)]
+    pub about_ids: Vec<String>,
 }
 
 #[cfg(test)]
@@ -82,6 +86,7 @@ impl MemoryRecord {
             speaker_id: None,
             speaker_name: None,
             source_ids: vec![],
+            about_ids: vec![],
             source_conversations: vec![],
         }
     }
@@ -181,6 +186,7 @@ fn our_columns(
     let mut tags = ListBuilder::new(StringBuilder::new());
     let mut sources = ListBuilder::new(StringBuilder::new());
     let mut conversations = ListBuilder::new(StringBuilder::new());
+    let mut about = ListBuilder::new(StringBuilder::new());
     let mut flat = Vec::with_capacity(rows.len() * dimension);
     let mut created = Vec::with_capacity(rows.len());
     for (r, v) in rows {
@@ -203,6 +209,10 @@ fn our_columns(
             conversations.values().append_value(c);
         }
         conversations.append(!r.source_conversations.is_empty());
+        for id in &r.about_ids {
+            about.values().append_value(id);
+        }
+        about.append(!r.about_ids.is_empty());
         created.push(r.created_at.unwrap_or_else(Utc::now).timestamp_micros());
     }
     let vectors = FixedSizeListArray::try_new(
@@ -252,6 +262,7 @@ fn our_columns(
         (COL_SPEAKER_NAME, strings(|r| r.speaker_name.as_deref())),
         (COL_SOURCE_IDS, Arc::new(sources.finish())),
         (COL_SOURCE_CONVERSATIONS, Arc::new(conversations.finish())),
+        (COL_ABOUT_IDS, Arc::new(about.finish())),
     ])
 }
 
@@ -370,6 +381,8 @@ pub fn from_batch(batch: &RecordBatch) -> Vec<MemoryRecord> {
     let sources = sources.as_ref();
     let conversations = string_list_col(batch, COL_SOURCE_CONVERSATIONS);
     let conversations = conversations.as_ref();
+    let about = string_list_col(batch, COL_ABOUT_IDS);
+    let about = about.as_ref();
     let speaker_id = string_col(batch, COL_SPEAKER_ID);
     let speaker_name = string_col(batch, COL_SPEAKER_NAME);
     let (speaker_id, speaker_name) = (speaker_id.as_ref(), speaker_name.as_ref());
@@ -411,6 +424,7 @@ pub fn from_batch(batch: &RecordBatch) -> Vec<MemoryRecord> {
             speaker_name: opt_str(speaker_name, i),
             source_ids: list_value(sources, i),
             source_conversations: list_value(conversations, i),
+            about_ids: list_value(about, i),
         })
         .collect()
 }
@@ -496,6 +510,7 @@ mod tests {
             speaker_id: None,
             speaker_name: None,
             source_ids: vec![],
+            about_ids: vec![],
             source_conversations: vec![],
         }
     }

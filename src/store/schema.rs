@@ -6,8 +6,8 @@ use lancedb::arrow::arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit}
 
 /// Schema version written by this build; v1 is the legacy table without scope columns, v2 added
 /// the scope columns, v3 the life-cycle columns, v4 the speaker and provenance columns, v5 the
-/// conversations whose words a memory holds.
-pub const SCHEMA_VERSION: u32 = 5;
+/// conversations whose words a memory holds, v6 the members it is about.
+pub const SCHEMA_VERSION: u32 = 6;
 
 /// Table-config keys (Lance manifest config) where we record what the table holds, so a
 /// restart with another embedding model fails loudly instead of mixing vector spaces.
@@ -49,6 +49,10 @@ pub const COL_SOURCE_IDS: &str = "source_ids";
 /// (`conversation_id`): a pass's UPDATE, a restatement heard in two chats of a scope, a merge.
 /// A forget of any of them erases the memory (design 5.13, section 9).
 pub const COL_SOURCE_CONVERSATIONS: &str = "source_conversations";
+/// The members a memory is about, by sender id (design 5.13): its speaker for a first-person
+/// statement, and the members its text names. What a person's browse lists and their forget
+/// erases.
+pub const COL_ABOUT_IDS: &str = "about_ids";
 
 /// The `memory_type` of a working-memory message (design 5.13): a row of the same table, so
 /// scope, expiry, erasure and export hold for it as for any memory, but never a type a caller
@@ -62,7 +66,7 @@ pub const BOT_TAG: &str = "bot";
 pub const REPLY_TAG: &str = "reply";
 
 /// Every column except the vector: what recall reads back (vectors are never shipped out).
-pub const RECORD_COLUMNS: [&str; 17] = [
+pub const RECORD_COLUMNS: [&str; 18] = [
     COL_ID,
     COL_CONTENT,
     COL_REASONING,
@@ -80,6 +84,7 @@ pub const RECORD_COLUMNS: [&str; 17] = [
     COL_SPEAKER_NAME,
     COL_SOURCE_IDS,
     COL_SOURCE_CONVERSATIONS,
+    COL_ABOUT_IDS,
 ];
 
 /// The list item field lancedb uses for tags and vectors.
@@ -95,7 +100,7 @@ pub(crate) fn timestamp_type() -> DataType {
     DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()))
 }
 
-/// The current (v5) schema for a model of `dimension`.
+/// The current (v6) schema for a model of `dimension`.
 pub fn memories_schema(dimension: usize) -> SchemaRef {
     Arc::new(Schema::new(vec![
         Field::new(COL_ID, DataType::Utf8, false),
@@ -121,6 +126,11 @@ pub fn memories_schema(dimension: usize) -> SchemaRef {
         ),
         Field::new(
             COL_SOURCE_CONVERSATIONS,
+            DataType::List(item_field(DataType::Utf8)),
+            true,
+        ),
+        Field::new(
+            COL_ABOUT_IDS,
             DataType::List(item_field(DataType::Utf8)),
             true,
         ),

@@ -51,6 +51,7 @@ pub(crate) fn row(i: usize, scope: &str) -> (MemoryRecord, Vec<f32>) {
             speaker_id: None,
             speaker_name: None,
             source_ids: vec![],
+            about_ids: vec![],
             source_conversations: vec![],
         },
         vector(i),

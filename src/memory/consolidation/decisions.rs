@@ -2,8 +2,9 @@
 //!
 //! The answer is untrusted text from a model that read untrusted messages. It is accepted only
 //! as `{"decisions": [...]}` where each decision is exactly `{"action": "ADD", "content",
-//! "source_ids"}`, `{"action": "UPDATE", "id", "content", "source_ids"}` or `{"action":
-//! "NONE"}`: a decision with any other field (a `scope`, a `memory_scope`, a `conversation_id`)
+//! "source_ids", "about"?}`, `{"action": "UPDATE", "id", "content", "source_ids", "about"?}` or
+//! `{"action": "NONE"}` (`about`: the speaker ids of the members the fact is about, each one
+//! a member whose message the pass showed): a decision with any other field (a `scope`, a `memory_scope`, a `conversation_id`)
 //! is refused whole, an UPDATE may only name a memory the pass showed, and its sources only
 //! messages it showed. Nothing here can say where a memory goes: what a decision may write is
 //! the door's to decide (`memory::door`), and the prompt only tells the model which shown
@@ -22,8 +23,8 @@ pub const MAX_DECISIONS: usize = 20;
 pub const SYSTEM: &str = "You keep the long-term memory of a chat. You get the chat's recent \
 messages and the memories already stored that are nearest to them, as JSON. Decide what the \
 messages add to the memory, and answer with JSON only, of this form:\n\
-{\"decisions\": [{\"action\": \"ADD\", \"content\": \"<fact>\", \"source_ids\": [\"<message id>\"]}, \
-{\"action\": \"UPDATE\", \"id\": \"<memory id>\", \"content\": \"<corrected fact>\", \"source_ids\": [\"<message id>\"]}, \
+{\"decisions\": [{\"action\": \"ADD\", \"content\": \"<fact>\", \"source_ids\": [\"<message id>\"], \"about\": [\"<speaker_id>\"]}, \
+{\"action\": \"UPDATE\", \"id\": \"<memory id>\", \"content\": \"<corrected fact>\", \"source_ids\": [\"<message id>\"], \"about\": [\"<speaker_id>\"]}, \
 {\"action\": \"NONE\"}]}\n\
 Rules:\n\
 - ADD a fact worth remembering for weeks (people, preferences, allergies, plans, dates, \
@@ -41,6 +42,8 @@ agrees with, naming who said it (\"李四也吃素\"), never the reply's own wor
 - Resolve relative dates and times (today, 明天, next Friday, 下周三) to absolute dates from \
 the message's sent_at, e.g. \"明天\" said on 2026-11-27 becomes 2026-11-28.\n\
 - source_ids lists the ids of the messages the fact comes from; every ADD and UPDATE needs it.\n\
+- about lists the speaker_id of each member the fact is about (the speaker of \"我对花生过敏\", \
+the member a fact names), from the messages shown; leave it out when it is about nobody there.\n\
 - A message with \"role\": \"bot\" is the bot's own earlier reply: it may be wrong or made up. \
 Never ADD or UPDATE a fact that only the bot said; a fact's source_ids must include a member's \
 message.\n\
@@ -104,12 +107,15 @@ pub enum Decision {
         content: String,
         /// Shown messages only, at least one.
         source_ids: Vec<String>,
+        /// Speaker ids of shown members' messages.
+        about: Vec<String>,
     },
     Update {
         /// A shown memory.
         id: String,
         content: String,
         source_ids: Vec<String>,
+        about: Vec<String>,
     },
 }
 
@@ -135,6 +141,8 @@ struct RawDecision {
     content: Option<String>,
     #[serde(default)]
     source_ids: Option<Vec<String>>,
+    #[serde(default)]
+    about: Option<Vec<String>>,
 }
 
 /// The JSON object in `answer` (a model may wrap it in a code fence or a sentence).
@@ -190,12 +198,23 @@ fn check(raw: &Value, shown: &Shown) -> Result<Option<Decision>, &'static str> {
     if !sources.is_empty() && sources.iter().all(by_bot) {
         return Err("a fact only the bot said");
     }
+    let about = raw.about.clone().unwrap_or_default();
+    let a_member = |id: &String| {
+        shown
+            .messages
+            .iter()
+            .any(|m| m.role == MEMBER && &m.speaker_id == id)
+    };
+    if !about.iter().all(a_member) {
+        return Err("about names someone the pass did not show");
+    }
     match raw.action.to_ascii_uppercase().as_str() {
         "NONE" => Ok(None),
         "ADD" if sources.is_empty() => Err("an ADD without source messages"),
         "ADD" => Ok(Some(Decision::Add {
             content: content()?,
             source_ids: sources,
+            about,
         })),
         "UPDATE" => {
             let id = raw.id.clone().unwrap_or_default();
@@ -206,6 +225,7 @@ fn check(raw: &Value, shown: &Shown) -> Result<Option<Decision>, &'static str> {
                 id,
                 content: content()?,
                 source_ids: sources,
+                about,
             }))
         }
         _ => Err("unknown action"),
@@ -254,12 +274,14 @@ mod tests {
             vec![
                 Decision::Add {
                     content: "张三的妈妈对花生过敏".into(),
-                    source_ids: vec!["m1".into()]
+                    source_ids: vec!["m1".into()],
+                    about: vec![],
                 },
                 Decision::Update {
                     id: "k1".into(),
                     content: "妈妈对花生过敏，不是海鲜".into(),
-                    source_ids: vec![]
+                    source_ids: vec![],
+                    about: vec![],
                 },
             ]
         );
@@ -282,7 +304,27 @@ mod tests {
             p.decisions,
             vec![Decision::Add {
                 content: "张三的妈妈对花生过敏".into(),
-                source_ids: vec!["m1".into(), "b1".into()]
+                source_ids: vec!["m1".into(), "b1".into()],
+                about: vec![],
+            }]
+        );
+    }
+
+    #[test]
+    fn about_may_name_only_members_the_pass_showed() {
+        let answer = r#"{"decisions": [
+            {"action": "ADD", "content": "张三的妈妈对花生过敏", "source_ids": ["m1"], "about": ["u1"]},
+            {"action": "ADD", "content": "X", "source_ids": ["m1"], "about": ["bot"]},
+            {"action": "ADD", "content": "X", "source_ids": ["m1"], "about": ["u-stranger"]}
+        ]}"#;
+        let p = parse(answer, &shown()).unwrap();
+        assert_eq!(p.refused, 2, "{p:?}");
+        assert_eq!(
+            p.decisions,
+            vec![Decision::Add {
+                content: "张三的妈妈对花生过敏".into(),
+                source_ids: vec!["m1".into()],
+                about: vec!["u1".into()],
             }]
         );
     }

@@ -13,7 +13,8 @@
 //!   member messages of the row's scope, still stored, none forgotten (`door::sources`);
 //! - the row keeps its scope, conversation, creation time and type, and gains the sources and
 //!   the conversations whose words it now holds (`source_ids`, `source_conversations`), so a
-//!   forget of the changer's conversation erases it;
+//!   forget of the changer's conversation erases it, and the members its new text is about
+//!   (`about_ids`);
 //! - the new text is validated and redacted like a remember's and embedded again; the
 //!   replacement is one merge on the id, conditioned on the row still reading what was read,
 //!   and the old row is erased as a forget erases it (its fragment rewritten, older versions
@@ -22,11 +23,13 @@
 
 use chrono::{DateTime, Utc};
 
+use super::about::about;
 use super::admitted::Admitted;
 use super::{derived_id, sources, Forgotten, Refusal, Refusals, Writer};
 use crate::embed::Embedder;
 use crate::memory::erase_lock::EraseLock;
 use crate::memory::new_memory::{NewMemory, ValidMemory};
+use crate::memory::speakers::SpeakerNames;
 use crate::memory::{embed_passage, MemoryError};
 use crate::scope::ConversationId;
 use crate::store::{target_still, MemoryRecord, ScopeSet, Store};
@@ -51,6 +54,8 @@ pub(crate) struct Change {
     pub(crate) writable: ScopeSet,
     /// The messages the new text comes from (the pass's; none for a correction).
     pub(crate) source_ids: Vec<String>,
+    /// The members the pass says the new text is about (checked against what it showed).
+    pub(crate) about: Vec<String>,
 }
 
 /// What became of a change.
@@ -73,6 +78,7 @@ pub(crate) struct Changer<'a> {
     pub(crate) embedder: &'a dyn Embedder,
     pub(crate) forgotten: &'a Forgotten,
     pub(crate) refusals: &'a Refusals,
+    pub(crate) speakers: &'a SpeakerNames,
 }
 
 impl Changer<'_> {
@@ -171,6 +177,18 @@ impl Changer<'_> {
         let changer = change.conversation.as_str();
         if text_changed && old.conversation_id.as_deref() != Some(changer) {
             add_all(&mut new.source_conversations, [changer.to_string()]);
+        }
+        if text_changed {
+            let scope = new.memory_scope.clone().unwrap_or_default();
+            let speaker = new.speaker_id.clone();
+            let about = about(
+                self.speakers,
+                &scope,
+                speaker.as_deref(),
+                &new.content,
+                &change.about,
+            );
+            add_all(&mut new.about_ids, about);
         }
         Ok(Ok(Admitted::new(change.writer, new)))
     }

@@ -16,7 +16,8 @@
 //!   (the host's answers minutes later) worked on the messages erased them, and the fact with
 //!   them; a forget that comes during the write waits for it and erases what it wrote;
 //! - it records the conversations its messages were said in besides its own
-//!   (`source_conversations`), so a forget of any of them erases it;
+//!   (`source_conversations`), so a forget of any of them erases it, and the members it is
+//!   about (`about_ids`, `door::about`);
 //! - its text is redacted again (the rules a message was redacted with may have grown);
 //! - one copy of a fact (`door::repetition`): a fact already stored is reinforced;
 //! - a fact a rule without an LLM made lives `retention.rule_made_ttl_days` unless recalled
@@ -24,6 +25,7 @@
 
 use chrono::{DateTime, Utc};
 
+use super::about::about;
 use super::admitted::Admitted;
 use super::{derived_id, sources, Forgotten, Refusal, Refusals, Repetitions, Writer};
 use crate::embed::Embedder;
@@ -32,6 +34,7 @@ use crate::memory::model::Remembered;
 use crate::memory::new_memory::DEFAULT_STRENGTH;
 use crate::memory::redact::redact;
 use crate::memory::retention::{Retention, RECALLED_AGAIN_REASONING, RULE_MADE_REASONINGS};
+use crate::memory::speakers::SpeakerNames;
 use crate::memory::{embed_passage, MemoryError};
 use crate::scope::{derive_chat_scope, ConversationId, ScopeResolver};
 use crate::store::schema::MESSAGE_TYPE;
@@ -53,6 +56,9 @@ pub(crate) struct Consolidated {
     pub(crate) speaker_name: Option<String>,
     pub(crate) said_at: Option<DateTime<Utc>>,
     pub(crate) source_ids: Vec<String>,
+    /// The members the pass says it is about (checked against the members it showed); the door
+    /// adds the speaker of a first-person fact and the members it names (`door::about`).
+    pub(crate) about: Vec<String>,
 }
 
 impl Consolidated {
@@ -77,6 +83,7 @@ impl Consolidated {
             speaker_name: message.speaker_name,
             said_at: message.created_at,
             source_ids: vec![message.id],
+            about: vec![],
         }))
     }
 }
@@ -112,6 +119,8 @@ pub(crate) struct FactWriter<'a> {
     pub(crate) retention: &'a Retention,
     pub(crate) forgotten: &'a Forgotten,
     pub(crate) refusals: &'a Refusals,
+    /// The names the scope's members went by, for who a fact is about.
+    pub(crate) speakers: &'a SpeakerNames,
 }
 
 impl FactWriter<'_> {
@@ -200,6 +209,13 @@ impl FactWriter<'_> {
             Err(why) => return Ok(Err(why)),
         };
         let vector = embed_passage(self.embedder, &content).await?;
+        let about = about(
+            self.speakers,
+            scope.scope.as_str(),
+            fact.speaker_id.as_deref(),
+            &content,
+            &fact.about,
+        );
         let now = Utc::now();
         let record = MemoryRecord {
             id: fact_id.unwrap_or_else(|| uuid::Uuid::now_v7().to_string()),
@@ -218,6 +234,7 @@ impl FactWriter<'_> {
             speaker_id: fact.speaker_id,
             speaker_name: fact.speaker_name,
             source_ids: fact.source_ids,
+            about_ids: about,
             source_conversations: said_in.besides(conversation.as_str()),
         };
         Ok(Ok((Admitted::new(writer, record), vector)))

@@ -21,6 +21,7 @@
 //! - [`admitted`]: the admitted row, and the writes that take it;
 //! - [`sources`]: a fact's sources: member messages of the fact's scope, all still stored,
 //!   none forgotten, and the conversations they were said in;
+//! - [`about`]: the members a fact is about, by id;
 //! - [`forgotten`]: facts a forget by id erased and the messages they were made of, kept
 //!   beside the table (ids and hashes, never words) so no rule lifts them again, in any
 //!   process, after any restart;
@@ -28,6 +29,7 @@
 //! - [`change`]: a memory's text changed (a correction, the LLM pass's UPDATE);
 //! - [`repetition`]: one copy of a fact: a fact stored already is reinforced, not repeated.
 
+mod about;
 mod admitted;
 mod change;
 mod fact;

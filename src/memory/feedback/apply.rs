@@ -215,6 +215,7 @@ pub(crate) fn new_memory_record(job: &FeedbackJob, m: &NewMemoryJob) -> Admitted
         speaker_id: None,
         speaker_name: None,
         source_ids: vec![],
+        about_ids: vec![],
         source_conversations: vec![],
     };
     Admitted::reflected(&job.conversation_id, &job.scope, job.scope_source, draft)
@@ -240,6 +241,7 @@ pub(crate) fn merged_record(job: &FeedbackJob, m: &MergePlan) -> Result<Admitted
         speaker_id: None,
         speaker_name: None,
         source_ids: vec![],
+        about_ids: vec![],
         source_conversations: m.source_conversations.clone(),
     };
     Admitted::merged(&job.conversation_id, &job.scope, job.scope_source, draft)

@@ -106,6 +106,14 @@ impl Job {
     }
 
     /// The stored row id of its message, if it is one.
+    /// Who said a message job's message (`None` for a reflection).
+    pub(crate) fn speaker_id(&self) -> Option<&str> {
+        match self {
+            Job::Message(m) => Some(&m.message.speaker_id),
+            Job::Reflection(_) => None,
+        }
+    }
+
     pub(crate) fn message_id(&self) -> Option<&str> {
         match self {
             Job::Message(m) => Some(&m.message.id),

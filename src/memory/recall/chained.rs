@@ -84,6 +84,7 @@ mod tests {
                 speaker_id: None,
                 speaker_name: None,
                 source_ids: vec![],
+                about_ids: vec![],
             },
             score,
         }

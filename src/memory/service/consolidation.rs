@@ -185,8 +185,9 @@ impl MemoryService {
             Decision::Add {
                 content,
                 source_ids,
+                about,
             } => {
-                let fact = pass_fact(conversation, said_in, shown, content, source_ids);
+                let fact = pass_fact(conversation, said_in, shown, content, source_ids, about);
                 match self.facts().write(Writer::Pass, fact).await? {
                     Written::Fact(_) => outcome.added += 1,
                     Written::Refused(_) => outcome.refused += 1,
@@ -196,6 +197,7 @@ impl MemoryService {
                 id,
                 content,
                 source_ids,
+                about,
             } => {
                 let map = self.scopes.snapshot();
                 let change = Change {
@@ -208,6 +210,7 @@ impl MemoryService {
                     expires_at: None,
                     visible: self.visibility(conversation, None).to_sql(),
                     source_ids: source_ids.clone(),
+                    about: about.clone(),
                 };
                 match self.changer().change(change).await? {
                     Changed::Done { memory, began } => {
@@ -217,7 +220,8 @@ impl MemoryService {
                     // A memory the pass may only read stays as it was; the new text becomes a
                     // fact of the chat's own scope, under an ADD's rules (design section 2).
                     Changed::Refused(Refusal::ReadOnly) => {
-                        let fact = pass_fact(conversation, said_in, shown, content, source_ids);
+                        let fact =
+                            pass_fact(conversation, said_in, shown, content, source_ids, about);
                         match self.facts().write(Writer::Pass, fact).await? {
                             Written::Fact(_) => {
                                 Counters::bump(&self.consolidator.counters.updates_added, 1);
@@ -330,6 +334,7 @@ fn pass_fact(
     shown: &Shown,
     content: String,
     source_ids: Vec<String>,
+    about: Vec<String>,
 ) -> Consolidated {
     let first = source_ids.first().and_then(|id| shown.message(id));
     let said_at = source_ids
@@ -345,6 +350,7 @@ fn pass_fact(
         speaker_name: first.map(|m| m.speaker.clone()).filter(|n| !n.is_empty()),
         said_at,
         source_ids,
+        about,
     }
 }
 

@@ -19,6 +19,7 @@ use super::super::model::ForgetOutcome;
 use super::super::MemoryError;
 use super::MemoryService;
 use crate::memory::door::derived_id;
+use crate::memory::person::PersonKey;
 use crate::store::schema::MESSAGE_TYPE;
 use crate::store::Selection;
 use crate::store::StoreError;
@@ -40,6 +41,8 @@ pub(crate) struct EraseJobs {
     /// A forget by id: the long-term memories it erases, and the messages they were made of,
     /// are recorded as forgotten first (`door::forgotten`), so no rule writes them again.
     pub(crate) forgets_facts: bool,
+    /// Every message job of this person (here and, through the notice, in every process).
+    pub(crate) person: Option<PersonKey>,
 }
 
 impl EraseJobs {
@@ -53,6 +56,13 @@ impl EraseJobs {
     pub(crate) fn of_scope(s: String) -> EraseJobs {
         EraseJobs {
             scope: Some(s),
+            ..EraseJobs::default()
+        }
+    }
+
+    pub(crate) fn of_person(person: PersonKey) -> EraseJobs {
+        EraseJobs {
+            person: Some(person),
             ..EraseJobs::default()
         }
     }
@@ -90,7 +100,8 @@ impl MemoryService {
         self.remove_orphans(erased_ids.iter().cloned().collect())
             .await?;
         let (conversation_id, scope) = (jobs.conversation.clone(), jobs.scope.clone());
-        let notice = EraseNotice::new(began, predicate, conversation_id, scope, erased_ids);
+        let mut notice = EraseNotice::new(began, predicate, conversation_id, scope, erased_ids);
+        notice.person = jobs.person.clone();
         let mut erased: HashSet<&str> = notice.ids.iter().map(String::as_str).collect();
         erased.extend(jobs.messages.iter().map(String::as_str));
         self.working.forget_statements(&erased);
@@ -109,7 +120,8 @@ impl MemoryService {
                 })
         })?;
         drop(paused);
-        let selects_jobs = notice.conversation_id.is_some() || notice.scope.is_some();
+        let selects_jobs =
+            notice.conversation_id.is_some() || notice.scope.is_some() || notice.person.is_some();
         if report.deleted > 0 || selects_jobs {
             // The rows are gone; without the notice another process's journal keeps its copy.
             self.erase_notices.publish(&notice).await.map_err(|e| {

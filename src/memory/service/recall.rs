@@ -105,6 +105,26 @@ fn recall_limit(cfg: &RecallConfig, req: &RecallRequest) -> Result<usize, Memory
 const DISTINCT_SPARE: usize = 3;
 
 impl MemoryService {
+    /// The person `query` names (`memory::speakers`), with the asking member when the question
+    /// is in the first person and the request says who asks (`memory::asker`).
+    fn person_asked_about(
+        &self,
+        req: &RecallRequest,
+        visible: &super::Visibility,
+        query: &str,
+    ) -> Result<Person, MemoryError> {
+        let person = visible.named(&self.speakers, query);
+        let asker = crate::memory::asker::sender(req.sender_id.as_deref())
+            .map_err(|e| invalid("sender_id", e))?;
+        Ok(match asker {
+            Some(id) if crate::memory::asker::in_first_person(query) => {
+                let names = visible.names_of(&self.speakers, &id);
+                person.with_asker(&id, names)
+            }
+            _ => person,
+        })
+    }
+
     pub(super) fn ranking(&self) -> recall::ranking::Ranking {
         recall::ranking::Ranking::from_config(&self.settings.recall)
     }
@@ -132,7 +152,7 @@ impl MemoryService {
         let visible = self.visibility(&conversation, req.persona.as_deref());
         let asked = Asked { req: &req, query };
         let mut searched = self.search_visible(&asked, limit, 0, &visible).await?;
-        let person = visible.named(&self.speakers, query);
+        let person = self.person_asked_about(&req, &visible, query)?;
         let mut ranked =
             self.rank_and_select(&req, limit, searched.search, searched.found, &person);
         // A fact said twice gave up a slot: search once more, deeper, for the next one. (The

@@ -71,6 +71,7 @@ impl MemoryService {
             speaker_id: None,
             speaker_name: None,
             source_ids: vec![],
+            about_ids: vec![],
             source_conversations: vec![],
         };
         let Some(mut admitted) =

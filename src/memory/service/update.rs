@@ -56,6 +56,7 @@ impl MemoryService {
             expires_at,
             visible: visible.to_sql(),
             source_ids: vec![],
+            about: vec![],
         };
         match self.changer().change(change).await? {
             Changed::Done { memory, began } => {

@@ -92,6 +92,15 @@ impl MemoryService {
             &config.storage.table_name,
             feedback.instance(),
         );
+        // The names the members went by, from the rows (`memory::speakers`): a rename before
+        // a restart still joins the two names.
+        let speakers = crate::memory::speakers::SpeakerNames::default();
+        match store.speakers().await {
+            Ok(rows) => speakers.learn_rows(rows),
+            Err(e) => {
+                tracing::warn!(error = %e, "could not read the speakers' names from the table; they are learned from new messages")
+            }
+        }
         // From the moment the service opens: a process that never runs the backfill still
         // closes its gate when another one finishes it.
         tokio::spawn(BackfillHandle::follow_checkpoint(Arc::downgrade(&backfill)));
@@ -116,7 +125,7 @@ impl MemoryService {
             touches: std::sync::OnceLock::new(),
             degraded_recalls: AtomicU64::new(0),
             calibration,
-            speakers: Default::default(),
+            speakers,
             working: crate::memory::working::WorkingMemory::new(chrono::Duration::minutes(
                 i64::from(config.working_memory.reply_context_minutes),
             )),

@@ -209,6 +209,7 @@ impl MemoryService {
             retention: &self.settings.retention,
             forgotten: &self.forgotten,
             refusals: &self.refusals,
+            speakers: &self.speakers,
         }
     }
 
@@ -221,6 +222,7 @@ impl MemoryService {
             embedder: self.embedder.as_ref(),
             forgotten: &self.forgotten,
             refusals: &self.refusals,
+            speakers: &self.speakers,
         }
     }
 }

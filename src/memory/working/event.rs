@@ -190,6 +190,7 @@ impl MessageJob {
             speaker_id: Some(self.speaker_id.clone()),
             speaker_name: self.speaker_name.clone(),
             source_ids: vec![],
+            about_ids: vec![],
             source_conversations: vec![],
         }
     }

@@ -45,6 +45,7 @@ impl WorkingMemory {
             speaker_name: first.speaker_name,
             said_at: first.created_at,
             source_ids: sources.clone(),
+            about: vec![],
         };
         match facts.write(Writer::Rule, fact).await? {
             Written::Fact(written) => {

@@ -106,6 +106,7 @@ mod tests {
                 speaker_id: Some("u".into()),
                 speaker_name: None,
                 source_ids: vec![],
+                about_ids: vec![],
             },
             score,
         }
