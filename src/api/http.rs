@@ -21,7 +21,8 @@ use crate::memory::consolidation::HostAnswer;
 use crate::memory::feedback::FeedbackRequest;
 use crate::memory::working::MessageEvent;
 use crate::memory::{
-    BrowseRequest, ForgetRequest, PersonRequest, RecallRequest, RememberRequest, UpdateRequest,
+    BrowseRequest, ForgetRequest, PeopleRequest, PersonRequest, RecallRequest, RememberRequest,
+    UpdateRequest,
 };
 
 /// A JSON error response.
@@ -137,6 +138,7 @@ pub fn router(host: Arc<PluginHost>) -> Router {
         .route("/v1/forget", post(forget))
         .route("/v1/memories/browse", post(browse))
         .route("/v1/memories/update", post(update))
+        .route("/v1/people", post(people_list))
         .route("/v1/people/browse", post(people_browse))
         .route("/v1/people/forget", post(people_forget))
         .route("/v1/scope_map", get(scope_map))
@@ -189,6 +191,12 @@ async fn forget(State(host): State<AppState>, Body(req): Body<ForgetRequest>) ->
 /// `{conversation_id, persona?, offset?, limit?}`: what that conversation can see, newest first.
 async fn browse(State(host): State<AppState>, Body(req): Body<BrowseRequest>) -> Answered {
     answer(&host, Request::Browse(req)).await
+}
+
+/// `POST /v1/people` `{conversation_id}`: the members whose rows that chat may read, with the
+/// names they went by and how many rows they said and are about.
+async fn people_list(State(host): State<AppState>, Body(req): Body<PeopleRequest>) -> Answered {
+    answer(&host, Request::PeopleList(req)).await
 }
 
 /// `POST /v1/people/browse` `{conversation_id, sender_id, offset?, limit?}`: what that chat

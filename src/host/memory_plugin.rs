@@ -114,6 +114,7 @@ impl Plugin for MemoryPlugin {
                 Request::Recall(req) => Reply::Recalled(Box::new(service.recall(req).await?)),
                 Request::Status => Reply::Status(Box::new(service.status().await?)),
                 Request::Browse(req) => Reply::Browsed(service.browse(req).await?),
+                Request::PeopleList(req) => Reply::People(service.people_of(req).await?),
                 Request::PeopleBrowse(req) => Reply::Browsed(service.browse_person(req).await?),
                 Request::PeopleForget(req) => Reply::Forgot(service.forget_person(req).await?),
                 Request::Update(req) => Reply::Updated(service.update(req).await?),

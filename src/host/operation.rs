@@ -17,7 +17,8 @@ use crate::memory::consolidation::HostAnswer;
 use crate::memory::feedback::{FeedbackRequest, NewMemory};
 use crate::memory::working::MessageEvent;
 use crate::memory::{
-    BrowseRequest, ForgetRequest, PersonRequest, RecallRequest, RememberRequest, UpdateRequest,
+    BrowseRequest, ForgetRequest, PeopleRequest, PersonRequest, RecallRequest, RememberRequest,
+    UpdateRequest,
 };
 
 /// Declares [`Operation`], its name for each variant, and [`Operation::ALL`] from one list, so
@@ -60,6 +61,7 @@ operations! {
     Browse => "browse",
     Update => "update",
     ScopeMap => "scope_map",
+    PeopleList => "people_list",
     PeopleBrowse => "people_browse",
     PeopleForget => "people_forget",
 }
@@ -91,6 +93,8 @@ pub enum Request {
     Browse(BrowseRequest),
     Update(UpdateRequest),
     ScopeMap,
+    /// The members whose rows a chat may read, with counts.
+    PeopleList(PeopleRequest),
     /// What a chat may recall that one member said or that is about them.
     PeopleBrowse(PersonRequest),
     /// Forget one member everywhere on their platform.
@@ -114,6 +118,7 @@ impl Request {
             Request::Browse(_) => Operation::Browse,
             Request::Update(_) => Operation::Update,
             Request::ScopeMap => Operation::ScopeMap,
+            Request::PeopleList(_) => Operation::PeopleList,
             Request::PeopleBrowse(_) => Operation::PeopleBrowse,
             Request::PeopleForget(_) => Operation::PeopleForget,
         }
@@ -143,6 +148,7 @@ impl Request {
             Operation::Browse => Request::Browse(body(payload)?),
             Operation::Update => Request::Update(body(payload)?),
             Operation::ScopeMap => Request::ScopeMap,
+            Operation::PeopleList => Request::PeopleList(body(payload)?),
             Operation::PeopleBrowse => Request::PeopleBrowse(body(payload)?),
             Operation::PeopleForget => Request::PeopleForget(body(payload)?),
         })

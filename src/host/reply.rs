@@ -10,7 +10,7 @@ use crate::memory::feedback::JobOutcome;
 use crate::memory::service::HostPassOutcome;
 use crate::memory::working::MessageOutcome;
 use crate::memory::{
-    BrowseResponse, ForgetOutcome, Memory, RecallResponse, Remembered, Status, Updated,
+    BrowseResponse, ForgetOutcome, Memory, PeopleList, RecallResponse, Remembered, Status, Updated,
 };
 use crate::scope::MapView;
 
@@ -32,6 +32,7 @@ pub enum Reply {
     Message(MessageReply),
     ConsolidationPass(NextPass),
     ConsolidationAnswered(HostPassOutcome),
+    People(PeopleList),
 }
 
 impl Reply {

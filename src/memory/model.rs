@@ -112,6 +112,44 @@ pub struct PersonRequest {
     pub limit: Option<i64>,
 }
 
+/// `POST /v1/people`: the members a conversation may read rows of.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PeopleRequest {
+    pub conversation_id: String,
+}
+
+/// One member in [`PeopleList`].
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct PersonSeen {
+    pub sender_id: String,
+    /// The names they went by in the rows, in the order first seen.
+    pub names: Vec<String>,
+    /// Rows they said (messages and memories).
+    pub said: usize,
+    /// Long-term memories about them.
+    pub about: usize,
+}
+
+impl PersonSeen {
+    pub(crate) fn new(sender_id: String) -> PersonSeen {
+        PersonSeen {
+            sender_id,
+            names: Vec::new(),
+            said: 0,
+            about: 0,
+        }
+    }
+}
+
+/// What `POST /v1/people` answers.
+#[derive(Debug, Clone, Serialize)]
+pub struct PeopleList {
+    pub memory_scope: String,
+    pub platform: String,
+    pub people: Vec<PersonSeen>,
+}
+
 /// `POST /v1/recall`.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -51,6 +51,25 @@ pub struct Person {
     pub names: Vec<String>,
 }
 
+/// Whether `text` speaks of its speaker alone, in the first person singular (我 but not 我们,
+/// I, my, me): "我对海鲜过敏" said by 李四 is about 李四.
+fn of_its_speaker(text: &str) -> bool {
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '我' && chars.peek() != Some(&'们') {
+            return true;
+        }
+    }
+    text.to_lowercase()
+        .split(|c: char| !(c.is_alphanumeric() || c == '\''))
+        .any(|w| {
+            matches!(
+                w,
+                "i" | "me" | "my" | "mine" | "myself" | "i'm" | "i've" | "i'll" | "i'd"
+            )
+        })
+}
+
 impl SpeakerNames {
     /// `id` spoke as `name` in `scope`.
     pub(crate) fn learn(&self, scope: &str, id: &str, name: &str) {
@@ -170,6 +189,31 @@ impl Person {
         self
     }
 
+    /// Whether `record` is about someone other than this person, for a question about them
+    /// (the asker of a first-person question, or members it names): a memory whose
+    /// `about_ids` name others only, or a first-person statement of another speaker that names
+    /// none of this person's names. "我对海鲜过敏" by 李四 answers nothing 张三 asks about
+    /// himself ("我对什么过敏来着？"), and shown beside his own line it read as his answer: a
+    /// recall about a person leaves such rows out. Nobody asked about: nothing is left out.
+    pub(crate) fn about_someone_else(&self, record: &MemoryRecord) -> bool {
+        if self.ids.is_empty() {
+            return false;
+        }
+        if record
+            .speaker_id
+            .as_deref()
+            .is_some_and(|id| self.ids.contains(id))
+        {
+            return false;
+        }
+        if !record.about_ids.is_empty() {
+            return !record.about_ids.iter().any(|id| self.ids.contains(id));
+        }
+        record.speaker_id.is_some()
+            && of_its_speaker(&record.content)
+            && !self.names.iter().any(|n| mentions(&record.content, n))
+    }
+
     /// Whether a recall for a question naming this person (`query`) lifts `record`: said by
     /// them (by id, or under a name the question holds), or about them (a name of theirs in
     /// its text).
@@ -265,6 +309,30 @@ mod tests {
         assert!(asker.lifts(q, &row(Some(("u-zhang", "张三")), "我对花生过敏")));
         assert!(asker.lifts(q, &row(None, "张三对花生过敏")));
         assert!(!asker.lifts(q, &row(Some(("u-li", "李四")), "我对海鲜过敏")));
+    }
+
+    #[test]
+    fn a_question_about_a_person_leaves_out_what_is_about_someone_else() {
+        let asker = Person::default().with_asker("u-zhang", vec!["张三".into()]);
+        let about = |ids: &[&str], r: MemoryRecord| MemoryRecord {
+            about_ids: ids.iter().map(|s| s.to_string()).collect(),
+            ..r
+        };
+        // Another member's first-person line, as a message or a memory about them: out.
+        assert!(asker.about_someone_else(&row(Some(("u-li", "李四")), "我对海鲜过敏")));
+        let li = about(&["u-li"], row(Some(("u-li", "李四")), "我对海鲜过敏"));
+        assert!(asker.about_someone_else(&li));
+        // His own, about him, naming him, or about nobody in particular: kept.
+        assert!(!asker.about_someone_else(&row(Some(("u-zhang", "张三")), "我对花生过敏")));
+        let named = about(&["u-zhang"], row(Some(("u-li", "李四")), "张三对芒果过敏"));
+        assert!(!asker.about_someone_else(&named));
+        assert!(!asker.about_someone_else(&row(Some(("u-li", "李四")), "我跟张三周六去爬山")));
+        assert!(!asker.about_someone_else(&row(Some(("u-li", "李四")), "我们周六聚餐")));
+        assert!(!asker.about_someone_else(&row(None, "周六聚餐改到晚上")));
+        assert!(
+            !Person::default().about_someone_else(&li),
+            "nobody asked about"
+        );
     }
 
     #[test]

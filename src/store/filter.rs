@@ -96,6 +96,8 @@ pub struct Selection {
     /// Rows a person said or that are about them: `(platform, sender id)`, on conversations of
     /// that platform (what their browse lists and their forget erases, issue 77).
     pub person: Option<(String, String)>,
+    /// Rows written in a conversation of this platform (the conversation id's first part).
+    pub platform: Option<String>,
     /// Rows in these scopes (with legacy NULL rows when the set says so).
     pub scopes: Option<ScopeSet>,
 }
@@ -140,6 +142,14 @@ impl Selection {
         }
     }
 
+    /// The rows written in a conversation of `platform`.
+    pub(crate) fn platform(platform: &str) -> Selection {
+        Selection {
+            platform: Some(platform.to_owned()),
+            ..Selection::default()
+        }
+    }
+
     /// The rows of one scope.
     pub(crate) fn scope(scope: &str) -> Selection {
         Selection {
@@ -168,6 +178,10 @@ impl Selection {
             parts.push(format!(
                 "({COL_SPEAKER_ID} = {id} OR array_has_any({COL_ABOUT_IDS}, make_array({id}))) AND starts_with({COL_CONVERSATION_ID}, {prefix})"
             ));
+        }
+        if let Some(platform) = &self.platform {
+            let prefix = sql_literal(&format!("{platform}:"));
+            parts.push(format!("starts_with({COL_CONVERSATION_ID}, {prefix})"));
         }
         if let Some(c) = &self.words_of {
             let c = sql_literal(c);

@@ -14,10 +14,37 @@ use lancedb::arrow::arrow_array::{Array, StringArray};
 use lancedb::query::{ExecutableQuery, QueryBase, Select};
 
 use super::commit::read_retrying;
-use super::schema::{COL_MEMORY_SCOPE, COL_SPEAKER_ID, COL_SPEAKER_NAME};
-use super::{Store, StoreError};
+use super::record::from_batch;
+use super::schema::{COL_ABOUT_IDS, COL_MEMORY_SCOPE, COL_SPEAKER_ID, COL_SPEAKER_NAME, COL_TAGS};
+use super::{MemoryRecord, Store, StoreError};
 
 impl Store {
+    /// The rows matching `predicate` with only who said them and who they are about (speaker
+    /// id and name, `about_ids`, tags; every other field empty): what a list of a chat's people
+    /// counts, without reading any text.
+    pub(crate) async fn whose(&self, predicate: &str) -> Result<Vec<MemoryRecord>, StoreError> {
+        read_retrying(self.table(), || async {
+            let mut stream = self
+                .table()
+                .query()
+                .only_if(predicate)
+                .select(Select::columns(&[
+                    COL_SPEAKER_ID,
+                    COL_SPEAKER_NAME,
+                    COL_ABOUT_IDS,
+                    COL_TAGS,
+                ]))
+                .execute()
+                .await?;
+            let mut rows = Vec::new();
+            while let Some(batch) = stream.try_next().await? {
+                rows.extend(from_batch(&batch));
+            }
+            Ok(rows)
+        })
+        .await
+    }
+
     /// Every distinct (scope, speaker id, speaker name) the rows hold, rows without a scope,
     /// an id or a name left out.
     pub(crate) async fn speakers(&self) -> Result<BTreeSet<(String, String, String)>, StoreError> {

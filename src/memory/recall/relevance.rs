@@ -116,6 +116,17 @@ impl Relevance {
         self.chat_z <= MESSAGES_MAX_CHAT_Z
     }
 
+    /// For a question about a person the service knows by id (the asker of a first-person
+    /// question, a member it names), in the working memory's tier: the best line is the best
+    /// of that person's few, as inside a time window ([`WINDOW_GATE_MARGIN`]), unless it reads
+    /// as chat ([`NAMED_MAX_CHAT_Z`]). On `make bench-people`'s family group, "我现在在哪上班？"
+    /// measured a `memory_z` of 6.26 and a `chat_z` of 2.19, over the working memory's 2.0, and
+    /// was held back; first-person small talk ("我好累啊", "我饿了") sits at a `chat_z` of 7.5.
+    /// Figures in docs/benchmarks.md (`make bench-people`).
+    pub(crate) fn asks_about_a_person(&self) -> bool {
+        self.margin() >= WINDOW_GATE_MARGIN && self.chat_z <= NAMED_MAX_CHAT_Z
+    }
+
     /// For a message whose time words name a window that holds memories (`memory_z` measured
     /// within it): the words already say it asks about that time.
     pub(crate) fn asks_about_a_time(&self) -> bool {
@@ -126,6 +137,22 @@ impl Relevance {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_question_about_a_known_person_asks_with_a_smaller_margin_but_never_as_chat() {
+        // "我现在在哪上班？" from its asker, and "我好累啊", as e5 measured them on
+        // `make bench-people`'s family group.
+        let about_self = Relevance {
+            memory_z: 6.26,
+            chat_z: 2.19,
+        };
+        assert!(!about_self.asks_for_messages(false) && about_self.asks_about_a_person());
+        let tired = Relevance {
+            memory_z: 2.64,
+            chat_z: 7.68,
+        };
+        assert!(!tired.asks_about_a_person());
+    }
 
     #[test]
     fn a_long_question_near_a_chat_line_still_asks_for_messages() {

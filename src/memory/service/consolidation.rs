@@ -292,6 +292,7 @@ impl MemoryService {
         let asked = Asked {
             req: &req,
             query: req.query.trim(),
+            about_person: false,
         };
         let searched = self
             .search_visible(&asked, MEMORIES_SHOWN, 0, &visible)

@@ -7,6 +7,8 @@
 //! person (GDPR articles 15 and 17 are about persons, not chats). A person is the platform and
 //! the sender id (`memory::person`).
 //!
+//! - **List** (`POST /v1/people`, the AstrBot page's people view): the members a chat may read
+//!   rows of, with their names and how many rows they said and are about (no text).
 //! - **Browse** (`POST /v1/people/browse`, `/scopemem me`): the rows this conversation may read
 //!   (both tiers, the recall rule as always) that the person said or that are about them
 //!   (`about_ids`), newest first, with ids.
@@ -20,9 +22,14 @@
 
 use super::erase::EraseJobs;
 use super::{conversation, invalid, MemoryService, BROWSE_DEFAULT_LIMIT};
-use crate::memory::model::{BrowseResponse, ForgetOutcome, Memory, PersonRequest};
+use std::collections::BTreeMap;
+
+use crate::memory::model::{
+    BrowseResponse, ForgetOutcome, Memory, PeopleList, PeopleRequest, PersonRequest, PersonSeen,
+};
 use crate::memory::person::PersonKey;
 use crate::memory::MemoryError;
+use crate::store::schema::BOT_TAG;
 use crate::store::schema::MESSAGE_TYPE;
 use crate::store::{made_of, Selection};
 
@@ -62,6 +69,55 @@ impl MemoryService {
             offset: offset as usize,
             limit: limit as usize,
             memories: page.rows.into_iter().map(Memory::from).collect(),
+        })
+    }
+
+    /// The members of `conversation`'s platform in what it may read (both tiers): each with the
+    /// names they went by there, how many rows they said and how many are about them (the
+    /// bot's own replies are no member). Most rows first.
+    pub(crate) async fn people_of(&self, req: PeopleRequest) -> Result<PeopleList, MemoryError> {
+        let conversation = conversation(&req.conversation_id)?;
+        self.caught_up_with_erasures().await?;
+        let platform = crate::memory::person::platform_of(&conversation).to_string();
+        let visible = self.visibility(&conversation, None);
+        let of_platform = Selection::platform(&platform).rows_sql();
+        let predicate = match visible.to_sql() {
+            Some(v) => format!("({v}) AND ({of_platform})"),
+            None => of_platform,
+        };
+        let mut people: BTreeMap<String, PersonSeen> = BTreeMap::new();
+        for row in self.store.whose(&predicate).await? {
+            if row.tags.iter().any(|t| t == BOT_TAG) {
+                continue;
+            }
+            if let Some(id) = row.speaker_id.clone() {
+                let seen = people
+                    .entry(id.clone())
+                    .or_insert_with(|| PersonSeen::new(id));
+                seen.said += 1;
+                if let Some(name) = row.speaker_name.filter(|n| !n.is_empty()) {
+                    if !seen.names.contains(&name) {
+                        seen.names.push(name);
+                    }
+                }
+            }
+            for id in row.about_ids {
+                people
+                    .entry(id.clone())
+                    .or_insert_with(|| PersonSeen::new(id))
+                    .about += 1;
+            }
+        }
+        let mut people: Vec<PersonSeen> = people.into_values().collect();
+        people.sort_by(|a, b| {
+            (b.said + b.about)
+                .cmp(&(a.said + a.about))
+                .then(a.sender_id.cmp(&b.sender_id))
+        });
+        Ok(PeopleList {
+            memory_scope: visible.memory_scope,
+            platform,
+            people,
         })
     }
 

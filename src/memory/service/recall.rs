@@ -35,6 +35,9 @@ pub(super) struct Selected {
 pub(super) struct Asked<'a> {
     pub(super) req: &'a RecallRequest,
     pub(super) query: &'a str,
+    /// The question is about a person the service knows by id (`speakers::Person`): the
+    /// working memory's tier holds it to the looser chat bound, as it does a long message.
+    pub(super) about_person: bool,
 }
 
 /// What a recall's search stage found, and how it ran.
@@ -100,6 +103,12 @@ fn recall_limit(cfg: &RecallConfig, req: &RecallRequest) -> Result<usize, Memory
     Ok(limit as usize)
 }
 
+/// Candidates searched beyond the limit when a question is about a person the service knows by
+/// id (the asker of a first-person question, a member it names), in either tier: in a group
+/// where every member stated a fact of the same kind, the nearest 18 messages to "我对什么过敏
+/// 来着？" held the asker's own line about one time in three.
+pub(super) const PERSON_POOL: usize = 48;
+
 /// Candidates searched beyond the limit and the merged ones, when facts said twice gave up
 /// slots (`memory::distinct`).
 const DISTINCT_SPARE: usize = 3;
@@ -150,9 +159,19 @@ impl MemoryService {
 
         // Long-term memories here; the working memory's messages are their own tier below.
         let visible = self.visibility(&conversation, req.persona.as_deref());
-        let asked = Asked { req: &req, query };
-        let mut searched = self.search_visible(&asked, limit, 0, &visible).await?;
         let person = self.person_asked_about(&req, &visible, query)?;
+        let asked = Asked {
+            req: &req,
+            query,
+            about_person: !person.ids.is_empty(),
+        };
+        // A question about a person searches deeper: their line is lifted only if it is among
+        // the candidates, and their fellow members' lines of the same kind crowd it out.
+        let deeper = match person.ids.is_empty() {
+            true => 0,
+            false => PERSON_POOL,
+        };
+        let mut searched = self.search_visible(&asked, limit, deeper, &visible).await?;
         let mut ranked =
             self.rank_and_select(&req, limit, searched.search, searched.found, &person);
         // A fact said twice gave up a slot: search once more, deeper, for the next one. (The
@@ -161,7 +180,7 @@ impl MemoryService {
             && ranked.memories.len() < limit
             && req.mode == RecallMode::Comprehensive
         {
-            let extra = ranked.merged + DISTINCT_SPARE;
+            let extra = ranked.merged + DISTINCT_SPARE + deeper;
             searched = self.search_visible(&asked, limit, extra, &visible).await?;
             ranked = self.rank_and_select(&req, limit, searched.search, searched.found, &person);
         }
@@ -314,7 +333,7 @@ impl MemoryService {
                 text,
                 &fit,
                 found.vector.as_ref(),
-                (in_window, named, tier, asks),
+                (in_window, named, tier, asks, asked.about_person),
             )
         } else {
             None
@@ -336,10 +355,10 @@ impl MemoryService {
     fn pool_size(&self, mode: RecallMode, limit: usize, extra: usize) -> usize {
         match mode {
             // Strength can lift a candidate past closer ones: rank a wider pool.
-            RecallMode::Comprehensive if self.ranking().weighs_strength() => limit * 4,
-            // Deeper (`extra`) after a fact said twice gave up a slot.
+            RecallMode::Comprehensive if self.ranking().weighs_strength() => limit * 4 + extra,
+            // Deeper (`extra`) after a fact said twice gave up a slot, or for a person.
             RecallMode::Comprehensive => limit + extra,
-            RecallMode::Chained => self.settings.recall.pool_size.max(1).max(limit),
+            RecallMode::Chained => self.settings.recall.pool_size.max(1).max(limit) + extra,
         }
     }
 
@@ -395,6 +414,7 @@ impl MemoryService {
         let mut ranked: Vec<Ranked> = found
             .candidates
             .into_iter()
+            .filter(|c| !person.about_someone_else(&c.record))
             .map(|c| Ranked {
                 hit: ScoredMemory {
                     score: ranking.score(c.relevance, &c.record, now)
@@ -446,7 +466,7 @@ impl MemoryService {
         query: &str,
         fit: &crate::embed::calibration::ScriptFit,
         vector: Option<&recall::hybrid::VectorEvidence>,
-        (in_window, named, tier, asking): (bool, bool, Option<Tier>, bool),
+        (in_window, named, tier, asking, about_person): (bool, bool, Option<Tier>, bool, bool),
     ) -> Option<&'static str> {
         let measured = self.calibration.get()?;
         let vector = vector?;
@@ -473,8 +493,16 @@ impl MemoryService {
             (true, _) => relevance.asks_about_a_time(),
             // The chat's words answer a question or a request, not a remark: raw chat holds
             // the near twin of every remark ("今天降温了" for "今天好冷啊，大家多穿点衣服").
+            // A question about a person the service knows ("我现在在哪上班？" from its asker)
+            // asks for that person's lines (`asks_about_a_person`): in a group where every
+            // member states facts of the same kinds, such questions sit near chat (2.2 for that
+            // one), while first-person small talk ("我好累啊", "我饿了") sits at 7.5.
+            (false, Some(Tier::Messages)) if about_person => {
+                asking && relevance.asks_about_a_person()
+            }
             (false, Some(Tier::Messages)) => {
-                asking && relevance.asks_for_messages(!crate::memory::working::is_short(query))
+                let long = !crate::memory::working::is_short(query);
+                asking && relevance.asks_for_messages(long)
             }
             (false, _) => relevance.asks_for_memory(),
         };

@@ -147,9 +147,14 @@ impl MemoryService {
         let asked = Asked {
             req: &req,
             query: asked.query,
+            about_person: asked.about_person,
         };
         let pool = limit * working::CANDIDATES_PER_SHOWN;
-        let searched = self.search_visible(&asked, pool, 0, &messages).await?;
+        let deeper = match person.ids.is_empty() {
+            true => 0,
+            false => super::recall::PERSON_POOL,
+        };
+        let searched = self.search_visible(&asked, pool, deeper, &messages).await?;
         if searched.gated.is_some() {
             return Ok(Vec::new());
         }
