@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use axum::extract::State;
 use axum::Json;
+use chrono::Utc;
 use common::{FAMILY, WORK};
 use scopemem::config::Config;
 use scopemem::host::PluginHost;
@@ -410,5 +411,104 @@ async fn a_forget_while_the_hosts_llm_answers_leaves_no_fact_of_the_erased_messa
     assert_eq!(r["refused"], 1, "{r}");
     let rows = common::all_rows(&host).await;
     assert!(rows.is_empty(), "{rows:?}");
+    host.shutdown().await;
+}
+
+/// What the passes may spend (issue 78): a chat nobody mapped and whose members never addressed
+/// the bot gets no pass, until one does; the day's passes stop once `daily_tokens` are spent
+/// (the provider's count when the host reports one), and `/v1/status` shows the day's tokens
+/// and chats.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn passes_go_to_chats_that_addressed_the_bot_and_stop_at_the_days_tokens() {
+    const LOBBY: &str = "default:GroupMessage:55555";
+    let dir = tempfile::tempdir().unwrap();
+    let host = host_passes_host(
+        dir.path(),
+        json!({"every_messages": 1, "daily_tokens": 6000}),
+    )
+    .await;
+    let next = || host.invoke("consolidation_next", Value::Null);
+    let take = |chat: &'static str| {
+        let next = &next;
+        async move {
+            common::until_some(Duration::from_secs(120), || async {
+                let r = next().await.unwrap();
+                (r["pass"]["conversation_id"] == chat)
+                    .then(|| r["pass"]["pass_id"].as_str().unwrap().to_string())
+            })
+            .await
+        }
+    };
+    let none = json!({"decisions": [{"action": "NONE"}]}).to_string();
+    // The unmapped lobby chats among itself: no pass, while the mapped family's comes.
+    say(
+        &host,
+        LOBBY,
+        ("u-a", "阿强"),
+        "周末去不去爬山",
+        &Utc::now().to_rfc3339(),
+    )
+    .await;
+    say(
+        &host,
+        FAMILY,
+        ("u-zhang", "张三"),
+        "我妈妈对花生过敏",
+        &Utc::now().to_rfc3339(),
+    )
+    .await;
+    let family = take(FAMILY).await.expect("the mapped chat gets its pass");
+    let r = host
+        .invoke(
+            "consolidation_answer",
+            json!({"pass_id": family, "answer": none, "usage": {"total_tokens": 1000}}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r["applied"], true, "{r}");
+    common::embedded_messages(&host).await;
+    assert_eq!(
+        next().await.unwrap(),
+        json!({"pass": null}),
+        "the lobby never addressed the bot"
+    );
+    // A member asks the bot: from now on the lobby gets passes.
+    let ask = json!({"conversation_id": LOBBY, "sender_id": "u-a", "sender_name": "阿强",
+                     "text": "@小助手 周末天气怎么样", "to_bot": true});
+    host.invoke("on_message", ask).await.unwrap();
+    let lobby = take(LOBBY)
+        .await
+        .expect("the lobby's pass, once it addressed the bot");
+    // The host's provider reports what the call spent: past the day's 6,000 tokens.
+    host.invoke("consolidation_answer", json!({"pass_id": lobby, "answer": none, "usage": {"prompt_tokens": 5000, "completion_tokens": 200}}))
+        .await
+        .unwrap();
+    let budget = host.memory().consolidation_status().budget;
+    assert_eq!(
+        (
+            budget.tokens_today,
+            budget.passes_today,
+            budget.chats_today,
+            budget.spent
+        ),
+        (6200, 2, 2, true),
+        "{budget:?}"
+    );
+    say(
+        &host,
+        FAMILY,
+        ("u-zhang", "张三"),
+        "下周三我去上海出差",
+        &Utc::now().to_rfc3339(),
+    )
+    .await;
+    common::embedded_messages(&host).await;
+    for _ in 0..3 {
+        assert_eq!(
+            next().await.unwrap(),
+            json!({"pass": null}),
+            "the day's tokens are spent"
+        );
+    }
     host.shutdown().await;
 }

@@ -583,7 +583,9 @@ async fn hostile_answers_to_real_passes_write_no_words_where_they_may_not_be_rea
         json!({
             "embedding": {"provider": "auto"},
             "conversation_scope_map": map,
-            "consolidation": {"every_messages": 1, "quiet_minutes": 1000, "retry_secs": 1},
+            // Every chat gets passes here, though most never address the bot.
+            "consolidation": {"every_messages": 1, "quiet_minutes": 1000, "retry_secs": 1,
+                              "active_days": 0},
         }),
     )
     .await;

@@ -414,14 +414,35 @@ fn render_door(out: &mut String, host: &PluginHost) {
             "scopemem_writes_refused_total{{reason=\"{reason}\"}} {n}"
         );
     }
+    let consolidation = memory.consolidation_status();
     scalars(
         out,
-        &[(
-            "scopemem_consolidation_updates_added_total",
-            Some("UPDATEs of a memory the pass may only read, written as an ADD of the chat's scope."),
-            "counter",
-            memory.consolidation_status().updates_added.to_string(),
-        )],
+        &[
+            (
+                "scopemem_consolidation_updates_added_total",
+                Some("UPDATEs of a memory the pass may only read, written as an ADD of the chat's scope."),
+                "counter",
+                consolidation.updates_added.to_string(),
+            ),
+            (
+                "scopemem_consolidation_tokens_total",
+                Some("LLM tokens the consolidation passes spent (the provider's count, else estimated)."),
+                "counter",
+                consolidation.budget.tokens_total.to_string(),
+            ),
+            (
+                "scopemem_consolidation_tokens_today",
+                Some("LLM tokens spent today, against consolidation.daily_tokens."),
+                "gauge",
+                consolidation.budget.tokens_today.to_string(),
+            ),
+            (
+                "scopemem_consolidation_chats_today",
+                Some("Chats whose consolidation passes ran today."),
+                "gauge",
+                consolidation.budget.chats_today.to_string(),
+            ),
+        ],
     );
 }
 

@@ -169,6 +169,15 @@ pub async fn get_json(client: &reqwest::Client, url: &str) -> Value {
     client.get(url).send().await.unwrap().json().await.unwrap()
 }
 
+/// Until every message the host accepted has its vector (5 minutes at most).
+pub async fn embedded_messages(host: &PluginHost) {
+    let done = eventually(Duration::from_secs(300), || {
+        host.memory().working_status().waiting == 0
+    })
+    .await;
+    assert!(done, "{:?}", host.memory().working_status());
+}
+
 pub async fn rows(host: &PluginHost) -> usize {
     host.memory().store().count(None).await.expect("count rows")
 }

@@ -59,7 +59,13 @@ impl ChatClient {
     }
 
     /// The assistant's answer to `system` + `user`, at temperature 0.
-    pub(crate) async fn complete(&self, system: &str, user: &str) -> Result<String, ChatError> {
+    /// The model's answer to `user` under `system`, with the tokens the provider says it spent
+    /// (`usage`), when it says.
+    pub(crate) async fn complete(
+        &self,
+        system: &str,
+        user: &str,
+    ) -> Result<(String, Option<super::budget::Usage>), ChatError> {
         let body = json!({
             "model": self.model,
             "temperature": 0,
@@ -78,10 +84,12 @@ impl ChatClient {
             return Err(ChatError::Status(status.as_u16()));
         }
         let answer: Value = response.json().await.map_err(sent_error)?;
-        answer["choices"][0]["message"]["content"]
+        let usage = serde_json::from_value(answer["usage"].clone()).ok();
+        let text = answer["choices"][0]["message"]["content"]
             .as_str()
             .map(str::to_owned)
-            .ok_or(ChatError::NoText)
+            .ok_or(ChatError::NoText)?;
+        Ok((text, usage))
     }
 }
 

@@ -57,6 +57,10 @@ pub struct HostAnswer {
     /// Set instead of `answer` when the host's model failed: the pass is given up.
     #[serde(default)]
     pub error: Option<String>,
+    /// The tokens the host's provider reports the call spent (`budget::Usage`); estimated from
+    /// the prompt and the answer when absent.
+    #[serde(default)]
+    pub usage: Option<super::budget::Usage>,
 }
 
 /// Passes handed to a host and not answered yet, by pass id.

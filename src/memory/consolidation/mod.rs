@@ -5,7 +5,8 @@
 //! - [`triggers`]: which conversations are due;
 //! - [`chat`]: the one HTTP call;
 //! - [`decisions`]: the prompt, and the answer parsed and checked against what was sent;
-//! - [`host_passes`]: passes the host's own LLM answers (a plugin relays prompt and answer).
+//! - [`host_passes`]: passes the host's own LLM answers (a plugin relays prompt and answer);
+//! - [`budget`]: which chats get passes, and the tokens a day may spend.
 //!
 //! The messages and the answer are untrusted. The answer cannot name a scope (a decision with
 //! any field beyond its own is refused), an UPDATE may only name a memory the pass showed it,
@@ -14,6 +15,7 @@
 //! scope, member sources still stored, redaction, one copy of a fact, and a forget that
 //! reaches what it wrote. Malformed answers are dropped and counted.
 
+pub mod budget;
 pub mod chat;
 pub mod decisions;
 pub mod host_passes;
@@ -81,6 +83,8 @@ pub struct ConsolidationStatus {
     pub failed: u64,
     /// Conversations waiting out a failed or malformed pass (`consolidation.retry_secs`).
     pub backing_off: triggers::BackingOff,
+    /// The day's tokens and chats (`consolidation.daily_tokens`).
+    pub budget: budget::BudgetStatus,
 }
 
 impl Counters {
@@ -92,6 +96,7 @@ impl Counters {
         &self,
         llm: bool,
         backing_off: triggers::BackingOff,
+        budget: budget::BudgetStatus,
     ) -> ConsolidationStatus {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
         ConsolidationStatus {
@@ -104,6 +109,7 @@ impl Counters {
             malformed: get(&self.malformed),
             failed: get(&self.failed),
             backing_off,
+            budget,
         }
     }
 }
@@ -118,11 +124,17 @@ pub struct Consolidator {
     pub counters: Counters,
     /// Passes handed to the host's LLM, waiting for its answer.
     pub host: HostPasses,
+    /// Which chats get passes (`consolidation.active_days`).
+    pub active: budget::Active,
+    /// What the day's passes may spend (`consolidation.daily_tokens`).
+    pub budget: budget::Budget,
 }
 
 impl Consolidator {
+    /// The consolidator of `c`; `zone`: where a day ends for the budget.
     pub(crate) fn from_config(
         c: &crate::config::ConsolidationConfig,
+        zone: chrono_tz::Tz,
     ) -> Result<Consolidator, ChatError> {
         Ok(Consolidator {
             client: ChatClient::from_config(c)?,
@@ -130,11 +142,16 @@ impl Consolidator {
             triggers: Triggers::new(Duration::from_secs(c.retry_secs)),
             counters: Counters::default(),
             host: HostPasses::default(),
+            active: budget::Active::new(Duration::from_secs(c.active_days.saturating_mul(86_400))),
+            budget: budget::Budget::new(c.daily_tokens, zone),
         })
     }
 
     pub(crate) fn status(&self) -> ConsolidationStatus {
-        self.counters
-            .status(self.client.is_some(), self.triggers.backing_off())
+        self.counters.status(
+            self.client.is_some(),
+            self.triggers.backing_off(),
+            self.budget.status(),
+        )
     }
 }

@@ -70,21 +70,23 @@ impl Triggers {
         }
     }
 
-    /// Conversations due now (at most `limit`), each marked running, with the time its
-    /// messages are read from.
+    /// Conversations due now (at most `limit`) among those `admitted` (`budget::Active`),
+    /// each marked running, with the time its messages are read from.
     pub(crate) fn due(
         &self,
         every: usize,
         quiet: Duration,
         limit: usize,
+        admitted: &dyn Fn(&str) -> bool,
     ) -> Vec<(String, Option<DateTime<Utc>>)> {
         let Ok(mut c) = self.conversations.lock() else {
             return Vec::new();
         };
         let now = Instant::now();
         c.iter_mut()
-            .filter(|(_, s)| {
-                !s.running
+            .filter(|(id, s)| {
+                admitted(id)
+                    && !s.running
                     && s.new_messages > 0
                     && s.retry_at.is_none_or(|at| at <= now)
                     && (s.new_messages >= every || s.last_message.elapsed() >= quiet)
@@ -178,14 +180,17 @@ mod tests {
         t.message("a");
         t.message("b");
         let long = Duration::from_secs(3600);
-        let due = t.due(2, long, usize::MAX);
+        let due = t.due(2, long, usize::MAX, &|_| true);
         assert_eq!(due.len(), 1);
         assert_eq!(due[0].0, "a");
-        assert!(t.due(2, long, usize::MAX).is_empty(), "a pass is running");
+        assert!(
+            t.due(2, long, usize::MAX, &|_| true).is_empty(),
+            "a pass is running"
+        );
         let until = Utc::now();
         t.finished("a", 2, Some(until));
-        assert!(t.due(2, long, usize::MAX).is_empty());
-        let quiet = t.due(2, Duration::ZERO, 1);
+        assert!(t.due(2, long, usize::MAX, &|_| true).is_empty());
+        let quiet = t.due(2, Duration::ZERO, 1, &|_| true);
         assert_eq!(quiet.len(), 1, "b after quiet");
         assert_eq!(quiet[0].0, "b");
     }
@@ -201,12 +206,12 @@ mod tests {
         for _ in 0..5 {
             t.message("a");
         }
-        assert_eq!(t.due(2, long, usize::MAX).len(), 1);
+        assert_eq!(t.due(2, long, usize::MAX, &|_| true).len(), 1);
         t.finished("a", 0, None);
         // Still five new messages past `every`: not handed out again during the wait.
-        assert!(t.due(2, long, usize::MAX).is_empty());
+        assert!(t.due(2, long, usize::MAX, &|_| true).is_empty());
         t.message("a");
-        assert!(t.due(2, Duration::ZERO, usize::MAX).is_empty());
+        assert!(t.due(2, Duration::ZERO, usize::MAX, &|_| true).is_empty());
         let waiting = t.backing_off();
         assert_eq!(waiting.conversations, 1);
         assert!(waiting.longest_wait_secs > 50, "{waiting:?}");
@@ -214,10 +219,10 @@ mod tests {
         // A wait of zero (what `retry_secs` tests use) is over at once; a success clears it.
         let quick = Triggers::new(Duration::ZERO);
         quick.message("b");
-        assert_eq!(quick.due(1, long, 1).len(), 1);
+        assert_eq!(quick.due(1, long, 1, &|_| true).len(), 1);
         quick.finished("b", 0, None);
         assert_eq!(
-            quick.due(1, long, 1).len(),
+            quick.due(1, long, 1, &|_| true).len(),
             1,
             "due again after a zero wait"
         );

@@ -12,6 +12,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 
 use super::{Asked, MemoryService};
+use crate::memory::consolidation::budget::{estimate_tokens, Usage};
 use crate::memory::consolidation::decisions::{self, ShownMemory, ShownMessage};
 use crate::memory::consolidation::{Counters, Decision, PreparedPass, Shown};
 use crate::memory::door::{self, Change, Changed, Consolidated, Refusal, Writer, Written};
@@ -41,13 +42,23 @@ impl MemoryService {
     /// Run the pass of every conversation that is due; returns how many ran.
     pub(crate) async fn consolidate_due(&self) -> usize {
         let c = &self.consolidator;
+        if !c.budget.open() {
+            return 0;
+        }
+        let admitted = self.admitted_to_passes();
         let due = c.triggers.due(
             c.settings.every_messages.max(1),
             c.settings.quiet,
             usize::MAX,
+            &admitted,
         );
         let ran = due.len();
         for (conversation, since) in due {
+            if !c.budget.open() {
+                // The day's tokens are spent: the rest wait for tomorrow.
+                c.triggers.later(&conversation);
+                continue;
+            }
             if self.feedback.pending().holds_conversation(&conversation) {
                 c.triggers.later(&conversation);
                 continue;
@@ -84,16 +95,19 @@ impl MemoryService {
             return Ok((PassOutcome::default(), None));
         };
         Counters::bump(&c.counters.passes, 1);
-        let answer = match client
-            .complete(decisions::SYSTEM, &pass.shown.prompt())
-            .await
-        {
+        let prompt = pass.shown.prompt();
+        let (answer, usage) = match client.complete(decisions::SYSTEM, &prompt).await {
             Ok(a) => a,
             Err(e) => {
+                // A failed call is billed by some providers too: its prompt counts.
+                c.budget
+                    .spend(conversation_id, pass_tokens(&prompt, "", None));
                 Counters::bump(&c.counters.failed, 1);
                 return Err(MemoryError::Internal(format!("consolidation call: {e}")));
             }
         };
+        c.budget
+            .spend(conversation_id, pass_tokens(&prompt, &answer, usage));
         let newest = pass.newest;
         match self.apply_answer(pass, &answer).await? {
             Some(outcome) => Ok((outcome, Some(newest))),
@@ -324,6 +338,28 @@ impl MemoryService {
 
     pub fn consolidation_status(&self) -> crate::memory::consolidation::ConsolidationStatus {
         self.consolidator.status()
+    }
+}
+
+/// The tokens a pass spent: the provider's count, else an estimate of the system prompt, the
+/// prompt and the answer (`budget::estimate_tokens`).
+pub(super) fn pass_tokens(prompt: &str, answer: &str, usage: Option<Usage>) -> u64 {
+    usage.and_then(|u| u.spent()).unwrap_or_else(|| {
+        estimate_tokens(decisions::SYSTEM) + estimate_tokens(prompt) + estimate_tokens(answer)
+    })
+}
+
+impl MemoryService {
+    /// Which conversations get LLM passes now (`budget::Active`): mapped ones, and those that
+    /// addressed the bot within `consolidation.active_days`.
+    pub(super) fn admitted_to_passes(&self) -> impl Fn(&str) -> bool + '_ {
+        let map = self.scopes.snapshot();
+        move |conversation: &str| {
+            let mapped = ConversationId::parse(conversation).is_ok_and(|c| {
+                map.resolve_chat(&c).source == crate::scope::ScopeSource::Conversation
+            });
+            self.consolidator.active.admits(conversation, mapped)
+        }
     }
 }
 

@@ -49,11 +49,16 @@ impl MemoryService {
             );
             c.triggers.finished(&gone.conversation_id, 0, None);
         }
+        if !c.budget.open() {
+            return Ok(None); // the day's tokens are spent: passes wait for tomorrow
+        }
         let every = c.settings.every_messages.max(1);
+        let admitted = self.admitted_to_passes();
         let mut later = Vec::new();
         let mut found = None;
         for _ in 0..MAX_EMPTY {
-            let Some((conversation, since)) = c.triggers.due(every, c.settings.quiet, 1).pop()
+            let Some((conversation, since)) =
+                c.triggers.due(every, c.settings.quiet, 1, &admitted).pop()
             else {
                 break;
             };
@@ -136,6 +141,11 @@ impl MemoryService {
             });
         };
         let conversation = pass.conversation_id.clone();
+        let prompt = pass.shown.prompt();
+        c.budget.spend(
+            &conversation,
+            super::consolidation::pass_tokens(&prompt, text.as_deref().unwrap_or(""), answer.usage),
+        );
         let Some(text) = text else {
             Counters::bump(&c.counters.failed, 1);
             c.triggers.finished(&conversation, 0, None);

@@ -150,6 +150,10 @@ impl MemoryService {
             // What the host's history was, for the next question's texts embedded ahead.
             self.foresight
                 .asked(conversation.as_str(), &req.query, &req.history);
+            // The bot answers this chat: it gets LLM passes (`consolidation::budget`).
+            if req.counted {
+                self.consolidator.active.addressed(conversation.as_str());
+            }
         }
         self.caught_up_with_erasures().await?;
         // A recall of a cached query over the resident copy finishes without waiting on

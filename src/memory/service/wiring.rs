@@ -72,8 +72,13 @@ impl MemoryService {
             repetitions.clone(),
         )?;
         let lease = take_lease(config, &store, &feedback).await;
+        let zone = match config.recall.timezone.trim() {
+            "" => crate::memory::recall::time_words::machine_zone(),
+            z => crate::memory::recall::time_words::parse_zone(z)
+                .unwrap_or_else(|_| crate::memory::recall::time_words::machine_zone()),
+        };
         let consolidator =
-            crate::memory::consolidation::Consolidator::from_config(&config.consolidation)
+            crate::memory::consolidation::Consolidator::from_config(&config.consolidation, zone)
                 .map_err(|e| MemoryError::Internal(e.to_string()))?;
         let calibration = Arc::new(std::sync::OnceLock::new());
         measure_model(embedder.clone(), calibration.clone(), CALIBRATION_WAIT).await;

@@ -78,6 +78,10 @@ impl MemoryService {
         let incognito = outcome == MessageOutcome::NotStored("incognito");
         match ConversationId::parse(&conversation) {
             Ok(conversation) if !incognito => {
+                if said.2 {
+                    // A member addressed the bot: the chat gets LLM passes (`budget::Active`).
+                    self.consolidator.active.addressed(conversation.as_str());
+                }
                 self.foresee(conversation.as_str(), &said.0, said.1, said.2)
             }
             _ => {}

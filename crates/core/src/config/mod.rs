@@ -482,6 +482,8 @@ fn consolidation_config(c: &Obj) -> Result<ConsolidationConfig, ConfigError> {
         timeout_secs: c.count("timeout_secs", 1)?,
         retry_secs: c.count("retry_secs", 1)?,
         rules: consolidation_rules(c)?,
+        active_days: c.count("active_days", 0)?,
+        daily_tokens: c.count("daily_tokens", 0)?,
     })
 }
 
@@ -541,6 +543,10 @@ pub struct ConsolidationConfig {
     /// First wait after a failed pass; doubles per failure in a row, up to an hour.
     pub retry_secs: u64,
     pub rules: ConsolidationRules,
+    /// LLM passes only for chats mapped or that addressed the bot in this many days; 0: all.
+    pub active_days: u64,
+    /// Most tokens the passes may spend a day; 0: no cap.
+    pub daily_tokens: u64,
 }
 
 /// `consolidation.rules`: which rules without an LLM may make a message a long-term memory.
