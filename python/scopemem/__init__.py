@@ -11,7 +11,10 @@ a plugin for any other framework) share one copy of it.
 - `scopemem.config_file`: scopemem's JSON config file, read and written atomically
   (`read`, `write_atomically`, `valid_scope_name`);
 - `scopemem.forget`: the two-step `/scopemem forget` a chat command runs (ask, then confirm
-  within a minute; `ForgetConfirmations`).
+  within a minute; `ForgetConfirmations`);
+- `scopemem.people`: what a chat keeps of one member (`me_text`, `/scopemem me`) and their
+  two-step "forget me" everywhere on the platform (`ForgetMeConfirmations`,
+  `/scopemem forget me`).
 
 Each takes the framework's logger (anything with `info`, `warning` and `error` taking one
 string: a `logging.Logger`, loguru's `logger`); without one it logs to `logging` as

@@ -4,13 +4,16 @@ Every call of a plugin goes through here, so "scopemem is down" is decided in on
 transport error, a time-out or a 5xx raises `ScopememDown` (logged once when the outage starts
 and once when it ends); any other answer is returned as (status, json) or (status, bytes).
 Nothing here logs a request or response body, so memory content never reaches the bot's log.
+A field newer than the server (an older scopemem refuses a body with a field it does not know)
+is left out and the request asked again, in one place too (`request_optional`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any, Optional
+import time
+from typing import Any, Callable, Dict, Optional, Sequence, Set, Tuple
 from urllib.parse import urlsplit
 
 try:
@@ -44,6 +47,21 @@ def error_text(payload: Any) -> str:
     return ""
 
 
+def unknown_field(payload: Any, field: str) -> bool:
+    """Whether a scopemem error body refuses `field` as unknown: how a scopemem older than a
+    field answers a body that has it (400 `invalid_input`, "unknown field `sender_id`, expected
+    one of ..."; its request types deny unknown fields)."""
+    if error_code(payload) != "invalid_input":
+        return False
+    message = str(payload["error"].get("message", ""))
+    return f"unknown field `{field}`" in message
+
+
+# How long a field an older scopemem refused is left out of that route's requests before it is
+# tried again: the server may be upgraded while the bot runs.
+UNKNOWN_FIELD_RETRY_S = 600.0
+
+
 def _is_loopback(url: str) -> bool:
     host = (urlsplit(url).hostname or "").lower()
     return host in ("127.0.0.1", "localhost", "::1") or host.startswith("127.")
@@ -51,10 +69,16 @@ def _is_loopback(url: str) -> bool:
 
 class ScopememClient:
     """The client of one scopemem server: `base_url`, its bearer `token` ("" for none), and
-    the time-out of a call on the chat path, `timeout_s`."""
+    the time-out of a call on the chat path, `timeout_s`; `clock` (monotonic seconds) times
+    how long a field an older server refused is left out."""
 
     def __init__(
-        self, base_url: str, token: str, timeout_s: float, logger: Optional[Any] = None
+        self,
+        base_url: str,
+        token: str,
+        timeout_s: float,
+        logger: Optional[Any] = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.token = token
@@ -67,6 +91,11 @@ class ScopememClient:
         # Set when there is no server to ask at all (the plugin was to run scopemem and could
         # not): every request fails soft at once, with this as the reason.
         self.unavailable = ""
+        # (path, field) an older scopemem refused as unknown -> until when it is left out
+        # (`request_optional`), read on `clock`.
+        self._unknown: Dict[Tuple[str, str], float] = {}
+        self._unknown_logged: Set[Tuple[str, str]] = set()
+        self._clock = clock
 
     def disable(self, reason: str) -> None:
         """Answer every request with ScopememDown(reason), without touching the network (the
@@ -158,3 +187,41 @@ class ScopememClient:
             self._mark_down(code)
             raise ScopememDown(code)
         return status, payload
+
+    async def request_optional(
+        self,
+        method: str,
+        path: str,
+        body: Dict[str, Any],
+        optional: Sequence[str],
+        timeout: Optional[float] = None,
+    ) -> tuple[int, Any]:
+        """`request` for a body with fields a server older than them does not know
+        (`optional`, e.g. `sender_id` on `/v1/events/llm_request`). Such a server refuses the
+        whole body (400, see `unknown_field`) and did nothing with it, so the request is asked
+        again at once without the field, and that route is asked without it for the next
+        `UNKNOWN_FIELD_RETRY_S` (then tried again: the server may have been upgraded). The
+        first refusal of each field is logged once, at info, never with the body."""
+        now = self._clock()
+        sent = dict(body)
+        for field in optional:
+            if self._unknown.get((path, field), 0.0) > now:
+                sent.pop(field, None)
+        status, payload = await self.request(method, path, sent, timeout)
+        if status != 400:
+            return status, payload
+        refused = [f for f in optional if f in sent and unknown_field(payload, f)]
+        if not refused:
+            return status, payload
+        for field in refused:
+            key = (path, field)
+            self._unknown[key] = now + UNKNOWN_FIELD_RETRY_S
+            sent.pop(field)
+            if key not in self._unknown_logged:
+                self._unknown_logged.add(key)
+                self.log.info(
+                    f"[scopemem] {self.base_url} does not know `{field}` on {path} (an "
+                    "older scopemem): asking without it (logged once; tried again every "
+                    f"{UNKNOWN_FIELD_RETRY_S / 60:.0f} minutes)"
+                )
+        return await self.request(method, path, sent, timeout)

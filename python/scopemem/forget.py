@@ -2,7 +2,8 @@
 `/scopemem forget confirm` from the same sender within a minute erases every memory written in
 that chat (`POST /v1/forget`). Shared by the plugins so that both ask, time out and answer
 alike; who may run the command (an admin in a group) and how the command is parsed stay the
-framework's.
+framework's. A member's own "forget me" (`/scopemem forget me`, `scopemem.people`) is a
+separate request with its own confirmation: neither confirms the other.
 """
 
 import time
