@@ -31,6 +31,7 @@ from astrbot.api.star import Context, Star, StarTools, register
 from scopemem.client import ScopememClient, ScopememDown, error_code
 from scopemem.config_file import read, valid_scope_name, write_atomically
 from scopemem.forget import ForgetConfirmations
+from scopemem.people import ForgetMeConfirmations, me_text, member_id
 from scopemem.reflection import REFLECTION_INSTRUCTIONS, split_reflection
 from scopemem.supervisor import Supervisor
 
@@ -40,7 +41,8 @@ from .dashboard_api import DashboardApi
 from .observer import ChatLines, allowlisted, session_admits
 
 PLUGIN_NAME = "astrbot_plugin_scopemem"
-# The operator commands' group: /scopemem status, map, unmap, incognito, forget.
+# The commands' group: /scopemem status, map, unmap, incognito, forget (operators), and me,
+# forget me (any member, for themselves).
 COMMAND_GROUP = "scopemem"
 
 # Event extras this plugin sets during one message's pipeline run.
@@ -57,6 +59,11 @@ EXTRA_AGENT_PENDING = "_scopemem_agent_pending"
 # Set by on_plugin_error: the plain result AstrBot sends next is its own error report about
 # another plugin's handler.
 EXTRA_PLUGIN_ERROR = "_scopemem_plugin_error"
+
+FORGET_USAGE = (
+    "Usage: /scopemem forget, then /scopemem forget confirm (this chat's memories; admins), "
+    "or /scopemem forget me, then /scopemem forget me confirm (everything you said)."
+)
 
 # Limits of POST /v1/events/message: longer text is cut (scopemem refuses it whole).
 WM_TEXT_CHARS = 4000
@@ -216,6 +223,9 @@ class ScopememPlugin(Star):
         self.embedding_key = ""
         # `/scopemem forget` waits for `/scopemem forget confirm`: UMO -> (sender, deadline).
         self.forgets = ForgetConfirmations()
+        # `/scopemem forget me` waits for `/scopemem forget me confirm`: (UMO, member) ->
+        # deadline, apart from the chat's forget.
+        self.forget_mes = ForgetMeConfirmations()
         # Time spent inside on_llm_request (ms), newest last; shown by /scopemem status.
         self.hook_latency_ms: deque[float] = deque(maxlen=1000)
         self.terminated = False
@@ -399,7 +409,15 @@ class ScopememPlugin(Star):
         if history:
             # A follow-up ("她后来呢") is found through the turns before it.
             body["history"] = history
-        status, payload = await self.client.request("POST", "/v1/events/llm_request", body)
+        sender = member_id(event.get_sender_id())
+        if sender:
+            # Who asks: "我对什么过敏来着？" lifts what this member said and what is about them
+            # (the id their messages were stored under, as `_observe` sends it).
+            body["sender_id"] = sender
+        # An older scopemem refuses `sender_id` as unknown: asked again without it.
+        status, payload = await self.client.request_optional(
+            "POST", "/v1/events/llm_request", body, ("sender_id",)
+        )
         if status != 200 or not isinstance(payload, dict):
             logger.warning(
                 "[scopemem] llm_request refused (%s %s)", status, error_code(payload)
@@ -776,9 +794,19 @@ class ScopememPlugin(Star):
         yield event.plain_result(await self._edit_incognito(event, state.strip().lower()))
 
     @scopemem.command("forget")
-    async def forget(self, event: AstrMessageEvent, confirm: str = ""):
-        """Erase the memories written in this chat (asks for /scopemem forget confirm)."""
-        yield event.plain_result(await self._forget(event, confirm.strip().lower()))
+    async def forget(self, event: AstrMessageEvent, what: str = "", confirm: str = ""):
+        """Erase the memories written in this chat (asks for /scopemem forget confirm), or
+        with `me` everything you said on this platform (asks for /scopemem forget me confirm)."""
+        yield event.plain_result(
+            await self._forget(event, what.strip().lower(), confirm.strip().lower())
+        )
+
+    @scopemem.command("me")
+    async def me(self, event: AstrMessageEvent):
+        """What this chat can recall that you said or that is about you, with ids."""
+        yield event.plain_result(
+            await me_text(self.client, event.unified_msg_origin, member_id(event.get_sender_id()))
+        )
 
     def _refusal(self) -> str | None:
         if not self.owns_scopemem:
@@ -886,12 +914,23 @@ class ScopememPlugin(Star):
             return "Incognito is on: nothing said in this chat is stored (recall still works)."
         return "Incognito is off: this chat's memories are stored again."
 
-    async def _forget(self, event: AstrMessageEvent, confirm: str) -> str:
-        if not (event.is_admin() or event.is_private_chat()):
-            return "In a group only an AstrBot admin can erase its memories."
+    async def _forget(self, event: AstrMessageEvent, what: str, confirm: str) -> str:
+        """`/scopemem forget [confirm]`: the chat's memories (an admin, or the user of a
+        private chat). `/scopemem forget me [confirm]`: any member, themselves only, on the
+        whole platform. Each has its own confirmation, so neither is taken for the other."""
         umo = event.unified_msg_origin
         sender = str(event.get_sender_id())
-        if confirm != "confirm":
+        if what == "me":
+            if confirm == "":
+                return await self.forget_mes.ask(self.client, umo, member_id(sender))
+            if confirm == "confirm":
+                return await self.forget_mes.confirm(self.client, umo, member_id(sender))
+            return FORGET_USAGE
+        if (what, confirm) not in (("", ""), ("confirm", "")):
+            return FORGET_USAGE
+        if not (event.is_admin() or event.is_private_chat()):
+            return "In a group only an AstrBot admin can erase its memories."
+        if what != "confirm":
             return self.forgets.ask(umo, sender)
         return await self.forgets.confirm(self.client, umo, sender)
 
