@@ -27,7 +27,8 @@ __plugin_meta__ = PluginMetadata(
     name="scopemem",
     description="Scope-aware long-term memory: the family group's memories never surface in the work group",
     usage=(
-        "/scopemem status | map <scope> | unmap | incognito on|off | forget [confirm]\n"
+        "/scopemem status | map <scope> | unmap | incognito on|off | forget [confirm] | "
+        "me | forget me [confirm]\n"
         "In your LLM handler: memory_context(event, query) before the model, "
         "split_reflection(reply) and after_reply(...) after it; tools() / call_tool(...) "
         "for function calling."

@@ -1,12 +1,15 @@
-"""The `/scopemem …` chat commands: status for everyone, scope-map edits for superusers.
+"""The `/scopemem …` chat commands: status for everyone, scope-map edits for superusers, and
+each member's own `me` and `forget me`.
 
-`/scopemem status | map <scope> | unmap | incognito on|off | forget [confirm]`, registered
-through the command group "scopemem" (so `/scopemem.status` works too, and `/scopemem status`
-with a space whatever COMMAND_SEP is). They act on the chat the command is sent in, whose id
-comes from the event alone; no reply names another chat's scope, and only superusers see the
-other scopes' names. Edits change scopemem's own config file (`scopemem_config`, or the one
-the plugin created when it runs scopemem itself), which the server hot-reloads; the reply
-comes once the server applies the change (or says it did not).
+`/scopemem status | map <scope> | unmap | incognito on|off | forget [confirm] | me |
+forget me [confirm]`, registered through the command group "scopemem" (so `/scopemem.status`
+works too, and `/scopemem status` with a space whatever COMMAND_SEP is). They act on the chat
+the command is sent in, whose id comes from the event alone, and `me` and `forget me` on the
+member who sends them (the event's user id, never an argument: `scopemem.people`); no reply
+names another chat's scope, and only superusers see the other scopes' names. Edits change
+scopemem's own config file (`scopemem_config`, or the one the plugin created when it runs
+scopemem itself), which the server hot-reloads; the reply comes once the server applies the
+change (or says it did not).
 """
 
 from __future__ import annotations
@@ -25,16 +28,22 @@ from nonebot.permission import SUPERUSER
 
 from scopemem.client import ScopememDown, error_code
 from scopemem.config_file import valid_scope_name
+from scopemem.people import me_text, member_id
 
 from . import config_file
 from .conversation import conversation_id, is_private_chat
 from .runtime import Runtime, get_runtime
 
-SUBCOMMANDS = ("status", "map", "unmap", "incognito", "forget")
+SUBCOMMANDS = ("status", "map", "unmap", "incognito", "forget", "me")
 
 USAGE = (
-    "Usage: /scopemem status | map <scope> | unmap | incognito on|off | forget "
-    "(map, unmap, incognito: superusers only)"
+    "Usage: /scopemem status | map <scope> | unmap | incognito on|off | forget | me | "
+    "forget me (map, unmap, incognito: superusers; forget: superusers, or you in a private "
+    "chat; me, forget me: anyone, for themselves)"
+)
+FORGET_USAGE = (
+    "Usage: /scopemem forget, then /scopemem forget confirm (this chat's memories), "
+    "or /scopemem forget me, then /scopemem forget me confirm (everything you said)"
 )
 APPLY_WAIT_S = 5.0
 
@@ -87,6 +96,8 @@ async def _dispatch(bot: Bot, event: Event, sub: str, rest: str) -> str:
     rt = get_runtime()
     if sub == "status":
         return await status_text(rt, conv, superuser)
+    if sub == "me":
+        return await me_text(rt.client, conv, _sender(event))
     if sub == "map":
         if not superuser:
             return "Only a superuser can change the scope map."
@@ -104,7 +115,10 @@ async def _dispatch(bot: Bot, event: Event, sub: str, rest: str) -> str:
         if state not in ("on", "off"):
             return "Usage: /scopemem incognito on|off"
         return await edit_incognito(rt, conv, state == "on")
-    return await forget(rt, event, conv, superuser, rest.lower())
+    words = rest.lower().split()
+    if words[:1] == ["me"]:
+        return await forget_me(rt, event, conv, words[1:])
+    return await forget(rt, event, conv, superuser, " ".join(words))
 
 
 def _not_managed(conv: str) -> str:
@@ -189,8 +203,18 @@ async def edit_incognito(rt: Runtime, conv: str, on: bool) -> str:
     return "Incognito is off: this chat's memories are stored again."
 
 
+def _sender(event: Event) -> str:
+    """The member who sent `event`, as their messages are sent to scopemem ("" for none)."""
+    try:
+        return member_id(event.get_user_id())
+    except Exception:
+        return ""
+
+
 async def forget(rt: Runtime, event: Event, conv: str, superuser: bool, confirm: str) -> str:
     """Erase the memories written in this chat, after a confirmation within 60 s."""
+    if confirm not in ("", "confirm"):
+        return FORGET_USAGE
     if not (superuser or is_private_chat(event)):
         return "In a group only a superuser can erase its memories."
     try:
@@ -199,9 +223,17 @@ async def forget(rt: Runtime, event: Event, conv: str, superuser: bool, confirm:
         sender = ""
     if confirm == "":
         return rt.forgets.ask(conv, sender)
-    if confirm != "confirm":
-        return "Usage: /scopemem forget, then /scopemem forget confirm"
     return await rt.forgets.confirm(rt.client, conv, sender)
+
+
+async def forget_me(rt: Runtime, event: Event, conv: str, rest: list[str]) -> str:
+    """Any member: forget everything they said on this platform, after a confirmation from
+    them in this chat within 60 s. Its own request, never the chat's forget's."""
+    if rest == []:
+        return await rt.forget_mes.ask(rt.client, conv, _sender(event))
+    if rest == ["confirm"]:
+        return await rt.forget_mes.confirm(rt.client, conv, _sender(event))
+    return FORGET_USAGE
 
 
 async def _scope_of(rt: Runtime, conv: str) -> str:

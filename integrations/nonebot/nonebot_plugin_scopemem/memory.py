@@ -20,6 +20,7 @@ from nonebot import logger
 from nonebot.adapters import Event
 
 from scopemem.client import ScopememDown, error_code, error_text
+from scopemem.people import member_id
 from scopemem.reflection import clean_reflection
 
 from .conversation import conversation_id
@@ -107,6 +108,11 @@ async def memory_context(
     the most recent of them beside ``query``, so a follow-up ("她后来呢") finds the memory the
     conversation is about.
 
+    The member who sent `event` (`event.get_user_id()`, the id their messages are stored
+    under) goes with it as `sender_id`: a question in the first person ("我对什么过敏来着？")
+    then brings what that member said, and what is about them, first. An older scopemem,
+    which refuses the field, is asked without it.
+
     ("", []) when nothing is relevant, the query is empty, or scopemem is unavailable.
     """
     conv = _conversation(event, "memory_context")
@@ -122,7 +128,12 @@ async def memory_context(
     if zone:
         # "昨天" and "上周" in the query are this bot's days, not the server's.
         body["timezone"] = zone
-    answer = await _request("memory_context", "POST", "/v1/events/llm_request", body)
+    sender = _asker(event)
+    if sender:
+        body["sender_id"] = sender
+    answer = await _request(
+        "memory_context", "POST", "/v1/events/llm_request", body, optional=("sender_id",)
+    )
     if answer is None:
         return "", []
     status, payload = answer
@@ -131,6 +142,14 @@ async def memory_context(
         return "", []
     ids = [str(i) for i in payload.get("memory_ids") or []]
     return str(payload.get("injection") or ""), ids
+
+
+def _asker(event: Event) -> str:
+    """Who sent `event`, as their messages are sent to scopemem ("" when it names nobody)."""
+    try:
+        return member_id(event.get_user_id())
+    except Exception:  # an event without a user (a meta event) asks for nobody
+        return ""
 
 
 async def after_reply(
@@ -244,12 +263,17 @@ async def call_tool(
 
 
 async def _request(
-    what: str, method: str, path: str, body: Any = None
+    what: str, method: str, path: str, body: Any = None, optional: Sequence[str] = ()
 ) -> Optional[tuple[int, Any]]:
     """(status, JSON) from scopemem, or None when it is unavailable (logged once per outage by
-    the client) or the call failed otherwise (logged by type only: never memory content)."""
+    the client) or the call failed otherwise (logged by type only: never memory content).
+    `optional`: fields of `body` an older scopemem does not know, left out when it refuses
+    them (`ScopememClient.request_optional`)."""
     try:
-        return await get_runtime().client.request(method, path, body)
+        client = get_runtime().client
+        if optional:
+            return await client.request_optional(method, path, body, optional)
+        return await client.request(method, path, body)
     except ScopememDown:
         return None
     except Exception as e:

@@ -19,6 +19,7 @@ from typing import Any, Coroutine, Optional
 from nonebot import logger
 from scopemem.client import ScopememClient
 from scopemem.forget import ForgetConfirmations
+from scopemem.people import ForgetMeConfirmations
 from scopemem.supervisor import Supervisor
 
 from . import config_file, own_server
@@ -69,6 +70,9 @@ class Runtime:
         self.supervisor: Optional[Supervisor] = None
         # `/scopemem forget` waits for `/scopemem forget confirm`: chat -> (sender, deadline).
         self.forgets = ForgetConfirmations()
+        # `/scopemem forget me` waits for `/scopemem forget me confirm`: (chat, member) ->
+        # deadline, apart from the chat's forget.
+        self.forget_mes = ForgetMeConfirmations()
         self._edit_lock: Optional[asyncio.Lock] = None
         # Background sends (working memory): referenced here so they are not garbage-collected
         # mid-flight, cancelled on shutdown, and bounded so a hung scopemem cannot make the bot
