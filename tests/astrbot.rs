@@ -768,6 +768,265 @@ async fn astrbot_error_replies_are_not_recorded_as_the_bots_words() {
     assert_eq!(report["plugin_warnings"], json!([]), "{report}");
 }
 
+/// The groups of the people scenario (`run_people` in scenario.py).
+const PEOPLE_GROUP_UMO: &str = "webchat:GroupMessage:neighbours-group";
+const PEOPLE_TEAM_UMO: &str = "webchat:GroupMessage:team-group";
+const PEOPLE_SCRATCH_UMO: &str = "webchat:GroupMessage:scratch-group";
+const FANG_LINE: &str = "我对海鲜过敏，虾蟹都不行";
+const FANG_TEAM_LINE: &str = "我周六上午去踢球，下午有空";
+const GANG_LINE: &str = "我对芒果过敏来着，吃了嘴会肿";
+const GANG_TEAM_LINE: &str = "周六的球赛改到九点开始";
+const FANG_FACT: &str = "小芳对海鲜过敏";
+
+/// Each member owns their words (issue 77), in a real AstrBot with the plugin's defaults: in a
+/// group where fang and gang each said a first-person allergy, "我对什么过敏来着？" asked by
+/// nobody in particular finds gang's line first; fang, no admin, asks the bot and the prompt's
+/// recent messages start with her own line (the plugin sends her `sender_id`). `/scopemem me`
+/// lists what the group keeps of her, with ids, her chat lines and the long-term memory AstrBot's
+/// model made of her line, and nothing of gang's (and gang's, nothing of hers). Her
+/// `/scopemem forget me` says what goes; gang's `/scopemem forget me confirm` does nothing; hers
+/// forgets her in both groups she spoke in, memory included, while gang's lines stay. The
+/// chat's `forget` and `forget me` never confirm each other (an admin tries both ways), the
+/// chat's forget still erases a chat, and no command or answer reached the working memory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn astrbot_members_list_and_forget_their_own_words() {
+    let python = astrbot_python();
+    let dir = tempfile::tempdir().unwrap();
+    let map = json!({PEOPLE_GROUP_UMO: "邻居", PEOPLE_TEAM_UMO: "球队"});
+    // A consolidation pass is due every 2 messages of a chat; the plugin answers it with
+    // AstrBot's (stub) model, which makes FANG_FACT of fang's line. The embedder is what the
+    // plugin's scopemem uses by default (e5): these are Chinese lines.
+    let serve = spawn_serve(
+        dir.path(),
+        "astrbot-people",
+        json!({
+            "conversation_scope_map": map,
+            "consolidation": {"every_messages": 2},
+            "embedding": {"provider": "e5"},
+        }),
+    )
+    .await;
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let log_path = dir.path().join("astrbot.log");
+    let mut child = tokio::process::Command::new(&python)
+        .arg(manifest.join("tests/astrbot/scenario.py"))
+        .arg("--root")
+        .arg(dir.path().join("astrbot-root"))
+        .arg("--plugin-src")
+        .arg(manifest.join("integrations/astrbot"))
+        .args(["--scopemem", &serve.base, "--people"])
+        .env("HOME", dir.path())
+        .env_remove("ASTRBOT_ROOT")
+        .env_remove("http_proxy")
+        .env_remove("https_proxy")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&log_path).unwrap())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut report = Value::Null;
+    let deadline = Instant::now() + Duration::from_secs(500);
+    while let Some(line) = scenario_line(&mut lines, deadline, &log_path).await {
+        if let Some(json) = line.strip_prefix("@@SCENARIO REPORT ") {
+            report = serde_json::from_str(json).unwrap();
+        } else if let Some(why) = line.strip_prefix("@@SCENARIO FAILED ") {
+            panic!(
+                "scenario failed: {why}\nAstrBot log tail:\n{}",
+                tail(&log_path, 80)
+            );
+        }
+    }
+    scenario_ended(&mut child, &report, &log_path).await;
+    assert_eq!(
+        report["umos"]["neighbours-group"], PEOPLE_GROUP_UMO,
+        "{report}"
+    );
+
+    // Asked by nobody in particular, the question finds gang's line first; asked by fang,
+    // the prompt's first recent message is her own line.
+    let anonymous = report["anonymous"]["injection"].as_str().unwrap_or("");
+    assert_eq!(
+        first_recent_message(anonymous),
+        ("gang".to_string(), GANG_LINE.to_string()),
+        "{anonymous}"
+    );
+    let prompt = prompts(&report, "ask").join("\n");
+    assert_eq!(
+        first_recent_message(&prompt),
+        ("fang".to_string(), FANG_LINE.to_string()),
+        "fang's own line is not first: {prompt}"
+    );
+    assert!(
+        prompt.contains(GANG_LINE),
+        "gang's line is shown too: {prompt}"
+    );
+
+    // What the group keeps of fang, as the server lists it before her forget.
+    let browse = &report["fang_browse"];
+    let rows = browse["memories"].as_array().unwrap();
+    let id_of = |content: &str, kind: &str| {
+        rows.iter()
+            .find(|m| {
+                m["content"] == content && (m["memory_type"] == "message") == (kind == "chat line")
+            })
+            .and_then(|m| m["id"].as_str())
+            .unwrap_or_else(|| panic!("{content} ({kind}) not in fang's browse: {browse}"))
+            .to_string()
+    };
+    let fang_line_id = id_of(FANG_LINE, "chat line");
+    let fact_id = id_of(FANG_FACT, "long-term memory");
+    let me = reply(&report, "me_fang");
+    assert!(
+        me.starts_with(&format!(
+            "This chat can recall {} items you said or that are about you",
+            browse["total"]
+        )),
+        "{me}"
+    );
+    for line in [
+        format!("{fang_line_id} [chat line] {FANG_LINE}"),
+        format!("{fact_id} [long-term memory] {FANG_FACT}"),
+    ] {
+        assert!(me.lines().any(|l| l == line), "{line:?} not in {me}");
+    }
+    assert!(
+        !me.contains(GANG_LINE) && !me.contains(FANG_TEAM_LINE),
+        "{me}"
+    );
+    let me_gang = reply(&report, "me_gang");
+    assert!(
+        me_gang.contains(&format!("[chat line] {GANG_LINE}")),
+        "{me_gang}"
+    );
+    assert!(
+        !me_gang.contains(FANG_LINE) && !me_gang.contains(FANG_FACT),
+        "{me_gang}"
+    );
+
+    // The chat's forget and forget me are two requests; an admin's confirmation of one never
+    // runs the other, and the chat's forget is no ordinary member's.
+    let steps = [
+        (
+            "boss_forget_me",
+            "This erases you from the bot's memory on this platform, for good: the 0 items",
+        ),
+        (
+            "boss_chat_confirm",
+            "Nothing to confirm: send /scopemem forget first.",
+        ),
+        ("boss_forget_me_confirm", "Forgot you: erased 0 items"),
+        (
+            "boss_chat_forget",
+            "This erases every memory written in this chat, for good.",
+        ),
+        (
+            "boss_me_confirm_after_chat",
+            "Nothing to confirm: send /scopemem forget me first.",
+        ),
+        (
+            "fang_chat_forget",
+            "In a group only an AstrBot admin can erase its memories.",
+        ),
+        (
+            "gang_confirms_hers",
+            "Nothing to confirm: send /scopemem forget me first.",
+        ),
+        (
+            "scratch_forget",
+            "This erases every memory written in this chat, for good.",
+        ),
+        ("scratch_confirm", "Erased 1 memory written in this chat."),
+    ];
+    for (name, start) in steps {
+        let text = reply(&report, name);
+        assert!(text.starts_with(start), "{name}: {text:?}");
+    }
+    let ask = reply(&report, "fang_forget_me");
+    assert!(
+        ask.starts_with(&format!(
+            "This erases you from the bot's memory on this platform, for good: the {} items this chat keeps",
+            browse["total"]
+        )) && ask.contains("everything you said in every other chat of this platform")
+            && ask.contains("/scopemem forget me confirm within 60 s"),
+        "{ask}"
+    );
+    // gang's confirmation erased nothing of hers.
+    assert_eq!(
+        report["fang_browse_after_gang"]["total"], browse["total"],
+        "{report}"
+    );
+    // Her lines in both groups, her question and the memory made of her line.
+    let done = reply(&report, "fang_confirms");
+    assert!(done.starts_with("Forgot you: erased 4 items"), "{done}");
+
+    // Afterwards: nothing of fang's in either group (or anywhere the scratch chat could see),
+    // gang's lines stay, and no command or answer was kept as a chat line.
+    let client = reqwest::Client::new();
+    let mut all = Vec::new();
+    for umo in [PEOPLE_GROUP_UMO, PEOPLE_TEAM_UMO, PEOPLE_SCRATCH_UMO] {
+        all.extend(export(&client, &serve, umo).await);
+    }
+    for row in &all {
+        let content = row["content"].as_str().unwrap_or("");
+        assert_ne!(row["speaker_id"], "fang", "{row}");
+        for gone in [FANG_LINE, FANG_TEAM_LINE, FANG_FACT, "海鲜"] {
+            assert!(!content.contains(gone), "{gone} is still kept: {row}");
+        }
+        for never in [
+            "scopemem",
+            "This chat can recall",
+            "This erases",
+            "Forgot you",
+            "Nothing to confirm",
+            "In a group only",
+            "Erased ",
+        ] {
+            assert!(
+                !content.contains(never),
+                "a command or its answer was kept: {row}"
+            );
+        }
+    }
+    for kept in [GANG_LINE, GANG_TEAM_LINE] {
+        assert!(
+            all.iter()
+                .any(|r| r["content"] == kept && r["speaker_id"] == "gang"),
+            "{kept} is gone: {all:?}"
+        );
+    }
+    let (code, left) = post(
+        &client,
+        &serve,
+        "/v1/people/browse",
+        json!({"conversation_id": PEOPLE_TEAM_UMO, "sender_id": "fang"}),
+    )
+    .await;
+    assert_eq!((code, &left["total"]), (200, &json!(0)), "{left}");
+    assert_eq!(report["plugin_warnings"], json!([]), "{report}");
+    assert_eq!(report["tracebacks"], json!([]), "{report}");
+}
+
+/// (speaker_id, text) of the first message of an injected block's recent messages.
+fn first_recent_message(block: &str) -> (String, String) {
+    let recent = block
+        .split_once("<recent_messages>")
+        .map(|(_, after)| after)
+        .unwrap_or_else(|| panic!("no recent messages in the block: {block}"));
+    let (head, text) = recent
+        .split("<message ")
+        .nth(1)
+        .and_then(|m| m.split_once("</message>"))
+        .and_then(|(m, _)| m.split_once('>'))
+        .unwrap_or_else(|| panic!("no recent message: {recent}"));
+    let speaker = head
+        .split_once("speaker_id=\"")
+        .and_then(|(_, rest)| rest.split_once('"'))
+        .map_or("", |(id, _)| id);
+    (speaker.to_string(), text.to_string())
+}
+
 /// `GET /v1/export` as `umo`: the rows that conversation may recall (the header line left out).
 async fn export(client: &reqwest::Client, s: &Serve, umo: &str) -> Vec<Value> {
     // A UMO needs no escaping in a query string (letters, digits, ':', '!', '-').

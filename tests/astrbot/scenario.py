@@ -202,16 +202,17 @@ class StubLLM:
 
 
     def consolidate(self, body: dict[str, Any], user: str) -> dict[str, Any]:
-        """A consolidation pass: ADD the allergy from the message that states it, else NONE."""
+        """A consolidation pass: ADD the allergy from the message that states it (花生: the
+        working-memory scenario's; 海鲜: the people scenario's), else NONE."""
         shown = json.loads(user)
-        source = next(
-            (m for m in shown.get("messages", []) if "花生" in m.get("text", "")), None
-        )
         decisions: list[dict[str, Any]] = [{"action": "NONE"}]
-        if source is not None:
-            decisions = [
-                {"action": "ADD", "content": WM_CONSOLIDATED, "source_ids": [source["id"]]}
-            ]
+        for word, fact in (("花生", WM_CONSOLIDATED), ("海鲜", PEOPLE_CONSOLIDATED)):
+            source = next(
+                (m for m in shown.get("messages", []) if word in m.get("text", "")), None
+            )
+            if source is not None:
+                decisions = [{"action": "ADD", "content": fact, "source_ids": [source["id"]]}]
+                break
         self.consolidations.append({"prompt": user, "decisions": decisions})
         answer = json.dumps({"decisions": decisions}, ensure_ascii=False)
         return {
@@ -278,11 +279,13 @@ def prepare_root(
     owned: dict[str, Any] | None = None,
     embedding_base: str = "",
     plugin_defaults: bool = False,
+    admins: list[str] | None = None,
 ) -> None:
     """`owned`: the plugin settings of the zero-set-up path (the plugin runs scopemem itself
     from the wheel, with the map in its own config); `embedding_base`: an OpenAI-compatible
     embedding server configured as one of AstrBot's providers; `plugin_defaults`: leave
-    `reflection` and `working_memory` out of the plugin config, so their defaults apply."""
+    `reflection` and `working_memory` out of the plugin config, so their defaults apply;
+    `admins`: AstrBot's admins_id (the sender ids of its admins)."""
     data = os.path.join(root, "data")
     os.makedirs(os.path.join(data, "plugins"), exist_ok=True)
     os.makedirs(os.path.join(data, "config"), exist_ok=True)
@@ -327,6 +330,8 @@ def prepare_root(
     if owned is not None:
         # alice is an AstrBot admin there; bob is not.
         cmd_config["admins_id"] = ["alice"]
+    if admins is not None:
+        cmd_config["admins_id"] = admins
     if embedding_base:
         cmd_config["provider"].append(
             {
@@ -1072,6 +1077,154 @@ async def run_errors(args: argparse.Namespace) -> dict[str, Any]:
     return report
 
 
+# The people scenario (issue 77): each member owns their words.
+PEOPLE_GROUP = "neighbours-group"
+PEOPLE_TEAM = "team-group"
+PEOPLE_SCRATCH = "scratch-group"
+# fang and gang are ordinary members; boss is an AstrBot admin.
+PEOPLE = {"fang": ("fang", "小芳"), "gang": ("gang", "小刚"), "boss": ("boss", "老板")}
+# Each member's first-person line in the group (asked by nobody in particular, the question
+# finds gang's first), and one each in the team group.
+PEOPLE_LINES = [
+    ("fang", PEOPLE_GROUP, "我对海鲜过敏，虾蟹都不行"),
+    ("gang", PEOPLE_GROUP, "我对芒果过敏来着，吃了嘴会肿"),
+    ("fang", PEOPLE_TEAM, "我周六上午去踢球，下午有空"),
+    ("gang", PEOPLE_TEAM, "周六的球赛改到九点开始"),
+]
+PEOPLE_QUESTION = "我对什么过敏来着？"
+# What the stub model makes of fang's line in a consolidation pass.
+PEOPLE_CONSOLIDATED = "小芳对海鲜过敏"
+PEOPLE_SCRATCH_LINE = "这个群只是试一下清空"
+PEOPLE_LAST_LINE = ("gang", PEOPLE_GROUP, "明天的菜我来买")
+
+
+async def run_people(args: argparse.Namespace) -> dict[str, Any]:
+    """Each member owns their words (issue 77), with the plugin's defaults: fang and gang each
+    say a first-person line in a group and one in a team group; AstrBot's model consolidates
+    fang's into a long-term memory. fang (no admin) asks the bot "我对什么过敏来着？" (the
+    stub records the prompt), lists what the group keeps of her (`/scopemem me`; gang too),
+    asks to be forgotten, gang's confirmation of it does nothing, and hers forgets her. The
+    block for the same question asked by nobody in particular is reported too. The
+    admin boss shows that `forget me` and the chat's `forget` never confirm each other, then
+    erases a scratch group. Each command's sends to scopemem end before the next; a last line
+    is stored at the end, so what was never sent stays unsent. The test reads the tables."""
+    root = os.path.realpath(args.root)
+    llm = StubLLM("")
+    await llm.start()
+    prepare_root(
+        root, args.plugin_src, args.scopemem, llm.port, plugin_defaults=True, admins=["boss"]
+    )
+    core = await start_core(root)
+    lifecycle, core_task = core.lifecycle, core.task
+    star = next(
+        s for s in lifecycle.plugin_manager.context.get_all_stars() if s.name == PLUGIN_DIR
+    ).star_cls
+    group = GroupChat(lifecycle)
+    umo = {g: GroupChat.umo(g) for g in (PEOPLE_GROUP, PEOPLE_TEAM, PEOPLE_SCRATCH)}
+    report: dict[str, Any] = {"umos": umo, "steps": {}}
+    steps = report["steps"]
+
+    async def sends_ended() -> None:
+        started = time.monotonic()
+        while star.wm_tasks:
+            if time.monotonic() - started > 120:
+                raise RuntimeError(f"{len(star.wm_tasks)} working-memory sends never ended")
+            await asyncio.sleep(0.05)
+
+    async def turn(name: str, who: str, grp: str, text: str, **kw: Any) -> str:
+        before = len(llm.requests)
+        reply = await group.send(PEOPLE[who], grp, text, **kw)
+        steps[name] = {
+            "reply": reply,
+            "system_prompts": [r["system"] for r in llm.requests[before:]],
+        }
+        await sends_ended()
+        return reply
+
+    async def post(path: str, body: dict[str, Any]) -> dict[str, Any]:
+        status, answer = await star.client.request("POST", path, body, timeout=60)
+        if status != 200 or not isinstance(answer, dict):
+            raise RuntimeError(f"{path} answered {status}: {answer}")
+        return answer
+
+    async def until(what: str, found: Any) -> Any:
+        """Poll `found()` until it gives something; a generous cap on a shared machine."""
+        started = time.monotonic()
+        while time.monotonic() - started < 240:
+            got = await found()
+            if got:
+                return got
+            await asyncio.sleep(0.2)
+        raise RuntimeError(f"{what} never happened")
+
+    async def stored(grp: str, text: str) -> bool:
+        page = await post(
+            "/v1/memories/browse", {"conversation_id": umo[grp], "messages": True, "limit": 50}
+        )
+        return any(m.get("content") == text for m in page.get("memories") or [])
+
+    for i, (who, grp, text) in enumerate(PEOPLE_LINES):
+        await turn(f"line_{i}", who, grp, text)
+    for who, grp, text in PEOPLE_LINES:
+        await until(repr(text), lambda g=grp, t=text: stored(g, t))
+
+    async def consolidated() -> bool:
+        page = await post("/v1/memories/browse", {"conversation_id": umo[PEOPLE_GROUP]})
+        return any(m.get("content") == PEOPLE_CONSOLIDATED for m in page.get("memories") or [])
+
+    await until("the consolidation of fang's line", consolidated)
+
+    # The block for the question when nobody in particular asks (a preview: no prompt follows,
+    # so it counts toward nothing).
+    report["anonymous"] = await post(
+        "/v1/events/llm_request",
+        {"conversation_id": umo[PEOPLE_GROUP], "query": PEOPLE_QUESTION, "preview": True},
+    )
+    # fang asks the bot about herself; then what the group keeps of each of them.
+    await turn("ask", "fang", PEOPLE_GROUP, PEOPLE_QUESTION, at_bot=True)
+    await until("fang's question", lambda: stored(PEOPLE_GROUP, PEOPLE_QUESTION))
+    report["fang_browse"] = await post(
+        "/v1/people/browse", {"conversation_id": umo[PEOPLE_GROUP], "sender_id": "fang"}
+    )
+    await turn("me_fang", "fang", PEOPLE_GROUP, "/scopemem me")
+    await turn("me_gang", "gang", PEOPLE_GROUP, "/scopemem me")
+
+    # The chat's forget and a member's forget me never confirm each other (boss is an admin).
+    await turn("boss_forget_me", "boss", PEOPLE_GROUP, "/scopemem forget me")
+    await turn("boss_chat_confirm", "boss", PEOPLE_GROUP, "/scopemem forget confirm")
+    await turn("boss_forget_me_confirm", "boss", PEOPLE_GROUP, "/scopemem forget me confirm")
+    await turn("boss_chat_forget", "boss", PEOPLE_GROUP, "/scopemem forget")
+    await turn("boss_me_confirm_after_chat", "boss", PEOPLE_GROUP, "/scopemem forget me confirm")
+    # fang is no admin: the chat's forget is not hers.
+    await turn("fang_chat_forget", "fang", PEOPLE_GROUP, "/scopemem forget")
+
+    # fang's forget me: gang cannot confirm it; she does.
+    await turn("fang_forget_me", "fang", PEOPLE_GROUP, "/scopemem forget me")
+    await turn("gang_confirms_hers", "gang", PEOPLE_GROUP, "/scopemem forget me confirm")
+    report["fang_browse_after_gang"] = await post(
+        "/v1/people/browse", {"conversation_id": umo[PEOPLE_GROUP], "sender_id": "fang"}
+    )
+    await turn("fang_confirms", "fang", PEOPLE_GROUP, "/scopemem forget me confirm")
+
+    # The chat's own forget still erases a chat (an admin's, in a group of its own).
+    await turn("scratch_line", "gang", PEOPLE_SCRATCH, PEOPLE_SCRATCH_LINE)
+    await until("the scratch line", lambda: stored(PEOPLE_SCRATCH, PEOPLE_SCRATCH_LINE))
+    await turn("scratch_forget", "boss", PEOPLE_SCRATCH, "/scopemem forget")
+    await turn("scratch_confirm", "boss", PEOPLE_SCRATCH, "/scopemem forget confirm")
+
+    # A last line: once it is stored, whatever the plugin sent before it is.
+    who, grp, text = PEOPLE_LAST_LINE
+    await turn("last", who, grp, text)
+    await until("the last line", lambda: stored(grp, text))
+    report["plugin_warnings"] = [r for r in core.plugin_log.records if r.startswith("WARNING")]
+    report["tracebacks"] = [
+        r for r in core.counter.records + core.plugin_log.records if "Traceback" in r
+    ]
+    await stop_astrbot(lifecycle, core_task)
+    await llm.stop()
+    return report
+
+
 async def run_busy_answer(args: argparse.Namespace) -> dict[str, Any]:
     """For `make bench-astrbot-busy`: how long a member's question to the bot waits in a busy
     group under AstrBot's default rate limit, with the plugin (working memory on, its defaults)
@@ -1135,6 +1288,11 @@ def main() -> None:
         help="AstrBot's own error texts in a group (the plugin's defaults)",
     )
     parser.add_argument(
+        "--people",
+        action="store_true",
+        help="each member's own words in a group: me, forget me (the plugin's defaults)",
+    )
+    parser.add_argument(
         "--busy-answer",
         action="store_true",
         help="time a question to the bot in a busy group (make bench-astrbot-busy)",
@@ -1158,6 +1316,8 @@ def main() -> None:
             scenario = run_working_memory(args)
         elif args.errors:
             scenario = run_errors(args)
+        elif args.people:
+            scenario = run_people(args)
         elif args.busy_answer:
             scenario = run_busy_answer(args)
         else:
