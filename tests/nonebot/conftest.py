@@ -1,10 +1,11 @@
 """Set-up for the NoneBot2 plugin tests: a real `scopemem serve` and a real NoneBot2 around it.
 
 The server is the binary named by SCOPEMEM_BIN, on a free loopback port with a bearer token, a
-temp directory for its table and a config mapping `onebot11:group_1001` to 家人 and
-`onebot11:group_2002` to 工作 (the file `/scopemem map` edits). NoneBot2 is initialised by
-nonebug with the FastAPI driver, the real OneBot v11 adapter and the plugin, whose import must
-resolve to integrations/nonebot in this repo (the editable install of scripts/setup-nonebot.sh).
+temp directory for its table and a config mapping `onebot11:group_1001` to 家人,
+`onebot11:group_2002` to 工作 and test_people.py's two groups to 邻居 and 球队 (the file
+`/scopemem map` edits). NoneBot2 is initialised by nonebug with the FastAPI driver, the real
+OneBot v11 adapter and the plugin, whose import must resolve to integrations/nonebot in this
+repo (the editable install of scripts/setup-nonebot.sh).
 """
 
 from __future__ import annotations
@@ -40,9 +41,19 @@ TOKEN = "nonebot-test-token"
 SUPERUSER_ID = 10000
 FAMILY_GROUP = 1001
 WORK_GROUP = 2002
-SCOPE_MAP = {f"onebot11:group_{FAMILY_GROUP}": "家人", f"onebot11:group_{WORK_GROUP}": "工作"}
+# The two groups of test_people.py, where members list and forget their own words.
+NEIGHBOURS_GROUP = 7101
+TEAM_GROUP = 7102
+SCOPE_MAP = {
+    f"onebot11:group_{FAMILY_GROUP}": "家人",
+    f"onebot11:group_{WORK_GROUP}": "工作",
+    f"onebot11:group_{NEIGHBOURS_GROUP}": "邻居",
+    f"onebot11:group_{TEAM_GROUP}": "球队",
+}
 FAMILY = f"onebot11:group_{FAMILY_GROUP}"
 WORK = f"onebot11:group_{WORK_GROUP}"
+NEIGHBOURS = f"onebot11:group_{NEIGHBOURS_GROUP}"
+TEAM = f"onebot11:group_{TEAM_GROUP}"
 
 
 def cmdline(pid: int) -> list[str]:
