@@ -353,7 +353,10 @@ async fn the_demo_shows_each_scope_where_it_belongs_and_small_talk_injects_nothi
     assert_eq!(seen_by("奶奶的八十大寿"), ["sees", "-", "-"], "{text}");
     assert_eq!(seen_by("第三季度发布评审"), ["-", "sees", "-"], "{text}");
     assert_eq!(seen_by("spicy hotpot"), ["sees", "sees", "sees"], "{text}");
-    let small_talk = text
+    let (before_group, group) = text
+        .split_once("== A group chat")
+        .unwrap_or_else(|| panic!("no group-chat section:\n{text}"));
+    let small_talk = before_group
         .split("said to the bot in each conversation")
         .nth(1)
         .unwrap_or_else(|| panic!("no small-talk section:\n{text}"));
@@ -363,6 +366,22 @@ async fn the_demo_shows_each_scope_where_it_belongs_and_small_talk_injects_nothi
         "{small_talk}"
     );
     assert!(!small_talk.contains("<memory_context>"), "{small_talk}");
+    // The group: the answer the members gave each other reaches the bot's prompt, the private
+    // chat's line stays out, and a greeting injects nothing.
+    let block = group
+        .split("what the bot's prompt gets")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no block:\n{group}"));
+    assert!(
+        block.contains("老地方") && block.contains("<memory_context>"),
+        "{group}"
+    );
+    assert!(
+        group.contains("the private chat's line in the group's block: no"),
+        "{group}"
+    );
+    assert!(!block.contains("手术"), "{group}");
+    assert!(group.contains("to the bot: nothing injected"), "{group}");
 }
 
 /// `make run` (scripts/run-demo.sh) with a demo config an earlier run left on another port:

@@ -1,7 +1,9 @@
 //! `scopemem demo`: writes memories from a family group, a work group and an unmapped private
 //! chat through a running service, then shows who recalls what: two questions searched by hand
 //! (`/v1/recall`, never gated) and a greeting said to the bot (`/v1/events/llm_request`, the
-//! injection path, which the relevance gate guards).
+//! injection path, which the relevance gate guards). Then what a group gets (issue 78): its
+//! members talk among themselves, a fact among the chatter, and a member asks the bot; the
+//! block the bot's prompt gets is printed, and a private chat's line stays out of it.
 
 use serde_json::{json, Value};
 use unicode_width::{UnicodeWidthChar, UnicodeWidthStr};
@@ -48,7 +50,8 @@ async fn send(
         url: url.clone(),
         message: e.to_string(),
     })?;
-    if status != 200 {
+    // 202: a chat message accepted for the working memory.
+    if status != 200 && status != 202 {
         return Err(DemoError::Status {
             endpoint: path.into(),
             status,
@@ -86,6 +89,7 @@ pub async fn run(base: &str) -> Result<(), DemoError> {
         ask_as_the_bot(&client, base, conv, label, q).await?;
     }
     println!("\nFamily memories stay in 家人, work memories in 工作; the unmapped private chat writes public memories that everyone sees. A search never returns another scope's memory, and small talk to the bot injects nothing.");
+    group_chat(&client, base).await?;
     summary(&client, base).await
 }
 
@@ -290,6 +294,97 @@ async fn ask_as_the_bot(
         }
     }
     Ok(())
+}
+
+/// What the family group's members say among themselves (sender, name, text): a fact among
+/// the chatter, none of it said to the bot.
+const GROUP_TALK: [(&str, &str, &str); 6] = [
+    ("u-mei", "小红", "早上好呀各位"),
+    ("u-ming", "小明", "周日外婆的生日宴订在哪了？"),
+    (
+        "u-wang",
+        "老王",
+        "订好了，还是老地方，周日中午十二点，包间叫牡丹厅",
+    ),
+    ("u-mei", "小红", "哈哈哈收到"),
+    ("u-ming", "小明", "[图片]"),
+    ("u-li", "李姐", "今天好冷啊，大家多穿点"),
+];
+
+/// A line said in the unmapped private chat: it stays there.
+const PRIVATE_LINE: &str = "我下个月要去医院做个小手术，别告诉群里的人";
+
+/// Group stage: the family's talk and a private line reach the working memory as the plugins
+/// send every message; then a member asks the bot in the group, as the plugins ask (the
+/// question to the chat, then the injection event with who asks), and a member greets it.
+async fn group_chat(client: &reqwest::Client, base: &str) -> Result<(), DemoError> {
+    println!("\n== A group chat: members talk among themselves, then one asks the bot ==");
+    let say = |conv: &'static str,
+               (id, name, text): (&'static str, &'static str, &'static str),
+               to_bot: bool| {
+        post(
+            client,
+            base,
+            "/v1/events/message",
+            json!({"conversation_id": conv, "sender_id": id, "sender_name": name,
+                   "text": text, "to_bot": to_bot}),
+        )
+    };
+    for line in GROUP_TALK {
+        say(FAMILY, line, false).await?;
+        println!("  [家人群] {}: {}", line.1, line.2);
+    }
+    say(PRIVATE, ("u-ming", "小明", PRIVATE_LINE), false).await?;
+    println!("  [private chat] 小明: {PRIVATE_LINE}");
+    messages_embedded(client, base).await?;
+    let question = ("u-ming", "小明", "@小助手 外婆生日宴在哪来着？几点？");
+    say(FAMILY, question, true).await?;
+    println!("  [家人群] {}: {}  (to the bot)", question.1, question.2);
+    let r = post(
+        client,
+        base,
+        "/v1/events/llm_request",
+        json!({"conversation_id": FAMILY, "query": question.2, "sender_id": question.0}),
+    )
+    .await?;
+    let block = r["injection"].as_str().unwrap_or("");
+    println!("-- what the bot's prompt gets in 家人群:");
+    for line in block.lines() {
+        println!("      {line}");
+    }
+    let leaked = block.contains("手术");
+    println!(
+        "-- the private chat's line in the group's block: {}",
+        if leaked { "YES (a leak)" } else { "no" }
+    );
+    let greeting = ("u-mei", "小红", "@小助手 早上好");
+    say(FAMILY, greeting, true).await?;
+    let r = post(
+        client,
+        base,
+        "/v1/events/llm_request",
+        json!({"conversation_id": FAMILY, "query": greeting.2, "sender_id": greeting.0}),
+    )
+    .await?;
+    match r["injection"].as_str().unwrap_or("") {
+        "" => println!("-- \"{}\" to the bot: nothing injected", greeting.2),
+        _ => println!("-- \"{}\" to the bot: injected a block", greeting.2),
+    }
+    Ok(())
+}
+
+/// Until the working memory has embedded every message it was sent (`/v1/status`), at most
+/// [`CALIBRATION_WAIT`].
+async fn messages_embedded(client: &reqwest::Client, base: &str) -> Result<(), DemoError> {
+    let started = std::time::Instant::now();
+    loop {
+        let status = send(client.get(format!("{base}/v1/status")), base, "/v1/status").await?;
+        let waiting = status["working_memory"]["waiting"].as_u64().unwrap_or(0);
+        if waiting == 0 || started.elapsed() > CALIBRATION_WAIT {
+            return Ok(());
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
 }
 
 /// The closing lines: what the table holds, where, and where to look next.
