@@ -97,7 +97,70 @@ async fn seed(base: &str, token: &str) -> Value {
             assert_eq!(status, 200, "{}", r.text().await.unwrap_or_default());
         }
     }
+    // Two members talk in the family group: the people view lists them, and forgets one.
+    let members = [
+        (
+            "m-ann",
+            "Ann",
+            &[
+                "I'm allergic to peanuts, remember that",
+                "My flight lands at 9pm",
+            ][..],
+        ),
+        (
+            "m-bob",
+            "Bob",
+            &["The car needs new tyres before winter"][..],
+        ),
+    ];
+    for (sender, name, lines) in members {
+        for line in lines {
+            let r = client
+                .post(format!("{base}/v1/events/message"))
+                .bearer_auth(token)
+                .json(&json!({"conversation_id": FAMILY, "sender_id": sender,
+                    "sender_name": name, "text": line}))
+                .send()
+                .await
+                .expect("message");
+            assert_eq!(r.status().as_u16(), 202);
+        }
+    }
+    // A message is a row once the worker embeds it: wait for both members' rows (no fixed time).
+    let deadline = Instant::now() + Duration::from_secs(180);
+    loop {
+        let r: Value = client
+            .post(format!("{base}/v1/people"))
+            .bearer_auth(token)
+            .json(&json!({"conversation_id": FAMILY}))
+            .send()
+            .await
+            .expect("people")
+            .json()
+            .await
+            .expect("people json");
+        let said = |id: &str| {
+            r["people"]
+                .as_array()
+                .and_then(|p| p.iter().find(|p| p["sender_id"] == id))
+                .and_then(|p| p["said"].as_u64())
+                .unwrap_or(0)
+        };
+        if said("m-ann") == 2 && said("m-bob") == 1 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the members' messages never became rows: {r}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let people: Value = members
+        .iter()
+        .map(|(id, name, lines)| json!({"sender_id": id, "name": name, "lines": lines}))
+        .collect();
     json!({
+        "people": people,
         "family_conversation": FAMILY,
         "work_conversation": WORK,
         "public_conversation": PRIVATE,
@@ -213,6 +276,9 @@ async fn memory_page_in_astrbot_dashboard() {
         "update",
         "forget",
         "export",
+        "people",
+        "people/browse",
+        "people/forget",
     ] {
         assert!(
             routes.contains(&format!("/astrbot_plugin_scopemem/memories/{r}\"")),
@@ -314,14 +380,21 @@ async fn memory_page_in_astrbot_dashboard() {
     for secret in [token.as_str(), password.as_str()] {
         assert!(!log.contains(secret), "a secret reached AstrBot's log");
     }
-    for list in ["family", "work", "public"] {
-        for content in seeded[list].as_array().unwrap() {
-            let content = content.as_str().unwrap();
-            assert!(
-                !log.contains(content),
-                "memory text reached AstrBot's log: {content}"
-            );
-        }
+    let lines = seeded["people"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|p| p["lines"].as_array().unwrap());
+    for content in ["family", "work", "public"]
+        .iter()
+        .flat_map(|list| seeded[*list].as_array().unwrap())
+        .chain(lines)
+    {
+        let content = content.as_str().unwrap();
+        assert!(
+            !log.contains(content),
+            "memory text reached AstrBot's log: {content}"
+        );
     }
     astrbot.start_kill().unwrap();
     astrbot.wait().await.unwrap();

@@ -82,6 +82,20 @@ def _asking(body: dict[str, Any]) -> dict[str, Any]:
     return call
 
 
+def _sender(body: dict[str, Any]) -> str:
+    """A member's sender id as the platform gives it: scopemem's own rule (non-blank, at most
+    128 characters), checked here too so a mistyped field says why at once."""
+    raw = body.get("sender_id")
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        raw = str(raw)
+    if not isinstance(raw, str) or not raw.strip():
+        raise BadInput("sender_id is required")
+    value = raw.strip()
+    if len(value) > 128:
+        raise BadInput("sender_id must be at most 128 characters")
+    return value
+
+
 def _limit(body: dict[str, Any], default: int) -> int:
     raw = body.get("limit", default)
     try:
@@ -118,6 +132,9 @@ class DashboardApi:
             ("delete", self.delete, ["POST"], "erase memories by id as a conversation"),
             ("forget", self.forget, ["POST"], "erase what a conversation wrote"),
             ("export", self.export, ["GET"], "export what a conversation can see"),
+            ("people", self.people, ["POST"], "the members a conversation's scope holds"),
+            ("people/browse", self.person_browse, ["POST"], "what is kept of one member"),
+            ("people/forget", self.person_forget, ["POST"], "erase a member everywhere"),
         ]
         for name, handler, methods, desc in routes:
             context.register_web_api(f"{PREFIX}/{name}", self._guarded(handler), methods, desc)
@@ -303,6 +320,42 @@ class DashboardApi:
             "[scopemem] dashboard: forget conversation %s (%s)",
             call["conversation_id"],
             request.username,
+        )
+        return self._answer(result)
+
+    # ---- people: a member's words, on the conversation's platform ----------------------------
+
+    async def people(self) -> Any:
+        """The members the conversation may read, with how many rows each said and how many
+        are about them (`POST /v1/people`)."""
+        call = {"conversation_id": _conversation(await self._body())}
+        return self._answer(await self._call("POST", "/v1/people", call))
+
+    async def person_browse(self) -> Any:
+        """What the conversation may read that one member said or that is about them."""
+        body = await self._body()
+        call = {"conversation_id": _conversation(body), "sender_id": _sender(body)}
+        call["limit"] = _limit(body, 20)
+        try:
+            call["offset"] = max(0, int(body.get("offset", 0)))
+        except (TypeError, ValueError):
+            call["offset"] = 0
+        return self._answer(await self._call("POST", "/v1/people/browse", call))
+
+    async def person_forget(self) -> Any:
+        """Erase one member everywhere on the conversation's platform (what they said in every
+        chat, what is about them, what was made of their words only): the operator's "forget
+        me" for a member who asked, as `scopemem forget --person` does."""
+        body = await self._body()
+        if body.get("confirm") is not True:
+            raise BadInput("forgetting a member needs confirm: true")
+        call = {"conversation_id": _conversation(body), "sender_id": _sender(body)}
+        result = await self._call("POST", "/v1/people/forget", call, timeout=EXPORT_TIMEOUT_S)
+        logger.info(
+            "[scopemem] dashboard: forget a member on the platform of %s (%s): %s",
+            call["conversation_id"],
+            request.username,
+            "refused" if isinstance(result, _Refusal) else "done",
         )
         return self._answer(result)
 

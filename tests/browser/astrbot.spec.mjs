@@ -6,7 +6,7 @@
 //   DASH_USER, DASH_PASSWORD_FILE  the dashboard login (the password is read from the file)
 //   SCOPEMEM_BASE, SCOPEMEM_TOKEN_FILE  the supervised scopemem and its token, for checks
 //                        made beside the page (never by the page itself)
-//   SEED                 JSON {family_conversation, work_conversation, public_conversation,
+//   SEED                 JSON {people, family_conversation, work_conversation, public_conversation,
 //                        family, work, public, broken_key, new_key}
 //   OUT                  directory for the screenshots
 //   SCOPEMEM_BROWSER_DEPS where scripts/setup-browser.sh installed playwright-core
@@ -230,6 +230,43 @@ async function checkEdit(frame, dashToken) {
   return true;
 }
 
+/** The people view (issue 77 item 4): the family group's members with counts, one member's
+ *  rows, and a forget of that member that leaves the other's words. */
+async function checkPeople(frame, page) {
+  const [ann, bob] = SEED.people;
+  const family = SEED.family_conversation;
+  const rowsOf = async (who) => {
+    const r = await scopemem('/v1/people/browse', { conversation_id: family, sender_id: who.sender_id, limit: 100 });
+    assert.equal(r.status, 200, JSON.stringify(r.json));
+    return r.json.memories.map((m) => m.content);
+  };
+  step('the people view lists the family group\'s members with what each said');
+  await frame.fill('#conversation', family);
+  await act(frame, 'people', family, () => frame.click('#people'));
+  const members = await frame.locator('#people-list tr.person').evaluateAll((trs) =>
+    trs.map((tr) => ({ sender: tr.dataset.sender, cells: [...tr.querySelectorAll('td')].map((td) => td.textContent) })));
+  const row = (who) => members.find((m) => m.sender === who.sender_id);
+  for (const who of [ann, bob]) {
+    assert.ok(row(who), `${who.sender_id} is not listed: ${JSON.stringify(members)}`);
+    assert.equal(row(who).cells[0], who.name);
+    assert.equal(row(who).cells[2], String(who.lines.length));
+  }
+  await shot(page, 'astrbot-memories-people.png', frame.locator('#people-panel'));
+
+  step('Show lists what the group keeps of one member, and nothing of the other');
+  const annRow = frame.locator(`#people-list tr[data-sender="${ann.sender_id}"]`);
+  await act(frame, 'person', ann.sender_id, () => annRow.locator('button.show').click());
+  assert.deepEqual(sorted((await listed(frame)).map((m) => m.content)), sorted(ann.lines));
+
+  step('Forget erases the member everywhere, and only them');
+  await annRow.locator('button.forget-person').click();
+  await annRow.locator('button.armed').click();
+  await message(frame, 'ok', `Forgot ${ann.sender_id}`);
+  await frame.locator(`#people-list tr[data-sender="${ann.sender_id}"]`).waitFor({ state: 'detached' });
+  assert.deepEqual(await rowsOf(ann), []);
+  assert.deepEqual(sorted(await rowsOf(bob)), sorted(bob.lines));
+}
+
 async function main() {
   step('the plugin API refuses every request without the dashboard login');
   await refusedWithoutLogin();
@@ -323,9 +360,12 @@ async function main() {
     const [download] = await Promise.all([page.waitForEvent('download'), frame.click('#export')]);
     const lines = readFileSync(await download.path(), 'utf8').trim().split('\n').map((l) => JSON.parse(l));
     assert.equal(lines[0].scopemem_export, 1, JSON.stringify(lines[0]));
-    const exported = lines.slice(1).map((l) => l.content);
+    const exported = lines.slice(1).filter((l) => l.memory_type !== 'message').map((l) => l.content);
     const expected = (await visible(SEED.family_conversation)).map((m) => m.content);
     assert.deepEqual(sorted(exported), sorted(expected));
+    // The members' chat lines go with it, as rows of the working memory.
+    const chat = lines.slice(1).filter((l) => l.memory_type === 'message').map((l) => l.content);
+    assert.deepEqual(sorted(chat), sorted(SEED.people.flatMap((p) => p.lines)));
     for (const w of SEED.work) assert.ok(!exported.includes(w), `export carries ${w}`);
     await message(frame, 'ok', 'Exported');
 
@@ -342,6 +382,8 @@ async function main() {
     await frame.waitForFunction(() => document.body.dataset.view === 'browse');
     await shot(page, 'astrbot-memories-after-forget.png');
     await shot(page, 'astrbot-memories-after-forget-list.png', frame.locator('#conv-panel'));
+
+    await checkPeople(frame, page);
 
     assert.deepEqual(frameErrors, [], 'the memory page logged errors');
     step(`edit ${edited ? 'checked' : 'NOT checked (no /v1/memories/update in this scopemem)'}`);
