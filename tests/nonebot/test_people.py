@@ -22,7 +22,6 @@ generous cap, never slept for.
 from __future__ import annotations
 
 import asyncio
-import importlib
 import json
 import re
 import threading
@@ -48,6 +47,7 @@ from conftest import (
     Scopemem,
     group_event,
 )
+from plugin_io import WAIT_S, exported, plugin, sends_ended
 
 FANG = (20031, "小芳")
 GANG = (20032, "小刚")
@@ -60,7 +60,6 @@ QUESTION = "我对什么过敏来着？"
 LAST_LINE = "明天的菜我来买"
 BOT_ID = "9911"
 BOT_REPLY = "好的，我看看。"
-WAIT_S = 180.0
 LLM_REQUEST = "/v1/events/llm_request"
 # What a scopemem older than `sender_id` answers a body that has it (its LlmRequestEvent
 # denies unknown fields; serde's message).
@@ -71,11 +70,6 @@ OLDER_REFUSAL = {
         "`query`, `entities`, `timezone`, `history`, `preview`",
     }
 }
-
-
-def plugin():
-    """The loaded plugin package (importable once conftest has let NoneBot load it)."""
-    return importlib.import_module("nonebot_plugin_scopemem")
 
 
 def member_event(
@@ -127,26 +121,6 @@ async def receive(app: App, event: GroupMessageEvent) -> str:
     return "\n".join(
         Message(d["message"]).extract_plain_text() for a, d in p.calls[before:] if a == "send_msg"
     )
-
-
-async def sends_ended() -> None:
-    """Until every background send of the plugin has its answer from scopemem."""
-    background = plugin().runtime.get_runtime().background
-    deadline = time.monotonic() + WAIT_S
-    while background:
-        assert time.monotonic() < deadline, f"{len(background)} sends never ended"
-        await asyncio.sleep(0.05)
-
-
-async def exported(server: Scopemem, conv: str) -> list[dict[str, Any]]:
-    """Every row `conv` may see, as `GET /v1/export` has them."""
-
-    def export() -> str:
-        r = server._http.get("/v1/export", params={"conversation_id": conv})
-        assert r.status_code == 200, r.text
-        return r.text
-
-    return [json.loads(line) for line in (await asyncio.to_thread(export)).splitlines()[1:]]
 
 
 async def until(what: str, found: Callable[[], Awaitable[Any]]) -> Any:

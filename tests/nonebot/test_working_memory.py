@@ -11,8 +11,6 @@ a fixed sleep: scopemem accepts a message with 202 and stores it in the backgrou
 from __future__ import annotations
 
 import asyncio
-import importlib
-import json
 import time
 from typing import Any, Callable
 
@@ -26,6 +24,7 @@ from nonebot.rule import to_me
 from nonebug import App
 
 from conftest import FAMILY, FAMILY_GROUP, WORK, Scopemem, group_event
+from plugin_io import WAIT_S, exported, plugin, sends_ended
 
 QUESTION = "妈妈有什么不能吃的"
 LINES = [
@@ -34,12 +33,6 @@ LINES = [
 ]
 BOT_ID = "8888"
 REPLY = "妈妈对花生过敏，点菜时避开沙爹和花生酱。"
-WAIT_S = 120.0
-
-
-def plugin():
-    """The loaded plugin package (importable once conftest has let NoneBot load it)."""
-    return importlib.import_module("nonebot_plugin_scopemem")
 
 
 def member_event(user_id: int, card: str, text: str, to_me: bool = False) -> GroupMessageEvent:
@@ -73,25 +66,9 @@ async def wait_recent(
     raise AssertionError(f"{what} never reached the working memory of {conv}: {got}")
 
 
-async def sends_ended() -> None:
-    """Wait until every background send of the plugin has its answer from scopemem."""
-    background = plugin().runtime.get_runtime().background
-    deadline = time.monotonic() + WAIT_S
-    while background:
-        assert time.monotonic() < deadline, f"{len(background)} sends never ended"
-        await asyncio.sleep(0.05)
-
-
 async def stored_rows(server: Scopemem, conv: str) -> list[dict[str, Any]]:
     """The message rows `conv` may see, as `GET /v1/export` has them."""
-
-    def export() -> str:
-        r = server._http.get("/v1/export", params={"conversation_id": conv})
-        assert r.status_code == 200, r.text
-        return r.text
-
-    rows = [json.loads(line) for line in (await asyncio.to_thread(export)).splitlines()[1:]]
-    return [r for r in rows if r.get("memory_type") == "message"]
+    return [r for r in await exported(server, conv) if r.get("memory_type") == "message"]
 
 
 async def stored_messages(server: Scopemem, conv: str) -> list[str]:
