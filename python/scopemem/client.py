@@ -2,7 +2,8 @@
 
 Every call of a plugin goes through here, so "scopemem is down" is decided in one place: a
 transport error, a time-out or a 5xx raises `ScopememDown` (logged once when the outage starts
-and once when it ends); any other answer is returned as (status, json) or (status, bytes).
+and once when it ends; a server the plugin has just started is not down while it comes up:
+`expect_start`); any other answer is returned as (status, json) or (status, bytes).
 Nothing here logs a request or response body, so memory content never reaches the bot's log.
 A field newer than the server (an older scopemem refuses a body with a field it does not know)
 is left out and the request asked again, in one place too (`request_optional`).
@@ -61,6 +62,11 @@ def unknown_field(payload: Any, field: str) -> bool:
 # tried again: the server may be upgraded while the bot runs.
 UNKNOWN_FIELD_RETRY_S = 600.0
 
+# How long a server the plugin has just started may take to answer before a refused call is an
+# outage (`ScopememClient.expect_start`): it loads its embedding model and opens its table
+# first, seconds on a small machine, longer on a first start or behind a slow disk.
+START_GRACE_S = 120.0
+
 
 def _is_loopback(url: str) -> bool:
     host = (urlsplit(url).hostname or "").lower()
@@ -96,6 +102,15 @@ class ScopememClient:
         self._unknown: Dict[Tuple[str, str], float] = {}
         self._unknown_logged: Set[Tuple[str, str]] = set()
         self._clock = clock
+        # Until when (on `clock`) a failed call is a server still starting, not an outage
+        # (`expect_start`); 0 once it has answered.
+        self._starting_until = 0.0
+
+    def expect_start(self, grace_s: float = START_GRACE_S) -> None:
+        """The plugin has just started this server: until it first answers (or `grace_s` has
+        passed), a failed call fails soft without being logged as an outage, so a normal start
+        logs no "unreachable" warning and no "reachable again"."""
+        self._starting_until = self._clock() + grace_s
 
     def disable(self, reason: str) -> None:
         """Answer every request with ScopememDown(reason), without touching the network (the
@@ -132,6 +147,8 @@ class ScopememClient:
 
     def _mark_down(self, error: str) -> None:
         self.last_error = error
+        if self._clock() < self._starting_until:
+            return  # still starting (`expect_start`)
         if not self.down:
             self.down = True
             self.log.warning(
@@ -140,6 +157,7 @@ class ScopememClient:
             )
 
     def _mark_up(self) -> None:
+        self._starting_until = 0.0
         if self.down:
             self.down = False
             self.log.info(f"[scopemem] {self.base_url} is reachable again: memory is back")

@@ -88,6 +88,87 @@ def test_binary_discovery_order(tmp_path: Path) -> None:
     assert find() is None
 
 
+def test_on_windows_the_wheels_binary_is_found_in_scripts(tmp_path: Path) -> None:
+    """pip puts a wheel's scripts in `<prefix>\\Scripts\\` on Windows, as `scopemem.exe`."""
+    prefix = tmp_path / "venv"
+    python = tmp_path / "venv" / "python.exe"  # sys.executable on Windows; need not exist
+    in_scripts = executable(prefix / "Scripts" / "scopemem.exe")
+    executable(prefix / "bin" / "scopemem")  # the POSIX name: not what Windows runs
+
+    def find(platform: str) -> Any:
+        return own_server().find_binary(
+            "", prefix=str(prefix), executable=str(python), path="", platform=platform
+        )
+
+    assert find("win32") == str(in_scripts)
+    assert find("linux") == str(prefix / "bin" / "scopemem")
+
+
+async def test_on_windows_the_child_is_stopped_through_its_stdin_and_drains(
+    tmp_path: Path,
+) -> None:
+    """Windows has no SIGTERM (`terminate()` is TerminateProcess, a hard kill): the supervisor
+    closes the child's stdin instead, which a real `scopemem serve --exit-with-parent` reads as
+    its parent leaving, and it stops as on SIGTERM: exit 0, before the hard-kill deadline."""
+    import asyncio
+
+    from scopemem.supervisor import Supervisor
+
+    port = free_port()
+    config = tmp_path / "scopemem.json"
+    config.write_text(
+        json.dumps(
+            {
+                "storage": {"db_dir": str(tmp_path / "lancedb")},
+                "server": {"http_addr": f"127.0.0.1:{port}"},
+            }
+        ),
+        encoding="utf-8",
+    )
+    logged: list[str] = []
+
+    class Log:
+        def info(self, message: str) -> None:
+            logged.append(f"INFO {message}")
+
+        def warning(self, message: str) -> None:
+            logged.append(f"WARNING {message}")
+
+        def error(self, message: str) -> None:
+            logged.append(f"ERROR {message}")
+
+    argv = [scopemem_bin(), "serve", "--exit-with-parent", "--config", str(config)]
+    supervisor = Supervisor(argv, logger=Log(), platform="win32")
+    supervisor.start()
+    try:
+        await asyncio.to_thread(wait_healthy, f"http://127.0.0.1:{port}", 120.0)
+        proc = supervisor.proc
+        assert proc is not None
+        hard: list[str] = []
+        # On Windows both are TerminateProcess: neither may be how it stops.
+        proc.terminate = lambda: hard.append("terminate")  # type: ignore[method-assign]
+        proc.kill = lambda: hard.append("kill")  # type: ignore[method-assign]
+    finally:
+        await supervisor.stop()
+    assert hard == [] and proc.returncode == 0, (hard, logged)
+    assert not [line for line in logged if line.startswith(("WARNING", "ERROR"))], logged
+
+
+def test_a_port_another_program_holds_is_taken(tmp_path: Path) -> None:
+    """The config's port is a fixed one: the plugin checks that nothing else listens there
+    before it runs scopemem (`addr_taken`), so a taken port is one clear error, not a child
+    that fails to listen at every restart."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        addr = f"127.0.0.1:{held.getsockname()[1]}"
+        assert own_server().addr_taken(addr) is True
+    assert own_server().addr_taken(addr) is False
+    assert own_server().addr_taken("not-a-host.invalid:8787") is False
+
+
 # ---- the config file -------------------------------------------------------------------------
 
 

