@@ -90,6 +90,47 @@ async fn scenario_ended(child: &mut tokio::process::Child, report: &Value, log_p
     );
 }
 
+/// Run tests/astrbot/scenario.py with `flag` (its scenario) against the scopemem at `base`,
+/// AstrBot's root and home under `dir`, and return its report; panics with AstrBot's log tail
+/// when the scenario fails, runs past `secs` or ends without a report.
+async fn run_scenario(dir: &Path, base: &str, flag: &str, secs: u64) -> Value {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let log_path = dir.join("astrbot.log");
+    let mut child = tokio::process::Command::new(astrbot_python())
+        .arg(manifest.join("tests/astrbot/scenario.py"))
+        .arg("--root")
+        .arg(dir.join("astrbot-root"))
+        .arg("--plugin-src")
+        .arg(manifest.join("integrations/astrbot"))
+        .args(["--scopemem", base, flag])
+        // Nothing of the user's: AstrBot's data lives under the temp root, its home too.
+        .env("HOME", dir)
+        .env_remove("ASTRBOT_ROOT")
+        .env_remove("http_proxy")
+        .env_remove("https_proxy")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&log_path).unwrap())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut report = Value::Null;
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while let Some(line) = scenario_line(&mut lines, deadline, &log_path).await {
+        if let Some(json) = line.strip_prefix("@@SCENARIO REPORT ") {
+            report = serde_json::from_str(json).unwrap();
+        } else if let Some(why) = line.strip_prefix("@@SCENARIO FAILED ") {
+            panic!(
+                "scenario failed: {why}\nAstrBot log tail:\n{}",
+                tail(&log_path, 80)
+            );
+        }
+    }
+    scenario_ended(&mut child, &report, &log_path).await;
+    report
+}
+
 async fn remember(client: &reqwest::Client, s: &Serve, umo: &str, content: &str) {
     let (code, body) = post(
         client,
@@ -136,8 +177,10 @@ fn step<'a>(report: &'a Value, name: &str) -> &'a Value {
     s
 }
 
+/// What the model was shown of each request of a step besides the history: the system prompt
+/// and the text AstrBot added after the user's words (where the plugin puts its block).
 fn prompts(report: &Value, name: &str) -> Vec<String> {
-    step(report, name)["system_prompts"]
+    step(report, name)["prompts"]
         .as_array()
         .unwrap_or_else(|| panic!("{name} has no prompts"))
         .iter()
@@ -354,7 +397,7 @@ async fn astrbot_runs_the_plugin_with_scopes_apart_and_survives_an_outage() {
             s["reply"].as_str().unwrap_or("").starts_with("echo: "),
             "{s}"
         );
-        assert!(!s["system_prompts"].to_string().contains("<memory_context>"));
+        assert!(!s["prompts"].to_string().contains("<memory_context>"));
     }
     assert_eq!(report["outage_warnings"], 1, "{report}");
     let down = reply(&report, "status_down");
@@ -389,7 +432,6 @@ async fn astrbot_runs_the_plugin_with_scopes_apart_and_survives_an_outage() {
 /// as its own; a `/scopemem` command is not recorded; the work group sees none of it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn astrbot_group_chatter_reaches_the_prompt_through_working_memory() {
-    let python = astrbot_python();
     let dir = tempfile::tempdir().unwrap();
     let map = json!({FAMILY_GROUP_UMO: "家人", WORK_GROUP_UMO: "工作"});
     // A consolidation pass is due every 2 messages of a chat; the plugin answers it with
@@ -400,42 +442,7 @@ async fn astrbot_group_chatter_reaches_the_prompt_through_working_memory() {
         json!({"conversation_scope_map": map, "consolidation": {"every_messages": 2}}),
     )
     .await;
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let log_path = dir.path().join("astrbot.log");
-    let mut child = tokio::process::Command::new(&python)
-        .arg(manifest.join("tests/astrbot/scenario.py"))
-        .arg("--root")
-        .arg(dir.path().join("astrbot-root"))
-        .arg("--plugin-src")
-        .arg(manifest.join("integrations/astrbot"))
-        .args(["--scopemem", &serve.base, "--working-memory"])
-        .env("HOME", dir.path())
-        .env_remove("ASTRBOT_ROOT")
-        .env_remove("http_proxy")
-        .env_remove("https_proxy")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(&log_path).unwrap())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let mut report = Value::Null;
-    let deadline = Instant::now() + Duration::from_secs(400);
-    loop {
-        let Some(line) = scenario_line(&mut lines, deadline, &log_path).await else {
-            break;
-        };
-        if let Some(json) = line.strip_prefix("@@SCENARIO REPORT ") {
-            report = serde_json::from_str(json).unwrap();
-        } else if let Some(why) = line.strip_prefix("@@SCENARIO FAILED ") {
-            panic!(
-                "scenario failed: {why}\nAstrBot log tail:\n{}",
-                tail(&log_path, 80)
-            );
-        }
-    }
-    scenario_ended(&mut child, &report, &log_path).await;
+    let report = run_scenario(dir.path(), &serve.base, "--working-memory", 400).await;
     assert_eq!(report["umos"]["family"], FAMILY_GROUP_UMO, "{report}");
     // The defaults: working memory on, consolidation by AstrBot's model, the inline
     // reflection off.
@@ -629,7 +636,6 @@ async fn astrbot_group_chatter_reaches_the_prompt_through_working_memory() {
 /// bot's; none of the error texts is stored.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn astrbot_error_replies_are_not_recorded_as_the_bots_words() {
-    let python = astrbot_python();
     let dir = tempfile::tempdir().unwrap();
     // A consolidation pass is due every 2 messages: the passes see the chat as stored.
     let serve = spawn_serve(
@@ -641,39 +647,7 @@ async fn astrbot_error_replies_are_not_recorded_as_the_bots_words() {
         }),
     )
     .await;
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let log_path = dir.path().join("astrbot.log");
-    let mut child = tokio::process::Command::new(&python)
-        .arg(manifest.join("tests/astrbot/scenario.py"))
-        .arg("--root")
-        .arg(dir.path().join("astrbot-root"))
-        .arg("--plugin-src")
-        .arg(manifest.join("integrations/astrbot"))
-        .args(["--scopemem", &serve.base, "--errors"])
-        .env("HOME", dir.path())
-        .env_remove("ASTRBOT_ROOT")
-        .env_remove("http_proxy")
-        .env_remove("https_proxy")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(&log_path).unwrap())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let mut report = Value::Null;
-    let deadline = Instant::now() + Duration::from_secs(400);
-    while let Some(line) = scenario_line(&mut lines, deadline, &log_path).await {
-        if let Some(json) = line.strip_prefix("@@SCENARIO REPORT ") {
-            report = serde_json::from_str(json).unwrap();
-        } else if let Some(why) = line.strip_prefix("@@SCENARIO FAILED ") {
-            panic!(
-                "scenario failed: {why}\nAstrBot log tail:\n{}",
-                tail(&log_path, 80)
-            );
-        }
-    }
-    scenario_ended(&mut child, &report, &log_path).await;
+    let report = run_scenario(dir.path(), &serve.base, "--errors", 400).await;
     assert_eq!(report["umo"], ERRORS_GROUP_UMO, "{report}");
 
     // AstrBot did answer with each of its error texts (so each path was taken), and the two
@@ -790,7 +764,6 @@ const FANG_FACT: &str = "小芳对海鲜过敏";
 /// chat's forget still erases a chat, and no command or answer reached the working memory.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn astrbot_members_list_and_forget_their_own_words() {
-    let python = astrbot_python();
     let dir = tempfile::tempdir().unwrap();
     let map = json!({PEOPLE_GROUP_UMO: "邻居", PEOPLE_TEAM_UMO: "球队"});
     // A consolidation pass is due every 2 messages of a chat; the plugin answers it with
@@ -806,39 +779,7 @@ async fn astrbot_members_list_and_forget_their_own_words() {
         }),
     )
     .await;
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let log_path = dir.path().join("astrbot.log");
-    let mut child = tokio::process::Command::new(&python)
-        .arg(manifest.join("tests/astrbot/scenario.py"))
-        .arg("--root")
-        .arg(dir.path().join("astrbot-root"))
-        .arg("--plugin-src")
-        .arg(manifest.join("integrations/astrbot"))
-        .args(["--scopemem", &serve.base, "--people"])
-        .env("HOME", dir.path())
-        .env_remove("ASTRBOT_ROOT")
-        .env_remove("http_proxy")
-        .env_remove("https_proxy")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(&log_path).unwrap())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let mut report = Value::Null;
-    let deadline = Instant::now() + Duration::from_secs(500);
-    while let Some(line) = scenario_line(&mut lines, deadline, &log_path).await {
-        if let Some(json) = line.strip_prefix("@@SCENARIO REPORT ") {
-            report = serde_json::from_str(json).unwrap();
-        } else if let Some(why) = line.strip_prefix("@@SCENARIO FAILED ") {
-            panic!(
-                "scenario failed: {why}\nAstrBot log tail:\n{}",
-                tail(&log_path, 80)
-            );
-        }
-    }
-    scenario_ended(&mut child, &report, &log_path).await;
+    let report = run_scenario(dir.path(), &serve.base, "--people", 500).await;
     assert_eq!(
         report["umos"]["neighbours-group"], PEOPLE_GROUP_UMO,
         "{report}"
@@ -1010,6 +951,248 @@ async fn astrbot_members_list_and_forget_their_own_words() {
     assert_eq!(report["tracebacks"], json!([]), "{report}");
 }
 
+/// The text of an OpenAI message's content: a string, or its text parts joined.
+fn content_text(content: &Value) -> String {
+    match content {
+        Value::String(text) => text.clone(),
+        Value::Array(parts) => parts
+            .iter()
+            .filter_map(|p| p["text"].as_str())
+            .collect::<Vec<_>>()
+            .join("\n"),
+        _ => String::new(),
+    }
+}
+
+/// The chats of the host-events scenario (`run_host_events` in scenario.py).
+const CACHE_FACT: &str = "Grandma loves orchids";
+const TOOL_TALK_TEXT: &str = "Let me write that down for you.";
+const DIRECT_TOOL_TEXT: &str = "Here is the weekly rota card: Mon Ann, Tue Bo, Wed Cy.";
+const HOST_OFF_FACT: &str = "The team dinner is at the harbour restaurant on Friday";
+
+/// Each host event read as AstrBot 4.29 means it (issue 78 items 1 and 4), in a real AstrBot
+/// with the plugin's defaults and a recording model:
+/// - the prompt cache: 6 turns of one chat, each recalling a memory. The system prompt is the
+///   same on all 6 requests; the messages before the newest user turn are the previous
+///   request's, plus the last exchange as AstrBot saved it; the memory block reaches the model
+///   at the end of every user turn, and the history AstrBot saved holds none of them;
+/// - the words the model writes beside a tool call, and what a tool sends to the chat itself,
+///   are recorded as the bot's;
+/// - other plugins' commands (/help, /reset), another bot's (#签到, a listed prefix) and their
+///   answers stay out of the working memory, while a wake that is no command is kept;
+/// - with the plugin switched off in a chat, a question there gets no memory block, and
+///   nothing of the chat (the question, the bot's answer) is recorded;
+/// - every turn the plugin recalled for is reported once (`after_message_sent`), a streamed
+///   one too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn astrbot_keeps_the_prompt_cache_and_reads_host_events() {
+    let dir = tempfile::tempdir().unwrap();
+    let serve = spawn_serve(dir.path(), "astrbot-host", json!({})).await;
+    let report = run_scenario(dir.path(), &serve.base, "--host-events", 500).await;
+
+    // The cache's turns: one request each (no tool call).
+    let turns = report["cache"]["turns"].as_array().unwrap();
+    assert_eq!(turns.len(), 6, "{report}");
+    let requests: Vec<&Vec<Value>> = turns
+        .iter()
+        .map(|t| {
+            let r = t["requests"].as_array().unwrap();
+            assert_eq!(r.len(), 1, "{t}");
+            r[0]["messages"].as_array().unwrap()
+        })
+        .collect();
+    let systems: Vec<&Value> = turns.iter().map(|t| &t["requests"][0]["system"]).collect();
+    assert!(
+        systems[0].as_str().is_some_and(|s| !s.is_empty()),
+        "{report}"
+    );
+    for (i, system) in systems.iter().enumerate() {
+        assert_eq!(*system, systems[0], "turn {i}'s system prompt differs");
+        assert!(!system.to_string().contains("<memory_context>"), "{system}");
+    }
+    for (i, (turn, messages)) in turns.iter().zip(&requests).enumerate() {
+        // The newest user turn: the question, then the block with the recalled memory.
+        let last = messages.last().unwrap();
+        assert_eq!(last["role"], "user", "turn {i}: {last}");
+        let text = content_text(&last["content"]);
+        let question = turn["question"].as_str().unwrap();
+        assert!(text.starts_with(question), "turn {i}: {text}");
+        let block = text.split_once("<memory_context>").map(|(_, b)| b);
+        assert!(
+            block.is_some_and(|b| b.contains(CACHE_FACT)),
+            "turn {i}: no recalled memory at the end of the user turn: {text}"
+        );
+        // Nothing before it carries a block.
+        let before = serde_json::to_string(&messages[..messages.len() - 1]).unwrap();
+        assert!(!before.contains("<memory_context>"), "turn {i}: {before}");
+        if i == 0 {
+            continue;
+        }
+        // The previous request's messages before its user turn, then the last exchange.
+        let prev = requests[i - 1];
+        let n = prev.len() - 1;
+        assert_eq!(messages.len(), prev.len() + 2, "turn {i}: {messages:?}");
+        assert_eq!(
+            serde_json::to_string(&messages[..n]).unwrap(),
+            serde_json::to_string(&prev[..n]).unwrap(),
+            "turn {i}: the history before the previous user turn changed"
+        );
+        let (asked, answered) = (&messages[n], &messages[n + 1]);
+        assert_eq!(asked["role"], "user", "{asked}");
+        assert_eq!(
+            content_text(&asked["content"]),
+            turns[i - 1]["question"].as_str().unwrap(),
+            "turn {i}: the previous user turn was not saved as the user's words"
+        );
+        assert_eq!(answered["role"], "assistant", "{answered}");
+        assert_eq!(
+            content_text(&answered["content"]),
+            turns[i - 1]["reply"].as_str().unwrap(),
+            "{answered}"
+        );
+    }
+    let history = report["cache"]["history"].as_str().unwrap_or("");
+    for turn in turns {
+        let question = turn["question"].as_str().unwrap();
+        assert!(
+            history.contains(question),
+            "{question} not saved: {history}"
+        );
+    }
+    assert_eq!(
+        history.matches("<memory_context>").count(),
+        0,
+        "the saved history holds memory blocks: {history}"
+    );
+
+    // The words beside a tool call are the bot's.
+    let bot_rows = |rows: &Value| -> Vec<String> {
+        rows.as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["speaker_id"] == "webchat")
+            .map(|r| r["content"].as_str().unwrap_or("").to_string())
+            .collect()
+    };
+    let tool_words = bot_rows(&report["tool_rows"]);
+    assert!(
+        tool_words.iter().any(|t| t == TOOL_TALK_TEXT),
+        "the words beside the tool call were not recorded: {}",
+        report["tool_rows"]
+    );
+    assert!(
+        reply(&report, "tool_direct").contains(DIRECT_TOOL_TEXT),
+        "the tool did not answer: {report}"
+    );
+    assert_eq!(
+        tool_words.iter().filter(|t| *t == DIRECT_TOOL_TEXT).count(),
+        1,
+        "what the tool sent itself was not recorded once: {}",
+        report["tool_rows"]
+    );
+
+    // Commands and their answers are not chat; the wake that is no command is.
+    let rows = report["group_rows"].as_array().unwrap();
+    let contents: Vec<&str> = rows
+        .iter()
+        .map(|r| r["content"].as_str().unwrap_or(""))
+        .collect();
+    for (i, command) in ["help", "reset", "签到"].iter().enumerate() {
+        let answer = reply(&report, &format!("command_{i}"));
+        if i < 2 {
+            assert!(
+                !answer.trim().is_empty(),
+                "AstrBot did not answer {command}"
+            );
+        }
+        for content in &contents {
+            assert!(!content.contains(command), "{command} was stored: {rows:?}");
+            assert!(
+                answer.trim().is_empty() || !content.contains(answer.trim()),
+                "the answer to {command} was stored: {rows:?}"
+            );
+        }
+    }
+    let wake_answer = reply(&report, "wake_question");
+    assert!(wake_answer.starts_with("echo: "), "{wake_answer}");
+    for kept in ["明天几点集合", wake_answer.trim(), "明天的菜我来买"] {
+        assert!(contents.contains(&kept), "{kept} was not stored: {rows:?}");
+    }
+
+    // The plugin switched off in a chat: no block, nothing recorded.
+    let off = step(&report, "off_ask");
+    assert!(
+        off["reply"].as_str().unwrap_or("").starts_with("echo: "),
+        "{off}"
+    );
+    let off_prompts = prompts(&report, "off_ask");
+    assert_eq!(off_prompts.len(), 1, "{off}");
+    assert!(
+        !off_prompts[0].contains("<memory_context>") && !off_prompts[0].contains("harbour"),
+        "memory was injected where the plugin is off: {off}"
+    );
+    // (scopemem would have recalled the chat's memory for it.)
+    let preview = report["off_preview"]["injection"].as_str().unwrap_or("");
+    assert!(preview.contains(HOST_OFF_FACT), "{preview}");
+    assert_eq!(
+        report["off_rows"],
+        json!([]),
+        "a line of the switched-off chat was recorded"
+    );
+
+    // Every turn the plugin recalled for was reported to the reflection path once, the
+    // streamed one too: the 6 cache turns, the tool chat's 3, the wake question.
+    let client = reqwest::Client::new();
+    let reported = metric(
+        &metrics(&client, &serve).await,
+        "scopemem_http_requests_total{route=\"/v1/events/after_message_sent\",status=\"200\"}",
+    );
+    assert_eq!(reported, Some(10.0), "turns reported");
+    assert_eq!(report["plugin_warnings"], json!([]), "{report}");
+    assert_eq!(report["tracebacks"], json!([]), "{report}");
+}
+
+/// Without the `scopemem` package (the wheel is built for Linux x86_64 only), AstrBot still
+/// loads the plugin (issue 78 item 5): it logs one line saying what to do, `/scopemem status`
+/// repeats it, and the bot answers without memory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn astrbot_loads_the_plugin_inert_without_the_scopemem_package() {
+    let dir = tempfile::tempdir().unwrap();
+    let serve = spawn_serve(dir.path(), "astrbot-inert", json!({})).await;
+    let client = reqwest::Client::new();
+    let umo = "webchat:FriendMessage:webchat!erin!erin-chat";
+    remember(&client, &serve, umo, "Grandma loves orchids").await;
+    let report = run_scenario(dir.path(), &serve.base, "--no-package", 300).await;
+    assert_eq!(report["loaded"], true, "{report}");
+    assert_eq!(report["failed"], json!({}), "{report}");
+    let said: Vec<&str> = report["plugin_log"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .filter(|r| !r.starts_with("DEBUG"))
+        .collect();
+    assert_eq!(said.len(), 1, "{said:?}");
+    let line = said[0];
+    assert!(
+        line.starts_with("ERROR [scopemem] memory is off")
+            && line.contains("scopemem_url")
+            && line.contains("not installed"),
+        "{line}"
+    );
+    let status = report["status"].as_str().unwrap_or("");
+    assert!(line.ends_with(status) && !status.is_empty(), "{status}");
+    assert!(
+        report["reply"].as_str().unwrap_or("").starts_with("echo: "),
+        "{report}"
+    );
+    assert!(
+        !report["prompts"].to_string().contains("orchids"),
+        "{report}"
+    );
+    assert_eq!(report["tracebacks"], json!([]), "{report}");
+}
+
 /// (speaker_id, text) of the first message of an injected block's recent messages.
 fn first_recent_message(block: &str) -> (String, String) {
     let recent = block
@@ -1112,6 +1295,7 @@ async fn astrbot_runs_scopemem_from_the_wheel_with_settings_in_its_plugin_config
         text("forget_ask").contains("/scopemem forget confirm"),
         "{report}"
     );
+    assert_eq!(report["start_outage_logs"], json!([]), "{report}");
     assert!(text("forget_done").starts_with("Erased 1 "), "{report}");
     assert!(text("forget_bob_done").starts_with("Erased 1 "), "{report}");
     assert!(text("status_after_kill").contains("DOWN"), "{report}");

@@ -1,8 +1,16 @@
 """scopemem for AstrBot: scope-aware long-term memory over scopemem's HTTP API.
 
-Every call names its conversation with the event's ``unified_msg_origin`` (UMO); scopemem maps
-it to a scope with its own ``conversation_scope_map``. Nothing here (and nothing the LLM says)
-can choose a scope. When scopemem is unreachable, chatting goes on without memory.
+Every call names its conversation with the event's ``unified_msg_origin`` (UMO; the group's
+own in a group AstrBot isolates per member, ``observer.chat_of``); scopemem maps it to a scope
+with its own ``conversation_scope_map``. Nothing here (and nothing the LLM says) can choose a
+scope. When scopemem is unreachable, chatting goes on without memory.
+
+The recalled ``<memory_context>`` block goes where AstrBot keeps per-turn text: the end of the
+user turn, provider-only (``TextPart.mark_as_temp``), so the system prompt and the saved history
+stay byte-identical from turn to turn and a provider's prompt cache keeps serving them. Each
+host event is read as AstrBot means it: the words a run writes beside its tool calls and a
+tool's direct result are the bot's words; the per-chat switch turns injection and recording
+off; other plugins' (and other bots') commands and their answers are not chat.
 
 With ``working_memory`` on (the default), every message of every chat (group members talking
 to each other included) and the bot's own replies go to scopemem's working memory
@@ -22,23 +30,43 @@ from collections import deque
 from datetime import datetime, timezone
 from typing import Any
 
-
 from astrbot.api import AstrBotConfig, logger
 from astrbot.api.event import AstrMessageEvent, filter
 from astrbot.api.provider import LLMResponse, ProviderRequest
 from astrbot.api.star import Context, Star, StarTools, register
-
-from scopemem.client import ScopememClient, ScopememDown, error_code
-from scopemem.config_file import read, valid_scope_name, write_atomically
-from scopemem.forget import ForgetConfirmations
-from scopemem.people import ForgetMeConfirmations, me_text, member_id
-from scopemem.reflection import REFLECTION_INSTRUCTIONS, split_reflection
-from scopemem.supervisor import Supervisor
+from astrbot.core.agent.message import TextPart
 
 from . import own_config
 from .consolidation import HostConsolidation
-from .dashboard_api import DashboardApi
-from .observer import ChatLines, allowlisted, session_admits
+from .observer import ChatLines, allowlisted, chat_of, is_command, session_admits
+
+# The `scopemem` Python package (client, supervisor, reflection parsing) comes with the scopemem
+# wheel, which exists for Linux x86_64 only. Without it the plugin still loads (AstrBot would
+# otherwise list it as failed with a bare "No module named 'scopemem'"), says once what to do,
+# and does nothing else: `PACKAGE_MISSING` is that one line.
+try:
+    from scopemem.client import ScopememClient, ScopememDown, error_code
+    from scopemem.config_file import read, valid_scope_name, write_atomically
+    from scopemem.forget import ForgetConfirmations
+    from scopemem.people import ForgetMeConfirmations, me_text, member_id
+    from scopemem.reflection import REFLECTION_INSTRUCTIONS, split_reflection
+    from scopemem.supervisor import Supervisor
+
+    from .dashboard_api import DashboardApi
+
+    PACKAGE_MISSING = ""
+except ModuleNotFoundError as e:
+    if e.name != "scopemem" and not str(e.name or "").startswith("scopemem."):
+        raise
+    PACKAGE_MISSING = (
+        "[scopemem] memory is off: the scopemem package is not installed in AstrBot's Python "
+        "(the scopemem wheel is built for Linux x86_64 only). Run scopemem where it is "
+        "supported (pip install the wheel there, then `scopemem serve`), set scopemem_url to "
+        "it, and copy the repository's python/scopemem folder into AstrBot's site-packages"
+    )
+
+    class ScopememDown(Exception):  # type: ignore[no-redef]
+        """Never raised: the plugin makes no call without the package."""
 
 PLUGIN_NAME = "astrbot_plugin_scopemem"
 # The commands' group: /scopemem status, map, unmap, incognito, forget (operators), and me,
@@ -50,8 +78,21 @@ EXTRA_RECALLED = "_scopemem_recalled_ids"
 EXTRA_PERSONA = "_scopemem_persona"
 EXTRA_REPLY = "_scopemem_bot_reply"
 EXTRA_REFLECTION = "_scopemem_reflection"
-# Set on a `/scopemem …` command's event: neither it nor its answer is chat worth keeping.
+# Set on a command's event (`/scopemem …`, another plugin's, another bot's): neither it nor its
+# answer is chat worth keeping.
 EXTRA_WM_SKIP = "_scopemem_wm_skip"
+# The agent runs of this event (`on_agent_begin`): what the model wrote beside its tool calls
+# is read from AstrBot's own record of the run (`_Run`).
+EXTRA_RUNS = "_scopemem_runs"
+# Texts a tool sent to the chat directly (AstrBot's `tool_direct_result`), not yet recorded.
+EXTRA_DIRECT = "_scopemem_direct_results"
+# Set once the end of this event's pipeline run is watched (`_watch_event_end`), and once the
+# turn was reported to scopemem's reflection path.
+EXTRA_WATCHED = "_scopemem_end_watched"
+EXTRA_REPORTED = "_scopemem_reported"
+# The bot's words recorded for this event (the reflection path's `bot_reply` when the turn ended
+# without a final model reply, as after a tool's direct result).
+EXTRA_WORDS = "_scopemem_words"
 # Set from on_llm_request until the model's reply reaches on_llm_response, and again by an
 # error response there: while set, a plain (non-model) result AstrBot sends for the event is
 # its agent's error text, not the bot's words (see `record_reply`).
@@ -179,6 +220,59 @@ def _message_id(raw: Any) -> str | None:
     return text[:WM_ID_CHARS] if text else None
 
 
+def _parts_text(content: Any) -> str:
+    """The text of an agent message's content (AstrBot's `Message.content`: a string, or parts
+    whose text parts are the words; a thinking part is not)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(
+            str(getattr(p, "text", "") or "")
+            for p in content
+            if getattr(p, "type", None) == "text"
+        )
+    return ""
+
+
+class _Run:
+    """One agent run of an event, read where AstrBot itself keeps it: `run_context.messages`
+    (`on_agent_begin` hands it over) holds the user turn the run starts from and, after it,
+    every step's assistant message. A step that calls tools keeps the text the model wrote
+    beside the calls there, the text AstrBot already sent to the chat (as a result without
+    streaming, in the stream with it); no hook hands it over otherwise (`on_llm_response` comes
+    only with the final reply, and a tool that sends its result directly ends the run without
+    it). AstrBot may compact `messages` between steps (a new list of the same messages), so the
+    run's start is found again by the identity of its user turn."""
+
+    def __init__(self, run_context: Any) -> None:
+        self.context = run_context
+        messages = list(getattr(run_context, "messages", None) or [])
+        self.first = messages[-1] if messages else None
+        self.taken: list[Any] = []
+
+    def tool_call_texts(self) -> list[str]:
+        """The not yet taken texts of this run's steps that called tools, in order."""
+        messages = list(getattr(self.context, "messages", None) or [])
+        start = next(
+            (i for i in range(len(messages) - 1, -1, -1) if messages[i] is self.first), None
+        )
+        if start is None:
+            return []
+        texts: list[str] = []
+        for message in messages[start + 1 :]:
+            if getattr(message, "role", None) != "assistant" or not getattr(
+                message, "tool_calls", None
+            ):
+                continue
+            if any(message is t for t in self.taken):
+                continue
+            self.taken.append(message)
+            text = _parts_text(getattr(message, "content", None)).strip()
+            if text:
+                texts.append(text)
+        return texts
+
+
 @register(
     PLUGIN_NAME,
     "scopemem",
@@ -190,6 +284,16 @@ class ScopememPlugin(Star):
         super().__init__(context)
         self.cfg: Any = config if config is not None else {}
         cfg = self.cfg
+        self.terminated = False
+        self.wm_tasks: set[asyncio.Task] = set()
+        self.supervisor: Any = None
+        self.consolidation: HostConsolidation | None = None
+        # Without the scopemem package the plugin is loaded and inert: every hook returns at
+        # once, and `/scopemem status` repeats the one line logged here.
+        self.inert = PACKAGE_MISSING
+        if self.inert:
+            logger.error(self.inert)
+            return
         url = str(cfg.get("scopemem_url", "") or "").strip()
         self.token = str(cfg.get("auth_token", "") or os.environ.get("SCOPEMEM_AUTH_TOKEN", ""))
         self.request_timeout = float(cfg.get("request_timeout_secs", 3.0))
@@ -197,12 +301,16 @@ class ScopememPlugin(Star):
         # remembers a chat; `inline` stays an option.
         self.reflection_mode = str(cfg.get("reflection", "off"))
         self.working_memory = bool(cfg.get("working_memory", True))
+        # Prefixes of other bots' commands, besides AstrBot's own (observer.is_command).
+        self.command_prefixes = [
+            str(p) for p in cfg.get("command_prefixes", []) or [] if str(p).strip()
+        ]
         # What the working memory said becomes long-term memory through AstrBot's own model
         # (`astrbot`), or not at all (`off`; scopemem's recall threshold rule still applies).
         self.consolidation_mode = str(cfg.get("consolidation", "astrbot"))
-        # Background sends to /v1/events/message: kept here so they are not garbage-collected
-        # mid-flight, and cancelled when the plugin stops.
-        self.wm_tasks: set[asyncio.Task] = set()
+        # Background sends to /v1/events/message (and the turns reported to the reflection
+        # path): kept in `wm_tasks` so they are not garbage-collected mid-flight, and cancelled
+        # when the plugin stops.
         # Refusals of /v1/events/message already logged as warnings, by (status, code): a
         # scopemem without the route (404) or a malformed field must not log every chat line.
         self.wm_refusals_logged: set[tuple[int, str]] = set()
@@ -210,15 +318,15 @@ class ScopememPlugin(Star):
         # at a scopemem that runs elsewhere. A configured binary always means "run this one".
         self.owns_scopemem = not url or bool(str(cfg.get("scopemem_binary", "") or ""))
         self.base_url = url or "http://127.0.0.1:8787"
+        # Where the child listens: a free loopback port, drawn when the plugin starts it.
+        self.http_addr = ""
         self.client = ScopememClient(
             self.base_url, self.token, self.request_timeout, logger=PluginLog()
         )
-        self.consolidation: HostConsolidation | None = None
         if self.working_memory and self.consolidation_mode == "astrbot":
             self.consolidation = HostConsolidation(
                 self.client, lambda umo: context.get_using_provider(umo=umo)
             )
-        self.supervisor: Supervisor | None = None
         self.own_config_path: Any = None
         self.embedding_key = ""
         # `/scopemem forget` waits for `/scopemem forget confirm`: UMO -> (sender, deadline).
@@ -228,39 +336,52 @@ class ScopememPlugin(Star):
         self.forget_mes = ForgetMeConfirmations()
         # Time spent inside on_llm_request (ms), newest last; shown by /scopemem status.
         self.hook_latency_ms: deque[float] = deque(maxlen=1000)
-        self.terminated = False
         # The memory page in AstrBot's dashboard (views/memories/) and its web API.
         DashboardApi(self).register(context)
         # Every chat line, seen in AstrBot's waking stage (observer.py).
         ChatLines.sink = self._observe
 
     async def initialize(self) -> None:
+        if self.inert:
+            return
+        if self.owns_scopemem and not self._start_own():
+            return  # no server: the client is disabled, and nothing polls it
         if self.consolidation is not None:
             self.consolidation.start()
-        if not self.owns_scopemem:
-            return
-        try:
-            self._write_own_config()
-        except (OSError, ValueError) as e:
-            logger.error("[scopemem] cannot write scopemem's config: %s; memory is off", e)
-            return
+
+    def _start_own(self) -> bool:
+        """Run scopemem: find it, write its config (a free port drawn now), start it. False,
+        after one error naming what to do, when it cannot run: the client is then disabled, so
+        nothing calls a port nobody serves."""
         binary = own_config.find_binary(
             str(self.cfg.get("scopemem_binary", "") or ""), self._target_dirs()
         )
         if binary is None:
-            logger.error(
-                "[scopemem] no scopemem binary found: install the scopemem wheel into "
-                "AstrBot's environment (pip install scopemem-*.whl) or set scopemem_binary; "
-                "chatting continues without memory"
+            reason = (
+                "no scopemem binary found: install the scopemem wheel into AstrBot's "
+                "environment (pip install scopemem-*.whl), set scopemem_binary, or run "
+                "scopemem elsewhere and set scopemem_url"
             )
-            return
+            logger.error("[scopemem] %s; chatting continues without memory", reason)
+            self.client.disable(reason)
+            return False
+        self.http_addr = f"127.0.0.1:{own_config.free_loopback_port()}"
+        try:
+            self._write_own_config()
+        except (OSError, ValueError) as e:
+            logger.error("[scopemem] cannot write scopemem's config: %s; memory is off", e)
+            self.client.disable(f"cannot write scopemem's config: {type(e).__name__}")
+            return False
         extra = {own_config.EMBEDDING_KEY_ENV: self.embedding_key} if self.embedding_key else {}
         if self.token:
             extra["SCOPEMEM_AUTH_TOKEN"] = self.token
         argv = [binary, "serve", "--exit-with-parent", "--config", str(self.own_config_path)]
         self.supervisor = Supervisor(argv, extra, logger=PluginLog())
+        # It is not listening yet: a call before it answers is its start, not an outage.
+        self.client.expect_start()
         self.supervisor.start()
         asyncio.create_task(self._report_map_problems(), name="scopemem_map_check")
+        return True
 
     @staticmethod
     def _target_dirs() -> list[str]:
@@ -323,7 +444,7 @@ class ScopememPlugin(Star):
             logger.error("[scopemem] %s; rewriting it from the plugin config", e)
             existing = {}
         embedding = self._embedding_settings()
-        rendered = own_config.render(existing, self.cfg, data_dir, embedding)
+        rendered = own_config.render(existing, self.cfg, data_dir, embedding, self.http_addr)
         write_atomically(path, rendered)
         self.own_config_path = path
         self.base_url = "http://" + rendered["server"]["http_addr"]
@@ -352,6 +473,8 @@ class ScopememPlugin(Star):
     async def terminate(self) -> None:
         # AstrBot keeps registered web APIs after a plugin stops; the page's handlers check this.
         self.terminated = True
+        if self.inert:
+            return
         if ChatLines.sink == self._observe:
             ChatLines.sink = None
         pending = list(self.wm_tasks)
@@ -369,12 +492,27 @@ class ScopememPlugin(Star):
 
     @filter.on_llm_request()
     async def inject_memories(self, event: AstrMessageEvent, req: ProviderRequest) -> None:
-        """Recall for this conversation and append the <memory_context> to the system prompt."""
-        # AstrBot's agent runs for this event from here (every agent sub-stage calls this hook
-        # just before it starts the agent).
-        event.set_extra(EXTRA_AGENT_PENDING, True)
+        """Recall for this conversation and add its <memory_context> block to the end of the
+        user turn (provider-only, never saved in AstrBot's history), so that the system prompt
+        and the history before the turn stay the same from turn to turn: the part a provider's
+        prompt cache (DeepSeek, OpenAI, Anthropic) bills at a fraction. Nothing in a chat where
+        AstrBot's per-chat switch turns this plugin off."""
+        if self.inert:
+            return
         started = time.perf_counter()
         try:
+            if not await session_admits(event.unified_msg_origin, PLUGIN_NAME):
+                return  # the chat, or this plugin in it, is switched off
+            # AstrBot's agent runs for this event from here (every agent sub-stage calls this
+            # hook just before it starts the agent).
+            event.set_extra(EXTRA_AGENT_PENDING, True)
+            self._watch_event_end(event)
+            if self.reflection_mode == "inline":
+                # The same text on every turn, whatever the recall finds (or whether scopemem
+                # answers): the system prompt never changes because of this plugin.
+                req.system_prompt = "\n\n".join(
+                    p for p in (req.system_prompt or "", REFLECTION_INSTRUCTIONS) if p
+                )
             await self._inject(event, req)
         except ScopememDown:
             pass  # already logged once per outage
@@ -394,7 +532,7 @@ class ScopememPlugin(Star):
     async def _inject(self, event: AstrMessageEvent, req: ProviderRequest) -> None:
         persona = _persona_of(req)
         body: dict[str, Any] = {
-            "conversation_id": event.unified_msg_origin,
+            "conversation_id": chat_of(event),
             "query": req.prompt or event.message_str or "",
         }
         if persona:
@@ -429,21 +567,21 @@ class ScopememPlugin(Star):
         injection = payload.get("injection") or ""
         logger.debug(
             "[scopemem] %s: scope %s, %d memories recalled",
-            event.unified_msg_origin,
+            body["conversation_id"],
             payload.get("memory_scope"),
             len(ids),
         )
-        parts = [req.system_prompt or ""]
         if injection:
-            parts.append(injection)
-        if self.reflection_mode == "inline":
-            parts.append(REFLECTION_INSTRUCTIONS)
-        req.system_prompt = "\n\n".join(p for p in parts if p)
+            # Where AstrBot puts its own per-turn text: after the user's words, marked
+            # provider-only (`mark_as_temp`), so its history saves the turn without it.
+            req.extra_user_content_parts.append(TextPart(text=injection).mark_as_temp())
 
     @filter.on_llm_response()
     async def take_reflection(self, event: AstrMessageEvent, resp: LLMResponse) -> None:
         """Strip the reflection block from the reply (before it is sent) and keep it; hand the
-        visible reply to working memory."""
+        visible reply to working memory, after what the run said before it."""
+        if self.inert:
+            return
         try:
             if resp is None:
                 return
@@ -457,17 +595,19 @@ class ScopememPlugin(Star):
                 return
             event.set_extra(EXTRA_AGENT_PENDING, None)
             text = resp.completion_text or ""
-            if event.get_extra(EXTRA_RECALLED) is not None:
-                reflection = None
-                if self.reflection_mode == "inline" and "<memory_reflection>" in text:
-                    visible, reflection = split_reflection(text)
-                    chain = getattr(resp, "result_chain", None)
-                    if chain is not None:
-                        from astrbot.api.event import MessageChain
+            reflection = None
+            # Stripped whenever there is one (the instructions are in every prompt), so a block
+            # never reaches the chat, even on a turn scopemem did not answer.
+            if self.reflection_mode == "inline" and "<memory_reflection>" in text:
+                visible, reflection = split_reflection(text)
+                chain = getattr(resp, "result_chain", None)
+                if chain is not None:
+                    from astrbot.api.event import MessageChain
 
-                        resp.result_chain = MessageChain().message(visible)
-                    resp.completion_text = visible
-                    text = visible
+                    resp.result_chain = MessageChain().message(visible)
+                resp.completion_text = visible
+                text = visible
+            if event.get_extra(EXTRA_RECALLED) is not None:
                 event.set_extra(EXTRA_REPLY, text)
                 if reflection is not None:
                     event.set_extra(EXTRA_REFLECTION, reflection)
@@ -477,20 +617,42 @@ class ScopememPlugin(Star):
             if not text.strip():
                 chain = getattr(resp, "result_chain", None)
                 text = chain.get_plain_text() if chain is not None else ""
+            # What the run said before this reply goes first: beside its tool calls, and what a
+            # tool sent to the chat directly.
+            self._record_run_words(event)
             self._record_bot_reply(event, text)
         except Exception as e:
             logger.warning("[scopemem] on_llm_response skipped: %s", e)
 
-    @filter.after_message_sent()
-    async def send_reflection(self, event: AstrMessageEvent) -> None:
-        """After the reply went out: the reflection path (POST /v1/events/after_message_sent)."""
+    @filter.on_agent_done()
+    async def report_turn(self, event: AstrMessageEvent, run_context: Any, resp: Any) -> None:
+        """The turn's recalled ids (and inline reflection) to scopemem's reflection path
+        (POST /v1/events/after_message_sent). AstrBot calls this once per agent run, after the
+        final reply, streaming or not (with streaming, after the reply was streamed), while it
+        calls after_message_sent only without streaming. A run a tool ended by sending its
+        result directly has no on_agent_done: the end of the event reports it
+        (`_event_ended`)."""
+        if self.inert:
+            return
+        try:
+            self._report(event)
+        except Exception as e:
+            logger.warning("[scopemem] reporting the turn skipped: %s", e)
+
+    def _report(self, event: AstrMessageEvent) -> None:
+        """POST /v1/events/after_message_sent once per event, in the background, when this
+        plugin recalled for it."""
         recalled = event.get_extra(EXTRA_RECALLED)
-        if recalled is None or event.get_extra(EXTRA_REPLY) is None:
-            return  # not an LLM turn this plugin saw (a command, or scopemem was down)
+        if recalled is None or event.get_extra(EXTRA_REPORTED):
+            return  # not an LLM turn this plugin recalled for, or reported already
+        reply = event.get_extra(EXTRA_REPLY)
+        if reply is None:
+            reply = "\n".join(event.get_extra(EXTRA_WORDS) or [])
+        event.set_extra(EXTRA_REPORTED, True)
         body: dict[str, Any] = {
-            "conversation_id": event.unified_msg_origin,
+            "conversation_id": chat_of(event),
             "user_message": event.message_str or "",
-            "bot_reply": event.get_extra(EXTRA_REPLY) or "",
+            "bot_reply": reply,
             "recalled_memory_ids": recalled,
         }
         persona = event.get_extra(EXTRA_PERSONA)
@@ -499,8 +661,9 @@ class ScopememPlugin(Star):
         reflection = event.get_extra(EXTRA_REFLECTION)
         if reflection:
             body["reflection"] = reflection
-        # Only once per event, even if AstrBot sends the reply in several parts.
-        event.set_extra(EXTRA_REPLY, None)
+        self._spawn(self._post_report(body), "scopemem_report")
+
+    async def _post_report(self, body: dict[str, Any]) -> None:
         try:
             status, payload = await self.client.request(
                 "POST", "/v1/events/after_message_sent", body
@@ -511,8 +674,96 @@ class ScopememPlugin(Star):
                 )
         except ScopememDown:
             pass
+        except asyncio.CancelledError:
+            raise
         except Exception as e:
-            logger.warning("[scopemem] after_message_sent skipped: %s", e)
+            logger.warning("[scopemem] after_message_sent skipped: %s", type(e).__name__)
+
+    # ---- tool-call turns: the words a run says besides its final reply ---------------------
+
+    @filter.on_agent_begin()
+    async def note_agent_run(self, event: AstrMessageEvent, run_context: Any) -> None:
+        """An agent run starts for this event: keep AstrBot's record of it (`_Run`), from which
+        the text the model writes beside its tool calls is recorded as the bot's words."""
+        if self.inert or not self.working_memory:
+            return
+        try:
+            runs = event.get_extra(EXTRA_RUNS) or []
+            runs.append(_Run(run_context))
+            event.set_extra(EXTRA_RUNS, runs)
+            self._watch_event_end(event)
+        except Exception as e:
+            logger.warning("[scopemem] on_agent_begin skipped: %s", e)
+
+    @filter.on_using_llm_tool()
+    async def watch_tool_sends(self, event: AstrMessageEvent, tool: Any, tool_args: Any) -> None:
+        """A tool runs: what it sends to the chat directly is the bot's words too. AstrBot sends
+        a local tool's yielded result itself (`event.send` of a `tool_direct_result` chain, in
+        `FunctionToolExecutor._execute_local`), then clears the event's result before
+        on_llm_tool_respond, and no hook sees the text; so the event's `send` is watched from
+        here to on_llm_tool_respond, and only those chains are taken (`_watched_send`)."""
+        if self.inert or not self.working_memory:
+            return
+        if "send" not in vars(event):
+            event.send = self._watched_send(event, event.send)
+
+    @filter.on_llm_tool_respond()
+    async def unwatch_tool_sends(
+        self, event: AstrMessageEvent, tool: Any, tool_args: Any, tool_result: Any
+    ) -> None:
+        send = vars(event).get("send")
+        if send is not None and getattr(send, "_scopemem_watch", False):
+            del event.send
+
+    @staticmethod
+    def _watched_send(event: AstrMessageEvent, send: Any) -> Any:
+        async def watched(message: Any, *args: Any, **kwargs: Any) -> Any:
+            result = await send(message, *args, **kwargs)
+            if getattr(message, "type", None) == "tool_direct_result":
+                text = message.get_plain_text() if hasattr(message, "get_plain_text") else ""
+                if text and text.strip():
+                    pending = event.get_extra(EXTRA_DIRECT) or []
+                    pending.append(text)
+                    event.set_extra(EXTRA_DIRECT, pending)
+            return result
+
+        watched._scopemem_watch = True  # type: ignore[attr-defined]
+        return watched
+
+    def _record_run_words(self, event: AstrMessageEvent) -> None:
+        """Record, in order, what this event's runs wrote beside their tool calls and what its
+        tools sent directly, that is not recorded yet."""
+        for run in event.get_extra(EXTRA_RUNS) or []:
+            for text in run.tool_call_texts():
+                self._record_bot_reply(event, text)
+        direct = event.get_extra(EXTRA_DIRECT) or []
+        event.set_extra(EXTRA_DIRECT, [])
+        for text in direct:
+            self._record_bot_reply(event, text)
+
+    def _watch_event_end(self, event: AstrMessageEvent) -> None:
+        """Call `_event_ended` when AstrBot has finished this event. Its event bus runs each
+        event's whole pipeline in one task (`EventBus.dispatch`), and the LLM hooks run inside
+        it; when that task ends, every reply of the event went out."""
+        if event.get_extra(EXTRA_WATCHED):
+            return
+        task = asyncio.current_task()
+        if task is None:
+            return
+        event.set_extra(EXTRA_WATCHED, True)
+        task.add_done_callback(lambda _task: self._event_ended(event))
+
+    def _event_ended(self, event: AstrMessageEvent) -> None:
+        """The event's pipeline ended: a run that ended without on_llm_response and
+        on_agent_done (a tool sent its result directly) has its words and its report still to
+        give."""
+        if self.terminated:
+            return
+        try:
+            self._record_run_words(event)
+            self._report(event)
+        except Exception as e:
+            logger.warning("[scopemem] the end of a turn skipped: %s", e)
 
     # ---- working memory: every chat line, in the background ------------------------------
 
@@ -525,10 +776,11 @@ class ScopememPlugin(Star):
     def _observe(self, event: AstrMessageEvent, cfg: Any) -> None:
         """Send this message to scopemem's working memory (every chat, whether or not it
         addresses the bot), in the background; never replies, never touches the event beyond
-        marking a `/scopemem` command, whose answer is not kept either."""
+        marking a command (`/scopemem …`, another plugin's, another bot's:
+        `observer.is_command`), whose answer is not kept either."""
         if not self.working_memory or self.terminated:
             return
-        if self._is_own_command(event):
+        if self._is_own_command(event) or is_command(event, cfg, self.command_prefixes):
             event.set_extra(EXTRA_WM_SKIP, True)
             return
         if not allowlisted(event, cfg):
@@ -540,7 +792,7 @@ class ScopememPlugin(Star):
         if not text:
             return  # a picture, a sticker, a poke: nothing to remember as text
         body: dict[str, Any] = {
-            "conversation_id": event.unified_msg_origin,
+            "conversation_id": chat_of(event),
             "sender_id": sender[:WM_ID_CHARS],
             "sender_name": str(event.get_sender_name() or "").strip()[:WM_NAME_CHARS],
             "text": text[:WM_TEXT_CHARS],
@@ -556,7 +808,7 @@ class ScopememPlugin(Star):
             # A recall for it comes once AstrBot has built the prompt: scopemem embeds its
             # question now, while the later stages run.
             body["to_bot"] = True
-        self._send_message(body, member=True)
+        self._send_message(body, event.unified_msg_origin)
 
     @filter.after_message_sent()
     async def record_reply(self, event: AstrMessageEvent) -> None:
@@ -580,7 +832,7 @@ class ScopememPlugin(Star):
         A third-party runner's error result is AGENT_RUNNER_ERROR, a model result, skipped
         below. AstrBot's other error texts (no provider, a failed agent set-up) go out through
         `event.send` directly, which runs no after_message_sent hook."""
-        if not self.working_memory or event.get_extra(EXTRA_WM_SKIP):
+        if self.inert or not self.working_memory or event.get_extra(EXTRA_WM_SKIP):
             return
         try:
             result = event.get_result()
@@ -620,40 +872,48 @@ class ScopememPlugin(Star):
         return bool(words) and words[0] == COMMAND_GROUP
 
     def _record_bot_reply(self, event: AstrMessageEvent, text: str) -> None:
-        """The bot's own reply in this chat, as a working-memory message with is_bot."""
+        """The bot's own words in this chat, as a working-memory message with is_bot."""
         if not self.working_memory or event.get_extra(EXTRA_WM_SKIP):
             return
         text = (text or "").strip()
         if not text:
             return
+        words = event.get_extra(EXTRA_WORDS) or []
+        words.append(text)
+        event.set_extra(EXTRA_WORDS, words)
         body: dict[str, Any] = {
-            "conversation_id": event.unified_msg_origin,
+            "conversation_id": chat_of(event),
             "sender_id": str(event.get_self_id() or "bot")[:WM_ID_CHARS],
             # AstrBot knows no display name of the bot itself; its persona is the nearest.
             "sender_name": str(event.get_extra(EXTRA_PERSONA) or "").strip()[:WM_NAME_CHARS],
             "text": text[:WM_TEXT_CHARS],
             "is_bot": True,
         }
-        self._send_message(body)
+        self._send_message(body, event.unified_msg_origin)
 
-    def _send_message(self, body: dict[str, Any], member: bool = False) -> None:
+    def _send_message(self, body: dict[str, Any], umo: str) -> None:
         """POST /v1/events/message as a background task: the chat never waits for scopemem.
-        The client's timeout and outage logging apply; every error is swallowed here.
-        `member`: a member's line, seen before AstrBot's per-chat switches were applied."""
-        if self.terminated:
+        The client's timeout and outage logging apply; every error is swallowed here. `umo`:
+        the event's own session, whose per-chat switches AstrBot applies (a member's line is
+        seen before them; the bot's words come from hooks AstrBot runs whatever they say)."""
+        self._spawn(self._post_message(body, umo), "scopemem_working_memory")
+
+    def _spawn(self, coro: Any, name: str) -> None:
+        """Run `coro` in the background, at most WM_MAX_PENDING at once (beyond that it is
+        dropped rather than queued without bound: a scopemem that hangs must not make AstrBot
+        hold every chat line in memory)."""
+        if self.terminated or len(self.wm_tasks) >= WM_MAX_PENDING:
+            coro.close()
+            if not self.terminated:
+                logger.debug("[scopemem] %d sends pending, one dropped", WM_MAX_PENDING)
             return
-        if len(self.wm_tasks) >= WM_MAX_PENDING:
-            logger.debug("[scopemem] working memory: %d sends pending, one dropped", WM_MAX_PENDING)
-            return
-        task = asyncio.create_task(
-            self._post_message(body, member), name="scopemem_working_memory"
-        )
+        task = asyncio.create_task(coro, name=name)
         self.wm_tasks.add(task)
         task.add_done_callback(self.wm_tasks.discard)
 
-    async def _post_message(self, body: dict[str, Any], member: bool) -> None:
+    async def _post_message(self, body: dict[str, Any], umo: str) -> None:
         try:
-            if member and not await session_admits(body["conversation_id"], PLUGIN_NAME):
+            if not await session_admits(umo, PLUGIN_NAME):
                 return  # the chat, or this plugin in it, is switched off
             status, payload = await self.client.request("POST", "/v1/events/message", body)
         except ScopememDown:
@@ -677,11 +937,15 @@ class ScopememPlugin(Star):
                 "; an older scopemem without POST /v1/events/message?" if status == 404 else "",
             )
 
-    # ---- tools: the conversation is always the event's UMO, never an argument -------------
+    # ---- tools: the conversation is always the event's chat, never an argument ------------
 
     async def _tool(self, event: AstrMessageEvent, name: str, arguments: dict[str, Any]) -> str:
+        if self.inert:
+            return "Memory is unavailable right now; continue without it."
+        if not await session_admits(event.unified_msg_origin, PLUGIN_NAME):
+            return "Memory is switched off in this chat; continue without it."
         body: dict[str, Any] = {
-            "conversation_id": event.unified_msg_origin,
+            "conversation_id": chat_of(event),
             "arguments": {k: _whole(v) for k, v in arguments.items() if v is not None},
         }
         persona = event.get_extra(EXTRA_PERSONA)
@@ -774,38 +1038,42 @@ class ScopememPlugin(Star):
     @scopemem.command("status")
     async def status(self, event: AstrMessageEvent):
         """Show whether scopemem is up, this chat's UMO and scope, and rows it can see."""
-        yield event.plain_result(
-            await self.status_text(event.unified_msg_origin, full=event.is_admin())
-        )
+        if self.inert:
+            yield event.plain_result(self.inert)
+            return
+        yield event.plain_result(await self.status_text(chat_of(event), full=event.is_admin()))
 
     @scopemem.command("map")
     async def map_chat(self, event: AstrMessageEvent, scope: str = ""):
         """(admin) Map this chat to a scope: /scopemem map 家人"""
-        yield event.plain_result(await self._edit_map(event, scope.strip()))
+        yield event.plain_result(self.inert or await self._edit_map(event, scope.strip()))
 
     @scopemem.command("unmap")
     async def unmap_chat(self, event: AstrMessageEvent):
         """(admin) Remove this chat from the scope map."""
-        yield event.plain_result(await self._edit_map(event, None))
+        yield event.plain_result(self.inert or await self._edit_map(event, None))
 
     @scopemem.command("incognito")
     async def incognito(self, event: AstrMessageEvent, state: str = ""):
         """(admin) /scopemem incognito on|off: while on, nothing this chat says is stored."""
-        yield event.plain_result(await self._edit_incognito(event, state.strip().lower()))
+        yield event.plain_result(
+            self.inert or await self._edit_incognito(event, state.strip().lower())
+        )
 
     @scopemem.command("forget")
     async def forget(self, event: AstrMessageEvent, what: str = "", confirm: str = ""):
         """Erase the memories written in this chat (asks for /scopemem forget confirm), or
         with `me` everything you said on this platform (asks for /scopemem forget me confirm)."""
         yield event.plain_result(
-            await self._forget(event, what.strip().lower(), confirm.strip().lower())
+            self.inert or await self._forget(event, what.strip().lower(), confirm.strip().lower())
         )
 
     @scopemem.command("me")
     async def me(self, event: AstrMessageEvent):
         """What this chat can recall that you said or that is about you, with ids."""
         yield event.plain_result(
-            await me_text(self.client, event.unified_msg_origin, member_id(event.get_sender_id()))
+            self.inert
+            or await me_text(self.client, chat_of(event), member_id(event.get_sender_id()))
         )
 
     def _refusal(self) -> str | None:
@@ -852,7 +1120,7 @@ class ScopememPlugin(Star):
                 "Usage: /scopemem map <scope>. A scope name is 1-64 letters, digits, CJK, "
                 "'_' or '-'."
             )
-        umo = event.unified_msg_origin
+        umo = chat_of(event)
         ok, problem = await self.set_map_entry(umo, scope)
         if not ok or problem:
             return problem
@@ -897,7 +1165,7 @@ class ScopememPlugin(Star):
         refused = self._refusal()
         if refused:
             return refused
-        umo = event.unified_msg_origin
+        umo = chat_of(event)
         listed = [k for k in own_config.incognito_of(self.cfg) if k != umo]
         if state == "on":
             listed.append(umo)
@@ -918,7 +1186,7 @@ class ScopememPlugin(Star):
         """`/scopemem forget [confirm]`: the chat's memories (an admin, or the user of a
         private chat). `/scopemem forget me [confirm]`: any member, themselves only, on the
         whole platform. Each has its own confirmation, so neither is taken for the other."""
-        umo = event.unified_msg_origin
+        umo = chat_of(event)
         sender = str(event.get_sender_id())
         if what == "me":
             if confirm == "":

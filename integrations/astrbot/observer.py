@@ -12,11 +12,16 @@ filter that hands the event to the plugin and never passes. The event is then wo
 what would wake it anyway. What the later stages would have refused is checked here instead:
 the allowlist from the same config (synchronously), the chat's and this plugin's per-chat
 switches before the line is sent (:func:`session_admits`).
+
+Two readings of an event live here too, since both are the host's: which chat a line belongs to
+(:func:`chat_of`: the group, also when AstrBot's ``unique_session`` gives each member a session
+of their own) and whether it is a command rather than chat (:func:`is_command`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from astrbot.api import logger
@@ -73,3 +78,65 @@ async def session_admits(umo: str, plugin_name: str) -> bool:
     if not await SessionServiceManager.is_session_enabled(umo):
         return False
     return bool(await SessionPluginManager.is_plugin_enabled_for_session(umo, plugin_name))
+
+
+def chat_of(event: AstrMessageEvent) -> str:
+    """scopemem's conversation for the chat `event` happened in: its UMO, except in a group
+    whose sessions AstrBot isolates per member (``platform_settings.unique_session``, 会话隔离).
+
+    There AstrBot's waking stage rewrites the session id to the member's own
+    (``<sender>_<group>`` on QQ) before any plugin sees the event, and marks it
+    (``_session_isolated``). What a group says is the group's, whoever says it: its lines, the
+    bot's answers, the scope map and ``/scopemem`` commands all name the group, as
+    ``<platform id>:GroupMessage:<group id>``, the group's UMO without isolation. AstrBot's own
+    conversation history stays per member."""
+    if event.get_extra("_session_isolated"):
+        group = str(event.get_group_id() or "").strip()
+        if group:
+            return f"{event.get_platform_id()}:{MessageType.GROUP_MESSAGE.value}:{group}"
+    return event.unified_msg_origin
+
+
+def _command_names(cfg: Any, plugins: list[str] | None) -> list[str]:
+    """Every command AstrBot would run, with its group path and aliases ("reset",
+    "scopemem status"), from the command and command-group filters of every plugin it runs
+    (`plugins`: AstrBot's `plugin_set`, None for all)."""
+    from astrbot.core.star.filter.command import CommandFilter
+    from astrbot.core.star.filter.command_group import CommandGroupFilter
+    from astrbot.core.star.star_handler import EventType, star_handlers_registry
+
+    skip_builtin = bool((cfg or {}).get("disable_builtin_commands", False))
+    names: list[str] = []
+    for handler in star_handlers_registry.get_handlers_by_event_type(
+        EventType.AdapterMessageEvent, plugins_name=plugins
+    ):
+        if skip_builtin and handler.handler_module_path == (
+            "astrbot.builtin_stars.builtin_commands.main"
+        ):
+            continue
+        for f in handler.event_filters:
+            if isinstance(f, (CommandFilter, CommandGroupFilter)):
+                names.extend(f.get_complete_command_names())
+    return names
+
+
+def is_command(event: AstrMessageEvent, cfg: Any, prefixes: Iterable[str]) -> bool:
+    """Whether this message is a command, to a plugin of this AstrBot or to another bot, rather
+    than chat: neither it nor its answer is kept.
+
+    - AstrBot's own: a message that wakes the bot (a wake prefix such as "/", an @, a private
+      chat) and starts with a command some plugin registered, as AstrBot's command filter
+      matches it ("/reset", "/help", "/weather 北京", "@bot reset"). A wake whose text is no
+      command ("/明天几点集合", "@bot 明天几点集合") is a question to the bot, which AstrBot hands
+      to the model: chat.
+    - another bot's: the raw text starts with one of `prefixes` that is not one of AstrBot's
+      wake prefixes ("#签到" with "#" listed). The plugin's `command_prefixes` setting lists
+      them; AstrBot's wake prefixes are always commands' prefixes too."""
+    wake = [str(p) for p in (cfg or {}).get("wake_prefix") or [] if str(p)]
+    if event.is_at_or_wake_command:
+        text = re.sub(r"\s+", " ", (event.get_message_str() or "").strip())
+        names = _command_names(cfg, event.plugins_name) if text else []
+        if any(text == name or text.startswith(f"{name} ") for name in names):
+            return True
+    raw = str(getattr(event.message_obj, "message_str", "") or "").strip()
+    return any(p and p not in wake and raw.startswith(p) for p in (str(x) for x in prefixes))

@@ -6,18 +6,17 @@ scopemem file. This module turns those settings into scopemem's JSON config: the
 is the one source of truth, and the keys it owns are rewritten from it on every start and
 every `/scopemem map`. Keys it does not own (storage tuning an operator added by hand) are kept.
 It is written atomically (`scopemem.config_file`), so scopemem's hot reload never reads half a
-file. Finding the binary and a port also lives here: both exist only
-because the plugin supervises.
+file. Finding the binary and a port also live here: both exist only because the plugin
+supervises. The port is a free loopback one drawn at each start of the plugin
+(`server.http_addr` is the plugin's key), never one kept from an earlier start, which another
+program may have taken since.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 import socket
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -28,17 +27,11 @@ EMBEDDING_KEY_ENV = "SCOPEMEM_EMBEDDING_API_KEY"
 
 def find_binary(configured: str, extra_dirs: list[str] | None = None) -> str | None:
     """The scopemem to run: the configured path, else the one pip put beside this Python (the
-    venv's `bin/`, where the scopemem wheel puts its binary), else a `--target` install's
-    `bin/`, else `PATH`."""
-    if configured:
-        return configured
-    candidates = [Path(sys.prefix) / "bin", Path(sys.executable).parent]
-    candidates += [Path(d) / "bin" for d in (extra_dirs or [])]
-    for d in candidates:
-        exe = d / "scopemem"
-        if exe.is_file() and os.access(exe, os.X_OK):
-            return str(exe)
-    return shutil.which("scopemem")
+    venv's `bin/`, or `Scripts\\scopemem.exe` on Windows, where the scopemem wheel puts its
+    binary), else a `--target` install's, else `PATH` (`scopemem.supervisor.find_binary`)."""
+    from scopemem.supervisor import find_binary as find
+
+    return find(configured, extra_dirs=extra_dirs or [])
 
 
 def e5_embedding() -> dict[str, Any]:
@@ -74,8 +67,9 @@ def incognito_of(settings: Any) -> list[str]:
 
 
 def render(existing: dict[str, Any], settings: Any, data_dir: Path,
-           embedding: dict[str, Any] | None) -> dict[str, Any]:
-    """scopemem's config from the plugin settings over what the file already holds."""
+           embedding: dict[str, Any] | None, http_addr: str) -> dict[str, Any]:
+    """scopemem's config from the plugin settings over what the file already holds;
+    `http_addr` is where the child listens (a free loopback port, drawn at each start)."""
     out = dict(existing)
     out["conversation_scope_map"] = scope_map_of(settings)
     out["unmapped_scope"] = str(settings.get("unmapped_scope") or "public")
@@ -84,8 +78,9 @@ def render(existing: dict[str, Any], settings: Any, data_dir: Path,
     storage.setdefault("db_dir", str(data_dir / "lancedb"))
     out["storage"] = storage
     server = dict(out.get("server") or {})
-    # The port picked on the first start is kept: a restart answers on the same address.
-    server.setdefault("http_addr", f"127.0.0.1:{free_loopback_port()}")
+    # The plugin's: a port drawn once and kept could be taken by another program by the next
+    # start, and the child would then fail to listen at every restart.
+    server["http_addr"] = http_addr
     out["server"] = server
     # A changed embedding provider re-embeds in the background instead of refusing to start.
     # With no `embedding` key (scopemem's `auto`) a store scopemem made with its earlier English

@@ -14,13 +14,15 @@ from typing import Any, Optional
 
 REFLECTION_RE = re.compile(r"<memory_reflection>(.*?)</memory_reflection>", re.DOTALL)
 
-# Append this to the system prompt (after `memory_context`'s block) to ask for reflections.
+# Append this to the system prompt, on every turn (it never changes, so the prompt stays the same
+# from turn to turn), to ask for reflections on the memories recalled for the turn. It names no
+# tag of the block: a prompt holds `<memory_context>` only when memories were recalled.
 REFLECTION_INSTRUCTIONS = """
 <memory_reflection_instructions>
 After your reply you may append ONE block <memory_reflection>{...}</memory_reflection> holding a
-JSON object with any of: "useful_memory_ids" (ids of the memories above that helped),
-"new_memories" (list of {"content", "reasoning"?, "tags"?, "memory_type"?} worth keeping
-long-term; memory_type is knowledge, event, skill, task or emotional). The block is removed
+JSON object with any of: "useful_memory_ids" (ids of the recalled memories shown to you that
+helped), "new_memories" (list of {"content", "reasoning"?, "tags"?, "memory_type"?} worth
+keeping long-term; memory_type is knowledge, event, skill, task or emotional). The block is removed
 before the user sees the reply. Leave it out when there is nothing to record.
 </memory_reflection_instructions>
 """.strip()

