@@ -1,7 +1,8 @@
 """The public API a bot's own LLM handler calls: NoneBot has no standard LLM hook, so this is it.
 
 Before calling the model: `memory_context(event, query)` returns the `<memory_context>` block to
-put in the system prompt and the ids it recalled. After the reply: `split_reflection(reply)`
+put at the end of the user's message (not in the system prompt, which the provider's prompt
+cache then keeps serving) and the ids it recalled. After the reply: `split_reflection(reply)`
 removes the model's `<memory_reflection>` block, and `after_reply(...)` hands it to scopemem.
 For function calling: `tools()` lists scopemem's LLM tools as OpenAI function specs and
 `call_tool(event, name, arguments)` runs one. The conversation is always the event's chat
@@ -101,7 +102,10 @@ async def memory_context(
     persona: Optional[str] = None,
     history: Optional[Sequence[Any]] = None,
 ) -> tuple[str, list[str]]:
-    """(injection text for the system prompt, recalled memory ids) for this chat and query.
+    """(injection text, recalled memory ids) for this chat and query. The text goes at the end
+    of this turn's user message, sent for this request only: a system prompt that stays the same
+    from turn to turn, and a history kept without the block, keep the provider's prompt cache
+    (the README's "The hook in your LLM handler" shows it).
 
     ``history``: the chat's earlier messages as the bot keeps them for its LLM (OpenAI-style
     ``{"role": "user"|"assistant", "content": ...}``, oldest first). scopemem searches with
