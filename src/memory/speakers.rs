@@ -49,6 +49,8 @@ struct Names {
 pub struct Person {
     pub ids: HashSet<String>,
     pub names: Vec<String>,
+    /// The question is its asker's, in the first person (`with_asker`): "我对什么过敏来着？".
+    pub asked_by_them: bool,
 }
 
 /// Whether `text` speaks of its speaker alone, in the first person singular (我 but not 我们,
@@ -68,6 +70,17 @@ fn of_its_speaker(text: &str) -> bool {
                 "i" | "me" | "my" | "mine" | "myself" | "i'm" | "i've" | "i'll" | "i'd"
             )
         })
+}
+
+/// Whether `text` speaks to someone (你, 您, 你们, you, your): its first person may be doing
+/// something for them ("我帮你订了周三的票").
+fn addresses_someone(text: &str) -> bool {
+    text.contains('你')
+        || text.contains('您')
+        || text
+            .to_lowercase()
+            .split(|c: char| !(c.is_alphanumeric() || c == '\''))
+            .any(|w| matches!(w, "you" | "your" | "yours" | "you're" | "you'll" | "you've"))
 }
 
 impl SpeakerNames {
@@ -172,7 +185,11 @@ impl SpeakerNames {
             .collect();
         all.sort();
         all.dedup();
-        Person { ids, names: all }
+        Person {
+            ids,
+            names: all,
+            asked_by_them: false,
+        }
     }
 }
 
@@ -180,6 +197,7 @@ impl Person {
     /// This person and the member who asks a question in the first person (`memory::asker`):
     /// their id and the names they went by.
     pub(crate) fn with_asker(mut self, id: &str, names: Vec<String>) -> Person {
+        self.asked_by_them = true;
         self.ids.insert(id.to_owned());
         for name in names {
             if !self.names.contains(&name) {
@@ -189,14 +207,19 @@ impl Person {
         self
     }
 
-    /// Whether `record` is about someone other than this person, for a question about them
-    /// (the asker of a first-person question, or members it names): a memory whose
-    /// `about_ids` name others only, or a first-person statement of another speaker that names
-    /// none of this person's names. "我对海鲜过敏" by 李四 answers nothing 张三 asks about
-    /// himself ("我对什么过敏来着？"), and shown beside his own line it read as his answer: a
-    /// recall about a person leaves such rows out. Nobody asked about: nothing is left out.
+    /// Whether `record` is about someone other than the member who asks about themselves (a
+    /// first-person question, `with_asker`): a memory whose `about_ids` name others only, or a
+    /// first-person statement of another speaker that names none of the asker's names and
+    /// addresses nobody. "我对海鲜过敏" by 李四 answers nothing 张三 asks about himself
+    /// ("我对什么过敏来着？"), and shown beside his own line it read as his answer: such rows are
+    /// left out. "我帮你订了周三的票" may be about whoever it addressed: kept.
+    ///
+    /// Only for a first-person question: a question that names a member ("外婆平时爱听什么戏？")
+    /// leaves nothing out, since the others speak of her by other names in their own first
+    /// person ("那我明天六点到妈楼下接她", "奶奶最爱听越剧……我偷偷练了两句"). Her lines are
+    /// lifted (`lifts`), the rest ranked as ever.
     pub(crate) fn about_someone_else(&self, record: &MemoryRecord) -> bool {
-        if self.ids.is_empty() {
+        if !self.asked_by_them || self.ids.is_empty() {
             return false;
         }
         if record
@@ -211,6 +234,7 @@ impl Person {
         }
         record.speaker_id.is_some()
             && of_its_speaker(&record.content)
+            && !addresses_someone(&record.content)
             && !self.names.iter().any(|n| mentions(&record.content, n))
     }
 
@@ -329,10 +353,34 @@ mod tests {
         assert!(!asker.about_someone_else(&row(Some(("u-li", "李四")), "我跟张三周六去爬山")));
         assert!(!asker.about_someone_else(&row(Some(("u-li", "李四")), "我们周六聚餐")));
         assert!(!asker.about_someone_else(&row(None, "周六聚餐改到晚上")));
+        // Said to someone, who may be the asker: kept.
+        let to_you = row(Some(("u-li", "李四")), "我帮你订了周三去上海的票");
+        assert!(!asker.about_someone_else(&to_you));
+        assert!(!asker.about_someone_else(&row(Some(("u-li", "Li")), "I booked your flight")));
         assert!(
             !Person::default().about_someone_else(&li),
             "nobody asked about"
         );
+    }
+
+    #[test]
+    fn a_question_naming_a_member_leaves_nothing_out() {
+        // The group-chat set's family: 外婆 is a member, and the others speak of her as 妈 and
+        // 奶奶, in their own first person.
+        let names = SpeakerNames::default();
+        names.learn("家人", "u-waipo", "外婆");
+        names.learn("家人", "u-dad", "老爸");
+        let scopes = ["家人".to_string()];
+        let q = "寿宴那天谁去接外婆，几点？";
+        let waipo = names.named_in(Some(&scopes), q);
+        assert!(waipo.ids.contains("u-waipo"), "{waipo:?}");
+        let fetch = row(
+            Some(("u-dad", "老爸")),
+            "那我明天六点整到妈楼下接她，乐乐你跟我一起",
+        );
+        assert!(!waipo.about_someone_else(&fetch));
+        let opera = row(Some(("u-tt", "婷婷")), "奶奶最爱听越剧，我偷偷练了两句");
+        assert!(!waipo.about_someone_else(&opera));
     }
 
     #[test]
