@@ -338,7 +338,14 @@ async def test_members_list_and_forget_their_own_words(app: App, scopemem: Scope
     memory = await until("a long-term memory of fang's line", fangs_memory)
 
     # /scopemem me: what the group keeps of fang, newest first, with ids, nothing of gang's.
-    kept = await person(scopemem, NEIGHBOURS, FANG)
+    # Her two questions are rows once the worker embeds them: wait for both, so that the list
+    # below and the command's answer are read from the same rows.
+    async def all_of_fangs_rows() -> Optional[dict[str, Any]]:
+        kept = await person(scopemem, NEIGHBOURS, FANG)
+        asked = [m for m in kept["memories"] if m["content"] == QUESTION]
+        return kept if len(asked) == 2 else None
+
+    kept = await until("fang's two questions as rows", all_of_fangs_rows)
     rows = kept["memories"]
     line_id = next(m["id"] for m in rows if m["content"] == FANG_LINE)
     me = await receive(app, member_event(NEIGHBOURS_GROUP, FANG, "/scopemem me"))
