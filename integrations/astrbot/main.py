@@ -50,7 +50,7 @@ try:
     from scopemem.forget import ForgetConfirmations
     from scopemem.people import ForgetMeConfirmations, me_text, member_id
     from scopemem.reflection import REFLECTION_INSTRUCTIONS, split_reflection
-    from scopemem.supervisor import Supervisor
+    from scopemem.supervisor import Supervisor, addr_taken
 
     from .dashboard_api import DashboardApi
 
@@ -365,7 +365,33 @@ class ScopememPlugin(Star):
             logger.error("[scopemem] %s; chatting continues without memory", reason)
             self.client.disable(reason)
             return False
-        self.http_addr = f"127.0.0.1:{own_config.free_loopback_port()}"
+        from pathlib import Path
+
+        configured = str(self.cfg.get("scopemem_config", "") or "")
+        drawn = Path(StarTools.get_data_dir(PLUGIN_NAME)) / own_config.DRAWN_ADDR_FILE
+        try:
+            operators = read(Path(configured)) if configured else None
+        except ValueError:
+            operators = None  # _write_own_config says why, and rewrites it
+        try:
+            last_drawn = drawn.read_text(encoding="utf-8")
+        except OSError:
+            last_drawn = ""
+        self.http_addr, fixed = own_config.listen_addr(operators, last_drawn)
+        if not fixed:
+            try:
+                drawn.write_text(self.http_addr, encoding="utf-8")
+            except OSError as e:
+                logger.warning("[scopemem] cannot note the drawn port: %s", type(e).__name__)
+        if fixed and addr_taken(self.http_addr):
+            reason = (
+                f"scopemem's port {self.http_addr} (server.http_addr in scopemem_config) is "
+                "taken by another program: free it, or remove server.http_addr there to draw a "
+                "free port at each start"
+            )
+            logger.error("[scopemem] %s; chatting continues without memory", reason)
+            self.client.disable(reason)
+            return False
         try:
             self._write_own_config()
         except (OSError, ValueError) as e:

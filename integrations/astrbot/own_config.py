@@ -7,16 +7,16 @@ is the one source of truth, and the keys it owns are rewritten from it on every 
 every `/scopemem map`. Keys it does not own (storage tuning an operator added by hand) are kept.
 It is written atomically (`scopemem.config_file`), so scopemem's hot reload never reads half a
 file. Finding the binary and a port also live here: both exist only because the plugin
-supervises. The port is a free loopback one drawn at each start of the plugin
-(`server.http_addr` is the plugin's key), never one kept from an earlier start, which another
-program may have taken since.
+supervises. The port is a free loopback one drawn at each start of the plugin, never one kept
+from an earlier start, which another program may have taken since; only an operator's own
+`scopemem_config` file may fix one (`server.http_addr`), and a fixed port that is taken is one
+clear error, not a child that fails to listen at every restart.
 """
 
 from __future__ import annotations
 
 import json
 import re
-import socket
 from pathlib import Path
 from typing import Any
 
@@ -41,10 +41,24 @@ def e5_embedding() -> dict[str, Any]:
     return {"provider": "e5"}
 
 
-def free_loopback_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def listen_addr(operators_file: dict[str, Any] | None, last_drawn: str) -> tuple[str, bool]:
+    """Where the child listens, and whether the operator fixed it: the `server.http_addr` of
+    the operator's own config file (`scopemem_config`, read before the plugin rewrites it)
+    unless it is the one the plugin drew at its last start (`last_drawn`, kept beside the
+    plugin's data as `DRAWN_ADDR_FILE`), else a free loopback port drawn now
+    (`scopemem.supervisor.free_loopback_port`)."""
+    server = (operators_file or {}).get("server")
+    fixed = server.get("http_addr") if isinstance(server, dict) else None
+    if isinstance(fixed, str) and fixed.strip() and fixed.strip() != last_drawn.strip():
+        return fixed.strip(), True
+    from scopemem.supervisor import free_loopback_port
+
+    return f"127.0.0.1:{free_loopback_port()}", False
+
+
+# The address the plugin drew at its last start, in its data directory: what it wrote into an
+# operator's file is not the operator's choice.
+DRAWN_ADDR_FILE = "drawn_http_addr"
 
 
 def scope_map_of(settings: Any) -> dict[str, str]:
@@ -69,7 +83,8 @@ def incognito_of(settings: Any) -> list[str]:
 def render(existing: dict[str, Any], settings: Any, data_dir: Path,
            embedding: dict[str, Any] | None, http_addr: str) -> dict[str, Any]:
     """scopemem's config from the plugin settings over what the file already holds;
-    `http_addr` is where the child listens (a free loopback port, drawn at each start)."""
+    `http_addr` is where the child listens (`listen_addr`: the operator's fixed one, or a
+    loopback port drawn at this start)."""
     out = dict(existing)
     out["conversation_scope_map"] = scope_map_of(settings)
     out["unmapped_scope"] = str(settings.get("unmapped_scope") or "public")
@@ -78,8 +93,9 @@ def render(existing: dict[str, Any], settings: Any, data_dir: Path,
     storage.setdefault("db_dir", str(data_dir / "lancedb"))
     out["storage"] = storage
     server = dict(out.get("server") or {})
-    # The plugin's: a port drawn once and kept could be taken by another program by the next
-    # start, and the child would then fail to listen at every restart.
+    # Drawn at each start unless the operator fixed it (`listen_addr`): a port drawn once and
+    # kept could be taken by another program by the next start, and the child would then fail
+    # to listen at every restart.
     server["http_addr"] = http_addr
     out["server"] = server
     # A changed embedding provider re-embeds in the background instead of refusing to start.

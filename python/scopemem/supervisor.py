@@ -21,12 +21,38 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import socket
 import sys
 import time
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from ._log import logger_or_default
+
+def free_loopback_port() -> int:
+    """A loopback port nobody listens on right now, for a child that starts now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def addr_taken(addr: str) -> bool:
+    """Whether another program already listens on `addr` (`host:port`, as the config's
+    `server.http_addr` names it): binding it fails the way scopemem's own bind would. False
+    when the address cannot be checked here (a host name): scopemem then says why it fails."""
+    host, _, port = addr.rpartition(":")
+    host = host.strip("[]") or "127.0.0.1"
+    try:
+        number = int(port)
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        with socket.socket(family, socket.SOCK_STREAM) as s:
+            if sys.platform != "win32":  # as Rust's TcpListener::bind does
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind((host, number))
+    except (OSError, ValueError) as e:
+        return isinstance(e, OSError) and not isinstance(e, socket.gaierror)
+    return False
+
 
 # How long a child has to drain after the stop request before it is killed.
 STOP_WAIT_S = 15.0

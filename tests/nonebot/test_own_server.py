@@ -160,13 +160,15 @@ def test_a_port_another_program_holds_is_taken(tmp_path: Path) -> None:
     that fails to listen at every restart."""
     import socket
 
+    from scopemem.supervisor import addr_taken
+
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as held:
         held.bind(("127.0.0.1", 0))
         held.listen()
         addr = f"127.0.0.1:{held.getsockname()[1]}"
-        assert own_server().addr_taken(addr) is True
-    assert own_server().addr_taken(addr) is False
-    assert own_server().addr_taken("not-a-host.invalid:8787") is False
+        assert addr_taken(addr) is True
+    assert addr_taken(addr) is False
+    assert addr_taken("not-a-host.invalid:8787") is False
 
 
 # ---- the config file -------------------------------------------------------------------------

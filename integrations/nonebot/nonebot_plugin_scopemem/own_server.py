@@ -6,14 +6,12 @@ Python and, on the first start, creates scopemem's config file under the plugin'
 (its table beside it, a free loopback port). An existing file is the operator's and the
 `/scopemem map` commands' file, so it is never rewritten here; the plugin reaches the server
 at whatever `server.http_addr` it names. That port is then a fixed one: when another program
-holds it, the plugin says so and runs nothing (`addr_taken`), rather than restarting a server
+holds it, the plugin says so and runs nothing (`scopemem.supervisor.addr_taken`), rather than restarting a server
 that cannot listen.
 """
 
 from __future__ import annotations
 
-import socket
-import sys
 from pathlib import Path
 from typing import Any, Optional
 
@@ -44,35 +42,11 @@ def find_binary(
     )
 
 
-def free_loopback_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def addr_taken(addr: str) -> bool:
-    """Whether another program already listens on `addr` (`host:port`, as the config's
-    `server.http_addr` names it): binding it fails the way scopemem's own bind would. False
-    when the address cannot be checked here (a host name): scopemem then says why it fails."""
-    host, _, port = addr.rpartition(":")
-    host = host.strip("[]") or "127.0.0.1"
-    try:
-        number = int(port)
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        with socket.socket(family, socket.SOCK_STREAM) as s:
-            if sys.platform != "win32":  # as Rust's TcpListener::bind does
-                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            s.bind((host, number))
-    except (OSError, ValueError) as e:
-        return isinstance(e, OSError) and not isinstance(e, socket.gaierror)
-    return False
-
-
 def initial_config(data_dir: Path) -> dict[str, Any]:
     """The file written on the first start: the table under the data dir, a loopback port."""
     return {
         "storage": {"db_dir": str(data_dir / "lancedb")},
-        "server": {"http_addr": f"127.0.0.1:{free_loopback_port()}"},
+        "server": {"http_addr": f"127.0.0.1:{supervisor.free_loopback_port()}"},
     }
 
 

@@ -20,7 +20,7 @@ from nonebot import logger
 from scopemem.client import ScopememClient
 from scopemem.forget import ForgetConfirmations
 from scopemem.people import ForgetMeConfirmations
-from scopemem.supervisor import Supervisor
+from scopemem.supervisor import Supervisor, addr_taken
 
 from . import config_file, own_server
 from .config import Config
@@ -168,7 +168,7 @@ class Runtime:
     async def _port_stays_taken(addr: str) -> bool:
         """Whether `addr` is still taken after PORT_WAIT_S (checked every 0.2 s)."""
         deadline = asyncio.get_running_loop().time() + PORT_WAIT_S
-        while own_server.addr_taken(addr):
+        while addr_taken(addr):
             if asyncio.get_running_loop().time() >= deadline:
                 return True
             await asyncio.sleep(0.2)
