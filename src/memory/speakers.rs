@@ -49,38 +49,83 @@ struct Names {
 pub struct Person {
     pub ids: HashSet<String>,
     pub names: Vec<String>,
-    /// The question is its asker's, in the first person (`with_asker`): "我对什么过敏来着？".
-    pub asked_by_them: bool,
 }
 
-/// Whether `text` speaks of its speaker alone, in the first person singular (我 but not 我们,
-/// I, my, me): "我对海鲜过敏" said by 李四 is about 李四.
+/// Whether `text` speaks of its speaker alone: in the first person singular (我 but not 我们,
+/// I, my, me), with nobody else in it (`someone_else_in`). "我对海鲜过敏" said by 李四 is about
+/// 李四; "奶奶最爱听越剧，我偷偷练了两句" is about 奶奶 too.
 fn of_its_speaker(text: &str) -> bool {
     let mut chars = text.chars().peekable();
+    let mut first_person = false;
     while let Some(c) = chars.next() {
         if c == '我' && chars.peek() != Some(&'们') {
-            return true;
+            first_person = true;
+            break;
         }
     }
-    text.to_lowercase()
-        .split(|c: char| !(c.is_alphanumeric() || c == '\''))
-        .any(|w| {
+    let words = latin_words(text);
+    first_person = first_person
+        || words.iter().any(|w| {
             matches!(
-                w,
+                w.as_str(),
                 "i" | "me" | "my" | "mine" | "myself" | "i'm" | "i've" | "i'll" | "i'd"
+            )
+        });
+    first_person && !someone_else_in(text, &words)
+}
+
+/// Someone other than the speaker in `text`: a person addressed (你, 您, you), a third person
+/// (他, 她, he, she, they) or a relative (妈, 奶奶, 哥, mom, grandma, …).
+fn someone_else_in(text: &str, words: &[String]) -> bool {
+    const CJK: [&str; 30] = [
+        "你", "您", "他", "她", "妈", "爸", "奶奶", "爷爷", "外婆", "外公", "姥姥", "姥爷", "哥",
+        "姐", "弟", "妹", "儿子", "女儿", "老婆", "老公", "媳妇", "孩子", "宝宝", "舅", "姨", "叔",
+        "婶", "姑", "伯", "娃",
+    ];
+    CJK.iter().any(|w| text.contains(w))
+        || words.iter().any(|w| {
+            matches!(
+                w.as_str(),
+                "you"
+                    | "your"
+                    | "yours"
+                    | "you're"
+                    | "you'll"
+                    | "you've"
+                    | "he"
+                    | "she"
+                    | "him"
+                    | "her"
+                    | "his"
+                    | "hers"
+                    | "they"
+                    | "them"
+                    | "their"
+                    | "mom"
+                    | "mum"
+                    | "dad"
+                    | "mother"
+                    | "father"
+                    | "grandma"
+                    | "grandpa"
+                    | "brother"
+                    | "sister"
+                    | "son"
+                    | "daughter"
+                    | "wife"
+                    | "husband"
+                    | "kid"
+                    | "kids"
             )
         })
 }
 
-/// Whether `text` speaks to someone (你, 您, 你们, you, your): its first person may be doing
-/// something for them ("我帮你订了周三的票").
-fn addresses_someone(text: &str) -> bool {
-    text.contains('你')
-        || text.contains('您')
-        || text
-            .to_lowercase()
-            .split(|c: char| !(c.is_alphanumeric() || c == '\''))
-            .any(|w| matches!(w, "you" | "your" | "yours" | "you're" | "you'll" | "you've"))
+fn latin_words(text: &str) -> Vec<String> {
+    text.to_lowercase()
+        .split(|c: char| !(c.is_alphanumeric() || c == '\''))
+        .filter(|w| !w.is_empty())
+        .map(str::to_owned)
+        .collect()
 }
 
 impl SpeakerNames {
@@ -185,11 +230,7 @@ impl SpeakerNames {
             .collect();
         all.sort();
         all.dedup();
-        Person {
-            ids,
-            names: all,
-            asked_by_them: false,
-        }
+        Person { ids, names: all }
     }
 }
 
@@ -197,7 +238,6 @@ impl Person {
     /// This person and the member who asks a question in the first person (`memory::asker`):
     /// their id and the names they went by.
     pub(crate) fn with_asker(mut self, id: &str, names: Vec<String>) -> Person {
-        self.asked_by_them = true;
         self.ids.insert(id.to_owned());
         for name in names {
             if !self.names.contains(&name) {
@@ -207,19 +247,16 @@ impl Person {
         self
     }
 
-    /// Whether `record` is about someone other than the member who asks about themselves (a
-    /// first-person question, `with_asker`): a memory whose `about_ids` name others only, or a
-    /// first-person statement of another speaker that names none of the asker's names and
-    /// addresses nobody. "我对海鲜过敏" by 李四 answers nothing 张三 asks about himself
-    /// ("我对什么过敏来着？"), and shown beside his own line it read as his answer: such rows are
-    /// left out. "我帮你订了周三的票" may be about whoever it addressed: kept.
-    ///
-    /// Only for a first-person question: a question that names a member ("外婆平时爱听什么戏？")
-    /// leaves nothing out, since the others speak of her by other names in their own first
-    /// person ("那我明天六点到妈楼下接她", "奶奶最爱听越剧……我偷偷练了两句"). Her lines are
-    /// lifted (`lifts`), the rest ranked as ever.
+    /// Whether `record` is about someone other than this person, for a question about them
+    /// (the asker of a first-person question, or a member it names): a memory whose
+    /// `about_ids` name others only, or another speaker's line about themselves alone (first
+    /// person, no one else in it: `of_its_speaker`) that names none of this person's names.
+    /// "我对海鲜过敏" by 李四 answers nothing 张三 asks about himself ("我对什么过敏来着？") or
+    /// about 王五 ("王五对什么过敏？"), and shown beside the right line it read as the answer:
+    /// such rows are left out. A line with someone else in it stays: "那我明天六点到妈楼下接她"
+    /// (about 外婆, whom her son calls 妈), "我帮你订了周三的票" (about whoever it addressed).
     pub(crate) fn about_someone_else(&self, record: &MemoryRecord) -> bool {
-        if !self.asked_by_them || self.ids.is_empty() {
+        if self.ids.is_empty() {
             return false;
         }
         if record
@@ -234,7 +271,6 @@ impl Person {
         }
         record.speaker_id.is_some()
             && of_its_speaker(&record.content)
-            && !addresses_someone(&record.content)
             && !self.names.iter().any(|n| mentions(&record.content, n))
     }
 
@@ -364,23 +400,24 @@ mod tests {
     }
 
     #[test]
-    fn a_question_naming_a_member_leaves_nothing_out() {
+    fn a_line_with_someone_else_in_it_is_not_left_out() {
         // The group-chat set's family: 外婆 is a member, and the others speak of her as 妈 and
         // 奶奶, in their own first person.
         let names = SpeakerNames::default();
         names.learn("家人", "u-waipo", "外婆");
         names.learn("家人", "u-dad", "老爸");
         let scopes = ["家人".to_string()];
-        let q = "寿宴那天谁去接外婆，几点？";
-        let waipo = names.named_in(Some(&scopes), q);
+        let waipo = names.named_in(Some(&scopes), "寿宴那天谁去接外婆，几点？");
         assert!(waipo.ids.contains("u-waipo"), "{waipo:?}");
-        let fetch = row(
-            Some(("u-dad", "老爸")),
-            "那我明天六点整到妈楼下接她，乐乐你跟我一起",
-        );
+        let fetch = row(Some(("u-dad", "老爸")), "那我明天六点整到妈楼下接她");
         assert!(!waipo.about_someone_else(&fetch));
         let opera = row(Some(("u-tt", "婷婷")), "奶奶最爱听越剧，我偷偷练了两句");
         assert!(!waipo.about_someone_else(&opera));
+        let flight = row(Some(("u-tt", "Tina")), "I booked her flight for Friday");
+        assert!(!waipo.about_someone_else(&flight));
+        // Another member's line about themselves alone still answers nothing about her.
+        let own = row(Some(("u-dad", "老爸")), "我对芒果过敏");
+        assert!(waipo.about_someone_else(&own));
     }
 
     #[test]
