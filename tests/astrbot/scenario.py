@@ -552,6 +552,15 @@ class LogCounter(logging.Handler):
         return [r for r in self.records if r.startswith(("ERROR", "CRITICAL"))]
 
 
+async def plugin_sends_ended(star: Any) -> None:
+    """Until every background send of the plugin (`wm_tasks`) has its answer, at most 120 s."""
+    started = time.monotonic()
+    while star.wm_tasks:
+        if time.monotonic() - started > 120:
+            raise RuntimeError(f"{len(star.wm_tasks)} working-memory sends never ended")
+        await asyncio.sleep(0.05)
+
+
 async def stop_astrbot(lifecycle: Any, core_task: asyncio.Task) -> None:
     """Stop AstrBot's core as its own shutdown does, then reap the task that ran it."""
     await lifecycle.stop()
@@ -1087,11 +1096,7 @@ async def run_errors(args: argparse.Namespace) -> dict[str, Any]:
     steps = report["steps"]
 
     async def sends_ended() -> None:
-        started = time.monotonic()
-        while star.wm_tasks:
-            if time.monotonic() - started > 120:
-                raise RuntimeError(f"{len(star.wm_tasks)} working-memory sends never ended")
-            await asyncio.sleep(0.05)
+        await plugin_sends_ended(star)
 
     async def turn(name: str, text: str, streaming: bool = False) -> None:
         before = len(llm.requests)
@@ -1176,11 +1181,7 @@ async def run_people(args: argparse.Namespace) -> dict[str, Any]:
     steps = report["steps"]
 
     async def sends_ended() -> None:
-        started = time.monotonic()
-        while star.wm_tasks:
-            if time.monotonic() - started > 120:
-                raise RuntimeError(f"{len(star.wm_tasks)} working-memory sends never ended")
-            await asyncio.sleep(0.05)
+        await plugin_sends_ended(star)
 
     async def turn(name: str, who: str, grp: str, text: str, **kw: Any) -> str:
         before = len(llm.requests)
@@ -1349,11 +1350,7 @@ async def run_host_events(args: argparse.Namespace) -> dict[str, Any]:
     steps = report["steps"]
 
     async def sends_ended() -> None:
-        started = time.monotonic()
-        while star.wm_tasks:
-            if time.monotonic() - started > 120:
-                raise RuntimeError(f"{len(star.wm_tasks)} working-memory sends never ended")
-            await asyncio.sleep(0.05)
+        await plugin_sends_ended(star)
 
     async def post(path: str, body: dict[str, Any]) -> dict[str, Any]:
         status, answer = await star.client.request("POST", path, body, timeout=60)
