@@ -907,7 +907,13 @@ async fn replace_row(
     let schema = table.schema().await?;
     let batch = to_batch_for(&schema, std::slice::from_ref(row), model)?;
     let mut merge = table.merge_insert(&["id"]);
-    merge.when_matched_update_all(Some(condition.to_string()));
+    merge
+        .when_matched_update_all(Some(condition.to_string()))
+        // Lance's index-probing path (taken whenever `id` has its BTree) refuses the merge on a
+        // table with an unenforced primary key once a fragment was rewritten by an erase
+        // ("Primary key column ... must not be nullable"): the join over the table's ids
+        // finds the one row the same way, and an edit is rare.
+        .use_index(false);
     let reader = RecordBatchIterator::new(vec![Ok(batch)], schema);
     Ok(merge.execute(Box::new(reader)).await?.num_updated_rows)
 }
@@ -974,6 +980,43 @@ mod tests {
     use super::*;
     use crate::store::testing::{open, open_with, row};
     use crate::store::Store;
+
+    /// An edit of a memory (a full-row merge keyed by `id`) on a table whose `id` index covers
+    /// the rows, right after another memory was erased: Lance's index-probing merge path
+    /// refused it on a table with an unenforced primary key ("Primary key column and all its
+    /// ancestors must not be nullable"), seen once as a failed edit in AstrBot's memory page.
+    #[tokio::test]
+    async fn an_edit_after_an_erase_on_an_indexed_table_replaces_the_row() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(dir.path()).await;
+        let rows: Vec<_> = (0..6).map(|i| row(i, "public")).collect();
+        for r in &rows {
+            store.append(vec![r.clone()]).await.unwrap();
+        }
+        crate::store::maintenance::indexes::ensure_scalar_indexes(store.table())
+            .await
+            .unwrap();
+        store.writer().maintain().await.unwrap();
+        store.writer().erase("id = 'id-2'".into()).await.unwrap();
+        store.writer().maintain().await.unwrap();
+        for i in [1usize, 4] {
+            let (mut record, vector) = rows[i].clone();
+            record.content = format!("memory {i}, edited");
+            let replaced = store
+                .writer()
+                .replace_erasing((record, vector), "true".into())
+                .await
+                .unwrap();
+            assert_eq!(replaced, 1);
+        }
+        let inserted = store
+            .writer()
+            .insert_missing(vec![row(2, "public"), row(7, "public")])
+            .await
+            .unwrap();
+        assert_eq!(inserted, 2);
+        assert_eq!(store.count(None).await.unwrap(), 7);
+    }
 
     #[tokio::test]
     async fn concurrent_appends_are_group_committed_and_compaction_folds_fragments() {
