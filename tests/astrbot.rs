@@ -94,15 +94,21 @@ async fn scenario_ended(child: &mut tokio::process::Child, report: &Value, log_p
 /// AstrBot's root and home under `dir`, and return its report; panics with AstrBot's log tail
 /// when the scenario fails, runs past `secs` or ends without a report.
 async fn run_scenario(dir: &Path, base: &str, flag: &str, secs: u64) -> Value {
+    run_scenario_file(dir, base, "scenario.py", &[flag], secs).await
+}
+
+/// `run_scenario` for a scenario of its own file in tests/astrbot (the same protocol).
+async fn run_scenario_file(dir: &Path, base: &str, file: &str, args: &[&str], secs: u64) -> Value {
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
     let log_path = dir.join("astrbot.log");
     let mut child = tokio::process::Command::new(astrbot_python())
-        .arg(manifest.join("tests/astrbot/scenario.py"))
+        .arg(manifest.join("tests/astrbot").join(file))
         .arg("--root")
         .arg(dir.join("astrbot-root"))
         .arg("--plugin-src")
         .arg(manifest.join("integrations/astrbot"))
-        .args(["--scopemem", base, flag])
+        .args(["--scopemem", base])
+        .args(args.iter().filter(|a| !a.is_empty()))
         // Nothing of the user's: AstrBot's data lives under the temp root, its home too.
         .env("HOME", dir)
         .env_remove("ASTRBOT_ROOT")
@@ -1150,6 +1156,63 @@ async fn astrbot_keeps_the_prompt_cache_and_reads_host_events() {
     assert_eq!(reported, Some(10.0), "turns reported");
     assert_eq!(report["plugin_warnings"], json!([]), "{report}");
     assert_eq!(report["tracebacks"], json!([]), "{report}");
+}
+
+/// A group AstrBot isolates per member (`unique_session`, 会话隔离; tests/astrbot/
+/// isolation_scenario.py, with aiocqhttp's session builder): AstrBot rewrites each member's
+/// session id before the plugin sees the event, and the plugin still keeps the group's lines,
+/// the bot's answer and `/scopemem status` under the group's own conversation. A member's
+/// question finds another member's line, and nothing is kept under a member's isolated one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn astrbot_keeps_an_isolated_groups_lines_under_the_group() {
+    let dir = tempfile::tempdir().unwrap();
+    let serve = spawn_serve(dir.path(), "astrbot-isolated", json!({})).await;
+    let report =
+        run_scenario_file(dir.path(), &serve.base, "isolation_scenario.py", &[], 300).await;
+    let group = report["group_umo"].as_str().unwrap();
+    assert_eq!(group, "webchat:GroupMessage:iso-group", "{report}");
+    let contents: Vec<&str> = report["group_rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|r| r["content"].as_str())
+        .collect();
+    let reply = report["reply"].as_str().unwrap().trim();
+    assert!(reply.starts_with("echo: "), "{report}");
+    for kept in [
+        "周六的聚餐改到老地方了，晚上六点",
+        "好的收到",
+        "周六的聚餐在哪里",
+        reply,
+    ] {
+        assert!(
+            contents.contains(&kept),
+            "{kept} is not the group's: {contents:?}"
+        );
+    }
+    for (who, rows) in report["isolated_rows"].as_object().unwrap() {
+        assert_eq!(
+            rows,
+            &json!([]),
+            "kept under {who}'s isolated session: {report}"
+        );
+    }
+    // The question (mei's session) was answered with ming's line.
+    let prompts = report["prompts"].as_array().unwrap();
+    assert_eq!(prompts.len(), 1, "{report}");
+    assert!(
+        prompts[0]
+            .as_str()
+            .unwrap()
+            .contains("周六的聚餐改到老地方了"),
+        "ming's line did not reach mei's question: {}",
+        prompts[0]
+    );
+    let status = report["status_reply"].as_str().unwrap();
+    assert!(
+        status.contains(&format!("this chat (UMO): {group}")),
+        "{status}"
+    );
 }
 
 /// Without the `scopemem` package (the wheel is built for Linux x86_64 only), AstrBot still
