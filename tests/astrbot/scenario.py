@@ -727,6 +727,10 @@ async def run_supervised(args: argparse.Namespace) -> dict[str, Any]:
         "embedding_provider": args.embedding or "local",
         "embedding_input_types": True,
         "consolidation": "off",
+        # A remember right after the child's restart can take seconds on a loaded machine; a
+        # 3 s cap made the plugin give up on it (and the server drop it with the connection).
+        # An outage is still seen at once: a dead child refuses the connection.
+        "request_timeout_secs": 30.0,
     }
     prepare_root(root, args.plugin_src, "", llm.port, owned, args.embedding_base)
     os.environ["ASTRBOT_ROOT"] = root
@@ -798,6 +802,16 @@ async def run_supervised(args: argparse.Namespace) -> dict[str, Any]:
     report["status_restarted"] = await wait_up(family, 120)
     report["pids"] = [first_pid, star.supervisor.proc.pid]
     report["tool_reply"] = await chat.send(*family, "TOOL_REMEMBER: Supervised memory works")
+    # The test reads the table once this process is gone: the row must be there by then.
+    started = time.monotonic()
+    while time.monotonic() - started < 120:
+        status, page = await star.client.request(
+            "POST", "/v1/memories/browse", {"conversation_id": Chat.umo(*family)}, timeout=60
+        )
+        contents = [m.get("content") for m in (page or {}).get("memories") or []]
+        if status == 200 and "Supervised memory works" in contents:
+            break
+        await asyncio.sleep(0.2)
     report["http_addr"] = star.base_url
     report["map_errors"] = [r for r in plugin_log.records if "is not usable" in r]
     # The test now kills this process with kill -9 (no shutdown hook runs).
