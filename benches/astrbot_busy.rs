@@ -27,29 +27,11 @@ fn main() {
     common::runtime().block_on(run());
 }
 
-/// AstrBot's venv (scripts/setup-astrbot.sh, which the Makefile target runs first).
-fn astrbot_python() -> PathBuf {
-    let venv = std::env::var_os("SCOPEMEM_ASTRBOT_VENV").map_or_else(
-        || {
-            PathBuf::from(std::env::var_os("HOME").expect("HOME is set"))
-                .join(".cache/scopemem/astrbot-venv")
-        },
-        PathBuf::from,
-    );
-    let python = venv.join("bin/python");
-    assert!(
-        python.exists(),
-        "{} is missing: run scripts/setup-astrbot.sh",
-        python.display()
-    );
-    python
-}
-
 /// Run the scenario once; its report (the `@@SCENARIO REPORT` line), rounds shown as they end.
 fn scenario(root: &Path, scopemem: &str, without_plugin: bool, rounds: usize) -> Value {
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
     let log = root.with_extension("log");
-    let mut cmd = Command::new(astrbot_python());
+    let mut cmd = Command::new(common::astrbot_python());
     cmd.arg(manifest.join("tests/astrbot/scenario.py"))
         .arg("--root")
         .arg(root)

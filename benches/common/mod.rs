@@ -16,6 +16,24 @@ use scopemem::host::PluginHost;
 use scopemem::store::{MemoryRecord, Store, WriterSettings};
 use serde_json::json;
 
+/// AstrBot's venv (scripts/setup-astrbot.sh, which the Makefile target runs first).
+pub fn astrbot_python() -> PathBuf {
+    let venv = std::env::var_os("SCOPEMEM_ASTRBOT_VENV").map_or_else(
+        || {
+            PathBuf::from(std::env::var_os("HOME").expect("HOME is set"))
+                .join(".cache/scopemem/astrbot-venv")
+        },
+        PathBuf::from,
+    );
+    let python = venv.join("bin/python");
+    assert!(
+        python.exists(),
+        "{} is missing: run scripts/setup-astrbot.sh",
+        python.display()
+    );
+    python
+}
+
 pub const SCOPES: usize = 50;
 pub const K: usize = 10;
 /// Timed queries per run (a handful in a smoke run).
