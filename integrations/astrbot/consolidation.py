@@ -6,7 +6,8 @@ answers ADD / UPDATE / NONE decisions as JSON. AstrBot already has a model confi
 provider, streaming or not), so this plugin answers the passes with it: it takes the next due
 pass (``POST /v1/consolidation/next``), asks the conversation's provider with the pass's system
 prompt and data (``provider.text_chat``, one non-streamed call), and hands the text back
-(``POST /v1/consolidation/answer``). scopemem checks the answer against what it showed and
+(``POST /v1/consolidation/answer``), with the tokens the provider reported spending, which
+scopemem counts against ``consolidation.daily_tokens``. scopemem checks the answer against what it showed and
 applies it as the conversation: nothing here chooses a scope, and a broken answer writes
 nothing. Runs in the background, never in a chat's path.
 """
@@ -26,6 +27,28 @@ MIN_GAP_SECS = 5.0
 PASSES_PER_ROUND = 8
 # A model call gives up after this long (and never after scopemem stopped waiting).
 LLM_TIMEOUT_SECS = 180.0
+
+
+def reported_usage(response: Any) -> dict[str, int] | None:
+    """The tokens the provider reported for the call (AstrBot's ``LLMResponse.usage``, a
+    ``TokenUsage``: input, cached input and output), as scopemem's budget counts them
+    (``consolidation.daily_tokens``); ``None`` when the provider reported none, and scopemem
+    estimates from the prompt and the answer instead."""
+    usage = getattr(response, "usage", None)
+    if usage is None:
+        return None
+    try:
+        prompt = int(getattr(usage, "input", 0) or 0)
+        completion = int(getattr(usage, "output", 0) or 0)
+    except (TypeError, ValueError):
+        return None
+    if prompt < 0 or completion < 0 or prompt + completion == 0:
+        return None
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }
 
 
 class HostConsolidation:
@@ -105,6 +128,9 @@ class HostConsolidation:
                 timeout=max(1.0, min(LLM_TIMEOUT_SECS, within - 30)),
             )
             body["answer"] = str(getattr(response, "completion_text", "") or "")
+            usage = reported_usage(response)
+            if usage is not None:
+                body["usage"] = usage
         except asyncio.CancelledError:
             raise
         except Exception as e:  # the model failed: scopemem gives the pass up and counts it

@@ -42,6 +42,10 @@ STATUS_FIELDS = (
     "scope_map",
 )
 
+# consolidation.budget fields of /v1/status the page shows: the day's LLM tokens against
+# consolidation.daily_tokens, and the chats the passes served.
+BUDGET_FIELDS = ("daily_tokens", "tokens_today", "passes_today", "chats_today", "spent")
+
 
 class BadInput(Exception):
     """A page request that is refused before scopemem is asked."""
@@ -207,6 +211,11 @@ class DashboardApi:
             shown["migration"] = {
                 k: migration.get(k) for k in ("state", "migration_mode", "active", "remaining")
             }
+        consolidation = result.get("consolidation") if isinstance(result, dict) else None
+        budget = consolidation.get("budget") if isinstance(consolidation, dict) else None
+        if isinstance(budget, dict):
+            # What the LLM passes spent today and for how many chats (issue 78).
+            shown["consolidation_budget"] = {k: budget.get(k) for k in BUDGET_FIELDS}
         shown["map_editable"] = self.plugin._refusal() is None
         return _ok(shown)
 

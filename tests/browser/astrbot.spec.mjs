@@ -299,6 +299,11 @@ async function main() {
     assert.ok(st.embedding_model.length > 0);
     assert.notEqual(await frame.textContent('#reembed'), '…');
     assert.equal(await frame.textContent('#up'), 'up');
+    step('the status shows what the LLM passes spent today and the chats they served');
+    const b = st.consolidation.budget;
+    const spentText = await frame.textContent('#budget');
+    assert.ok(spentText.startsWith(`${b.tokens_today} tokens (cap ${b.daily_tokens || 'none'})`), spentText);
+    assert.ok(spentText.includes(`${b.chats_today} chats served`), spentText);
 
     await checkScopeMap(frame, page);
 
