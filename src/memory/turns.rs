@@ -38,12 +38,13 @@
 //! the bound in the model's own tokens. [`TurnBound::Tokens`] cuts each turn to its last `n`
 //! tokens as the embedding model's tokenizer counts them (`Embedder::query_tokens`), from a
 //! word's start ([`token_tail`]). Cross-validated on MADial-Bench zh and on RealMem, an English
-//! set of questions asked inside sessions after long assistant replies (`make bench-context`:
-//! 1, 2 or 4 turns of 16, 32 or 64 tokens and the message's weight picked on four folds of both
-//! sets), no token bound beat the 60 characters on either set: MRR@10 0.651 and 0.235 picked
-//! per fold, against 0.657 and 0.238 (8 whole turns: 0.666 and 0.207). On RealMem, whose
-//! questions are long and say what they ask, the message alone scores best (0.250) and every
-//! longer context loses. So the service keeps [`TurnBound::EMBEDDED`], 60 characters of each of
+//! set of questions asked inside sessions after long assistant replies (the protocol of
+//! `make bench-context`, run as `scripts/context-cv.py`: 1, 2 or 4 turns of 16, 32 or 64 tokens
+//! and the message's weight picked on four folds of both sets), no token bound beat the 60
+//! characters on either set: MRR@10 0.651 and 0.235 picked per fold, against 0.657 and 0.238
+//! (8 whole turns: 0.666 and 0.207). On RealMem, whose questions are long and say what they
+//! ask, the message alone scores best (0.250) and every longer context loses. A turn costs what
+//! its tokens do, about 2 CPU ms each on one loaded core (60 characters: about 15–23 tokens). So the service keeps [`TurnBound::EMBEDDED`], 60 characters of each of
 //! the last 2 turns, for every model; the token bound is the bench's, to choose again on a set
 //! whose English questions need their turns. The short context is embedded in the same batch as
 //! the message. Both contexts are redacted before they are embedded or matched, like any query.
