@@ -245,6 +245,8 @@ fn mean(xs: impl Iterator<Item = f64>) -> f64 {
 }
 
 type Table = HashMap<(usize, Setting, u32), Vec<(i64, f64, f64)>>;
+/// A fold's pick: the setting and the message's weight.
+type Pick = (Setting, f32);
 
 /// MRR@10 of set `s` under (setting, weight) over `folds`.
 fn mrr(table: &Table, s: usize, setting: Setting, w: f32, folds: &[i64]) -> f64 {
@@ -262,7 +264,7 @@ fn cross_validate(
     table: &Table,
     sets: usize,
     candidates: &[Setting],
-) -> (Vec<(f64, f64)>, Vec<(Setting, f32)>) {
+) -> (Vec<(f64, f64)>, Vec<Pick>) {
     let mut held: Vec<Vec<(f64, f64)>> = vec![Vec::new(); sets];
     let mut picks = Vec::new();
     for k in 0..FOLDS {
@@ -476,11 +478,13 @@ fn main() {
         memories(&root.join("madial")),
         dialogues(&root.join("madial")),
     );
-    let (en_memories, mut users) = realmem_memories(&root.join("realmem"));
+    let (mut en_memories, mut users) = realmem_memories(&root.join("realmem"));
     let mut en = realmem_dialogues(&root.join("realmem"), &mut users);
     if common::smoke() {
+        // Every stage at a tiny size: the first questions, and the first memories they may find.
         zh.truncate(12);
         en.truncate(12);
+        en_memories.truncate(100);
     }
     let candidates: Vec<Setting> = TURNS
         .iter()

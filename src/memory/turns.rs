@@ -229,11 +229,7 @@ pub fn tail(text: &str, chars: usize) -> &str {
 /// the model would read as others; a suffix that starts at a word keeps the later words'
 /// tokens as they were. The search gallops back from the end, so its work is about the length
 /// kept, not the turn's (a pasted log of 80,000 characters costs what its end does).
-pub fn token_tail<'t>(
-    text: &'t str,
-    max: usize,
-    count: impl Fn(&str) -> Option<usize>,
-) -> Option<&'t str> {
+pub fn token_tail(text: &str, max: usize, count: impl Fn(&str) -> Option<usize>) -> Option<&str> {
     if text.len() <= max.saturating_mul(MAX_TOKEN_BYTES) && count(text)? <= max {
         return Some(text);
     }
