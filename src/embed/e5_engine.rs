@@ -15,9 +15,14 @@
 //! One [`E5Engine`] is used by one thread at a time (the embedding worker, `e5_model.rs`): the
 //! engine parallelises each call itself with OpenMP, and two concurrent calls would each start a
 //! team of their own and oversubscribe the cores. [`E5Engine::bind_threads`] caps that team.
+//! Counting a text's tokens ([`E5Tokens`]) needs no team and no turn: `e5_token_count` only
+//! reads the tokenizer's tables and allocates its own buffers, so a context's turns can be cut
+//! to the model's tokens (`memory::turns::TurnBound::Tokens`) without queueing behind an
+//! embedding.
 
 use std::ffi::{c_char, c_int, c_void, CString};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
 
@@ -39,7 +44,6 @@ type FreeFn = unsafe extern "C" fn(*mut c_void);
 type DimFn = unsafe extern "C" fn(*const c_void) -> c_int;
 type EmbedBatchFn =
     unsafe extern "C" fn(*mut c_void, *const *const c_char, c_int, c_int, *mut f32) -> c_int;
-#[cfg(test)]
 type TokenCountFn = unsafe extern "C" fn(*mut c_void, *const c_char, c_int) -> c_int;
 type SetThreadsFn = unsafe extern "C" fn(c_int);
 
@@ -119,8 +123,6 @@ struct Library {
     free: FreeFn,
     dim: DimFn,
     embed_batch: EmbedBatchFn,
-    /// Only the tests count tokens (to build a text past one window).
-    #[cfg(test)]
     token_count: TokenCountFn,
     set_threads: Option<SetThreadsFn>,
     load: LoadFn,
@@ -142,7 +144,6 @@ impl Library {
                 free: entry::<FreeFn>(&lib, b"e5_free\0", path)?,
                 dim: entry::<DimFn>(&lib, b"e5_dim\0", path)?,
                 embed_batch: entry::<EmbedBatchFn>(&lib, b"e5_embed_batch\0", path)?,
-                #[cfg(test)]
                 token_count: entry::<TokenCountFn>(&lib, b"e5_token_count\0", path)?,
                 // libgomp, loaded as the engine's dependency; found through the engine's handle.
                 set_threads: entry::<SetThreadsFn>(&lib, b"omp_set_num_threads\0", path).ok(),
@@ -169,16 +170,52 @@ unsafe fn entry<T: Copy>(
         })
 }
 
-/// A loaded model: the engine's handle, used by one thread at a time.
-pub struct E5Engine {
+/// A loaded model: the library's entry points and the engine's handle, freed with the last
+/// owner (the engine or a token counter).
+struct Loaded {
     lib: Library,
     model: *mut c_void,
+}
+
+// SAFETY: the handle has no thread affinity (the engine allocates its scratch per call). Shared,
+// it is only read: `e5_token_count` reads the tokenizer's tables (a `const` pointer in e5.c) into
+// buffers of its own; embedding goes through `E5Engine`, whose `&mut self` keeps it to one
+// thread at a time.
+unsafe impl Send for Loaded {}
+unsafe impl Sync for Loaded {}
+
+impl Loaded {
+    fn token_count(&self, text: &str, is_query: bool) -> Result<usize, EmbedError> {
+        let c = c_text(text)?;
+        // SAFETY: a live handle and a NUL-terminated string.
+        let n = unsafe { (self.lib.token_count)(self.model, c.as_ptr(), c_int::from(is_query)) };
+        usize::try_from(n).map_err(|_| EmbedError::Model(format!("e5_token_count returned {n}")))
+    }
+}
+
+impl Drop for Loaded {
+    fn drop(&mut self) {
+        // SAFETY: the handle came from e5_load and is freed once, by its last owner.
+        unsafe { (self.lib.free)(self.model) };
+    }
+}
+
+/// A loaded model: the engine's handle, embedding on one thread at a time.
+pub struct E5Engine {
+    loaded: Arc<Loaded>,
     dimension: usize,
 }
 
-// SAFETY: the handle has no thread affinity (the engine allocates its scratch per call); `&mut
-// self` on every call keeps it to one thread at a time, and the type is not `Sync`.
-unsafe impl Send for E5Engine {}
+/// Counts the tokens the model reads for a text, from any thread, while the engine embeds.
+#[derive(Clone)]
+pub(crate) struct E5Tokens(Arc<Loaded>);
+
+impl E5Tokens {
+    /// Tokens the model reads for `text` (with its prefix and the two special tokens).
+    pub(crate) fn count(&self, text: &str, is_query: bool) -> Result<usize, EmbedError> {
+        self.0.token_count(text, is_query)
+    }
+}
 
 impl E5Engine {
     /// Verify both files, check the CPU, load the library and the model.
@@ -209,8 +246,7 @@ impl E5Engine {
         // SAFETY: a live handle from e5_load.
         let dim = unsafe { (lib.dim)(handle) };
         let mut engine = E5Engine {
-            lib,
-            model: handle,
+            loaded: Arc::new(Loaded { lib, model: handle }),
             dimension: 0,
         };
         engine.dimension = usize::try_from(dim)
@@ -227,7 +263,7 @@ impl E5Engine {
     /// Cap the OpenMP team of the calling thread's later calls at `threads`. OpenMP keeps
     /// this per thread, so call it on the thread that embeds.
     pub(crate) fn bind_threads(&self, threads: usize) {
-        if let Some(set) = self.lib.set_threads {
+        if let Some(set) = self.loaded.lib.set_threads {
             let n = c_int::try_from(threads.max(1)).unwrap_or(c_int::MAX);
             // SAFETY: omp_set_num_threads takes any positive count.
             unsafe { set(n) };
@@ -236,11 +272,13 @@ impl E5Engine {
 
     /// Tokens the model reads for `text` (with its prefix and the two special tokens).
     #[cfg(test)]
-    pub(crate) fn token_count(&mut self, text: &str, is_query: bool) -> Result<usize, EmbedError> {
-        let c = c_text(text)?;
-        // SAFETY: a live handle and a NUL-terminated string.
-        let n = unsafe { (self.lib.token_count)(self.model, c.as_ptr(), c_int::from(is_query)) };
-        usize::try_from(n).map_err(|_| EmbedError::Model(format!("e5_token_count returned {n}")))
+    pub(crate) fn token_count(&self, text: &str, is_query: bool) -> Result<usize, EmbedError> {
+        self.loaded.token_count(text, is_query)
+    }
+
+    /// A token counter over the same model, for any thread.
+    pub(crate) fn tokens(&self) -> E5Tokens {
+        E5Tokens(Arc::clone(&self.loaded))
     }
 
     /// One unit-length vector per text. A text past [`MAX_TOKENS`] is embedded window by window
@@ -261,8 +299,8 @@ impl E5Engine {
         // SAFETY: `ptrs` holds n NUL-terminated strings that outlive the call; `out` holds
         // n * dim floats, what e5_embed_batch writes.
         let rc = unsafe {
-            (self.lib.embed_batch)(
-                self.model,
+            (self.loaded.lib.embed_batch)(
+                self.loaded.model,
                 ptrs.as_ptr(),
                 n,
                 c_int::from(is_query),
@@ -279,13 +317,6 @@ impl E5Engine {
             ));
         }
         Ok(vectors)
-    }
-}
-
-impl Drop for E5Engine {
-    fn drop(&mut self) {
-        // SAFETY: the handle came from e5_load and is freed once.
-        unsafe { (self.lib.free)(self.model) };
     }
 }
 

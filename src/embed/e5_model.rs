@@ -17,7 +17,7 @@ use futures::future::BoxFuture;
 
 use super::assets::{assets_dir, python_package_beside_binary};
 use super::batch_worker::{BatchModel, BatchWorker};
-use super::e5_engine::{E5Engine, E5Files, MODEL_SHA256};
+use super::e5_engine::{E5Engine, E5Files, E5Tokens, MODEL_SHA256};
 use super::{EmbedError, Embedder, TextRole};
 
 /// The id a table records for this model's vectors: the model is pinned by its sha256, so
@@ -60,6 +60,10 @@ pub struct E5Embedder {
     worker: BatchWorker,
     model_id: String,
     dimension: usize,
+    tokens: E5Tokens,
+    /// Tokens of an empty query less one: the prefix `"query: "` and the two special tokens
+    /// (the prefix's trailing space is a token of its own only when nothing follows it).
+    query_overhead: usize,
 }
 
 struct EngineModel {
@@ -88,6 +92,8 @@ impl E5Embedder {
         let started = Instant::now();
         let engine = E5Engine::load(files)?;
         let dimension = engine.dimension();
+        let tokens = engine.tokens();
+        let query_overhead = tokens.count("", true)?.saturating_sub(1);
         let threads = threads(threads_setting);
         let worker = BatchWorker::spawn(
             "scopemem-e5",
@@ -106,6 +112,8 @@ impl E5Embedder {
             worker,
             model_id,
             dimension,
+            tokens,
+            query_overhead,
         })
     }
 }
@@ -125,6 +133,14 @@ impl Embedder for E5Embedder {
         texts: Vec<String>,
     ) -> BoxFuture<'_, Result<Vec<Vec<f32>>, EmbedError>> {
         Box::pin(self.worker.embed(role, texts))
+    }
+
+    fn query_tokens(&self, text: &str) -> Option<usize> {
+        if text.trim().is_empty() {
+            return Some(0);
+        }
+        let all = self.tokens.count(text, true).ok()?;
+        Some(all.saturating_sub(self.query_overhead))
     }
 }
 

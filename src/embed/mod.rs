@@ -140,6 +140,13 @@ pub trait Embedder: Send + Sync {
         texts: Vec<String>,
     ) -> BoxFuture<'_, Result<Vec<Vec<f32>>, EmbedError>>;
 
+    /// The tokens `text` takes in a query to this model, as the model's own tokenizer cuts it
+    /// (without the query prefix and the special tokens): what a query's length costs to embed.
+    /// `None` when the model cannot count them in process (a remote provider, the ONNX model).
+    fn query_tokens(&self, _text: &str) -> Option<usize> {
+        None
+    }
+
     /// What a table records about the model its vectors came from.
     fn model_info(&self) -> ModelInfo {
         ModelInfo {

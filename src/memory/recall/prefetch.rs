@@ -31,9 +31,7 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 use crate::memory::redact::redact;
-use crate::memory::turns::{
-    recent_lines, tail, Turn, TurnRole, EMBEDDED_TURN_CHARS, TURNS_EMBEDDED,
-};
+use crate::memory::turns::{recent_lines, Turn, TurnBound, TurnRole, TURNS_EMBEDDED};
 
 /// Conversations whose last lines are kept; the least recently used goes first.
 pub(crate) const CONVERSATIONS_KEPT: usize = 4096;
@@ -151,9 +149,10 @@ pub struct AheadCounts {
     pub lead_seconds: f64,
 }
 
-/// A line's end as a context embeds it, redacted as the recall's texts are.
-fn line(text: &str) -> String {
-    redact(tail(text.trim(), EMBEDDED_TURN_CHARS))
+/// A line's end as a context embeds it (`bound`: the recall's, [`TurnBound::EMBEDDED`]),
+/// redacted as the recall's texts are.
+fn line(text: &str, bound: TurnBound<'_>) -> String {
+    redact(bound.cut(text.trim()))
 }
 
 impl Foresight {
@@ -163,15 +162,16 @@ impl Foresight {
     }
 
     /// A line said in `conversation` (`is_bot`: the bot's reply). For a member's message to the
-    /// bot (`to_bot`), what to embed ahead of its recall.
+    /// bot (`to_bot`), what to embed ahead of its recall. `bound`: how the recall cuts a turn.
     pub(crate) fn said(
         &self,
         conversation: &str,
         text: &str,
         is_bot: bool,
         to_bot: bool,
+        bound: TurnBound<'_>,
     ) -> Option<Prefetch> {
-        let said = line(text);
+        let said = line(text, bound);
         if said.is_empty() {
             return None;
         }
@@ -214,14 +214,20 @@ impl Foresight {
 
     /// A recall in `conversation` asked `query` after `history`: learn which shape predicted
     /// that history, and remember the question for the next dialogue turn.
-    pub(crate) fn asked(&self, conversation: &str, query: &str, history: &[Turn]) {
-        let got: Vec<String> = recent_lines(history, TURNS_EMBEDDED, EMBEDDED_TURN_CHARS)
+    pub(crate) fn asked(
+        &self,
+        conversation: &str,
+        query: &str,
+        history: &[Turn],
+        bound: TurnBound<'_>,
+    ) {
+        let got: Vec<String> = recent_lines(history, TURNS_EMBEDDED, bound)
             .into_iter()
             .map(redact)
             .collect();
         let mut all = self.lock();
         let seen = all.entry(conversation);
-        seen.asked = Some(line(query));
+        seen.asked = Some(line(query, bound));
         seen.replied = None;
         let Some(expected) = seen.expected.take() else {
             return;
@@ -275,6 +281,7 @@ impl Foresight {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::memory::turns::{Embedded, EMBEDDED_TURN_CHARS};
 
     fn turns(lines: &[&str]) -> Vec<Turn> {
         lines
@@ -293,20 +300,25 @@ mod tests {
     }
 
     const C: &str = "default:GroupMessage:1";
+    /// The bound of a model that cannot count tokens: the behaviour these tests state does not
+    /// depend on where a line is cut.
+    const CHARS: TurnBound<'static> = TurnBound::Chars(EMBEDDED_TURN_CHARS);
 
     #[test]
     fn a_dialogue_host_is_learned_and_its_next_turns_predicted() {
         let f = Foresight::default();
-        f.said(C, "群里有人吗", false, false);
-        let first = f.said(C, "@小助手 周日聚餐订在哪", false, true).unwrap();
+        f.said(C, "群里有人吗", false, false, CHARS);
+        let first = f
+            .said(C, "@小助手 周日聚餐订在哪", false, true, CHARS)
+            .unwrap();
         assert!(
             first.turns.is_empty(),
             "no shape known yet: the message alone"
         );
-        f.asked(C, "周日聚餐订在哪", &[]);
-        f.said(C, "订在老地方，晚上六点", true, false);
-        f.said(C, "好的", false, false);
-        let second = f.said(C, "那谁去接奶奶", false, true).unwrap();
+        f.asked(C, "周日聚餐订在哪", &[], CHARS);
+        f.said(C, "订在老地方，晚上六点", true, false, CHARS);
+        f.said(C, "好的", false, false, CHARS);
+        let second = f.said(C, "那谁去接奶奶", false, true, CHARS).unwrap();
         assert!(
             second.turns.is_empty(),
             "still unknown: the first recall had no history"
@@ -315,33 +327,40 @@ mod tests {
             C,
             "那谁去接奶奶",
             &turns(&["周日聚餐订在哪", "订在老地方，晚上六点"]),
+            CHARS,
         );
-        f.said(C, "爸爸去接", true, false);
-        f.said(C, "收到", false, false);
-        let third = f.said(C, "奶奶几点到", false, true).unwrap();
+        f.said(C, "爸爸去接", true, false, CHARS);
+        f.said(C, "收到", false, false, CHARS);
+        let third = f.said(C, "奶奶几点到", false, true, CHARS).unwrap();
         assert_eq!(third.turns, ["那谁去接奶奶", "爸爸去接"]);
         assert_eq!(f.counts().predicted, 0, "not asked yet");
-        f.asked(C, "奶奶几点到", &turns(&["那谁去接奶奶", "爸爸去接"]));
+        f.asked(
+            C,
+            "奶奶几点到",
+            &turns(&["那谁去接奶奶", "爸爸去接"]),
+            CHARS,
+        );
         assert_eq!(f.counts().predicted, 1);
     }
 
     #[test]
     fn a_host_that_sends_the_chats_lines_is_learned_too() {
         let f = Foresight::default();
-        f.said(C, "车子的保险12月3号到期", false, false);
-        f.said(C, "我来弄", false, false);
-        f.said(C, "保险谁去办", false, true);
+        f.said(C, "车子的保险12月3号到期", false, false, CHARS);
+        f.said(C, "我来弄", false, false, CHARS);
+        f.said(C, "保险谁去办", false, true, CHARS);
         f.asked(
             C,
             "保险谁去办",
             &turns(&["车子的保险12月3号到期", "我来弄"]),
+            CHARS,
         );
-        f.said(C, "小明说他来办", true, false);
-        let next = f.said(C, "什么时候到期", false, true).unwrap();
+        f.said(C, "小明说他来办", true, false, CHARS);
+        let next = f.said(C, "什么时候到期", false, true, CHARS).unwrap();
         assert_eq!(next.turns, ["保险谁去办", "小明说他来办"]);
         let other = "default:GroupMessage:2";
-        f.said(other, "今晚吃什么", false, false);
-        let there = f.said(other, "有推荐吗", false, true).unwrap();
+        f.said(other, "今晚吃什么", false, false, CHARS);
+        let there = f.said(other, "有推荐吗", false, true, CHARS).unwrap();
         assert_eq!(
             there.turns,
             ["今晚吃什么"],
@@ -352,10 +371,14 @@ mod tests {
     #[test]
     fn a_history_neither_shape_predicted_teaches_nothing() {
         let f = Foresight::default();
-        f.said(C, "早", false, false);
-        f.said(C, "问个事", false, true);
-        f.asked(C, "问个事", &turns(&["[User ID: 1] 早"]));
-        assert!(f.said(C, "还在吗", false, true).unwrap().turns.is_empty());
+        f.said(C, "早", false, false, CHARS);
+        f.said(C, "问个事", false, true, CHARS);
+        f.asked(C, "问个事", &turns(&["[User ID: 1] 早"]), CHARS);
+        assert!(f
+            .said(C, "还在吗", false, true, CHARS)
+            .unwrap()
+            .turns
+            .is_empty());
         assert_eq!(f.counts().predicted, 0);
     }
 
@@ -363,25 +386,77 @@ mod tests {
     fn lines_are_kept_as_redacted_ends_and_an_erase_forgets_them() {
         let f = Foresight::default();
         let long = format!("{}我的手机号是13812345678", "很长的前言".repeat(20));
-        f.said(C, &long, false, false);
-        f.said(C, "记一下", false, true);
-        f.asked(C, "记一下", &turns(&[&long]));
-        let next = f.said(C, "好了吗", false, true).unwrap();
+        f.said(C, &long, false, false, CHARS);
+        f.said(C, "记一下", false, true, CHARS);
+        f.asked(C, "记一下", &turns(&[&long]), CHARS);
+        let next = f.said(C, "好了吗", false, true, CHARS).unwrap();
         assert_eq!(next.turns.len(), 2);
         assert!(!next.turns[0].contains("13812345678"), "{:?}", next.turns);
         assert!(next.turns[0].chars().count() <= EMBEDDED_TURN_CHARS + 16);
         f.forget_all();
-        assert!(f.said(C, "还记得吗", false, true).unwrap().turns.len() < 2);
+        assert!(
+            f.said(C, "还记得吗", false, true, CHARS)
+                .unwrap()
+                .turns
+                .len()
+                < 2
+        );
     }
 
     #[test]
     fn the_least_recently_used_conversation_goes_first() {
         let f = Foresight::default();
         for i in 0..=CONVERSATIONS_KEPT {
-            f.said(&format!("c{i}"), "hi", false, false);
+            f.said(&format!("c{i}"), "hi", false, false, CHARS);
         }
         let all = f.lock();
         assert_eq!(all.map.len(), CONVERSATIONS_KEPT);
         assert!(!all.map.contains_key("c0"));
+    }
+
+    #[test]
+    fn with_the_models_token_bound_the_texts_embedded_ahead_are_the_recalls() {
+        let model =
+            crate::embed::E5Embedder::load(&crate::embed::e5_model::resolve_files(None), 8, 1)
+                .expect("make setup installs the e5 model");
+        let bound = TurnBound::Tokens {
+            embedder: &model,
+            tokens: 32,
+        };
+        let f = Foresight::default();
+        let question = "Can you remind me what we settled for the New Zealand trip?";
+        let reply = "Of course! We settled on the Classic Loop: twelve days in a Britz Voyager \
+                     from April 5th, Christchurch to Lake Tekapo, Aoraki/Mount Cook, Queenstown \
+                     and Wanaka, with quiet evenings and no long drives after dinner. Would you \
+                     like to look at the budget next, or book the campsites first?";
+        // The first exchange teaches the host's shape (a dialogue: question and reply).
+        f.said(C, "hello again", false, false, bound);
+        f.said(C, question, false, true, bound);
+        f.asked(C, question, &[], bound);
+        f.said(C, "Hi! How can I help today?", true, false, bound);
+        f.said(C, "ok", false, false, bound);
+        let next = "And the budget?";
+        f.said(C, next, false, true, bound);
+        f.asked(
+            C,
+            next,
+            &turns(&[question, "Hi! How can I help today?"]),
+            bound,
+        );
+        f.said(C, reply, true, false, bound);
+        let last = "What about the campsites then?";
+        let ahead = f.said(C, last, false, true, bound).unwrap();
+        assert_eq!(ahead.turns.len(), 2);
+        assert!(
+            ahead.turns[1].len() < reply.len(),
+            "the long reply is cut to its end"
+        );
+        // The recall after it, with the host's history as AstrBot sends it: the same texts.
+        let history = turns(&[next, reply]);
+        let recall = Embedded::of(&history, last, bound).unwrap();
+        let embedded_ahead = Embedded::of(&ahead.history(), last, bound).unwrap();
+        assert_eq!(embedded_ahead, recall);
+        f.asked(C, last, &history, bound);
+        assert_eq!(f.counts().predicted, 1, "the history was the one foreseen");
     }
 }

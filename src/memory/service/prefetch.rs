@@ -13,13 +13,17 @@ use super::MemoryService;
 use crate::config::SearchKind;
 use crate::memory::recall::prefetch::Prefetch;
 use crate::memory::redact::redact;
-use crate::memory::turns::Embedded;
+use crate::memory::turns::{Embedded, TurnBound};
 
 impl MemoryService {
     /// A line said in `conversation` (`is_bot`: the bot's), as the service was told it; for a
     /// member's message to the bot (`to_bot`), its recall's texts are embedded ahead.
     pub(super) fn foresee(&self, conversation: &str, text: &str, is_bot: bool, to_bot: bool) {
-        let Some(ahead) = self.foresight.said(conversation, text, is_bot, to_bot) else {
+        let bound = TurnBound::EMBEDDED;
+        let Some(ahead) = self
+            .foresight
+            .said(conversation, text, is_bot, to_bot, bound)
+        else {
             return;
         };
         // Nothing to embed for a keyword-only recall, or while the table's vectors are another
@@ -38,7 +42,7 @@ impl MemoryService {
             return;
         };
         let (time, text) = in_time(query, None, zone);
-        let Ok(embedded) = Embedded::of(&ahead.history(), &text) else {
+        let Ok(embedded) = Embedded::of(&ahead.history(), &text, TurnBound::EMBEDDED) else {
             return;
         };
         let mut texts = embedded.texts();

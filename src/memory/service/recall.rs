@@ -20,7 +20,7 @@ use crate::memory::recall::{
 };
 use crate::memory::redact::redact;
 use crate::memory::speakers::Person;
-use crate::memory::turns::{Embedded, TooManyTurns, TURNS_MATCHED, TURN_CHARS};
+use crate::memory::turns::{Embedded, TooManyTurns, TurnBound, TURNS_MATCHED, TURN_CHARS};
 use crate::memory::MemoryError;
 use crate::store::{RowFilter, Tier};
 
@@ -148,8 +148,12 @@ impl MemoryService {
         crate::memory::turns::check(&req.history).map_err(|e| invalid("history", e.to_string()))?;
         if req.for_prompt {
             // What the host's history was, for the next question's texts embedded ahead.
-            self.foresight
-                .asked(conversation.as_str(), &req.query, &req.history);
+            self.foresight.asked(
+                conversation.as_str(),
+                &req.query,
+                &req.history,
+                TurnBound::EMBEDDED,
+            );
             // The bot answers this chat: it gets LLM passes (`consolidation::budget`).
             if req.counted {
                 self.consolidator.active.addressed(conversation.as_str());
@@ -283,10 +287,11 @@ impl MemoryService {
         // for the keyword search, fewer for the vector, whose embedding is the cost.
         let history = &req.history;
         let bad_history = |e: TooManyTurns| invalid("history", e.to_string());
-        let context = crate::memory::turns::context(history, words, TURNS_MATCHED, TURN_CHARS)
+        let matched = TurnBound::Chars(TURN_CHARS);
+        let context = crate::memory::turns::context(history, words, TURNS_MATCHED, matched)
             .map_err(bad_history)?
             .map(|c| redact(&c));
-        let mut embedded = Embedded::of(history, text).map_err(bad_history)?;
+        let mut embedded = Embedded::of(history, text, TurnBound::EMBEDDED).map_err(bad_history)?;
         if windowless {
             embedded.message = redact(words);
         }
