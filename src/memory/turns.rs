@@ -130,7 +130,7 @@ impl TurnBound<'_> {
     pub const EMBEDDED: TurnBound<'static> = TurnBound::Chars(EMBEDDED_TURN_CHARS);
 
     /// The end of `text` this bound keeps. Cut again, what it kept is kept whole.
-    pub fn cut<'t>(&self, text: &'t str) -> &'t str {
+    pub(crate) fn cut<'t>(&self, text: &'t str) -> &'t str {
         match *self {
             TurnBound::Chars(n) => tail(text, n),
             TurnBound::Tokens { embedder, tokens } => {
@@ -210,7 +210,7 @@ impl Embedded {
 }
 
 /// The last `chars` characters of `text`.
-pub fn tail(text: &str, chars: usize) -> &str {
+pub(crate) fn tail(text: &str, chars: usize) -> &str {
     if chars == 0 {
         return "";
     }
@@ -229,7 +229,11 @@ pub fn tail(text: &str, chars: usize) -> &str {
 /// the model would read as others; a suffix that starts at a word keeps the later words'
 /// tokens as they were. The search gallops back from the end, so its work is about the length
 /// kept, not the turn's (a pasted log of 80,000 characters costs what its end does).
-pub fn token_tail(text: &str, max: usize, count: impl Fn(&str) -> Option<usize>) -> Option<&str> {
+pub(crate) fn token_tail(
+    text: &str,
+    max: usize,
+    count: impl Fn(&str) -> Option<usize>,
+) -> Option<&str> {
     if text.len() <= max.saturating_mul(MAX_TOKEN_BYTES) && count(text)? <= max {
         return Some(text);
     }
