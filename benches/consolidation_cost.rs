@@ -38,7 +38,7 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -62,29 +62,11 @@ fn main() {
     common::runtime().block_on(run());
 }
 
-/// AstrBot's venv (scripts/setup-astrbot.sh, which the Makefile target runs first).
-fn astrbot_python() -> PathBuf {
-    let venv = std::env::var_os("SCOPEMEM_ASTRBOT_VENV").map_or_else(
-        || {
-            PathBuf::from(std::env::var_os("HOME").expect("HOME is set"))
-                .join(".cache/scopemem/astrbot-venv")
-        },
-        PathBuf::from,
-    );
-    let python = venv.join("bin/python");
-    assert!(
-        python.exists(),
-        "{} is missing: run scripts/setup-astrbot.sh",
-        python.display()
-    );
-    python
-}
-
 /// Play the set once into AstrBot against the serve at `scopemem`; the scenario's report.
 fn scenario(root: &Path, scopemem: &str) -> Value {
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
     let log = root.with_extension("log");
-    let mut cmd = Command::new(astrbot_python());
+    let mut cmd = Command::new(common::astrbot_python());
     cmd.arg(manifest.join("tests/astrbot/cost_scenario.py"))
         .arg("--root")
         .arg(root)
