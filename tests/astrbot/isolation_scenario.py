@@ -25,7 +25,6 @@ import json
 import os
 import sys
 import time
-import traceback
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +37,7 @@ from scenario import (  # noqa: E402
     plugin_sends_ended,
     prepare_root,
     say,
+    scenario_main,
     shown,
     start_core,
     stop_astrbot,
@@ -123,24 +123,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     return report
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--root", required=True)
-    parser.add_argument("--plugin-src", required=True)
-    parser.add_argument("--scopemem", required=True)
-    args = parser.parse_args()
-    args.plugin_src = os.path.realpath(args.plugin_src)
-    sys.stdout = sys.stderr  # AstrBot logs to stdout; keep stdout for the protocol
-    try:
-        report = asyncio.run(run(args))
-    except BaseException:
-        traceback.print_exc()
-        say("FAILED", traceback.format_exc().splitlines()[-1])
-        os._exit(1)
-    say("REPORT", report)
-    sys.__stdout__.flush()
-    os._exit(0)
 
 
 if __name__ == "__main__":
-    main()
+    scenario_main(run)

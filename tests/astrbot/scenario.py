@@ -1548,6 +1548,30 @@ async def run_busy_answer(args: argparse.Namespace) -> dict[str, Any]:
     return report
 
 
+def scenario_main(run: Any, more_args: Any = None) -> None:
+    """The entry point of a scenario in a file of its own (wait_scenario.py, cost_scenario.py,
+    isolation_scenario.py): --root, --plugin-src, --scopemem and what `more_args(parser)` adds;
+    `run(args)` once, its report on stdout as the protocol says, AstrBot's output on stderr."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--root", required=True)
+    parser.add_argument("--plugin-src", required=True)
+    parser.add_argument("--scopemem", required=True)
+    if more_args is not None:
+        more_args(parser)
+    args = parser.parse_args()
+    args.plugin_src = os.path.realpath(args.plugin_src)
+    sys.stdout = sys.stderr  # AstrBot logs to stdout; keep stdout for the protocol
+    try:
+        report = asyncio.run(run(args))
+    except BaseException:
+        traceback.print_exc()
+        say("FAILED", traceback.format_exc().splitlines()[-1])
+        os._exit(1)
+    say("REPORT", report)
+    sys.__stdout__.flush()
+    os._exit(0)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--root", required=True)
