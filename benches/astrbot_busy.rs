@@ -14,9 +14,7 @@
 #[path = "common/mod.rs"]
 mod common;
 
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::path::Path;
 use std::time::Duration;
 
 use serde_json::{json, Value};
@@ -29,42 +27,19 @@ fn main() {
 
 /// Run the scenario once; its report (the `@@SCENARIO REPORT` line), rounds shown as they end.
 fn scenario(root: &Path, scopemem: &str, without_plugin: bool, rounds: usize) -> Value {
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let log = root.with_extension("log");
-    let mut cmd = Command::new(common::astrbot_python());
-    cmd.arg(manifest.join("tests/astrbot/scenario.py"))
-        .arg("--root")
-        .arg(root)
-        .arg("--plugin-src")
-        .arg(manifest.join("integrations/astrbot"))
-        .args(["--scopemem", scopemem, "--busy-answer"])
-        .args(["--rounds", &rounds.to_string()])
-        .env_remove("ASTRBOT_ROOT")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(&log).expect("a log file in the bench dir"));
+    let mut args = vec![
+        "--busy-answer".to_string(),
+        "--rounds".to_string(),
+        rounds.to_string(),
+    ];
     if without_plugin {
-        cmd.arg("--without-plugin");
+        args.push("--without-plugin".into());
     }
-    let mut child = cmd.spawn().expect("AstrBot's python runs");
-    let out = child.stdout.take().expect("piped stdout");
-    let mut report = Value::Null;
-    for line in BufReader::new(out).lines().map_while(Result::ok) {
+    common::astrbot_scenario("scenario.py", root, scopemem, &args, |line| {
         if let Some(round) = line.strip_prefix("@@SCENARIO ROUND ") {
             println!("  round: {round}");
-        } else if let Some(json) = line.strip_prefix("@@SCENARIO REPORT ") {
-            report = serde_json::from_str(json).expect("the scenario's report is JSON");
-        } else if let Some(why) = line.strip_prefix("@@SCENARIO FAILED ") {
-            panic!("the scenario failed: {why}; its log: {}", log.display());
         }
-    }
-    let status = child.wait().expect("the scenario is reaped");
-    assert!(
-        status.success(),
-        "the scenario exited {status}; its log: {}",
-        log.display()
-    );
-    report
+    })
 }
 
 /// p50 and max of one figure over the rounds.

@@ -16,9 +16,7 @@
 #[path = "common/mod.rs"]
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -31,47 +29,16 @@ fn main() {
 
 /// Run the scenario once; its report (the `@@SCENARIO REPORT` line).
 fn scenario(root: &Path, scopemem: &str, questions: usize) -> Value {
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let log = root.with_extension("log");
-    let mut cmd = Command::new(common::astrbot_python());
-    cmd.arg(manifest.join("tests/astrbot/wait_scenario.py"))
-        .arg("--root")
-        .arg(root)
-        .arg("--plugin-src")
-        .arg(manifest.join("integrations/astrbot"))
-        .args([
-            "--scopemem",
-            scopemem,
-            "--questions",
-            &questions.to_string(),
-        ])
-        .env_remove("ASTRBOT_ROOT")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(&log).expect("a log file in the bench dir"));
-    let mut child = cmd.spawn().expect("AstrBot's python runs");
-    let out = child.stdout.take().expect("piped stdout");
-    let mut report = Value::Null;
+    let args = ["--questions".to_string(), questions.to_string()];
     let mut asked = 0;
-    for line in BufReader::new(out).lines().map_while(Result::ok) {
+    common::astrbot_scenario("wait_scenario.py", root, scopemem, &args, |line| {
         if line.starts_with("@@SCENARIO ASK ") {
             asked += 1;
             if asked % 10 == 0 {
                 println!("  {asked} questions asked");
             }
-        } else if let Some(json) = line.strip_prefix("@@SCENARIO REPORT ") {
-            report = serde_json::from_str(json).expect("the scenario's report is JSON");
-        } else if let Some(why) = line.strip_prefix("@@SCENARIO FAILED ") {
-            panic!("the scenario failed: {why}; its log: {}", log.display());
         }
-    }
-    let status = child.wait().expect("the scenario is reaped");
-    assert!(
-        status.success(),
-        "the scenario exited {status}; its log: {}",
-        log.display()
-    );
-    report
+    })
 }
 
 /// p50 and p95 (nearest rank) of `v`; NaN when empty.

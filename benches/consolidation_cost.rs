@@ -37,9 +37,7 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use serde_json::{json, Value};
@@ -65,40 +63,17 @@ fn main() {
 /// Play the set once into AstrBot against the serve at `scopemem`; the scenario's report.
 fn scenario(root: &Path, scopemem: &str) -> Value {
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let log = root.with_extension("log");
-    let mut cmd = Command::new(common::astrbot_python());
-    cmd.arg(manifest.join("tests/astrbot/cost_scenario.py"))
-        .arg("--root")
-        .arg(root)
-        .arg("--plugin-src")
-        .arg(manifest.join("integrations/astrbot"))
-        .arg("--chat-set")
-        .arg(manifest.join("benches/group_chat/chat.json"))
-        .args(["--scopemem", scopemem])
-        .env_remove("ASTRBOT_ROOT")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(&log).expect("a log file in the bench dir"));
+    let mut args = vec![
+        "--chat-set".to_string(),
+        manifest
+            .join("benches/group_chat/chat.json")
+            .display()
+            .to_string(),
+    ];
     if common::smoke() {
-        cmd.args(["--limit", "120"]);
+        args.extend(["--limit".to_string(), "120".to_string()]);
     }
-    let mut child = cmd.spawn().expect("AstrBot's python runs");
-    let out = child.stdout.take().expect("piped stdout");
-    let mut report = Value::Null;
-    for line in BufReader::new(out).lines().map_while(Result::ok) {
-        if let Some(json) = line.strip_prefix("@@SCENARIO REPORT ") {
-            report = serde_json::from_str(json).expect("the scenario's report is JSON");
-        } else if let Some(why) = line.strip_prefix("@@SCENARIO FAILED ") {
-            panic!("the scenario failed: {why}; its log: {}", log.display());
-        }
-    }
-    let status = child.wait().expect("the scenario is reaped");
-    assert!(
-        status.success(),
-        "the scenario exited {status}; its log: {}",
-        log.display()
-    );
-    report
+    common::astrbot_scenario("cost_scenario.py", root, scopemem, &args, |_| {})
 }
 
 /// One class of chats in one run.

@@ -35,6 +35,55 @@ pub fn astrbot_python() -> PathBuf {
     python
 }
 
+/// Run the AstrBot scenario `file` of tests/astrbot under AstrBot's python, with `--root root`,
+/// the plugin from this checkout, `--scopemem scopemem` and `args`; each other protocol line
+/// (`@@SCENARIO <kind> …`) goes to `on_line`. Its report (the `@@SCENARIO REPORT` line); a
+/// failed scenario panics naming its log (`<root>.log`).
+pub fn astrbot_scenario(
+    file: &str,
+    root: &std::path::Path,
+    scopemem: &str,
+    args: &[String],
+    mut on_line: impl FnMut(&str),
+) -> serde_json::Value {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    let manifest = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let log = root.with_extension("log");
+    let mut child = Command::new(astrbot_python())
+        .arg(manifest.join("tests/astrbot").join(file))
+        .arg("--root")
+        .arg(root)
+        .arg("--plugin-src")
+        .arg(manifest.join("integrations/astrbot"))
+        .args(["--scopemem", scopemem])
+        .args(args)
+        .env_remove("ASTRBOT_ROOT")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&log).expect("a log file in the bench dir"))
+        .spawn()
+        .expect("AstrBot's python runs");
+    let out = child.stdout.take().expect("piped stdout");
+    let mut report = serde_json::Value::Null;
+    for line in BufReader::new(out).lines().map_while(Result::ok) {
+        if let Some(json) = line.strip_prefix("@@SCENARIO REPORT ") {
+            report = serde_json::from_str(json).expect("the scenario's report is JSON");
+        } else if let Some(why) = line.strip_prefix("@@SCENARIO FAILED ") {
+            panic!("the scenario failed: {why}; its log: {}", log.display());
+        } else if line.starts_with("@@SCENARIO ") {
+            on_line(&line);
+        }
+    }
+    let status = child.wait().expect("the scenario is reaped");
+    assert!(
+        status.success(),
+        "the scenario exited {status}; its log: {}",
+        log.display()
+    );
+    report
+}
+
 pub const SCOPES: usize = 50;
 pub const K: usize = 10;
 /// Timed queries per run (a handful in a smoke run).

@@ -41,7 +41,6 @@ import json
 import os
 import sys
 import time
-import traceback
 import uuid
 from typing import Any
 
@@ -53,6 +52,7 @@ from scenario import (
     plugin_sends_ended,
     prepare_root,
     say,
+    scenario_main,
     start_core,
     stop_astrbot,
 )
@@ -361,28 +361,10 @@ def _metric_lines(raw: Any) -> dict[str, float]:
     return out
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--root", required=True)
-    parser.add_argument("--plugin-src", required=True)
-    parser.add_argument("--scopemem", required=True)
+def more_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--chat-set", required=True, help="benches/group_chat/chat.json")
     parser.add_argument("--limit", type=int, default=0, help="play only the first N lines")
-    args = parser.parse_args()
-    args.plugin_src = os.path.realpath(args.plugin_src)
-    args.chat_set = os.path.realpath(args.chat_set)
-    # AstrBot logs to stdout; keep stdout for the protocol.
-    sys.stdout = sys.stderr
-    try:
-        report = asyncio.run(run(args))
-    except BaseException:
-        traceback.print_exc()
-        say("FAILED", traceback.format_exc().splitlines()[-1])
-        os._exit(1)
-    say("REPORT", report)
-    sys.__stdout__.flush()
-    os._exit(0)
 
 
 if __name__ == "__main__":
-    main()
+    scenario_main(run, more_args)
