@@ -24,7 +24,8 @@ fn bare(exe: &Path, home: &Path) -> Command {
     cmd.env_clear()
         .env("HOME", home)
         .env("PATH", "/usr/bin:/bin")
-        .env("RUST_LOG", "warn");
+        // Warnings, and the `serving HTTP addr=…` line the test reads the bound port from.
+        .env("RUST_LOG", "warn,scopemem::api::http=info");
     cmd
 }
 
@@ -36,17 +37,12 @@ async fn serves_from(exe: &Path, dir: &Path) {
         "{}",
         exe.display()
     );
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
     let config = dir.join("config.json");
     std::fs::write(
         &config,
         json!({
             "storage": {"db_dir": dir.join("db")},
-            "server": {"http_addr": format!("127.0.0.1:{port}")},
+            "server": {"http_addr": "127.0.0.1:0"},
             "conversation_scope_map": {"qq:GroupMessage:1": "家人"},
         })
         .to_string(),
@@ -60,13 +56,23 @@ async fn serves_from(exe: &Path, dir: &Path) {
         .stderr(std::fs::File::create(dir.join("serve.log")).unwrap())
         .spawn()
         .expect("serve starts");
-    let base = format!("http://127.0.0.1:{port}");
+    // Port 0, and the port it bound read from its log: a port picked here could be another
+    // test's server by the time it binds.
+    let mut base = String::new();
     let client = reqwest::Client::new();
     let started = Instant::now();
     loop {
-        if let Ok(r) = client.get(format!("{base}/healthz")).send().await {
-            if r.status().is_success() {
-                break;
+        if base.is_empty() {
+            let log = std::fs::read_to_string(dir.join("serve.log")).unwrap_or_default();
+            if let Some(addr) = common::serve::bound_addr(&log) {
+                base = format!("http://{addr}");
+            }
+        }
+        if !base.is_empty() {
+            if let Ok(r) = client.get(format!("{base}/healthz")).send().await {
+                if r.status().is_success() {
+                    break;
+                }
             }
         }
         if let Ok(Some(status)) = child.try_wait() {

@@ -28,68 +28,105 @@ impl Drop for Serve {
 
 pub use super::moto::free_port;
 
-/// Start `serve` on `<dir>/db` with the family map, a free port and `extra` config merged
-/// over the defaults, and wait until it answers `/healthz`. The service's log goes to
-/// `<dir>/<name>.log`, so a start that fails says why. A port taken between `free_port` and the
-/// bind (another process's ephemeral port) is retried on a new port.
+/// Start `serve` on `<dir>/db` with the family map and `extra` config merged over the
+/// defaults, and wait until it answers `/healthz`. The service's log goes to `<dir>/<name>.log`,
+/// so a start that fails says why.
+///
+/// It listens on port 0 and the test reads the port it bound from its `serving HTTP addr=…`
+/// line: a port picked beforehand can be taken by another test's server between the pick and
+/// the bind, and then that server answers this one's `/healthz` (CI saw a browser test get
+/// `ERR_CONNECTION_REFUSED` that way once the other test ended).
 pub async fn spawn_serve(dir: &Path, name: &str, extra: Value) -> Serve {
-    for _attempt in 0..3 {
-        let port = free_port();
-        let path = write_config(dir, name, port, &extra);
-        let log_path = dir.join(format!("{name}.log"));
-        let log = std::fs::File::create(&log_path).unwrap();
-        // Owned by `Serve` at once, so even a failed start is killed and reaped.
-        let mut serve = Serve {
-            child: Command::new(crate::common::scopemem_bin())
-                .args(["serve", "--config", path.to_str().unwrap()])
-                .stdout(Stdio::null())
-                .stderr(log)
-                .spawn()
-                .unwrap(),
-            base: format!("http://127.0.0.1:{port}"),
-        };
-        let client = reqwest::Client::new();
-        for _ in 0..600 {
-            if client
+    let path = write_config(dir, name, &extra);
+    let log_path = dir.join(format!("{name}.log"));
+    let log = std::fs::File::create(&log_path).unwrap();
+    // Owned by `Serve` at once, so even a failed start is killed and reaped.
+    let mut command = Command::new(crate::common::scopemem_bin());
+    command
+        .args(["serve", "--config", path.to_str().unwrap()])
+        .stdout(Stdio::null())
+        .stderr(log);
+    // A caller's RUST_LOG replaces the config's level: keep the line the port is read from.
+    if let Some(filter) = std::env::var("RUST_LOG")
+        .ok()
+        .filter(|f| !f.trim().is_empty())
+    {
+        command.env("RUST_LOG", format!("{filter},scopemem::api::http=info"));
+    }
+    let mut serve = Serve {
+        child: command.spawn().unwrap(),
+        base: String::new(),
+    };
+    let client = reqwest::Client::new();
+    for _ in 0..1200 {
+        if serve.base.is_empty() {
+            let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+            if let Some(addr) = bound_addr(&log) {
+                serve.base = format!("http://{addr}");
+            }
+        }
+        if !serve.base.is_empty()
+            && client
                 .get(format!("{}/healthz", serve.base))
                 .send()
                 .await
                 .is_ok()
-            {
-                return serve;
-            }
-            if serve.child.try_wait().ok().flatten().is_some() {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
+        {
+            return serve;
         }
-        let log = std::fs::read_to_string(&log_path).unwrap_or_default();
-        let exited = serve.child.try_wait().ok().flatten().is_some();
-        if exited && log.contains("Address already in use") {
-            continue;
+        if serve.child.try_wait().ok().flatten().is_some() {
+            break;
         }
-        // The error and its causes, not the backtrace after them.
-        let head = log.split("Stack backtrace:").next().unwrap_or_default();
-        let tail: Vec<&str> = head.lines().rev().take(30).collect();
-        let tail: Vec<&str> = tail.into_iter().rev().collect();
-        panic!(
-            "{name} did not come up (exited: {exited}); its log ends:\n{}",
-            tail.join("\n")
-        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    panic!("{name}: three free ports in a row were taken before serve could bind them");
+    let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+    let exited = serve.child.try_wait().ok().flatten().is_some();
+    // The error and its causes, not the backtrace after them.
+    let head = log.split("Stack backtrace:").next().unwrap_or_default();
+    let tail: Vec<&str> = head.lines().rev().take(30).collect();
+    let tail: Vec<&str> = tail.into_iter().rev().collect();
+    panic!(
+        "{name} did not come up (exited: {exited}); its log ends:\n{}",
+        tail.join("\n")
+    );
+}
+
+/// The address in a `serve` log's `serving HTTP addr=…` line, colours or not.
+pub fn bound_addr(log: &str) -> Option<String> {
+    let line = log.lines().find(|l| l.contains("serving HTTP"))?;
+    let plain = strip_ansi(line);
+    let addr = plain.split("addr=").nth(1)?.split_whitespace().next()?;
+    Some(addr.to_string())
+}
+
+/// `text` without ANSI escape sequences (`ESC [ … letter`), as tracing colours a log.
+fn strip_ansi(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// `<dir>/<name>.json`: the defaults above with `extra` merged over them. The embedder is the
 /// bundled MiniLM, the model these tests' in-process hosts (`common::embedder`) share the
 /// table with; the default model (e5) has its own tests (tests/e5.rs, the plugins', the
 /// wheel's), and `extra` may name another.
-fn write_config(dir: &Path, name: &str, port: u16, extra: &Value) -> std::path::PathBuf {
+fn write_config(dir: &Path, name: &str, extra: &Value) -> std::path::PathBuf {
     let cfg = super::merged(
         json!({
             "embedding": {"provider": "local"},
             "storage": {"db_dir": dir.join("db"), "read_consistency_ms": 500},
-            "server": {"http_addr": format!("127.0.0.1:{port}")},
+            "server": {"http_addr": "127.0.0.1:0"},
             "conversation_scope_map": super::family_map(),
             "recall": {"similarity_threshold": -1.0, "similarity_cut": "fixed", "relevance_gate": false},
         }),
