@@ -26,6 +26,10 @@
 //!    own, every memory remembered through the API (RealMem's in session order, each question
 //!    asked once its earlier sessions are remembered), every question a `POST /v1/recall` with
 //!    `limit: 20`, with its turns as `history` (what the plugins send) and alone.
+//!
+//! Env: `SCOPEMEM_BENCH_CONTEXT=service` runs part 3 alone (minutes, where parts 1 and 2 embed
+//! every candidate context for hours on 2 cores; `scripts/context-cv.py` is part 1 with a cache);
+//! `SCOPEMEM_BENCH_SERVE_BIN` serves with that binary (the shipped wheel's).
 
 #[path = "common/mod.rs"]
 mod common;
@@ -142,6 +146,18 @@ async fn embed(model: &E5Embedder, role: TextRole, texts: &[String]) -> Vec<Vec<
         );
     }
     out
+}
+
+/// A set for the service's rows alone: its texts, nothing embedded here.
+fn unembedded(name: &'static str, memories: Vec<Memory>, dialogues: Vec<Dialogue>) -> Set {
+    Set {
+        name,
+        memories,
+        dialogues,
+        passages: Vec::new(),
+        messages: Vec::new(),
+        contexts: HashMap::new(),
+    }
 }
 
 async fn load(
@@ -486,6 +502,19 @@ fn main() {
         en.truncate(12);
         en_memories.truncate(100);
     }
+    let rt = common::runtime();
+    let work = tempfile::tempdir_in(common::bench_root()).expect("bench temp dir");
+    if std::env::var("SCOPEMEM_BENCH_CONTEXT").is_ok_and(|v| v == "service") {
+        // The service's rows alone: nothing embedded in this process.
+        let sets = [
+            unembedded("madial-zh", zh_memories, zh),
+            unembedded("realmem-en", en_memories, en),
+        ];
+        if let Err(e) = rt.block_on(service_rows(work.path(), &sets)) {
+            panic!("scopemem serve: {e}");
+        }
+        return;
+    }
     let candidates: Vec<Setting> = TURNS
         .iter()
         .flat_map(|&turns| {
@@ -513,7 +542,6 @@ fn main() {
             "bench (release)"
         }
     );
-    let rt = common::runtime();
     let model = E5Embedder::load(&resolve_files(None), 16, 0)
         .unwrap_or_else(|e| panic!("the e5 model (run `make setup`): {e}"));
     let sets = rt.block_on(async {
@@ -635,7 +663,6 @@ fn main() {
         }
     });
 
-    let work = tempfile::tempdir_in(common::bench_root()).expect("bench temp dir");
     if let Err(e) = rt.block_on(service_rows(work.path(), &sets)) {
         panic!("scopemem serve: {e}");
     }
