@@ -36,8 +36,15 @@ const WORK_GROUP_UMO: &str = "webchat:GroupMessage:work-group";
 const ERRORS_GROUP_UMO: &str = "webchat:GroupMessage:errors-group";
 
 /// Start `serve` again with the config `spawn_serve` wrote, so it comes back on the same port.
+/// `spawn_serve`'s config says port 0: the port the plugin was given (`base`) goes into it first.
 async fn respawn(dir: &Path, name: &str, base: &str) -> Serve {
-    respawn_config(&dir.join(format!("{name}.json")), base).await
+    let path = dir.join(format!("{name}.json"));
+    let mut cfg: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    cfg["server"]["http_addr"] = json!(base.trim_start_matches("http://"));
+    let tmp = dir.join(format!("{name}.json.tmp"));
+    std::fs::write(&tmp, serde_json::to_vec(&cfg).unwrap()).unwrap();
+    std::fs::rename(&tmp, &path).unwrap();
+    respawn_config(&path, base).await
 }
 
 /// Start `serve` with `config`, answering at `base`.
