@@ -9,10 +9,18 @@
 //!
 //! A caller's texts may span several calls (a working-memory batch hands over 64 messages at
 //! once), and between two calls the thread looks at the channel again: a recall's query waits
-//! behind at most one call of `batch_size` passages, never behind a whole bulk write
-//! (docs/design.md section 5.13, "keyword-searchable at once").
+//! behind at most one call of passages, never behind a whole bulk write (docs/design.md section
+//! 5.13, "keyword-searchable at once").
+//!
+//! That one call is kept short too (issue 78): passage calls are sized to about
+//! [`PASSAGE_CALL_BUDGET`] by what the last calls took per character, at least one text. A
+//! call's time grows with its texts while texts per second barely do: e5 on 2 cores took
+//! 441 ms for a call of 32 chat lines, 15.6 ms for one, and 13.4 to 15.6 ms a line at any size
+//! (`benches/` figures in docs/benchmarks.md, "The bot's wait"). A bot's question arriving while a group's chatter was
+//! embedded in calls of 32 waited p50 468 ms for its block in AstrBot.
 
 use std::collections::VecDeque;
+use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, oneshot};
 
@@ -51,6 +59,60 @@ pub(crate) fn deliver(jobs: Vec<Job>, result: Result<Vec<Vec<f32>>, EmbedError>)
     }
 }
 
+/// About how long one call of passages may keep a query waiting (the module header).
+pub(crate) const PASSAGE_CALL_BUDGET: Duration = Duration::from_millis(20);
+
+/// What a text costs the model, in characters, beyond its own: the prefix and the special
+/// tokens every text is given.
+const TEXT_OVERHEAD_CHARS: usize = 8;
+
+/// The model's time per character, learned from its calls, and the passage calls it sizes.
+struct Pace {
+    /// The longest a passage call should take; `None`: calls of `batch_size`, unpaced.
+    budget: Option<Duration>,
+    /// Seconds per character (overhead included), a moving average; `None` before a call.
+    per_char: Option<f64>,
+}
+
+impl Pace {
+    fn cost(text: &str) -> usize {
+        text.chars().count() + TEXT_OVERHEAD_CHARS
+    }
+
+    /// How many of `texts` (in order, at least one, at most `max`) fit the budget.
+    fn texts_within<'a>(&self, texts: impl Iterator<Item = &'a str>, max: usize) -> usize {
+        let (Some(budget), per_char) = (self.budget, self.per_char) else {
+            return max;
+        };
+        // Nothing measured yet: one text, and the call measures.
+        let Some(per_char) = per_char else {
+            return 1;
+        };
+        let mut chars = 0usize;
+        let mut n = 0usize;
+        for text in texts.take(max) {
+            chars += Self::cost(text);
+            if n > 0 && chars as f64 * per_char > budget.as_secs_f64() {
+                break;
+            }
+            n += 1;
+        }
+        n.max(1)
+    }
+
+    /// A call of `chars` characters took `took`.
+    fn record(&mut self, chars: usize, took: Duration) {
+        if chars == 0 {
+            return;
+        }
+        let now = took.as_secs_f64() / chars as f64;
+        self.per_char = Some(match self.per_char {
+            None => now,
+            Some(before) => 0.7 * before + 0.3 * now,
+        });
+    }
+}
+
 /// The sending side: what an [`super::Embedder`] holds.
 #[derive(Clone)]
 pub struct BatchWorker {
@@ -59,16 +121,31 @@ pub struct BatchWorker {
 
 impl BatchWorker {
     /// Start the thread `name` running `model`, batching up to `batch_size` texts per call.
+    /// Passage calls are paced to [`PASSAGE_CALL_BUDGET`].
     pub(crate) fn spawn<M: BatchModel>(
         name: &str,
         model: M,
         batch_size: usize,
     ) -> Result<BatchWorker, EmbedError> {
+        Self::spawn_paced(name, model, batch_size, Some(PASSAGE_CALL_BUDGET))
+    }
+
+    /// `spawn`, with passage calls paced to `budget` (`None`: calls of `batch_size`).
+    pub(crate) fn spawn_paced<M: BatchModel>(
+        name: &str,
+        model: M,
+        batch_size: usize,
+        budget: Option<Duration>,
+    ) -> Result<BatchWorker, EmbedError> {
         let (tx, rx) = mpsc::channel::<Job>(4096);
         let batch_size = batch_size.max(1);
+        let pace = Pace {
+            budget,
+            per_char: None,
+        };
         std::thread::Builder::new()
             .name(name.into())
-            .spawn(move || run(model, rx, batch_size))
+            .spawn(move || run(model, rx, batch_size, pace))
             .map_err(|e| EmbedError::Model(format!("cannot start embedding thread: {e}")))?;
         Ok(BatchWorker { tx })
     }
@@ -91,7 +168,12 @@ impl BatchWorker {
     }
 }
 
-fn run<M: BatchModel>(mut model: M, mut rx: mpsc::Receiver<Job>, batch_size: usize) {
+fn run<M: BatchModel>(
+    mut model: M,
+    mut rx: mpsc::Receiver<Job>,
+    batch_size: usize,
+    mut pace: Pace,
+) {
     model.on_worker_start();
     let mut queue = Waiting::default();
     loop {
@@ -109,8 +191,20 @@ fn run<M: BatchModel>(mut model: M, mut rx: mpsc::Receiver<Job>, batch_size: usi
             false => (TextRole::Query, &mut queue.queries),
             true => (TextRole::Passage, &mut queue.passages),
         };
-        one_call(&mut model, role, jobs, batch_size);
+        // A query call takes what is queued: a recall waits on each of its texts.
+        let size = match role {
+            TextRole::Query => batch_size,
+            TextRole::Passage => pace.texts_within(waiting_texts(jobs), batch_size),
+        };
+        let (chars, took) = one_call(&mut model, role, jobs, size);
+        pace.record(chars, took);
     }
+}
+
+/// The texts of `jobs` not yet embedded, in order.
+fn waiting_texts(jobs: &VecDeque<Started>) -> impl Iterator<Item = &str> {
+    jobs.iter()
+        .flat_map(|s| s.job.texts[s.vectors.len()..].iter().map(String::as_str))
 }
 
 /// Jobs waiting for the model, by role, in arrival order.
@@ -145,13 +239,13 @@ struct Started {
 
 /// Run the next (at most) `batch_size` texts of `jobs`, all of one role, as one model call;
 /// send every job whose texts are now all done its vectors, or the call's error to every job
-/// with a text in it.
+/// with a text in it. The call's characters ([`Pace::cost`]) and how long it took.
 fn one_call<M: BatchModel>(
     model: &mut M,
     role: TextRole,
     jobs: &mut VecDeque<Started>,
     batch_size: usize,
-) {
+) -> (usize, Duration) {
     let mut texts: Vec<&str> = Vec::with_capacity(batch_size);
     let mut touched = 0;
     for started in jobs.iter() {
@@ -163,7 +257,11 @@ fn one_call<M: BatchModel>(
         texts.extend(rest.iter().take(room).map(String::as_str));
         touched += 1;
     }
-    let result = model.embed_batch(role, &texts).and_then(|v| {
+    let chars: usize = texts.iter().map(|t| Pace::cost(t)).sum();
+    let started = Instant::now();
+    let result = model.embed_batch(role, &texts);
+    let took = started.elapsed();
+    let result = result.and_then(|v| {
         if v.len() == texts.len() {
             Ok(v)
         } else {
@@ -196,6 +294,7 @@ fn one_call<M: BatchModel>(
             }
         }
     }
+    (chars, took)
 }
 
 #[cfg(test)]
@@ -282,7 +381,8 @@ mod tests {
             entered: entered_tx,
             permits,
         };
-        let worker = BatchWorker::spawn("test-embed-gated", model, 4).unwrap();
+        // Unpaced: calls of the batch size, whatever the permits' timing.
+        let worker = BatchWorker::spawn_paced("test-embed-gated", model, 4, None).unwrap();
         let bulk: Vec<String> = (1..=10).map(|n| "p".repeat(n)).collect();
         let w = worker.clone();
         let passages = tokio::spawn({
@@ -327,6 +427,68 @@ mod tests {
                 (TextRole::Passage, 2)
             ]
         );
+    }
+
+    /// Takes (sleeps) 1 ms per byte of its texts, and records each call's size.
+    struct Slow(std::sync::Arc<std::sync::Mutex<Vec<usize>>>);
+
+    impl BatchModel for Slow {
+        fn embed_batch(
+            &mut self,
+            _role: TextRole,
+            texts: &[&str],
+        ) -> Result<Vec<Vec<f32>>, EmbedError> {
+            self.0.lock().unwrap().push(texts.len());
+            let bytes: usize = texts.iter().map(|t| t.len()).sum();
+            std::thread::sleep(Duration::from_millis(bytes as u64));
+            Ok(texts.iter().map(|t| vec![t.len() as f32]).collect())
+        }
+    }
+
+    #[tokio::test]
+    async fn passage_calls_are_sized_to_the_budget_by_what_calls_took() {
+        let calls = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let budget = Some(Duration::from_millis(25));
+        let worker =
+            BatchWorker::spawn_paced("test-embed-slow", Slow(calls.clone()), 32, budget).unwrap();
+        let texts: Vec<String> = (0..12).map(|i| format!("line {i:05}")).collect();
+        let got = worker
+            .embed(TextRole::Passage, texts.clone())
+            .await
+            .unwrap();
+        assert_eq!(
+            got,
+            texts
+                .iter()
+                .map(|t| vec![t.len() as f32])
+                .collect::<Vec<_>>()
+        );
+        let calls = calls.lock().unwrap().clone();
+        // A text of 10 bytes (18 with the overhead) takes at least 10 ms, however loaded the
+        // machine: two fit 25 ms, three never do. The first call measures, with one.
+        assert_eq!(calls.first(), Some(&1), "{calls:?}");
+        assert!(calls.iter().all(|&n| n <= 2), "{calls:?}");
+        assert_eq!(calls.iter().sum::<usize>(), 12);
+    }
+
+    #[test]
+    fn an_unmeasured_or_unpaced_worker_sizes_calls_as_before() {
+        let texts = ["a", "b", "c"];
+        let unpaced = Pace {
+            budget: None,
+            per_char: None,
+        };
+        assert_eq!(unpaced.texts_within(texts.into_iter(), 2), 2);
+        let unmeasured = Pace {
+            budget: Some(PASSAGE_CALL_BUDGET),
+            per_char: None,
+        };
+        assert_eq!(unmeasured.texts_within(texts.into_iter(), 32), 1);
+        let slow = Pace {
+            budget: Some(PASSAGE_CALL_BUDGET),
+            per_char: Some(1.0),
+        };
+        assert_eq!(slow.texts_within(texts.into_iter(), 32), 1, "at least one");
     }
 
     #[tokio::test]
