@@ -100,7 +100,8 @@ async fn a_follow_up_finds_what_the_turns_before_it_were_about() {
 /// A message to the bot (`to_bot`) has its recall's texts embedded as it arrives, before the
 /// host asks (`recall::prefetch`): after one exchange teaches the service that this host's
 /// history is its dialogue with the bot, the next question's injection event runs the model
-/// for nothing, with the real e5 model. A history the service never saw is embedded as before.
+/// for nothing, with the real e5 model. A history the service did not foresee is not embedded
+/// for an injection: its vector is the message's alone (issue 78).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_message_to_the_bot_is_embedded_before_its_recall_is_asked() {
     let dir = tempfile::tempdir().unwrap();
@@ -151,15 +152,21 @@ async fn a_message_to_the_bot_is_embedded_before_its_recall_is_asked() {
         "the message alone was embedded ahead, with and without its time word"
     );
     say(r1, true).await;
-    // The service does not know the history's shape yet: the context is embedded when asked.
+    // The service does not know the history's shape yet: the injection's vector is the
+    // message's alone (embedded ahead), so the bot waits no longer than for the question
+    // alone; the unforeseen context is not embedded at all.
     say(q2, false).await;
     settled(start + 3).await;
     ask(q2, &[("user", q1), ("assistant", r1)]).await;
-    assert_eq!(embedded(), start + 4, "the unseen context, at the recall");
+    assert_eq!(
+        embedded(),
+        start + 3,
+        "the injection embedded an unforeseen context"
+    );
     say(r2, true).await;
     // Now it does: the next question and its turns are embedded before it is asked.
     say(q3, false).await;
-    settled(start + 6).await;
+    settled(start + 5).await;
     let (joins, hits) = (
         host.memory().query_cost().joins,
         host.memory().query_cost().hits,
@@ -176,7 +183,7 @@ async fn a_message_to_the_bot_is_embedded_before_its_recall_is_asked() {
     .await;
     assert_eq!(
         embedded(),
-        start + 6,
+        start + 5,
         "the recall ran the model for nothing"
     );
     let cost = host.memory().query_cost();

@@ -307,6 +307,7 @@ impl MemoryService {
             req: &req,
             query: req.query.trim(),
             about_person: false,
+            unforeseen_turns: false,
         };
         let searched = self
             .search_visible(&asked, MEMORIES_SHOWN, 0, &visible)

@@ -38,6 +38,10 @@ pub(super) struct Asked<'a> {
     /// The question is about a person the service knows by id (`speakers::Person`): the
     /// working memory's tier holds it to the looser chat bound, as it does a long message.
     pub(super) about_person: bool,
+    /// An injection event after a message to the bot whose turns were not foreseen
+    /// (`recall::prefetch`): its vector is the message's alone, so the bot waits no longer
+    /// than for the question alone; the keyword leg still reads the turns.
+    pub(super) unforeseen_turns: bool,
 }
 
 /// What a recall's search stage found, and how it ran.
@@ -146,9 +150,10 @@ impl MemoryService {
         let query = checked_query(&req.query)?;
         let limit = recall_limit(&self.settings.recall, &req)?;
         crate::memory::turns::check(&req.history).map_err(|e| invalid("history", e.to_string()))?;
+        let mut unforeseen_turns = false;
         if req.for_prompt {
             // What the host's history was, for the next question's texts embedded ahead.
-            self.foresight.asked(
+            unforeseen_turns = self.foresight.asked(
                 conversation.as_str(),
                 &req.query,
                 &req.history,
@@ -172,6 +177,7 @@ impl MemoryService {
             req: &req,
             query,
             about_person: !person.ids.is_empty(),
+            unforeseen_turns,
         };
         // A question about a person searches deeper: their line is lifted only if it is among
         // the candidates, and their fellow members' lines of the same kind crowd it out.
@@ -292,6 +298,9 @@ impl MemoryService {
             .map_err(bad_history)?
             .map(|c| redact(&c));
         let mut embedded = Embedded::of(history, text, TurnBound::EMBEDDED).map_err(bad_history)?;
+        if asked.unforeseen_turns {
+            embedded.context = None;
+        }
         if windowless {
             embedded.message = redact(words);
         }

@@ -152,6 +152,7 @@ impl MemoryService {
             req: &req,
             query: asked.query,
             about_person: asked.about_person,
+            unforeseen_turns: asked.unforeseen_turns,
         };
         let pool = limit * working::CANDIDATES_PER_SHOWN;
         let deeper = match person.ids.is_empty() {
