@@ -15,9 +15,9 @@
 //! That one call is kept short too (issue 78): passage calls are sized to about
 //! [`PASSAGE_CALL_BUDGET`] by what the last calls took per character, at least one text. A
 //! call's time grows with its texts while texts per second barely do: e5 on 2 cores took
-//! 441 ms for a call of 32 chat lines, 15.6 ms for one, and 13.4 to 15.6 ms a line at any size
-//! (`benches/` figures in docs/benchmarks.md, "The bot's wait"). A bot's question arriving while a group's chatter was
-//! embedded in calls of 32 waited p50 468 ms for its block in AstrBot.
+//! 441 ms for a call of 32 chat lines, 15.6 ms for one, and 13.4 to 15.6 ms a line at any size.
+//! A bot's question arriving while a group's chatter was embedded in calls of 32 waited p50
+//! 468 ms for its block in AstrBot (docs/benchmarks.md, "Chatbot hosts").
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
