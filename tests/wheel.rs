@@ -48,14 +48,20 @@ async fn serves_from(exe: &Path, dir: &Path) {
         .to_string(),
     )
     .unwrap();
-    let mut child = bare(exe, dir)
-        .arg("serve")
-        .arg("--config")
-        .arg(&config)
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(dir.join("serve.log")).unwrap())
-        .spawn()
-        .expect("serve starts");
+    // Owned by a `Serve` at once: killed and reaped however the test ends (a failed run left
+    // its server running before).
+    let mut serve = common::serve::Serve {
+        child: bare(exe, dir)
+            .arg("serve")
+            .arg("--config")
+            .arg(&config)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join("serve.log")).unwrap())
+            .spawn()
+            .expect("serve starts"),
+        base: String::new(),
+    };
+    let child = &mut serve.child;
     // Port 0, and the port it bound read from its log: a port picked here could be another
     // test's server by the time it binds.
     let mut base = String::new();
@@ -130,8 +136,7 @@ async fn serves_from(exe: &Path, dir: &Path) {
     )
     .await;
     assert_eq!(r["memories"][0]["content"], "外婆最喜欢兰花", "{r}");
-    let _ = child.kill();
-    let _ = child.wait();
+    serve.kill9();
 }
 
 #[tokio::test]
