@@ -20,11 +20,9 @@ Protocol: the last stdout line starting with "@@SCENARIO REPORT " holds the repo
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +39,8 @@ from scenario import (  # noqa: E402
     shown,
     start_core,
     stop_astrbot,
+    stored_rows,
+    until_stored,
 )
 
 GROUP = "iso-group"
@@ -76,38 +76,15 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     group_umo = GroupChat.umo(GROUP)
     isolated = {who: GroupChat.umo(f"{who}_{GROUP}") for who in MEMBERS}
 
-    async def post(path: str, body: dict[str, Any]) -> dict[str, Any]:
-        status, answer = await star.client.request("POST", path, body, timeout=60)
-        if status != 200 or not isinstance(answer, dict):
-            raise RuntimeError(f"{path} answered {status}: {answer}")
-        return answer
-
-    async def rows(umo: str) -> list[dict[str, Any]]:
-        page = await post(
-            "/v1/memories/browse", {"conversation_id": umo, "messages": True, "limit": 100}
-        )
-        return [
-            {k: m.get(k) for k in ("content", "speaker_id", "memory_type")}
-            for m in page.get("memories") or []
-        ]
-
-    async def until_stored(umo: str, text: str) -> None:
-        started = time.monotonic()
-        while time.monotonic() - started < 240:
-            if any(r["content"] == text for r in await rows(umo)):
-                return
-            await asyncio.sleep(0.2)
-        raise RuntimeError(f"{text!r} was never stored in {umo}: {await rows(umo)}")
-
     for who, text in LINES:
         await group.send(MEMBERS[who], GROUP, text)
     await plugin_sends_ended(star)
-    await until_stored(group_umo, LINES[-1][1])
+    await until_stored(star, group_umo, LINES[-1][1])
     before = len(llm.requests)
     reply = await group.send(MEMBERS["mei"], GROUP, QUESTION, at_bot=True)
     prompts = [shown(r) for r in llm.requests[before:]]
     await plugin_sends_ended(star)
-    await until_stored(group_umo, reply.strip())
+    await until_stored(star, group_umo, reply.strip())
     status = await group.send(MEMBERS["ming"], GROUP, "/scopemem status")
     report = {
         "group_umo": group_umo,
@@ -115,8 +92,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "reply": reply,
         "prompts": prompts,
         "status_reply": status,
-        "group_rows": await rows(group_umo),
-        "isolated_rows": {who: await rows(umo) for who, umo in isolated.items()},
+        "group_rows": await stored_rows(star, group_umo),
+        "isolated_rows": {who: await stored_rows(star, umo) for who, umo in isolated.items()},
     }
     await stop_astrbot(lifecycle, core_task)
     await llm.stop()

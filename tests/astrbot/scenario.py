@@ -552,6 +552,35 @@ class LogCounter(logging.Handler):
         return [r for r in self.records if r.startswith(("ERROR", "CRITICAL"))]
 
 
+async def plugin_post(star: Any, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    """POST `body` to scopemem through the plugin's own client; the answer, or an error."""
+    status, answer = await star.client.request("POST", path, body, timeout=60)
+    if status != 200 or not isinstance(answer, dict):
+        raise RuntimeError(f"{path} answered {status}: {answer}")
+    return answer
+
+
+async def stored_rows(star: Any, umo: str) -> list[dict[str, Any]]:
+    """What scopemem keeps under `umo` (memories and messages): content, speaker, type."""
+    page = await plugin_post(
+        star, "/v1/memories/browse", {"conversation_id": umo, "messages": True, "limit": 100}
+    )
+    return [
+        {k: m.get(k) for k in ("content", "speaker_id", "memory_type")}
+        for m in page.get("memories") or []
+    ]
+
+
+async def until_stored(star: Any, umo: str, text: str) -> None:
+    """Wait (up to 240 s) until a row of `umo` holds exactly `text`."""
+    started = time.monotonic()
+    while time.monotonic() - started < 240:
+        if any(r["content"] == text for r in await stored_rows(star, umo)):
+            return
+        await asyncio.sleep(0.2)
+    raise RuntimeError(f"{text!r} was never stored in {umo}: {await stored_rows(star, umo)}")
+
+
 async def plugin_sends_ended(star: Any) -> None:
     """Until every background send of the plugin (`wm_tasks`) has its answer, at most 120 s."""
     started = time.monotonic()
@@ -1367,27 +1396,13 @@ async def run_host_events(args: argparse.Namespace) -> dict[str, Any]:
         await plugin_sends_ended(star)
 
     async def post(path: str, body: dict[str, Any]) -> dict[str, Any]:
-        status, answer = await star.client.request("POST", path, body, timeout=60)
-        if status != 200 or not isinstance(answer, dict):
-            raise RuntimeError(f"{path} answered {status}: {answer}")
-        return answer
+        return await plugin_post(star, path, body)
 
     async def rows(umo: str) -> list[dict[str, Any]]:
-        page = await post(
-            "/v1/memories/browse", {"conversation_id": umo, "messages": True, "limit": 100}
-        )
-        return [
-            {k: m.get(k) for k in ("content", "speaker_id", "memory_type")}
-            for m in page.get("memories") or []
-        ]
+        return await stored_rows(star, umo)
 
-    async def until_stored(umo: str, text: str) -> None:
-        started = time.monotonic()
-        while time.monotonic() - started < 240:
-            if any(r["content"] == text for r in await rows(umo)):
-                return
-            await asyncio.sleep(0.2)
-        raise RuntimeError(f"{text!r} was never stored in {umo}")
+    async def stored(umo: str, text: str) -> None:
+        await until_stored(star, umo, text)
 
     async def group_turn(name: str, who: str, grp: str, text: str, **kw: Any) -> None:
         before = len(llm.requests)
@@ -1428,7 +1443,7 @@ async def run_host_events(args: argparse.Namespace) -> dict[str, Any]:
     # A last turn: once its answer is stored, whatever was sent before it is.
     steps["tool_last"] = {"reply": await chat.send(*TOOL_CHAT, "thanks")}
     await sends_ended()
-    await until_stored(umos["tool"], steps["tool_last"]["reply"].strip())
+    await stored(umos["tool"], steps["tool_last"]["reply"].strip())
     report["tool_rows"] = await rows(umos["tool"])
 
     # The per-chat switch: this plugin off in a group that has a memory of its own.
@@ -1455,7 +1470,7 @@ async def run_host_events(args: argparse.Namespace) -> dict[str, Any]:
     await group_turn("wake_question", "mei", HOST_GROUP, HOST_WAKE_QUESTION, streaming=True)
     who, text = HOST_LAST_LINE
     await group_turn("last", who, HOST_GROUP, text)
-    await until_stored(umos["group"], text)
+    await stored(umos["group"], text)
     report["group_rows"] = await rows(umos["group"])
     report["off_rows"] = await rows(umos["off"])
     report["plugin_warnings"] = [r for r in core.plugin_log.records if r.startswith("WARNING")]
