@@ -18,6 +18,13 @@
 //! 441 ms for a call of 32 chat lines, 15.6 ms for one, and 13.4 to 15.6 ms a line at any size.
 //! A bot's question arriving while a group's chatter was embedded in calls of 32 waited p50
 //! 468 ms for its block in AstrBot (docs/benchmarks.md, "Chatbot hosts").
+//!
+//! Short calls cost throughput, though, and more inside scopemem than the engine alone shows:
+//! beside the store's own threads, a re-embed of 5,000 rows ran at 22 rows/s in calls of about
+//! one text against 35 in calls of 32. So calls are paced only while queries are being asked
+//! (one within [`PACED_AFTER_QUERY`]): a `migrate reembed`, an import or a burst of remembers
+//! that no recall waits on runs in calls of the batch size, and the first query after a quiet
+//! spell waits behind at most one such call.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -62,6 +69,10 @@ pub(crate) fn deliver(jobs: Vec<Job>, result: Result<Vec<Vec<f32>>, EmbedError>)
 /// About how long one call of passages may keep a query waiting (the module header).
 pub(crate) const PASSAGE_CALL_BUDGET: Duration = Duration::from_millis(20);
 
+/// How long after a query passage calls stay paced: queries come in bursts (a question's
+/// texts, its recall, the next question of the same conversation).
+pub(crate) const PACED_AFTER_QUERY: Duration = Duration::from_secs(600);
+
 /// What a text costs the model, in characters, beyond its own: the prefix and the special
 /// tokens every text is given.
 const TEXT_OVERHEAD_CHARS: usize = 8;
@@ -72,6 +83,8 @@ struct Pace {
     budget: Option<Duration>,
     /// Seconds per character (overhead included), a moving average; `None` before a call.
     per_char: Option<f64>,
+    /// When a query last came; `None`: none yet.
+    asked: Option<Instant>,
 }
 
 impl Pace {
@@ -79,11 +92,26 @@ impl Pace {
         text.chars().count() + TEXT_OVERHEAD_CHARS
     }
 
-    /// How many of `texts` (in order, at least one, at most `max`) fit the budget.
-    fn texts_within<'a>(&self, texts: impl Iterator<Item = &'a str>, max: usize) -> usize {
+    /// A query came at `now`.
+    fn query_at(&mut self, now: Instant) {
+        self.asked = Some(now);
+    }
+
+    /// How many of `texts` (in order, at least one, at most `max`) fit the budget at `now`:
+    /// `max` unless a query came within [`PACED_AFTER_QUERY`].
+    fn texts_within<'a>(
+        &self,
+        texts: impl Iterator<Item = &'a str>,
+        max: usize,
+        now: Instant,
+    ) -> usize {
         let (Some(budget), per_char) = (self.budget, self.per_char) else {
             return max;
         };
+        let asked_lately = |at: Instant| now.saturating_duration_since(at) < PACED_AFTER_QUERY;
+        if !self.asked.is_some_and(asked_lately) {
+            return max;
+        }
         // Nothing measured yet: one text, and the call measures.
         let Some(per_char) = per_char else {
             return 1;
@@ -142,6 +170,7 @@ impl BatchWorker {
         let pace = Pace {
             budget,
             per_char: None,
+            asked: None,
         };
         std::thread::Builder::new()
             .name(name.into())
@@ -186,6 +215,9 @@ fn run<M: BatchModel>(
         while let Ok(job) = rx.try_recv() {
             queue.push(job);
         }
+        if !queue.queries.is_empty() {
+            pace.query_at(Instant::now());
+        }
         // Queries first: a recall waits on its query, a remember's passages can wait a call.
         let (role, jobs) = match queue.queries.is_empty() {
             false => (TextRole::Query, &mut queue.queries),
@@ -194,7 +226,7 @@ fn run<M: BatchModel>(
         // A query call takes what is queued: a recall waits on each of its texts.
         let size = match role {
             TextRole::Query => batch_size,
-            TextRole::Passage => pace.texts_within(waiting_texts(jobs), batch_size),
+            TextRole::Passage => pace.texts_within(waiting_texts(jobs), batch_size, Instant::now()),
         };
         let (chars, took) = one_call(&mut model, role, jobs, size);
         pace.record(chars, took);
@@ -451,6 +483,12 @@ mod tests {
         let budget = Some(Duration::from_millis(25));
         let worker =
             BatchWorker::spawn_paced("test-embed-slow", Slow(calls.clone()), 32, budget).unwrap();
+        // Calls are paced while queries are asked: one comes first (of the passages' length,
+        // so its call measures what theirs will take).
+        worker
+            .embed(TextRole::Query, vec!["query 0000".into()])
+            .await
+            .unwrap();
         let texts: Vec<String> = (0..12).map(|i| format!("line {i:05}")).collect();
         let got = worker
             .embed(TextRole::Passage, texts.clone())
@@ -464,31 +502,74 @@ mod tests {
                 .collect::<Vec<_>>()
         );
         let calls = calls.lock().unwrap().clone();
+        assert_eq!(calls.first(), Some(&1), "the query's call: {calls:?}");
         // A text of 10 bytes (18 with the overhead) takes at least 10 ms, however loaded the
-        // machine: two fit 25 ms, three never do. The first call measures, with one.
-        assert_eq!(calls.first(), Some(&1), "{calls:?}");
-        assert!(calls.iter().all(|&n| n <= 2), "{calls:?}");
-        assert_eq!(calls.iter().sum::<usize>(), 12);
+        // machine: two fit 25 ms, three never do.
+        let passages = &calls[1..];
+        assert!(passages.iter().all(|&n| n <= 2), "{calls:?}");
+        assert_eq!(passages.iter().sum::<usize>(), 12);
+    }
+
+    #[tokio::test]
+    async fn passage_calls_are_whole_batches_while_no_query_is_asked() {
+        let calls = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let budget = Some(Duration::from_millis(25));
+        let worker =
+            BatchWorker::spawn_paced("test-embed-bulk", Slow(calls.clone()), 8, budget).unwrap();
+        let texts: Vec<String> = (0..12).map(|i| format!("line {i:05}")).collect();
+        worker.embed(TextRole::Passage, texts).await.unwrap();
+        // A re-embed, an import: nothing waits on a query, so no call is cut short.
+        assert_eq!(*calls.lock().unwrap(), vec![8, 4]);
+    }
+
+    #[test]
+    fn calls_are_paced_only_within_a_while_of_a_query() {
+        let texts = ["a", "b", "c"];
+        let now = Instant::now();
+        let mut pace = Pace {
+            budget: Some(PASSAGE_CALL_BUDGET),
+            per_char: Some(1.0),
+            asked: None,
+        };
+        // Unpaced: as many as a call holds (what is queued, up to the batch size).
+        assert_eq!(
+            pace.texts_within(texts.into_iter(), 32, now),
+            32,
+            "none asked"
+        );
+        pace.query_at(now);
+        let soon = now + Duration::from_secs(1);
+        assert_eq!(pace.texts_within(texts.into_iter(), 32, soon), 1);
+        let later = now + PACED_AFTER_QUERY;
+        assert_eq!(pace.texts_within(texts.into_iter(), 32, later), 32);
     }
 
     #[test]
     fn an_unmeasured_or_unpaced_worker_sizes_calls_as_before() {
         let texts = ["a", "b", "c"];
+        let now = Instant::now();
         let unpaced = Pace {
             budget: None,
             per_char: None,
+            asked: Some(now),
         };
-        assert_eq!(unpaced.texts_within(texts.into_iter(), 2), 2);
+        assert_eq!(unpaced.texts_within(texts.into_iter(), 2, now), 2);
         let unmeasured = Pace {
             budget: Some(PASSAGE_CALL_BUDGET),
             per_char: None,
+            asked: Some(now),
         };
-        assert_eq!(unmeasured.texts_within(texts.into_iter(), 32), 1);
+        assert_eq!(unmeasured.texts_within(texts.into_iter(), 32, now), 1);
         let slow = Pace {
             budget: Some(PASSAGE_CALL_BUDGET),
             per_char: Some(1.0),
+            asked: Some(now),
         };
-        assert_eq!(slow.texts_within(texts.into_iter(), 32), 1, "at least one");
+        assert_eq!(
+            slow.texts_within(texts.into_iter(), 32, now),
+            1,
+            "at least one"
+        );
     }
 
     #[tokio::test]
