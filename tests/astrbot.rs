@@ -1006,6 +1006,13 @@ async fn astrbot_keeps_the_prompt_cache_and_reads_host_events() {
     // The cache's turns: one request each (no tool call).
     let turns = report["cache"]["turns"].as_array().unwrap();
     assert_eq!(turns.len(), 6, "{report}");
+    // The per-chat switch is read from AstrBot's database once per event (when the line
+    // arrives), not again by the injection the bot waits for, nor by the reply.
+    assert_eq!(
+        report["cache"]["switch_reads"],
+        json!(turns.len()),
+        "reads of the plugin's per-chat switch in the cache's chat"
+    );
     let requests: Vec<&Vec<Value>> = turns
         .iter()
         .map(|t| {

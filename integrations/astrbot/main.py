@@ -38,7 +38,7 @@ from astrbot.core.agent.message import TextPart
 
 from . import own_config
 from .consolidation import HostConsolidation
-from .observer import ChatLines, allowlisted, chat_of, is_command, session_admits
+from .observer import ChatLines, allowlisted, chat_of, event_admits, is_command
 
 # The `scopemem` Python package (client, supervisor, reflection parsing) comes with the scopemem
 # wheel, which exists for Linux x86_64 only. Without it the plugin still loads (AstrBot would
@@ -527,7 +527,7 @@ class ScopememPlugin(Star):
             return
         started = time.perf_counter()
         try:
-            if not await session_admits(event.unified_msg_origin, PLUGIN_NAME):
+            if not await event_admits(event, PLUGIN_NAME):
                 return  # the chat, or this plugin in it, is switched off
             # AstrBot's agent runs for this event from here (every agent sub-stage calls this
             # hook just before it starts the agent).
@@ -834,7 +834,7 @@ class ScopememPlugin(Star):
             # A recall for it comes once AstrBot has built the prompt: scopemem embeds its
             # question now, while the later stages run.
             body["to_bot"] = True
-        self._send_message(body, event.unified_msg_origin)
+        self._send_message(body, event)
 
     @filter.after_message_sent()
     async def record_reply(self, event: AstrMessageEvent) -> None:
@@ -915,14 +915,15 @@ class ScopememPlugin(Star):
             "text": text[:WM_TEXT_CHARS],
             "is_bot": True,
         }
-        self._send_message(body, event.unified_msg_origin)
+        self._send_message(body, event)
 
-    def _send_message(self, body: dict[str, Any], umo: str) -> None:
+    def _send_message(self, body: dict[str, Any], event: AstrMessageEvent) -> None:
         """POST /v1/events/message as a background task: the chat never waits for scopemem.
-        The client's timeout and outage logging apply; every error is swallowed here. `umo`:
-        the event's own session, whose per-chat switches AstrBot applies (a member's line is
-        seen before them; the bot's words come from hooks AstrBot runs whatever they say)."""
-        self._spawn(self._post_message(body, umo), "scopemem_working_memory")
+        The client's timeout and outage logging apply; every error is swallowed here. Sent only
+        if the event's session passes its per-chat switches, which AstrBot applies after the
+        waking stage (a member's line is seen before them; the bot's words come from hooks
+        AstrBot runs whatever they say)."""
+        self._spawn(self._post_message(body, event), "scopemem_working_memory")
 
     def _spawn(self, coro: Any, name: str) -> None:
         """Run `coro` in the background, at most WM_MAX_PENDING at once (beyond that it is
@@ -937,9 +938,9 @@ class ScopememPlugin(Star):
         self.wm_tasks.add(task)
         task.add_done_callback(self.wm_tasks.discard)
 
-    async def _post_message(self, body: dict[str, Any], umo: str) -> None:
+    async def _post_message(self, body: dict[str, Any], event: AstrMessageEvent) -> None:
         try:
-            if not await session_admits(umo, PLUGIN_NAME):
+            if not await event_admits(event, PLUGIN_NAME):
                 return  # the chat, or this plugin in it, is switched off
             status, payload = await self.client.request("POST", "/v1/events/message", body)
         except ScopememDown:
@@ -968,7 +969,7 @@ class ScopememPlugin(Star):
     async def _tool(self, event: AstrMessageEvent, name: str, arguments: dict[str, Any]) -> str:
         if self.inert:
             return "Memory is unavailable right now; continue without it."
-        if not await session_admits(event.unified_msg_origin, PLUGIN_NAME):
+        if not await event_admits(event, PLUGIN_NAME):
             return "Memory is switched off in this chat; continue without it."
         body: dict[str, Any] = {
             "conversation_id": chat_of(event),

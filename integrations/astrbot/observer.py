@@ -11,7 +11,10 @@ So the plugin does not handle chat lines: it *observes* them in the waking stage
 filter that hands the event to the plugin and never passes. The event is then woken only by
 what would wake it anyway. What the later stages would have refused is checked here instead:
 the allowlist from the same config (synchronously), the chat's and this plugin's per-chat
-switches before the line is sent (:func:`session_admits`).
+switches before the line is sent (:func:`session_admits`). Those switches are read from
+AstrBot's database (a switch left unset misses its cache every time) once per event
+(:func:`event_admits`): a question's line, its injection, its tools and the bot's reply follow
+the one verdict, and the bot's wait for its memory block holds no database read of its own.
 
 Two readings of an event live here too, since both are the host's: which chat a line belongs to
 (:func:`chat_of`: the group, also when AstrBot's ``unique_session`` gives each member a session
@@ -20,6 +23,7 @@ of their own) and whether it is a command rather than chat (:func:`is_command`).
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -78,6 +82,23 @@ async def session_admits(umo: str, plugin_name: str) -> bool:
     if not await SessionServiceManager.is_session_enabled(umo):
         return False
     return bool(await SessionPluginManager.is_plugin_enabled_for_session(umo, plugin_name))
+
+
+# The event's verdict of :func:`session_admits`, read once (a future, shared while it runs).
+EXTRA_ADMITTED = "_scopemem_admitted"
+
+
+async def event_admits(event: AstrMessageEvent, plugin_name: str) -> bool:
+    """:func:`session_admits` for the event's chat, read once per event. The line is sent when
+    the event arrives, and the injection, the tools and the reply come later in the same
+    event: they follow that verdict (or wait for the read still under way) instead of reading
+    the database again while the bot waits."""
+    pending = event.get_extra(EXTRA_ADMITTED)
+    if not isinstance(pending, asyncio.Future):
+        pending = asyncio.ensure_future(session_admits(event.unified_msg_origin, plugin_name))
+        event.set_extra(EXTRA_ADMITTED, pending)
+    # Shielded: a caller cancelled while waiting leaves the read to the others.
+    return await asyncio.shield(pending)
 
 
 def chat_of(event: AstrMessageEvent) -> str:

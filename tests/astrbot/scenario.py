@@ -1413,7 +1413,18 @@ async def run_host_events(args: argparse.Namespace) -> dict[str, Any]:
         }
         await sends_ended()
 
-    # The cache's turns.
+    # The cache's turns, counting the plugin's reads of its per-chat switch (AstrBot itself
+    # never calls is_plugin_enabled_for_session): one per event, however many hooks follow it.
+    from astrbot.core.star.session_plugin_manager import SessionPluginManager
+
+    switch_reads: list[str] = []
+    is_enabled = SessionPluginManager.is_plugin_enabled_for_session
+
+    async def counted(session_id: str, plugin_name: str) -> bool:
+        switch_reads.append(session_id)
+        return await is_enabled(session_id, plugin_name)
+
+    SessionPluginManager.is_plugin_enabled_for_session = staticmethod(counted)  # type: ignore[method-assign]
     await post("/v1/remember", {"conversation_id": umos["cache"], "content": CACHE_FACT})
     turns = []
     for question in CACHE_QUESTIONS:
@@ -1433,7 +1444,12 @@ async def run_host_events(args: argparse.Namespace) -> dict[str, Any]:
     conversations = lifecycle.conversation_manager
     cid = await conversations.get_curr_conversation_id(umos["cache"])
     saved = await conversations.get_conversation(umos["cache"], cid) if cid else None
-    report["cache"] = {"turns": turns, "history": saved.history if saved else None}
+    SessionPluginManager.is_plugin_enabled_for_session = staticmethod(is_enabled)  # type: ignore[method-assign]
+    report["cache"] = {
+        "turns": turns,
+        "history": saved.history if saved else None,
+        "switch_reads": switch_reads.count(umos["cache"]),
+    }
 
     # Tool-call turns: the words beside a call, and what a tool sent itself, are the bot's.
     steps["tool_talk"] = {"reply": await chat.send(*TOOL_CHAT, TOOL_TALK)}
