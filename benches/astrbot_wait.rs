@@ -9,6 +9,10 @@
 //! `req.contexts`. It prints, over the questions:
 //! - the plugin's `on_llm_request` hook, p50 and p95 (the injection's wait as the host sees it),
 //!   for all questions and split by whether scopemem had the context computed ahead;
+//! - for the questions whose context was computed ahead, where their wait goes: the injection
+//!   as scopemem served it, the question's texts from their hand-off to the model to their
+//!   vectors (a passage call under way included), the lead AstrBot gave (the message's arrival
+//!   to the injection event) and how many texts were embedded;
 //! - the question's arrival to the model's request (AstrBot's stages and the hook);
 //! - the share of recalls whose context was computed ahead (scopemem's own counters);
 //! - how many requests carried the memory block.
@@ -87,6 +91,23 @@ async fn run() {
         "  not computed ahead",
         asks.iter().filter(|a| !ahead(a)).filter_map(hook).collect(),
     );
+    for (name, key) in [
+        ("  served by scopemem (the injection route)", "served_ms"),
+        (
+            "  the question's texts, handed to the model",
+            "query_model_ms",
+        ),
+        ("  the host's lead (arrival to the injection)", "lead_ms"),
+        ("  texts the model embedded for it (count)", "texts"),
+    ] {
+        row(
+            name,
+            asks.iter()
+                .filter(|a| ahead(a))
+                .filter_map(|a| a[key].as_f64())
+                .collect(),
+        );
+    }
     row(
         "question's arrival to the model's request",
         asks.iter()

