@@ -19,14 +19,17 @@
 //! A bot's question arriving while a group's chatter was embedded in calls of 32 waited p50
 //! 468 ms for its block in AstrBot (docs/benchmarks.md, "Chatbot hosts").
 //!
-//! Short calls cost throughput, though, and more inside scopemem than the engine alone shows:
-//! beside the store's own threads, a re-embed of 5,000 rows ran at 22 rows/s in calls of about
-//! one text against 35 in calls of 32. So calls are paced only while queries are being asked
-//! (one within [`PACED_AFTER_QUERY`]): a `migrate reembed`, an import or a burst of remembers
-//! that no recall waits on runs in calls of the batch size, and the first query after a quiet
-//! spell waits behind at most one such call.
+//! Short calls cost throughput, though, and more inside scopemem than the engine alone shows
+//! (each call's OpenMP regions wake and put to sleep its threads beside the store's own): a
+//! re-embed of 5,000 rows ran at 22 rows/s in calls of one text against 35–46 in calls of 32.
+//! So calls are paced only while recalls are asked ([`BatchWorker::recall_asked`], one within
+//! [`PACED_AFTER_QUERY`]): a `migrate reembed`, an import or a burst of remembers that no recall
+//! waits on runs in calls of the batch size (the service's own queries measuring the model at
+//! start are no recall), and the first recall after a quiet spell waits behind at most one
+//! such call.
 
 use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, oneshot};
@@ -69,7 +72,7 @@ pub(crate) fn deliver(jobs: Vec<Job>, result: Result<Vec<Vec<f32>>, EmbedError>)
 /// About how long one call of passages may keep a query waiting (the module header).
 pub(crate) const PASSAGE_CALL_BUDGET: Duration = Duration::from_millis(20);
 
-/// How long after a query passage calls stay paced: queries come in bursts (a question's
+/// How long after a recall passage calls stay paced: recalls come in bursts (a question's
 /// texts, its recall, the next question of the same conversation).
 pub(crate) const PACED_AFTER_QUERY: Duration = Duration::from_secs(600);
 
@@ -83,8 +86,22 @@ struct Pace {
     budget: Option<Duration>,
     /// Seconds per character (overhead included), a moving average; `None` before a call.
     per_char: Option<f64>,
-    /// When a query last came; `None`: none yet.
-    asked: Option<Instant>,
+}
+
+/// When a recall was last asked of a worker: set by its callers, read by its thread.
+#[derive(Default)]
+struct Asked(Mutex<Option<Instant>>);
+
+impl Asked {
+    fn now(&self) {
+        if let Ok(mut at) = self.0.lock() {
+            *at = Some(Instant::now());
+        }
+    }
+
+    fn last(&self) -> Option<Instant> {
+        self.0.lock().ok().and_then(|at| *at)
+    }
 }
 
 impl Pace {
@@ -92,24 +109,20 @@ impl Pace {
         text.chars().count() + TEXT_OVERHEAD_CHARS
     }
 
-    /// A query came at `now`.
-    fn query_at(&mut self, now: Instant) {
-        self.asked = Some(now);
-    }
-
     /// How many of `texts` (in order, at least one, at most `max`) fit the budget at `now`:
-    /// `max` unless a query came within [`PACED_AFTER_QUERY`].
+    /// `max` unless a recall was `asked` within [`PACED_AFTER_QUERY`].
     fn texts_within<'a>(
         &self,
         texts: impl Iterator<Item = &'a str>,
         max: usize,
+        asked: Option<Instant>,
         now: Instant,
     ) -> usize {
         let (Some(budget), per_char) = (self.budget, self.per_char) else {
             return max;
         };
         let asked_lately = |at: Instant| now.saturating_duration_since(at) < PACED_AFTER_QUERY;
-        if !self.asked.is_some_and(asked_lately) {
+        if !asked.is_some_and(asked_lately) {
             return max;
         }
         // Nothing measured yet: one text, and the call measures.
@@ -145,6 +158,7 @@ impl Pace {
 #[derive(Clone)]
 pub struct BatchWorker {
     tx: mpsc::Sender<Job>,
+    asked: Arc<Asked>,
 }
 
 impl BatchWorker {
@@ -170,13 +184,20 @@ impl BatchWorker {
         let pace = Pace {
             budget,
             per_char: None,
-            asked: None,
         };
+        let asked = Arc::new(Asked::default());
+        let seen = asked.clone();
         std::thread::Builder::new()
             .name(name.into())
-            .spawn(move || run(model, rx, batch_size, pace))
+            .spawn(move || run(model, rx, batch_size, pace, &seen))
             .map_err(|e| EmbedError::Model(format!("cannot start embedding thread: {e}")))?;
-        Ok(BatchWorker { tx })
+        Ok(BatchWorker { tx, asked })
+    }
+
+    /// A recall is being asked ([`super::Embedder::recall_asked`]): passage calls are paced
+    /// for [`PACED_AFTER_QUERY`].
+    pub(crate) fn recall_asked(&self) {
+        self.asked.now();
     }
 
     /// Queue `texts` and wait for their vectors.
@@ -202,6 +223,7 @@ fn run<M: BatchModel>(
     mut rx: mpsc::Receiver<Job>,
     batch_size: usize,
     mut pace: Pace,
+    asked: &Asked,
 ) {
     model.on_worker_start();
     let mut queue = Waiting::default();
@@ -215,9 +237,6 @@ fn run<M: BatchModel>(
         while let Ok(job) = rx.try_recv() {
             queue.push(job);
         }
-        if !queue.queries.is_empty() {
-            pace.query_at(Instant::now());
-        }
         // Queries first: a recall waits on its query, a remember's passages can wait a call.
         let (role, jobs) = match queue.queries.is_empty() {
             false => (TextRole::Query, &mut queue.queries),
@@ -226,7 +245,12 @@ fn run<M: BatchModel>(
         // A query call takes what is queued: a recall waits on each of its texts.
         let size = match role {
             TextRole::Query => batch_size,
-            TextRole::Passage => pace.texts_within(waiting_texts(jobs), batch_size, Instant::now()),
+            TextRole::Passage => pace.texts_within(
+                waiting_texts(jobs),
+                batch_size,
+                asked.last(),
+                Instant::now(),
+            ),
         };
         let (chars, took) = one_call(&mut model, role, jobs, size);
         pace.record(chars, took);
@@ -483,12 +507,8 @@ mod tests {
         let budget = Some(Duration::from_millis(25));
         let worker =
             BatchWorker::spawn_paced("test-embed-slow", Slow(calls.clone()), 32, budget).unwrap();
-        // Calls are paced while queries are asked: one comes first (of the passages' length,
-        // so its call measures what theirs will take).
-        worker
-            .embed(TextRole::Query, vec!["query 0000".into()])
-            .await
-            .unwrap();
+        // Calls are paced while recalls are asked.
+        worker.recall_asked();
         let texts: Vec<String> = (0..12).map(|i| format!("line {i:05}")).collect();
         let got = worker
             .embed(TextRole::Passage, texts.clone())
@@ -502,71 +522,66 @@ mod tests {
                 .collect::<Vec<_>>()
         );
         let calls = calls.lock().unwrap().clone();
-        assert_eq!(calls.first(), Some(&1), "the query's call: {calls:?}");
         // A text of 10 bytes (18 with the overhead) takes at least 10 ms, however loaded the
-        // machine: two fit 25 ms, three never do.
-        let passages = &calls[1..];
-        assert!(passages.iter().all(|&n| n <= 2), "{calls:?}");
-        assert_eq!(passages.iter().sum::<usize>(), 12);
+        // machine: two fit 25 ms, three never do. The first call measures, with one.
+        assert_eq!(calls.first(), Some(&1), "{calls:?}");
+        assert!(calls.iter().all(|&n| n <= 2), "{calls:?}");
+        assert_eq!(calls.iter().sum::<usize>(), 12);
     }
 
     #[tokio::test]
-    async fn passage_calls_are_whole_batches_while_no_query_is_asked() {
+    async fn passage_calls_are_whole_batches_while_no_recall_is_asked() {
         let calls = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
         let budget = Some(Duration::from_millis(25));
         let worker =
             BatchWorker::spawn_paced("test-embed-bulk", Slow(calls.clone()), 8, budget).unwrap();
+        // A query that is no recall (the service measuring the model at start) paces nothing.
+        worker
+            .embed(TextRole::Query, vec!["query 0000".into()])
+            .await
+            .unwrap();
         let texts: Vec<String> = (0..12).map(|i| format!("line {i:05}")).collect();
         worker.embed(TextRole::Passage, texts).await.unwrap();
-        // A re-embed, an import: nothing waits on a query, so no call is cut short.
-        assert_eq!(*calls.lock().unwrap(), vec![8, 4]);
+        // A re-embed, an import: nothing waits on a recall, so no call is cut short.
+        assert_eq!(*calls.lock().unwrap(), vec![1, 8, 4]);
     }
 
     #[test]
-    fn calls_are_paced_only_within_a_while_of_a_query() {
+    fn calls_are_paced_only_within_a_while_of_a_recall() {
         let texts = ["a", "b", "c"];
         let now = Instant::now();
-        let mut pace = Pace {
+        let pace = Pace {
             budget: Some(PASSAGE_CALL_BUDGET),
             per_char: Some(1.0),
-            asked: None,
         };
         // Unpaced: as many as a call holds (what is queued, up to the batch size).
-        assert_eq!(
-            pace.texts_within(texts.into_iter(), 32, now),
-            32,
-            "none asked"
-        );
-        pace.query_at(now);
-        let soon = now + Duration::from_secs(1);
-        assert_eq!(pace.texts_within(texts.into_iter(), 32, soon), 1);
-        let later = now + PACED_AFTER_QUERY;
-        assert_eq!(pace.texts_within(texts.into_iter(), 32, later), 32);
+        let within = |asked, at| pace.texts_within(texts.into_iter(), 32, asked, at);
+        assert_eq!(within(None, now), 32, "none asked");
+        assert_eq!(within(Some(now), now + Duration::from_secs(1)), 1);
+        assert_eq!(within(Some(now), now + PACED_AFTER_QUERY), 32);
     }
 
     #[test]
     fn an_unmeasured_or_unpaced_worker_sizes_calls_as_before() {
         let texts = ["a", "b", "c"];
-        let now = Instant::now();
+        let now = Some(Instant::now());
+        let at = Instant::now();
         let unpaced = Pace {
             budget: None,
             per_char: None,
-            asked: Some(now),
         };
-        assert_eq!(unpaced.texts_within(texts.into_iter(), 2, now), 2);
+        assert_eq!(unpaced.texts_within(texts.into_iter(), 2, now, at), 2);
         let unmeasured = Pace {
             budget: Some(PASSAGE_CALL_BUDGET),
             per_char: None,
-            asked: Some(now),
         };
-        assert_eq!(unmeasured.texts_within(texts.into_iter(), 32, now), 1);
+        assert_eq!(unmeasured.texts_within(texts.into_iter(), 32, now, at), 1);
         let slow = Pace {
             budget: Some(PASSAGE_CALL_BUDGET),
             per_char: Some(1.0),
-            asked: Some(now),
         };
         assert_eq!(
-            slow.texts_within(texts.into_iter(), 32, now),
+            slow.texts_within(texts.into_iter(), 32, now, at),
             1,
             "at least one"
         );

@@ -135,6 +135,10 @@ impl Embedder for E5Embedder {
         Box::pin(self.worker.embed(role, texts))
     }
 
+    fn recall_asked(&self) {
+        self.worker.recall_asked();
+    }
+
     fn query_tokens(&self, text: &str) -> Option<usize> {
         if text.trim().is_empty() {
             return Some(0);

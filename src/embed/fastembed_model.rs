@@ -323,6 +323,10 @@ impl Embedder for FastEmbedder {
     ) -> BoxFuture<'_, Result<Vec<Vec<f32>>, EmbedError>> {
         Box::pin(self.worker.embed(role, texts))
     }
+
+    fn recall_asked(&self) {
+        self.worker.recall_asked();
+    }
 }
 
 #[cfg(test)]

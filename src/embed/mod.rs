@@ -147,6 +147,11 @@ pub trait Embedder: Send + Sync {
         None
     }
 
+    /// A recall is being asked: its queries come now, and more may follow. A local model keeps
+    /// its passage calls short for a while (`batch_worker`), so the next recall's query waits
+    /// behind little. The service's own measuring of the model is no recall.
+    fn recall_asked(&self) {}
+
     /// What a table records about the model its vectors came from.
     fn model_info(&self) -> ModelInfo {
         ModelInfo {

@@ -218,6 +218,7 @@ impl QueryCache {
     ) -> Result<Vec<Vec<f32>>, EmbedError> {
         let n = texts.len() as u64;
         let started = Instant::now();
+        embedder.recall_asked();
         let vectors = embedder.embed(TextRole::Query, texts).await;
         let micros = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
         self.cost.model_micros.fetch_add(micros, Ordering::Relaxed);
@@ -449,6 +450,39 @@ mod tests {
         );
         cache.embed(&a, "abc").await.unwrap();
         assert_eq!(a.0.load(Ordering::Relaxed), 1);
+    }
+
+    /// Counts the recalls it is told of.
+    #[derive(Default)]
+    struct Told(AtomicUsize);
+
+    impl Embedder for Told {
+        fn model_id(&self) -> &str {
+            "told"
+        }
+        fn dimension(&self) -> usize {
+            1
+        }
+        fn embed(
+            &self,
+            _role: TextRole,
+            texts: Vec<String>,
+        ) -> BoxFuture<'_, Result<Vec<Vec<f32>>, EmbedError>> {
+            Box::pin(async move { Ok(texts.iter().map(|_| vec![1.0]).collect()) })
+        }
+        fn recall_asked(&self) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    #[tokio::test]
+    async fn a_query_run_tells_the_model_a_recall_is_asked() {
+        let told = Told::default();
+        let cache = QueryCache::default();
+        cache.embed(&told, "abc").await.unwrap();
+        // A hit runs nothing, and is no news to the model.
+        cache.embed(&told, "abc").await.unwrap();
+        assert_eq!(told.0.load(Ordering::Relaxed), 1);
     }
 
     #[tokio::test]
