@@ -300,9 +300,15 @@ mod tests {
     use futures::future::BoxFuture;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
-    /// Counts model runs; the vector encodes the text's length (negated for passages).
-    #[derive(Default)]
-    struct Counting(AtomicUsize, &'static str);
+    /// Counts model runs, and the recalls it is told of; the vector encodes the text's length
+    /// (negated for passages).
+    struct Counting(AtomicUsize, &'static str, AtomicUsize);
+
+    impl Counting {
+        fn new(id: &'static str) -> Counting {
+            Counting(AtomicUsize::new(0), id, AtomicUsize::new(0))
+        }
+    }
 
     impl Embedder for Counting {
         fn model_id(&self) -> &str {
@@ -319,6 +325,9 @@ mod tests {
             self.0.fetch_add(1, Ordering::Relaxed);
             let sign = if role == TextRole::Query { 1.0 } else { -1.0 };
             Box::pin(async move { Ok(texts.iter().map(|t| vec![sign * t.len() as f32]).collect()) })
+        }
+        fn recall_asked(&self) {
+            self.2.fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -434,8 +443,8 @@ mod tests {
 
     #[tokio::test]
     async fn queries_are_embedded_as_queries_and_keyed_per_model() {
-        let a = Counting(AtomicUsize::new(0), "model-a");
-        let b = Counting(AtomicUsize::new(0), "model-b");
+        let a = Counting::new("model-a");
+        let b = Counting::new("model-b");
         let cache = QueryCache::default();
         assert_eq!(
             *cache.embed(&a, "abc").await.unwrap(),
@@ -452,42 +461,19 @@ mod tests {
         assert_eq!(a.0.load(Ordering::Relaxed), 1);
     }
 
-    /// Counts the recalls it is told of.
-    #[derive(Default)]
-    struct Told(AtomicUsize);
-
-    impl Embedder for Told {
-        fn model_id(&self) -> &str {
-            "told"
-        }
-        fn dimension(&self) -> usize {
-            1
-        }
-        fn embed(
-            &self,
-            _role: TextRole,
-            texts: Vec<String>,
-        ) -> BoxFuture<'_, Result<Vec<Vec<f32>>, EmbedError>> {
-            Box::pin(async move { Ok(texts.iter().map(|_| vec![1.0]).collect()) })
-        }
-        fn recall_asked(&self) {
-            self.0.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-
     #[tokio::test]
     async fn a_query_run_tells_the_model_a_recall_is_asked() {
-        let told = Told::default();
+        let model = Counting::new("told");
         let cache = QueryCache::default();
-        cache.embed(&told, "abc").await.unwrap();
+        cache.embed(&model, "abc").await.unwrap();
         // A hit runs nothing, and is no news to the model.
-        cache.embed(&told, "abc").await.unwrap();
-        assert_eq!(told.0.load(Ordering::Relaxed), 1);
+        cache.embed(&model, "abc").await.unwrap();
+        assert_eq!(model.2.load(Ordering::Relaxed), 1);
     }
 
     #[tokio::test]
     async fn the_cost_counts_texts_the_model_took_and_the_hits() {
-        let model = Counting(AtomicUsize::new(0), "counting");
+        let model = Counting::new("counting");
         let cache = QueryCache::default();
         cache.embed(&model, "a").await.unwrap();
         cache.embed(&model, "a").await.unwrap();
@@ -500,7 +486,7 @@ mod tests {
 
     #[tokio::test]
     async fn turns_embed_what_is_new_in_one_call_and_keep_their_order() {
-        let model = Counting(AtomicUsize::new(0), "counting");
+        let model = Counting::new("counting");
         let cache = QueryCache::default();
         cache.embed(&model, "bb").await.unwrap();
         let texts: Vec<String> = ["a", "bb", "ccc", "a"].map(String::from).to_vec();
@@ -514,7 +500,7 @@ mod tests {
 
     #[tokio::test]
     async fn repeated_queries_skip_the_model_and_the_oldest_goes_first() {
-        let model = Counting(AtomicUsize::new(0), "counting");
+        let model = Counting::new("counting");
         let cache = QueryCache::default();
         let a = cache.embed(&model, "where is 4B会议室").await.unwrap();
         let again = cache.embed(&model, "where is 4B会议室").await.unwrap();
