@@ -23,7 +23,7 @@
 //! (each call's OpenMP regions wake and put to sleep its threads beside the store's own): a
 //! re-embed of 5,000 rows ran at 22 rows/s in calls of one text against 35–46 in calls of 32.
 //! So calls are paced only while recalls are asked ([`BatchWorker::recall_asked`], one within
-//! [`PACED_AFTER_QUERY`]): a `migrate reembed`, an import or a burst of remembers that no recall
+//! [`PACED_AFTER_RECALL`]): a `migrate reembed`, an import or a burst of remembers that no recall
 //! waits on runs in calls of the batch size (the service's own queries measuring the model at
 //! start are no recall), and the first recall after a quiet spell waits behind at most one
 //! such call.
@@ -74,7 +74,7 @@ pub(crate) const PASSAGE_CALL_BUDGET: Duration = Duration::from_millis(20);
 
 /// How long after a recall passage calls stay paced: recalls come in bursts (a question's
 /// texts, its recall, the next question of the same conversation).
-pub(crate) const PACED_AFTER_QUERY: Duration = Duration::from_secs(600);
+pub(crate) const PACED_AFTER_RECALL: Duration = Duration::from_secs(600);
 
 /// What a text costs the model, in characters, beyond its own: the prefix and the special
 /// tokens every text is given.
@@ -110,7 +110,7 @@ impl Pace {
     }
 
     /// How many of `texts` (in order, at least one, at most `max`) fit the budget at `now`:
-    /// `max` unless a recall was `asked` within [`PACED_AFTER_QUERY`].
+    /// `max` unless a recall was `asked` within [`PACED_AFTER_RECALL`].
     fn texts_within<'a>(
         &self,
         texts: impl Iterator<Item = &'a str>,
@@ -121,7 +121,7 @@ impl Pace {
         let (Some(budget), per_char) = (self.budget, self.per_char) else {
             return max;
         };
-        let asked_lately = |at: Instant| now.saturating_duration_since(at) < PACED_AFTER_QUERY;
+        let asked_lately = |at: Instant| now.saturating_duration_since(at) < PACED_AFTER_RECALL;
         if !asked.is_some_and(asked_lately) {
             return max;
         }
@@ -195,7 +195,7 @@ impl BatchWorker {
     }
 
     /// A recall is being asked ([`super::Embedder::recall_asked`]): passage calls are paced
-    /// for [`PACED_AFTER_QUERY`].
+    /// for [`PACED_AFTER_RECALL`].
     pub(crate) fn recall_asked(&self) {
         self.asked.now();
     }
@@ -558,7 +558,7 @@ mod tests {
         let within = |asked, at| pace.texts_within(texts.into_iter(), 32, asked, at);
         assert_eq!(within(None, now), 32, "none asked");
         assert_eq!(within(Some(now), now + Duration::from_secs(1)), 1);
-        assert_eq!(within(Some(now), now + PACED_AFTER_QUERY), 32);
+        assert_eq!(within(Some(now), now + PACED_AFTER_RECALL), 32);
     }
 
     #[test]
